@@ -1,0 +1,1 @@
+"""CLI subcommand groups; see tsflash/cli.py."""

@@ -1,0 +1,6 @@
+"""`tsflash data` (placeholder until its issue lands)."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("data", help="(not yet available)")
+    p.set_defaults(func=lambda args: 0)

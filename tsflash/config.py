@@ -1,0 +1,219 @@
+"""Typed experiment configuration and its TOML presets.
+
+One `ExperimentConfig` describes everything that is held fixed across a context-length sweep:
+data range, target, splits, model, optimiser, budget and evaluation. Only the context length N
+(and, with `--trials`, the searched hyperparameters) varies between trials.
+
+Presets live in `experiments/*.toml`; a preset overrides a few fields of the defaults below.
+Unknown keys and wrong types are errors that name the key, so a typo never silently runs the
+default. Every run writes its resolved config (`to_dict`) into its run folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tsflash.errors import UserError
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+
+
+@dataclass
+class DataConfig:
+    symbol: str = "BTCUSDT"
+    interval: str = "1m"
+    start: str = "2021-01-01"  # first UTC day, inclusive
+    end: str = "2025-06-30"  # last UTC day, inclusive
+    # A training window may not bridge a gap longer than this many missing bars; shorter gaps are
+    # kept (the gap marker feature tells the model) because dropping them would fragment the data.
+    max_gap_bars: int = 60
+
+
+@dataclass
+class LabelConfig:
+    horizon: int = 15  # bars ahead; the target is the sign of the h-bar forward log return
+    # Share of the training fold's labels that fall in the flat band (symmetric quantiles of
+    # |forward return|), fitted on the training part of each fold only. 1/3 gives balanced classes.
+    flat_fraction: float = 1 / 3
+
+
+@dataclass
+class SplitConfig:
+    scheme: str = "expanding"  # expanding | rolling
+    n_folds: int = 5
+    test_days: int = 182  # length of each test block, in days (about six months)
+    train_days: int = 0  # rolling window length in days; 0 = expanding
+    purge: int = -1  # bars removed before each test block; -1 = the label horizon
+    embargo: int = 0  # bars removed after each test block (only matters for rolling/purged k-fold)
+    val_fraction: float = 0.0  # purged validation tail of the training range for early stopping
+
+
+@dataclass
+class ModelSettings:
+    """Fields of `tsflash.model.ModelConfig` that a preset may set (n_features is derived)."""
+
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    attention_backend: str = "auto"
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 200  # optimizer steps per fold, identical for every N
+    tokens_per_step: int = 131072  # batch = tokens_per_step // N
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decay to lr * min_lr_ratio
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    # Loss on positions >= loss_warmup within each window only: the first positions see almost no
+    # context, and at small N they would dominate; a fixed fraction keeps the comparison fair.
+    loss_warmup_fraction: float = 0.0
+    seeds: list[int] = field(default_factory=lambda: [0])
+    compile: bool = False
+
+
+@dataclass
+class EvalConfig:
+    fee_bps: float = 5.0  # cost per unit of turnover (position change of 1), in basis points
+    baseline_lags: int = 16  # logistic-regression baseline sees the last k bars' features
+    batch_tokens: int = 262144  # evaluation forward pass size
+
+
+@dataclass
+class SelectionConfig:
+    min_dsr: float = 0.95
+    max_pbo: float = 0.5
+    cscv_blocks: int = 16
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "default"
+    description: str = ""
+    lengths: list[int] = field(default_factory=lambda: [512, 4096, 32768])
+    data: DataConfig = field(default_factory=DataConfig)
+    labels: LabelConfig = field(default_factory=LabelConfig)
+    splits: SplitConfig = field(default_factory=SplitConfig)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+
+    @property
+    def purge(self) -> int:
+        return self.labels.horizon if self.splits.purge < 0 else self.splits.purge
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def hash(self) -> str:
+        """Short, stable hash of the resolved config (names the run folder)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:8]
+
+
+def _coerce(value, tp, key: str):
+    """Check `value` against the annotated type `tp`; ints are accepted for floats."""
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise UserError(f"config key {key}: expected a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise UserError(f"config key {key}: expected {len(args)} values, got {value!r}")
+        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool) and (type(value) is not tp):
+        raise UserError(f"config key {key}: expected {tp.__name__}, got {value!r}")
+    return value
+
+
+def _apply(obj, overrides: dict, prefix: str = "") -> None:
+    hints = typing.get_type_hints(type(obj))
+    for key, value in overrides.items():
+        full = f"{prefix}{key}"
+        if key not in hints:
+            known = ", ".join(sorted(hints))
+            raise UserError(f"unknown config key {full!r}; known keys here: {known}")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise UserError(f"config key {full}: expected a table, got {value!r}")
+            _apply(current, value, prefix=f"{full}.")
+        else:
+            setattr(obj, key, _coerce(value, hints[key], full))
+
+
+def validate(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Cross-field rules; each failure names the rule and the values."""
+    for n in cfg.lengths:
+        if n < 2 or n & (n - 1):
+            raise UserError(f"lengths: every context length must be a power of two >= 2, got {n}")
+        if cfg.train.tokens_per_step % n:
+            raise UserError(
+                f"train.tokens_per_step={cfg.train.tokens_per_step} must be a multiple of every "
+                f"context length (batch = tokens_per_step / N), got N={n}"
+            )
+    if cfg.model.d_model % cfg.model.n_heads:
+        raise UserError(f"model.d_model={cfg.model.d_model} must be divisible by model.n_heads={cfg.model.n_heads}")
+    if cfg.splits.scheme not in ("expanding", "rolling"):
+        raise UserError(f"splits.scheme must be 'expanding' or 'rolling', got {cfg.splits.scheme!r}")
+    if cfg.labels.horizon < 1:
+        raise UserError(f"labels.horizon must be >= 1 bar, got {cfg.labels.horizon}")
+    if not 0 < cfg.labels.flat_fraction < 1:
+        raise UserError(f"labels.flat_fraction must be in (0, 1), got {cfg.labels.flat_fraction}")
+    if cfg.data.start > cfg.data.end:
+        raise UserError(f"data range: end {cfg.data.end} is before start {cfg.data.start}")
+    if cfg.selection.cscv_blocks % 2 or cfg.selection.cscv_blocks < 2:
+        raise UserError(f"selection.cscv_blocks must be even and >= 2, got {cfg.selection.cscv_blocks}")
+    return cfg
+
+
+def preset_path(name_or_path: str | Path) -> Path:
+    """`default` -> experiments/default.toml; an existing path is taken as is."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml":
+        if not p.exists():
+            raise UserError(f"config file not found: {p}")
+        return p
+    candidate = EXPERIMENTS_DIR / f"{name_or_path}.toml"
+    if not candidate.exists():
+        known = ", ".join(sorted(q.stem for q in EXPERIMENTS_DIR.glob("*.toml")))
+        raise UserError(f"unknown preset {str(name_or_path)!r}; known presets: {known}")
+    return candidate
+
+
+def load_config(name_or_path: str | Path = "default", overrides: dict | None = None) -> ExperimentConfig:
+    """Load a preset (name in experiments/ or a .toml path), apply overrides, validate."""
+    path = preset_path(name_or_path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"config file {path} is not valid TOML: {exc}") from None
+    cfg = ExperimentConfig()
+    _apply(cfg, raw)
+    if overrides:
+        _apply(cfg, overrides)
+    return validate(cfg)
+
+
+def config_from_dict(d: dict) -> ExperimentConfig:
+    """Rebuild a config saved with `to_dict` (e.g. from a run folder)."""
+    cfg = ExperimentConfig()
+    _apply(cfg, d)
+    return validate(cfg)
