@@ -1,8 +1,30 @@
-"""Causal transformer over per-bar features (to be completed by the model issue)."""
+"""Causal transformer over per-bar features: (B, T, F) -> up/flat/down logits (B, T, 3).
+
+input projection -> n_layers x [pre-norm attention (rotary, causal SDPA) + pre-norm MLP] -> norm ->
+3-class head. Positions are rotary (parameter-free), so the parameter count does not depend on the
+context length: the same config trains at N = 512 and at N = 131072. Attention always runs through
+`tsflash.attention.sdpa`, which forces one fused kernel and raises instead of falling back.
+
+On CUDA the caller wraps forward in `torch.autocast("cuda", dtype=torch.bfloat16)`; logits and the
+loss are returned in float32 either way.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tsflash import attention
+from tsflash.errors import UserError
+
+CHECKPOINT_FORMAT = "tsflash.model/1"
 
 
 @dataclass
@@ -16,3 +38,208 @@ class ModelConfig:
     dropout: float = 0.0  # residual/MLP dropout only: attention dropout would force SDPA's MATH path on CPU
     attention_backend: str = "auto"  # auto | cudnn | flash | efficient | math
     rope_base: float = 10000.0
+    norm: str = "rmsnorm"  # rmsnorm | layernorm (pre-norm, no bias)
+
+    def validate(self) -> "ModelConfig":
+        if self.n_features < 1:
+            raise UserError(f"model n_features must be >= 1, got {self.n_features}")
+        if self.d_model % self.n_heads:
+            raise UserError(f"model d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if (self.d_model // self.n_heads) % 2:
+            raise UserError(f"rotary positions need an even head size, got d_model/n_heads={self.d_model // self.n_heads}")
+        if self.norm not in ("rmsnorm", "layernorm"):
+            raise UserError(f"model norm must be 'rmsnorm' or 'layernorm', got {self.norm!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise UserError(f"model dropout must be in [0, 1), got {self.dropout}")
+        attention.check_backend_name(self.attention_backend)
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def _norm(config: ModelConfig) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.d_model, eps=1e-6)
+    return nn.LayerNorm(config.d_model, bias=False)
+
+
+def rotary_tables(T: int, head_dim: int, base: float, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (T, head_dim / 2), float32: position t rotates pair i by t * base^(-2i/hd)."""
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)  # (hd/2,)
+    angles = torch.arange(T, device=device, dtype=torch.float32)[:, None] * inv_freq  # (T, hd/2)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (B, H, T, hd) by position; half-split pairing (x[..., i], x[..., i + hd/2])."""
+    x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, hd/2) each
+    out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, hd)
+    return out.to(x.dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.backend_name = config.attention_backend
+        self.backend_used: str | None = None  # set on every forward: the kernel that was forced
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        backend = attention.resolve_backend(self.backend_name, q.device, q.dtype, q.shape[-1])
+        y = attention.sdpa(q, k, v, backend)  # (B, H, T, hd)
+        self.backend_used = backend
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.up = nn.Linear(config.d_model, config.mlp_ratio * config.d_model, bias=False)
+        self.down = nn.Linear(config.mlp_ratio * config.d_model, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.norm1, self.norm2 = _norm(config), _norm(config)
+        self.attn = CausalSelfAttention(config)
+        self.mlp = MLP(config)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, x, cos, sin):
+        x = x + self.drop(self.attn(self.norm1(x), cos, sin))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+class CausalTransformer(nn.Module):
+    """Per-position direction classifier. Position t sees bars 0..t only (causal attention).
+
+    forward(x (B, T, F), targets (B, T) long with -1 = ignore | None)
+        -> (logits (B, T, n_classes) float32 (float64 for a float64 model),
+            loss: mean cross-entropy over targets != -1 | None)
+    Class indices: 0 = down, 1 = flat, 2 = up.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config.validate()
+        self.inp = nn.Linear(config.n_features, config.d_model, bias=False)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = _norm(config)
+        self.head = nn.Linear(config.d_model, config.n_classes, bias=True)
+        self._rotary: dict = {}
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith(("attn.proj.weight", "mlp.down.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    @property
+    def attention_backend_used(self) -> str | None:
+        """The kernel forced in the last forward ("flash", "cudnn", "efficient", "math"); None before."""
+        used = {b.attn.backend_used for b in self.blocks}
+        assert len(used) == 1, used
+        return used.pop()
+
+    def _rotary_tables(self, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (T, str(device))
+        if key not in self._rotary:
+            self._rotary = {key: rotary_tables(T, self.config.head_dim, self.config.rope_base, device)}
+        return self._rotary[key]
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None):
+        B, T, Fdim = x.shape
+        if Fdim != self.config.n_features:
+            raise UserError(f"model input must have n_features={self.config.n_features} per bar, got shape {tuple(x.shape)}")
+        cos, sin = self._rotary_tables(T, x.device)  # (T, hd/2) each
+        # Residual stream in the parameters' dtype: float32 even under bf16 autocast (float64 models stay float64).
+        h = self.inp(x).to(self.inp.weight.dtype)  # (B, T, C)
+        for block in self.blocks:
+            h = block(h, cos, sin)  # (B, T, C)
+        logits = self.head(self.norm(h))  # (B, T, 3)
+        logits = logits if logits.dtype == torch.float64 else logits.float()  # float32 unless a float64 model
+        if targets is None:
+            return logits, None
+        flat = targets.reshape(-1)  # (B*T,)
+        losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), flat.clamp_min(0), reduction="none")
+        valid = flat != -1
+        # Mean over labelled positions; an all-unlabelled batch gives 0 (with a graph), not NaN.
+        loss = (losses * valid).sum() / valid.sum().clamp_min(1)
+        return logits, loss
+
+    # ---- checkpoints: config travels with the weights --------------------------------------------
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Atomically write {format, config, state_dict} (tensors and plain types only)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        state = {k: v.detach().cpu() for k, v in self.state_dict().items()}
+        torch.save({"format": CHECKPOINT_FORMAT, "config": dataclasses.asdict(self.config), "state_dict": state}, tmp)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, map_location="cpu", expect_config: ModelConfig | None = None) -> "CausalTransformer":
+        """Rebuild the model from a checkpoint written by `save` (torch.load with weights_only=True).
+
+        `expect_config`: the config the caller will use; a different stored config is an error
+        naming the fields that differ. A state dict that does not fit the stored config is an error too.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise UserError(f"model checkpoint not found: {path}")
+        try:
+            blob = torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as exc:  # pickle errors of all kinds: not a checkpoint we can trust
+            raise UserError(f"model checkpoint {path} cannot be loaded with weights_only=True: {exc}") from None
+        if not isinstance(blob, dict) or blob.get("format") != CHECKPOINT_FORMAT:
+            got = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
+            raise UserError(f"model checkpoint {path} must have format {CHECKPOINT_FORMAT!r}, got {got!r}")
+        known = {f.name for f in dataclasses.fields(ModelConfig)}
+        unknown = sorted(set(blob["config"]) - known)
+        if unknown:
+            raise UserError(f"model checkpoint {path} has config keys this ModelConfig lacks: {unknown}")
+        config = ModelConfig(**blob["config"])
+        if expect_config is not None and expect_config != config:
+            diff = {
+                f: (getattr(config, f), getattr(expect_config, f))
+                for f in sorted(known)
+                if getattr(config, f) != getattr(expect_config, f)
+            }
+            raise UserError(
+                f"model checkpoint {path} was saved with a different config; (saved, expected) per field: {diff}"
+            )
+        model = cls(config)
+        own = model.state_dict()
+        saved = blob["state_dict"]
+        missing = sorted(set(own) - set(saved))
+        unexpected = sorted(set(saved) - set(own))
+        shapes = [f"{k}: saved {tuple(saved[k].shape)} vs model {tuple(own[k].shape)}" for k in own if k in saved and saved[k].shape != own[k].shape]
+        if missing or unexpected or shapes:
+            raise UserError(
+                f"model checkpoint {path} does not match its config: missing {missing}, "
+                f"unexpected {unexpected}, shape mismatches {shapes}"
+            )
+        model.load_state_dict(saved)
+        return model.to(map_location) if isinstance(map_location, (str, torch.device)) else model

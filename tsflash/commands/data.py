@@ -1,6 +1,195 @@
-"""`tsflash data` (placeholder until its issue lands)."""
+"""`tsflash data import|info|fetch`: build and inspect the canonical bar store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from tsflash import store
 
 
 def register(sub) -> None:
-    p = sub.add_parser("data", help="(not yet available)")
-    p.set_defaults(func=lambda args: 0)
+    p = sub.add_parser(
+        "data",
+        help="import, fetch and inspect BTC bars (the canonical Parquet store)",
+        description="Build and inspect the bar store: <root>/<symbol>-<interval>/<symbol>-<interval>-<YYYY>.parquet.",
+    )
+    dsub = p.add_subparsers(dest="data_command", metavar="ACTION", parser_class=type(p))
+    dsub.required = True
+
+    def common(q):
+        q.add_argument("--root", type=Path, default=store.DEFAULT_ROOT, help="store root folder (default: %(default)s)")
+
+    q = dsub.add_parser(
+        "import",
+        help="import Binance kline archives (.zip/.csv) or canonical .parquet files",
+        description="Validate and merge Binance kline archives (zip or csv, ms or us timestamps, with or "
+        "without header) and canonical Parquet files into the store. Every file is checked before "
+        "anything is written; identical duplicates are dropped; importing twice changes nothing.",
+    )
+    q.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files, or folders searched for .zip/.csv/.parquet")
+    common(q)
+    q.add_argument("--symbol", default=None, help="symbol (default: from each file name, e.g. BTCUSDT-1m-2024-01.zip)")
+    q.add_argument("--interval", default=None, help="interval (default: from each file name)")
+    q.set_defaults(func=cmd_import)
+
+    q = dsub.add_parser(
+        "info",
+        help="coverage per year, the gap table and zero-volume bar counts",
+        description="Coverage per year, every gap (start, length) and zero-volume bars of one dataset.",
+    )
+    common(q)
+    q.add_argument("--symbol", default="BTCUSDT", help="(default: %(default)s)")
+    q.add_argument("--interval", default="1m", help="(default: %(default)s)")
+    q.add_argument("--start", default=None, help="first day YYYY-MM-DD (default: first bar)")
+    q.add_argument("--end", default=None, help="last day YYYY-MM-DD, inclusive (default: last bar)")
+    q.add_argument("--min-gap", type=int, default=1, help="list gaps of at least this many missing bars (default: %(default)s)")
+    q.add_argument("--json", action="store_true", help="print the summary as JSON")
+    q.set_defaults(func=cmd_info)
+
+    q = dsub.add_parser(
+        "fetch",
+        help="download Binance public archives (SHA-256 verified), then import them",
+        description="Download monthly archives (daily ones for the current month) from the Binance public "
+        "data archive or a mirror, verify each against its .CHECKSUM, cache them in <root>/_archive and "
+        "import them. Nothing is imported unless every downloaded file verified.",
+    )
+    common(q)
+    q.add_argument("--symbol", default="BTCUSDT", help="(default: %(default)s)")
+    q.add_argument("--interval", default="1m", help="(default: %(default)s)")
+    q.add_argument("--start", required=True, help="first day YYYY-MM-DD")
+    q.add_argument("--end", default=None, help="last day YYYY-MM-DD, inclusive (default: yesterday, UTC)")
+    q.add_argument("--base-url", default=None, help="archive base: http(s)://..., file://... or a local folder (default: https://data.binance.vision)")
+    q.add_argument("--retries", type=int, default=4, help="retries per file, with exponential backoff (default: %(default)s)")
+    q.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds, doubling (default: %(default)s)")
+    q.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
+    q.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    q.set_defaults(func=cmd_fetch)
+
+
+def _print_import(report) -> None:
+    units = ", ".join(f"{n} {u}" for u, n in sorted(report.units.items()))
+    print(f"read {report.files} files ({units}), {report.rows} rows; {report.duplicates} identical duplicates dropped")
+    if not report.added:
+        print("store unchanged: every bar was already there")
+    for (sym, ivl, year), n in sorted(report.added.items()):
+        print(f"  {sym} {ivl} {year}: +{n} bars")
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from tsflash.ingest import import_paths
+
+    report = import_paths(args.paths, args.root, args.symbol, args.interval)
+    _print_import(report)
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from tsflash.fetch import ARCHIVE_URL, fetch
+
+    report = fetch(
+        args.symbol, args.interval, args.start, args.end, args.root, args.base_url or ARCHIVE_URL,
+        retries=args.retries, backoff=args.backoff, timeout=args.timeout, progress=not args.no_progress,
+    )  # fmt: skip
+    print(
+        f"archive files: {len(report.downloaded)} downloaded, {len(report.cached)} already verified, "
+        f"{len(report.missing)} not published, {report.retries} retries"
+    )
+    for rel in report.missing:
+        print(f"  not in the archive: {rel}")
+    _print_import(report.imported)
+    return 0
+
+
+def summarize(root, symbol="BTCUSDT", interval="1m", start=None, end=None, min_gap=1) -> dict:
+    """Coverage per year, gaps and zero-volume counts of one dataset, as a JSON-ready dict.
+
+    Coverage of a year = bars / grid points between the dataset's first and last bar within that
+    year (so a series that starts in August is not "missing" January..July).
+    """
+    table = store.read_table(root, symbol, interval, start, end, columns=("open_time", "volume", "trades"))
+    ot = table.column("open_time").cast("int64").to_numpy()
+    volume = table.column("volume").to_numpy()
+    trades = table.column("trades").to_numpy()
+    ivl = store.INTERVAL_US[interval]
+    out = {"root": str(root), "symbol": store.check_symbol(symbol), "interval": interval, "bars": int(len(ot))}
+    if len(ot) == 0:
+        out.update(first=None, last=None, years=[], gaps=[], zero_volume_bars=0)
+        return out
+    gaps = store.find_gaps(ot, ivl)
+    years = store.year_of(ot)
+    rows = []
+    for y in np.unique(years).tolist():
+        sel = years == y
+        lo = max(store.year_start_us(y), int(ot[0]))
+        hi = min(store.year_start_us(y + 1) - ivl, int(ot[-1]))
+        lo = -(-lo // ivl) * ivl  # first grid point >= lo
+        expected = (hi - lo) // ivl + 1
+        n = int(sel.sum())
+        rows.append(
+            {
+                "year": y,
+                "first": store.iso(ot[sel][0]),
+                "last": store.iso(ot[sel][-1]),
+                "bars": n,
+                "missing": int(expected - n),
+                "coverage_pct": round(100 * n / expected, 4),
+                "zero_volume_bars": int((volume[sel] == 0).sum()),
+                "zero_trade_bars": int((trades[sel] == 0).sum()),
+            }
+        )
+    shown = gaps.filter(min_gap)
+    out.update(
+        first=store.iso(ot[0]),
+        last=store.iso(ot[-1]),
+        missing=int(gaps.missing.sum()),
+        zero_volume_bars=int((volume == 0).sum()),
+        years=rows,
+        n_gaps=len(gaps),
+        min_gap=min_gap,
+        gaps=shown.to_records(),
+    )
+    return out
+
+
+def _duration(minutes_missing: int, ivl_us: int) -> str:
+    s = minutes_missing * ivl_us // 1_000_000
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return " ".join(f"{v}{u}" for v, u in ((d, "d"), (h, "h"), (m, "m"), (s, "s")) if v) or "0s"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from tsflash.errors import UserError
+
+    if args.min_gap < 1:
+        raise UserError(f"--min-gap must be >= 1 missing bar, got {args.min_gap}")
+    s = summarize(args.root, args.symbol, args.interval, args.start, args.end, args.min_gap)
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    print(f"{s['symbol']} {s['interval']} in {s['root']}: {s['bars']:,} bars", end="")
+    if not s["bars"]:
+        print(" (none in this range)")
+        return 0
+    print(f", {s['first']} .. {s['last']} UTC; {s['missing']:,} missing, {s['zero_volume_bars']:,} with zero volume")
+    print()
+    print(f"{'year':>4}  {'first':19}  {'last':19}  {'bars':>9}  {'missing':>8}  {'coverage':>9}  {'zero-vol':>8}")
+    for r in s["years"]:
+        print(
+            f"{r['year']:>4}  {r['first']:19}  {r['last']:19}  {r['bars']:>9,}  {r['missing']:>8,}  "
+            f"{r['coverage_pct']:>8.3f}%  {r['zero_volume_bars']:>8,}"
+        )
+    print()
+    ivl = store.INTERVAL_US[s["interval"]]
+    shown = f" ({len(s['gaps'])} with >= {s['min_gap']} missing bars)" if s["min_gap"] > 1 else ""
+    print(f"gaps: {s['n_gaps']}{shown}; nothing is filled")
+    if s["gaps"]:
+        print(f"  {'start (first missing bar)':25}  {'missing bars':>12}  length")
+        for g in s["gaps"]:
+            print(f"  {g['start']:25}  {g['missing']:>12,}  {_duration(g['missing'], ivl)}")
+    return 0

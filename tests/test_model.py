@@ -1,0 +1,150 @@
+"""CausalTransformer: shapes, causality, N-independent parameters, loss, checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from tsflash import CausalTransformer, ModelConfig
+from tsflash.errors import UserError
+
+SMALL = dict(n_features=5, d_model=32, n_layers=2, n_heads=4)
+
+
+def small_model(**overrides) -> CausalTransformer:
+    torch.manual_seed(0)
+    return CausalTransformer(ModelConfig(**{**SMALL, **overrides})).eval()
+
+
+def test_shapes_dtype_and_backend_recorded():
+    model = small_model()
+    assert model.attention_backend_used is None
+    logits, loss = model(torch.randn(3, 16, 5))
+    assert logits.shape == (3, 16, 3) and logits.dtype == torch.float32 and loss is None
+    assert model.attention_backend_used == "flash"  # the CPU fused kernel, forced
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
+def test_causality_future_bars_do_not_change_past_logits(dtype, norm):
+    model = small_model(norm=norm).to(dtype)
+    x = torch.randn(2, 48, 5, dtype=dtype)
+    t = 20
+    y = x.clone()
+    y[:, t + 1 :] = torch.randn(2, 48 - t - 1, 5, dtype=dtype) * 100  # wildly different future
+    a, _ = model(x)
+    b, _ = model(y)
+    assert torch.equal(a[:, : t + 1], b[:, : t + 1])  # exactly, not approximately
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])  # and the future does matter
+
+
+def test_parameter_count_does_not_depend_on_n():
+    model = small_model()
+    before = model.n_params()
+    for n in (8, 64, 512):
+        model(torch.randn(1, n, 5))
+        assert model.n_params() == before
+    # the default config is the ~3.2 M parameter model of the benchmarks
+    assert 3.0e6 < CausalTransformer(ModelConfig(n_features=12)).n_params() < 3.3e6
+
+
+def test_loss_is_mean_cross_entropy_over_labelled_positions():
+    model = small_model()
+    x = torch.randn(2, 16, 5)
+    targets = torch.randint(0, 3, (2, 16))
+    targets[0, :5] = -1
+    logits, loss = model(x, targets)
+    keep = targets != -1
+    expected = torch.nn.functional.cross_entropy(logits[keep], targets[keep])
+    torch.testing.assert_close(loss, expected)
+    _, none_labelled = model(x, torch.full((2, 16), -1))
+    assert none_labelled.item() == 0.0 and none_labelled.requires_grad
+
+
+def test_loss_backward_reaches_every_parameter():
+    model = small_model().train()
+    _, loss = model(torch.randn(2, 16, 5), torch.randint(0, 3, (2, 16)))
+    loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_bf16_autocast_runs_fused_and_returns_float32_logits():
+    model = small_model()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss = model(torch.randn(2, 32, 5), torch.randint(0, 3, (2, 32)))
+    assert logits.dtype == torch.float32 and loss.dtype == torch.float32
+    assert model.attention_backend_used == "flash"
+
+
+def test_wrong_feature_count_is_a_clear_error():
+    with pytest.raises(UserError, match=r"n_features=5 per bar, got shape \(1, 8, 4\)"):
+        small_model()(torch.randn(1, 8, 4))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(d_model=30), r"d_model=30 must be divisible by n_heads=4"),
+        (dict(attention_backend="fast"), r"attention_backend must be one of .*got 'fast'"),
+        (dict(norm="batch"), r"norm must be 'rmsnorm' or 'layernorm', got 'batch'"),
+        (dict(d_model=12, n_heads=4), r"even head size, got d_model/n_heads=3"),
+    ],
+)
+def test_bad_config_is_a_clear_error(overrides, message):
+    with pytest.raises(UserError, match=message):
+        small_model(**overrides)
+
+
+def test_save_load_round_trip(tmp_path):
+    model = small_model()
+    path = model.save(tmp_path / "sub" / "model.pt")
+    assert not list(path.parent.glob("*.tmp-*"))  # atomic write leaves no temp file
+    loaded = CausalTransformer.load(path, expect_config=model.config)
+    assert loaded.config == model.config
+    x = torch.randn(2, 16, 5)
+    assert torch.equal(loaded.eval()(x)[0], model(x)[0])
+
+
+def test_load_into_mismatched_config_is_a_clear_error(tmp_path):
+    path = small_model().save(tmp_path / "model.pt")
+    other = ModelConfig(**{**SMALL, "d_model": 64})
+    with pytest.raises(UserError, match=r"different config.*'d_model': \(32, 64\)"):
+        CausalTransformer.load(path, expect_config=other)
+
+
+def test_load_rejects_weights_that_do_not_fit_the_stored_config(tmp_path):
+    path = small_model().save(tmp_path / "model.pt")
+    blob = torch.load(path, weights_only=True)
+    blob["config"]["n_layers"] = 3  # stored config claims more layers than the weights have
+    torch.save(blob, path)
+    with pytest.raises(UserError, match=r"does not match its config: missing \['blocks\.2\."):
+        CausalTransformer.load(path)
+    blob["config"]["n_layers"] = 2
+    blob["config"]["d_model"] = 64
+    torch.save(blob, path)
+    with pytest.raises(UserError, match=r"shape mismatches"):
+        CausalTransformer.load(path)
+
+
+def test_load_rejects_foreign_files(tmp_path):
+    with pytest.raises(UserError, match=r"checkpoint not found"):
+        CausalTransformer.load(tmp_path / "missing.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")
+    with pytest.raises(UserError, match=r"must have format 'tsflash.model/1', got None"):
+        CausalTransformer.load(tmp_path / "foreign.pt")
+    blob = {"format": "tsflash.model/1", "config": {**dataclasses.asdict(ModelConfig(**SMALL)), "extra": 1}, "state_dict": {}}
+    torch.save(blob, tmp_path / "extra.pt")
+    with pytest.raises(UserError, match=r"config keys this ModelConfig lacks: \['extra'\]"):
+        CausalTransformer.load(tmp_path / "extra.pt")
+
+
+class Evil:  # module level so that it pickles
+    pass
+
+
+def test_load_refuses_arbitrary_pickles(tmp_path):
+    torch.save({"format": "tsflash.model/1", "obj": Evil()}, tmp_path / "evil.pt")
+    with pytest.raises(UserError, match=r"cannot be loaded with weights_only=True"):
+        CausalTransformer.load(tmp_path / "evil.pt")

@@ -1,0 +1,163 @@
+"""The report, built from a fake run folder (no engine, no torch): sections, files, verdicts."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tsflash import cli
+from tsflash.config import ExperimentConfig
+from tsflash.report import SECTIONS, build_report, label, load_run, selection
+from tsflash.sweep import write_json
+
+N_DAYS = 240
+LENGTHS = (32, 64, 128, 256)
+
+
+def _cell(key, n, fold, seed, acc, day0):
+    return {
+        "kind": "model", "key": key, "name": key, "n": n, "params": {"n": n}, "fold": fold, "seed": seed,
+        "train_start": "2024-01-01 00:00:00", "train_end": "2024-03-01 00:00:00",
+        "test_start": str(day0), "test_end": str(day0 + 119),
+        "metrics": {"accuracy": acc, "balanced_accuracy": acc - 0.01, "log_loss": 1.09 - acc / 10, "macro_f1": acc,
+                    "mcc": acc - 0.33, "n_scored": 1000, "mean_net_return": 0.0, "turnover": 0.1},
+        "cost": {"epoch_seconds": 0.01 * n, "train_seconds": 1.0, "eval_seconds": 0.1, "tokens_per_s": 1e5 / n,
+                 "tflops": 1e-3, "peak_memory_bytes": 2**20 * n, "backend": "flash", "n_params": 3395,
+                 "batch_size": 512 // n, "steps": 3, "tokens_per_step": 512, "device": "cpu"},
+        "flat_threshold": 1e-3, "n_bars": 1000, "result_path": f"cells/{key}/fold{fold}-seed{seed}",
+    }
+
+
+def make_run(tmp_path, drift: float, seed: int = 0):
+    """A run folder as the sweep leaves it; candidate n64 earns `drift` per day on top of noise."""
+    rng = np.random.default_rng(seed)
+    run = tmp_path / f"run-drift{drift}"
+    cfg = ExperimentConfig()
+    cfg.lengths = list(LENGTHS)
+    cfg.splits.n_folds = 2
+    write_json(run / "config.json", cfg.to_dict())
+    write_json(run / "run.json", {"run_key": "abc", "config_hash": cfg.hash(), "status": "complete", "preset": "cpu",
+                                  "preset_note": "reduced CPU preset (test)", "command": "tsflash sweep --lengths 32,64",
+                                  "device": "cpu", "device_name": "cpu", "seeds": [0], "git_commit": None,
+                                  "packages": {"numpy": np.__version__}, "trials_per_length": 1,
+                                  "study_name": "s", "storage": "sqlite", "invocations": [{}]})
+    days = np.arange(np.datetime64("2024-03-02"), np.datetime64("2024-03-02") + N_DAYS)
+    write_json(run / "data.json", {"kind": "store", "source": "data", "symbol": "BTCUSDT", "interval": "1m",
+                                   "fingerprint": {"first": "2024-01-01 00:00:00", "last": "2024-10-28 23:59:00",
+                                                   "count": 123, "sha256": "ff"},
+                                   "n_gaps": 1, "missing_bars": 5,
+                                   "folds": [{"fold": k, "train_start": "a", "train_end": "b", "test_start": "c",
+                                              "test_end": "d", "n_train": 10, "n_test": 5} for k in range(2)]})
+    ledger = []
+    for i, n in enumerate(LENGTHS):
+        key = f"n{n}"
+        net = rng.normal(0.0, 0.01, N_DAYS) + (drift if n == 64 else 0.0)
+        (run / "series").mkdir(exist_ok=True)
+        np.savez(run / "series" / f"{key}.npz", days=days.astype(np.int64), net=net, gross=net + 0.001)
+        for fold in range(2):
+            write_json(run / "cells" / key / f"fold{fold}-seed0.cell.json",
+                       _cell(key, n, fold, 0, 0.34 + 0.01 * i + 0.005 * fold, days[0] + 120 * fold))
+        sr = float(net.mean() / net.std(ddof=1))
+        ledger.append({"number": i, "state": "COMPLETE", "value": sr, "key": key, "params": {"n": n}})
+    ledger.append({"number": 9, "state": "FAIL", "value": None, "key": "n32", "params": {"n": 32}})
+    write_json(run / "ledger.json", {"trials": ledger, "n_complete": len(LENGTHS)})
+    for name in ("prior", "logreg"):
+        net = rng.normal(-0.0005, 0.01, N_DAYS)
+        np.savez(run / "series" / f"baseline-{name}.npz", days=days.astype(np.int64), net=net, gross=net)
+    for fold in range(2):
+        base = _cell("x", 0, fold, 0, 0.33, days[0])
+        write_json(run / "cells" / "baselines" / f"fold{fold}.cell.json", {"fold": fold, "baselines": {
+            name: base | {"kind": "baseline", "key": f"baseline-{name}", "name": name, "n": None, "cost": {}}
+            for name in ("prior", "logreg")}})
+    write_json(run / "precision.json", {"available": True, "settings": {"heads": 2, "head_dim": 8, "model": "fresh"},
+                                        "rows": [{"n": n, "backend": "flash", "attn_max_rel": 4e-3, "attn_fro_rel": 3e-3,
+                                                  "flip_fraction": 0.001, "logit_max_abs_err": 1e-3, "status": "ok"}
+                                                 for n in LENGTHS]})
+    return run
+
+
+def test_report_files_sections_and_self_contained_html(tmp_path):
+    run = make_run(tmp_path, drift=0.0)
+    md, html = build_report(run)
+    text = md.read_text()
+    heads = re.findall(r"^## (.+)$", text, flags=re.M)
+    assert heads == list(SECTIONS)
+    assert text.index("Verdict:") < text.index("## Setup")  # the answer comes first
+    for name in ("cost_vs_n", "benefit_vs_n", "equity", "pbo"):
+        assert (run / "figures" / f"{name}.png").stat().st_size > 5000
+        assert f"figures/{name}.png" in text
+    page = html.read_text()
+    assert page.count("src='data:image/png;base64,") == 4
+    assert "http://" not in page and "https://" not in page  # opens offline
+    assert "reduced CPU preset (test)" in text
+    # machine-readable outputs
+    results = json.loads((run / "results.json").read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert results["selection"]["n_trials"] == 4  # COMPLETE trials only; the FAIL one does not count
+    fm = pq.read_table(run / "fold_metrics.parquet").to_pylist()
+    assert len(fm) == 4 * 2 + 2 * 2
+    assert {"series", "fold", "accuracy", "log_loss", "mcc", "tokens_per_s"} <= set(fm[0])
+    daily = pq.read_table(run / "daily_returns.parquet")
+    assert daily.num_rows == 6 * N_DAYS
+    assert str(daily.schema.field("day").type) == "date32[day]"
+
+
+def test_selection_uses_the_ledger_and_daily_returns(tmp_path):
+    run = make_run(tmp_path, drift=0.0)
+    out = selection(load_run(run))
+    values = [t["value"] for t in json.loads((run / "ledger.json").read_text())["trials"] if t["state"] == "COMPLETE"]
+    assert out["n_trials"] == 4
+    assert out["sr_variance"] == pytest.approx(np.var(values, ddof=1))
+    by_key = {c["key"]: c for c in out["candidates"]}
+    net = np.load(run / "series" / "n64.npz")["net"]
+    assert by_key["n64"]["sharpe"] == pytest.approx(net.mean() / net.std(ddof=1))
+    assert by_key["n64"]["n_days"] == N_DAYS
+    assert out["pbo"]["n_blocks"] == 16 and len(out["pbo"]["logits"]) == 12870
+
+
+def test_noise_fails_and_a_clear_edge_passes(tmp_path):
+    noise = build_report(make_run(tmp_path, drift=0.0))[0].read_text()
+    assert "**Verdict: No: no context length passes both gates" in noise
+    edge_run = make_run(tmp_path, drift=0.004)
+    edge = build_report(edge_run)[0].read_text()
+    assert "**Verdict: Yes: N=64 passes both gates" in edge
+    v = json.loads((edge_run / "results.json").read_text())["verdict"]
+    assert v["selected"] == "n64" and v["passed"] and v["dsr"] >= 0.95 and v["pbo"] <= 0.5
+
+
+def test_single_candidate_is_not_judged_by_pbo(tmp_path):
+    run = make_run(tmp_path, drift=0.0)
+    for n in LENGTHS[1:]:
+        (run / "series" / f"n{n}.npz").unlink()
+    out = selection(load_run(run))
+    assert out["pbo"] is None and out["verdict"]["passed"] is False
+    assert "at least 2 candidates" in out["verdict"]["reasons"][0]
+
+
+def test_report_command_rebuilds_and_bad_folder_is_one_line(tmp_path, capsys):
+    run = make_run(tmp_path, drift=0.0)
+    assert cli.main(["report", str(run)]) == 0
+    first = (run / "report.md").read_text()
+    (run / "report.md").unlink()
+    (run / "report.html").unlink()
+    assert cli.main(["report", str(run)]) == 0
+    assert (run / "report.md").read_text() == first and (run / "report.html").exists()
+    capsys.readouterr()
+    assert cli.main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.match(r"tsflash: error: report: run folder not found: .*nope$", err[0])
+
+
+def test_report_names_missing_results(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["report", str(tmp_path / "empty")]) == 2
+    assert "run.json not found" in capsys.readouterr().err
+
+
+def test_label():
+    assert label("n512") == "N=512"
+    assert label("n512-lr0.0003-wd0.05") == "N=512 lr=0.0003 wd=0.05"
+    assert label("baseline-logreg") == "logreg"

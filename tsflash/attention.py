@@ -1,0 +1,286 @@
+"""The one place that chooses, runs and proves the attention kernel.
+
+PyTorch's `F.scaled_dot_product_attention` silently falls back to its materialising MATH kernel
+when a fused kernel's precondition fails (float32 on CUDA flash/cuDNN, dropout on CPU, an odd head
+size). A silent fallback looks like a working model that is merely slow, then runs out of memory
+at long N. So every attention call here runs inside `sdpa_kernel([chosen])` with ONLY the chosen
+backend allowed: if it cannot run, PyTorch raises, and we re-raise an `AttentionKernelError` that
+says why.
+
+Backends (`attention_backend` in `ModelConfig`):
+    auto       fastest fused backend that passes a numerical check on this device/dtype/head size
+    cudnn      cuDNN fused attention           (CUDA, fp16/bf16)
+    flash      FlashAttention-2 (CUDA, fp16/bf16) or PyTorch's flash CPU kernel (CPU, any float)
+    efficient  memory-efficient attention      (CUDA, fp16/bf16/fp32)
+    math       the materialising reference     (only when asked for explicitly)
+
+The causal mask (`is_causal=True`) is the lower triangle, query t sees keys 0..t:
+
+    1 0 0 0
+    1 1 0 0
+    1 1 1 0
+    1 1 1 1
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from tsflash.errors import UserError
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
+FUSED_BACKENDS = ("cudnn", "flash", "efficient")  # auto's candidates, in the order tried
+# Internal, not a user choice: exact float64 attention in query chunks (the precision oracle's model path).
+REFERENCE = "reference"
+SDP_BACKEND = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+# Profiler op name -> backend: the kernel that ACTUALLY ran, independent of what was asked for.
+OP_BACKEND = {
+    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash",
+    "aten::_scaled_dot_product_efficient_attention": "efficient",
+    "aten::_scaled_dot_product_attention_math": "math",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
+}
+# Numerical check of a candidate against a float64 reference on the same device: relative
+# Frobenius error bound per input dtype (bf16 fused kernels measure about 3e-3 on the H200).
+CHECK_TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 2e-2, torch.bfloat16: 2e-2}
+
+
+class AttentionKernelError(RuntimeError):
+    """The chosen attention kernel cannot run these inputs; the message says which rule failed."""
+
+
+def check_backend_name(name: str) -> str:
+    if name not in BACKENDS:
+        raise UserError(f"attention_backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    return name
+
+
+def diagnose(backend: str, q: torch.Tensor, dropout_p: float = 0.0) -> list[str]:
+    """Known reasons why `backend` cannot run on q's device/dtype/head size (may be incomplete)."""
+    dev, dtype, hd = q.device.type, q.dtype, q.shape[-1]
+    reasons = []
+    if backend == "math":
+        return reasons
+    if dev == "cpu":
+        if backend in ("cudnn", "efficient"):
+            reasons.append(f"backend {backend!r} exists only on CUDA, got device cpu (use 'flash' or 'auto')")
+        if dropout_p > 0:
+            reasons.append(f"dropout_p={dropout_p} > 0: the CPU flash kernel has no dropout (MATH only)")
+    elif dev == "cuda":
+        if backend in ("cudnn", "flash") and dtype not in (torch.float16, torch.bfloat16):
+            reasons.append(
+                f"backend {backend!r} needs float16/bfloat16 inputs on CUDA, got {dtype} "
+                "(wrap forward in torch.autocast('cuda', dtype=torch.bfloat16))"
+            )
+        if backend == "efficient" and dtype == torch.float64:
+            reasons.append("backend 'efficient' does not take float64")
+        if backend in ("cudnn", "flash") and (hd > 256 or hd % 8):
+            reasons.append(f"backend {backend!r} needs head_dim <= 256 and a multiple of 8, got {hd}")
+        if backend == "efficient" and hd % 8:
+            reasons.append(f"backend 'efficient' needs head_dim a multiple of 8, got {hd}")
+    else:
+        reasons.append(f"no fused attention kernel is known for device type {dev!r}")
+    return reasons
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str, dropout_p: float = 0.0) -> torch.Tensor:
+    """Causal SDPA with only `backend` allowed; raises AttentionKernelError instead of falling back.
+
+    q, k, v: (B, H, T, hd). Returns (B, H, T, hd) in q's dtype.
+    """
+    if backend == REFERENCE:
+        assert dropout_p == 0.0
+        return reference_attention(q, k, v)
+    assert backend in SDP_BACKEND, backend  # resolve 'auto' first
+    try:
+        with sdpa_kernel([SDP_BACKEND[backend]]):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    except RuntimeError as exc:
+        if "kernel" not in str(exc).lower() and "backend" not in str(exc).lower():
+            raise
+        first_line = str(exc).splitlines()[0]
+    why = diagnose(backend, q, dropout_p) + _refusal_warnings(q, k, v, backend, dropout_p)
+    raise AttentionKernelError(
+        f"attention backend {backend!r} cannot run q of shape {tuple(q.shape)}, dtype {q.dtype}, "
+        f"device {q.device.type}, head_dim {q.shape[-1]}, dropout_p {dropout_p}: "
+        + ("; ".join(dict.fromkeys(why)) or first_line)
+        + " -- refusing to fall back to the materialising MATH kernel"
+    )
+
+
+def _refusal_warnings(q, k, v, backend: str, dropout_p: float) -> list[str]:
+    """Re-run the refused call to collect PyTorch's own explanation (it says why in UserWarnings)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel([SDP_BACKEND[backend]]), torch.no_grad():
+                F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        except RuntimeError:
+            pass
+    messages = [str(w.message).split(" (Triggered")[0].strip() for w in caught]
+    return [m for m in messages if m and not m.endswith("because:")]
+
+
+def materialized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Plain causal attention, written out: QK^T, mask, softmax, PV. Memory O(B*H*T^2).
+
+    q, k, v: (B, H, T, hd) -> (B, H, T, hd). The reference for parity tests and the benchmark.
+    """
+    T, hd = q.shape[-2], q.shape[-1]
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # (B, H, T, T)
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # (T, T)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    # softmax in at least float32 (as the fused kernels do), in float64 for float64 inputs
+    probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32))  # (B, H, T, T)
+    return probs.to(q.dtype) @ v  # (B, H, T, hd)
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_bytes: int = 1 << 30) -> torch.Tensor:
+    """Exact causal attention in float64, in query chunks so memory stays O(chunk * N), any N.
+
+    q, k, v: (B, H, N, d) -> (B, H, N, d) float64.
+    """
+    q, k, v = q.double(), k.double(), v.double()  # (B, H, N, d)
+    B, H, N, d = q.shape
+    rows = max(1, chunk_bytes // (B * H * N * 8))
+    out = torch.empty_like(q)
+    keys = torch.arange(N, device=q.device)
+    for lo in range(0, N, rows):
+        hi = min(N, lo + rows)
+        scores = q[:, :, lo:hi] @ k[:, :, :hi].transpose(-2, -1) / math.sqrt(d)  # (B, H, r, hi)
+        future = keys[None, :hi] > torch.arange(lo, hi, device=q.device)[:, None]  # (r, hi)
+        out[:, :, lo:hi] = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v[:, :, :hi]
+    return out
+
+
+# ---- auto: choose per (device, dtype, head size), check numerically, cache -----------------------
+
+_CACHE: dict[tuple, str] = {}
+_CHECKS: dict[tuple, dict] = {}  # key -> {backend: {"rel_err": .., "ms": .., "error": ..}}
+
+
+def _cache_key(device, dtype, head_dim) -> tuple:
+    device = torch.device(device)
+    index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else 0)
+    return (device.type, index, str(dtype), int(head_dim))
+
+
+def check_backend(backend: str, device, dtype: torch.dtype, head_dim: int, n: int = 256, heads: int = 2) -> float:
+    """Relative Frobenius error of `backend` vs a float64 reference on the same device and inputs.
+
+    Raises AttentionKernelError when the backend cannot run these inputs.
+    """
+    g = torch.Generator(device="cpu").manual_seed(0)
+    qkv = torch.randn(3, 1, heads, n, head_dim, generator=g, dtype=torch.float64).to(device)
+    ref = materialized_attention(*qkv)  # float64 on the device
+    out = sdpa(*qkv.to(dtype), backend=backend).double()
+    return float((out - ref).norm() / ref.norm())
+
+
+def _time_backend(backend: str, device, dtype, head_dim: int) -> float:
+    """Milliseconds of one causal forward+backward at a size where kernels differ (CUDA only)."""
+    n, b, h = 4096, 4, 4
+    q, k, v = (torch.randn(b, h, n, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    for _ in range(2):
+        sdpa(q, k, v, backend).sum().backward()
+    torch.cuda.synchronize(device)
+    reps = 5
+    start = time.perf_counter()
+    for _ in range(reps):
+        sdpa(q, k, v, backend).sum().backward()
+    torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) / reps * 1e3
+
+
+def resolve_backend(name: str, device, dtype: torch.dtype, head_dim: int) -> str:
+    """The concrete backend for `name` on this device/dtype/head size.
+
+    An explicit name is returned as is (it is enforced when attention runs). `auto` tries each
+    fused backend available on the device, keeps those within CHECK_TOLERANCE of a float64
+    reference, and picks the fastest (timed on CUDA; the only fused candidate on CPU is flash).
+    The choice is cached per (device type, device index, dtype, head_dim). MATH is never chosen
+    by `auto`: if no fused backend passes, AttentionKernelError says what each one reported.
+    """
+    if name == REFERENCE:
+        return name
+    check_backend_name(name)
+    if name != "auto":
+        return name
+    key = _cache_key(device, dtype, head_dim)
+    if key in _CACHE:
+        return _CACHE[key]
+    device = torch.device(device)
+    candidates = FUSED_BACKENDS if device.type == "cuda" else ("flash",)
+    report: dict[str, dict] = {}
+    passing = []
+    for backend in candidates:
+        try:
+            err = check_backend(backend, device, dtype, head_dim)
+        except AttentionKernelError as exc:
+            report[backend] = {"error": str(exc)}
+            continue
+        report[backend] = {"rel_err": err}
+        if not err <= CHECK_TOLERANCE.get(dtype, 2e-2):
+            report[backend]["error"] = f"relative error {err:.3g} above tolerance {CHECK_TOLERANCE.get(dtype, 2e-2)}"
+            continue
+        if device.type == "cuda" and len(candidates) > 1:
+            report[backend]["ms"] = _time_backend(backend, device, dtype, head_dim)
+        passing.append(backend)
+    _CHECKS[key] = report
+    if not passing:
+        detail = "; ".join(f"{b}: {r.get('error')}" for b, r in report.items())
+        raise AttentionKernelError(
+            f"attention_backend 'auto': no fused backend passed on device {device.type}, dtype {dtype}, "
+            f"head_dim {head_dim} ({detail}); MATH is used only when asked for explicitly"
+        )
+    chosen = min(passing, key=lambda b: report[b].get("ms", 0.0))
+    _CACHE[key] = chosen
+    log.info("attention auto -> %s on %s/%s/head_dim=%d (%s)", chosen, device.type, dtype, head_dim, report)
+    return chosen
+
+
+def auto_report() -> dict:
+    """Every auto decision made in this process and the checks behind it (for run manifests)."""
+    return {"|".join(map(str, k)): {"chosen": _CACHE.get(k), "checks": v} for k, v in _CHECKS.items()}
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+    _CHECKS.clear()
+
+
+# ---- proof: which kernel ran, from the profiler's op names ---------------------------------------
+
+
+@contextmanager
+def observe_kernels():
+    """Record the SDPA kernels that actually run inside the block.
+
+    >>> with observe_kernels() as seen:          # doctest: +SKIP
+    ...     model(x)
+    >>> seen                                      # doctest: +SKIP
+    {'flash'}
+    """
+    seen: set[str] = set()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        yield seen
+    for event in prof.events():
+        if event.name in OP_BACKEND:
+            seen.add(OP_BACKEND[event.name])

@@ -1,0 +1,565 @@
+"""The canonical bar store: one Parquet file per symbol, interval and UTC year.
+
+Layout (the same as `../shared/data`, so that folder is a valid store root):
+
+    <root>/<symbol lower>-<interval>/<symbol lower>-<interval>-<YYYY>.parquet
+
+Schema (`SCHEMA`): open_time timestamp[us, tz=UTC] (bar open), open/high/low/close/volume float64,
+trades int64, taker_buy_base float64. Every file is sorted by open_time with unique timestamps on
+the interval grid. Gaps (missing bars) are kept as gaps: nothing here fills them; `find_gaps` and
+`gap_table` report them so later stages can decide (e.g. never let a window bridge a long gap).
+
+This module needs only numpy and pyarrow: the training machine has no polars.
+
+Conventions: times are int64 microseconds since the Unix epoch, UTC. A date string "YYYY-MM-DD" as
+`end` means the whole day (inclusive); as `start` it means 00:00 of that day.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tsflash.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# Fixed-length Binance kline intervals (1w/1mo are calendar-based and not supported).
+INTERVAL_US: dict[str, int] = {
+    "1s": 1_000_000,
+    "1m": 60_000_000,
+    "3m": 180_000_000,
+    "5m": 300_000_000,
+    "15m": 900_000_000,
+    "30m": 1_800_000_000,
+    "1h": 3_600_000_000,
+    "2h": 7_200_000_000,
+    "4h": 14_400_000_000,
+    "6h": 21_600_000_000,
+    "8h": 28_800_000_000,
+    "12h": 43_200_000_000,
+    "1d": 86_400_000_000,
+    "3d": 259_200_000_000,
+}
+
+SCHEMA = pa.schema(
+    [
+        ("open_time", pa.timestamp("us", tz="UTC")),
+        ("open", pa.float64()),
+        ("high", pa.float64()),
+        ("low", pa.float64()),
+        ("close", pa.float64()),
+        ("volume", pa.float64()),
+        ("trades", pa.int64()),
+        ("taker_buy_base", pa.float64()),
+    ]
+)
+COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
+PRICE_COLUMNS = ("open", "high", "low", "close")
+
+DEFAULT_ROOT = Path("data")  # relative to the CWD (the repository root)
+DAY_US = 86_400_000_000
+# ~45 days of 1-minute bars: small enough that a short range skips most of a year, large enough
+# that reading a whole year stays a handful of sequential reads.
+ROW_GROUP_SIZE = 65_536
+
+_SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
+_YEAR_FILE_RE = re.compile(r"^(?P<stem>[a-z0-9]+-[0-9a-z]+)-(?P<year>\d{4})\.parquet$")
+
+
+@dataclass
+class Bars:
+    """Bars of one symbol and interval as numpy columns of shape (n_bars,), sorted by open_time.
+
+    open_time is int64 microseconds UTC (bar open); prices and volumes float64; trades int64.
+    """
+
+    open_time: np.ndarray
+    open: np.ndarray
+    high: np.ndarray
+    low: np.ndarray
+    close: np.ndarray
+    volume: np.ndarray
+    trades: np.ndarray
+    taker_buy_base: np.ndarray
+    symbol: str = "BTCUSDT"
+    interval: str = "1m"
+
+    def __len__(self) -> int:
+        return len(self.open_time)
+
+    @property
+    def interval_us(self) -> int:
+        return INTERVAL_US[self.interval]
+
+    def to_table(self) -> pa.Table:
+        """The bars as a pyarrow Table with `SCHEMA`."""
+        arrays = [pa.array(self.open_time, pa.int64()).cast(SCHEMA.field("open_time").type)]
+        arrays += [pa.array(getattr(self, name), SCHEMA.field(name).type) for name in COLUMNS[1:]]
+        return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+    @classmethod
+    def from_table(cls, table: pa.Table, symbol: str, interval: str) -> Bars:
+        """Bars from a Table with (at least) the `SCHEMA` columns; numeric columns are not copied."""
+        cols = {}
+        for name in COLUMNS:
+            col = table.column(name)
+            if name == "open_time":
+                col = col.cast(pa.int64())
+            cols[name] = _column_numpy(col, SCHEMA.field(name).type if name != "open_time" else pa.int64())
+        return cls(**cols, symbol=symbol, interval=interval)
+
+    def slice(self, lo: int, hi: int) -> Bars:
+        """Bars lo..hi-1 (numpy views, no copy)."""
+        cols = {name: getattr(self, name)[lo:hi] for name in COLUMNS}
+        return Bars(**cols, symbol=self.symbol, interval=self.interval)
+
+
+def _column_numpy(col: pa.ChunkedArray, type_: pa.DataType) -> np.ndarray:
+    if col.num_chunks == 0:
+        return np.empty(0, dtype=type_.to_pandas_dtype())
+    if col.num_chunks == 1:
+        return col.chunk(0).to_numpy(zero_copy_only=False)
+    return col.to_numpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# Names, paths, times
+
+
+def check_interval(interval: str) -> int:
+    """Microseconds per bar of `interval`; UserError for an unsupported one."""
+    if interval not in INTERVAL_US:
+        raise UserError(f"interval must be one of {', '.join(INTERVAL_US)}, got {interval!r}")
+    return INTERVAL_US[interval]
+
+
+def check_symbol(symbol: str) -> str:
+    """The symbol upper-cased; letters and digits only (it becomes part of a path)."""
+    if not isinstance(symbol, str) or not _SYMBOL_RE.match(symbol):
+        raise UserError(f"symbol must be letters and digits only (e.g. BTCUSDT), got {symbol!r}")
+    return symbol.upper()
+
+
+def dataset_dir(root: Path | str, symbol: str, interval: str) -> Path:
+    """<root>/<symbol lower>-<interval>"""
+    return Path(root) / f"{check_symbol(symbol).lower()}-{interval}"
+
+
+def year_path(root: Path | str, symbol: str, interval: str, year: int) -> Path:
+    """<root>/<symbol lower>-<interval>/<symbol lower>-<interval>-<YYYY>.parquet"""
+    d = dataset_dir(root, symbol, interval)
+    return d / f"{d.name}-{year:04d}.parquet"
+
+
+def year_files(root: Path | str, symbol: str, interval: str) -> dict[int, Path]:
+    """Existing year files of one dataset, {year: path}, sorted by year."""
+    d = dataset_dir(root, symbol, interval)
+    out = {}
+    if d.is_dir():
+        for p in d.iterdir():
+            m = _YEAR_FILE_RE.match(p.name)
+            if m and m["stem"] == d.name:
+                out[int(m["year"])] = p
+    return dict(sorted(out.items()))
+
+
+def list_datasets(root: Path | str) -> list[tuple[str, str]]:
+    """(SYMBOL, interval) of every dataset folder under root that holds at least one year file."""
+    root = Path(root)
+    found = []
+    if root.is_dir():
+        for d in sorted(root.iterdir()):
+            sym, sep, interval = d.name.partition("-")
+            if d.is_dir() and sep and interval in INTERVAL_US and _SYMBOL_RE.match(sym):
+                if year_files(root, sym, interval):
+                    found.append((sym.upper(), interval))
+    return found
+
+
+def to_us(value, *, end: bool = False) -> int | None:
+    """Microseconds UTC of a "YYYY-MM-DD" (or ISO datetime) string, datetime, date or int (us).
+
+    With end=True a bare date means the whole day: the result is the last microsecond of that day.
+    A naive datetime is taken as UTC.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    whole_day = False
+    if isinstance(value, str):
+        try:
+            if len(value) == 10:
+                value = dt.date.fromisoformat(value)
+            else:
+                value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise UserError(f"a time must be YYYY-MM-DD or an ISO datetime, got {value!r}") from None
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        whole_day = True
+        value = dt.datetime(value.year, value.month, value.day)
+    if not isinstance(value, dt.datetime):
+        raise UserError(f"a time must be a date string, datetime or int microseconds, got {value!r}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if end and whole_day:
+        us += DAY_US - 1
+    return us
+
+
+def iso(us: int) -> str:
+    """ISO string (UTC, seconds precision) of microseconds since the epoch."""
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=int(us))
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def year_of(us: np.ndarray) -> np.ndarray:
+    """UTC calendar year of each int64 microsecond timestamp."""
+    return us.astype("datetime64[us]").astype("datetime64[Y]").astype(np.int64) + 1970
+
+
+def year_start_us(year: int) -> int:
+    return (np.datetime64(f"{year:04d}-01-01", "us") - np.datetime64(0, "us")).astype(np.int64).item()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def _open_dataset(root, symbol, interval) -> dict[int, Path]:
+    root = Path(root)
+    check_interval(interval)
+    if not root.is_dir():
+        raise UserError(
+            f"bar store root {str(root)!r} does not exist; import data first "
+            f"(tsflash data import PATH... or tsflash data fetch) or pass --root"
+        )
+    files = year_files(root, symbol, interval)
+    if not files:
+        have = ", ".join(f"{s} {i}" for s, i in list_datasets(root)) or "none"
+        raise UserError(
+            f"no bars for {check_symbol(symbol)} {interval} in store {str(root)!r} "
+            f"(expected {dataset_dir(root, symbol, interval)}/*.parquet); datasets there: {have}"
+        )
+    return files
+
+
+def read_table(
+    root: Path | str = DEFAULT_ROOT,
+    symbol: str = "BTCUSDT",
+    interval: str = "1m",
+    start=None,
+    end=None,
+    columns: tuple[str, ...] = COLUMNS,
+) -> pa.Table:
+    """The store's rows in [start, end] as one pyarrow Table (columns as asked, open_time first).
+
+    Reads only the year files and, within them, only the row groups whose open_time statistics
+    overlap the range; the rest is sliced by binary search on the sorted open_time.
+    """
+    files = _open_dataset(root, symbol, interval)
+    lo, hi = to_us(start), to_us(end, end=True)
+    if lo is not None and hi is not None and hi < lo:
+        raise UserError(f"time range: end {end} is before start {start}")
+    columns = ("open_time", *[c for c in columns if c != "open_time"])
+    tables = []
+    for year, path in files.items():
+        y0, y1 = year_start_us(year), year_start_us(year + 1) - 1
+        if (lo is not None and y1 < lo) or (hi is not None and y0 > hi):
+            continue
+        pf = pq.ParquetFile(path)
+        groups = _overlapping_row_groups(pf, lo, hi)
+        if not groups:
+            continue
+        t = pf.read_row_groups(groups, columns=list(columns), use_threads=True)
+        if lo is not None or hi is not None:
+            t = _slice_sorted(t, lo, hi)
+        tables.append(t)
+    if not tables:
+        return SCHEMA.empty_table().select(list(columns))
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return table
+
+
+def _overlapping_row_groups(pf: pq.ParquetFile, lo: int | None, hi: int | None) -> list[int]:
+    md = pf.metadata
+    if lo is None and hi is None:
+        return list(range(md.num_row_groups))
+    t_idx = pf.schema_arrow.get_field_index("open_time")
+    keep = []
+    for i in range(md.num_row_groups):
+        st = md.row_group(i).column(t_idx).statistics
+        if st is None or not st.has_min_max:
+            keep.append(i)
+            continue
+        mn, mx = _stat_us(st.min), _stat_us(st.max)
+        if (lo is None or mx >= lo) and (hi is None or mn <= hi):
+            keep.append(i)
+    return keep
+
+
+def _stat_us(v) -> int:
+    if isinstance(v, dt.datetime):
+        return to_us(v)
+    return int(v)  # raw int64 microseconds
+
+
+def _slice_sorted(t: pa.Table, lo: int | None, hi: int | None) -> pa.Table:
+    ot = _column_numpy(t.column("open_time").cast(pa.int64()), pa.int64())
+    a = 0 if lo is None else int(np.searchsorted(ot, lo, side="left"))
+    b = len(ot) if hi is None else int(np.searchsorted(ot, hi, side="right"))
+    return t.slice(a, b - a)
+
+
+def load_bars(
+    root: Path | str = DEFAULT_ROOT,
+    symbol: str = "BTCUSDT",
+    interval: str = "1m",
+    start=None,
+    end=None,
+) -> Bars:
+    """Bars of `symbol`/`interval` with start <= open_time <= end (end date inclusive: whole day).
+
+    start/end: "YYYY-MM-DD", ISO datetime, datetime, int microseconds or None (unbounded).
+    Gaps are kept as gaps. Raises UserError when the root or the dataset is missing, or when the
+    store violates its invariants (unsorted or duplicate timestamps across files).
+    """
+    symbol = check_symbol(symbol)
+    table = read_table(root, symbol, interval, start, end)
+    bars = Bars.from_table(table, symbol, interval)
+    if len(bars) > 1:
+        d = np.diff(bars.open_time)
+        if not (d > 0).all():
+            i = int(np.argmin(d > 0))
+            raise UserError(
+                f"bar store {dataset_dir(root, symbol, interval)} is corrupt: open_time must be strictly "
+                f"increasing, got {iso(bars.open_time[i])} then {iso(bars.open_time[i + 1])}"
+            )
+    log.debug("loaded %d %s %s bars from %s", len(bars), symbol, interval, root)
+    return bars
+
+
+# ---------------------------------------------------------------------------------------------
+# Gaps and fingerprints
+
+
+@dataclass
+class Gaps:
+    """Gaps of a bar series, each of shape (n_gaps,): before = open_time of the last bar before
+    the gap, after = open_time of the first bar after it (int64 us), missing = bars missing."""
+
+    before: np.ndarray
+    after: np.ndarray
+    missing: np.ndarray
+    interval_us: int = INTERVAL_US["1m"]
+
+    def __len__(self) -> int:
+        return len(self.before)
+
+    @property
+    def start(self) -> np.ndarray:
+        """open_time of the first missing bar of each gap."""
+        return self.before + self.interval_us
+
+    def filter(self, min_missing: int) -> Gaps:
+        """Only the gaps with at least `min_missing` missing bars."""
+        keep = self.missing >= min_missing
+        return Gaps(self.before[keep], self.after[keep], self.missing[keep], self.interval_us)
+
+    def to_records(self) -> list[dict]:
+        """One dict per gap: start (ISO, first missing bar), before, after, missing, hours."""
+        return [
+            {
+                "start": iso(b + self.interval_us),
+                "before": iso(b),
+                "after": iso(a),
+                "missing": int(m),
+                "hours": round(int(m) * self.interval_us / 3.6e9, 3),
+            }
+            for b, a, m in zip(self.before.tolist(), self.after.tolist(), self.missing.tolist())
+        ]
+
+
+def find_gaps(open_time_us: np.ndarray, interval_us: int) -> Gaps:
+    """Every place where consecutive bars are more than one interval apart.
+
+    open_time_us: sorted int64 microseconds, shape (n_bars,). A gap of k missing bars has
+    after - before == (k + 1) * interval_us. Nothing is filled.
+    """
+    t = np.asarray(open_time_us, dtype=np.int64)
+    d = np.diff(t)
+    idx = np.flatnonzero(d > interval_us)
+    missing = d[idx] // interval_us - 1
+    return Gaps(t[idx], t[idx + 1], missing.astype(np.int64), int(interval_us))
+
+
+def gap_table(root=DEFAULT_ROOT, symbol="BTCUSDT", interval="1m", start=None, end=None, min_missing=1) -> Gaps:
+    """The gaps of the stored series in [start, end] with at least `min_missing` missing bars.
+
+    Reads only open_time. Gaps are between stored bars: the edges of the range are not gaps.
+    """
+    table = read_table(root, symbol, interval, start, end, columns=("open_time",))
+    ot = _column_numpy(table.column("open_time").cast(pa.int64()), pa.int64())
+    return find_gaps(ot, INTERVAL_US[interval]).filter(min_missing)
+
+
+def fingerprint(bars: Bars) -> dict:
+    """{"first", "last" (ISO), "count", "sha256" (hex of every column's bytes in SCHEMA order)}."""
+    h = hashlib.sha256()
+    for name in COLUMNS:
+        h.update(np.ascontiguousarray(getattr(bars, name)).tobytes())
+    return {
+        "first": iso(bars.open_time[0]) if len(bars) else None,
+        "last": iso(bars.open_time[-1]) if len(bars) else None,
+        "count": len(bars),
+        "sha256": h.hexdigest(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def atomic_write_parquet(table: pa.Table, path: Path) -> None:
+    """Write `table` to `path` through `<path>.tmp-<pid>` and os.replace: a killed write never
+    leaves a partial file under the real name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(
+            table,
+            tmp,
+            compression="zstd",
+            use_dictionary=False,
+            row_group_size=ROW_GROUP_SIZE,
+            write_statistics=True,
+        )
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """`table` with exactly the SCHEMA columns and types (open_time cast to us UTC)."""
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise UserError(f"bars need columns {', '.join(COLUMNS)}; missing {', '.join(missing)}")
+    cols = []
+    for f in SCHEMA:
+        c = table.column(f.name)
+        if f.name == "open_time" and pa.types.is_integer(c.type):
+            c = c.cast(pa.int64()).cast(f.type)
+        cols.append(c.cast(f.type))
+    return pa.Table.from_arrays(cols, schema=SCHEMA)
+
+
+@dataclass
+class MergeResult:
+    """What `write_year_files` did: bars added per year, identical duplicates dropped, files written."""
+
+    added: dict[int, int]
+    duplicates: int
+    written: list[Path]
+
+
+def write_year_files(
+    root: Path | str,
+    symbol: str,
+    interval: str,
+    table: pa.Table,
+    origin: Callable[[int], str] | None = None,
+) -> MergeResult:
+    """Merge `table` (SCHEMA columns; need not be sorted) into the per-year files of the store.
+
+    Bars whose open_time is already stored with identical values are dropped and counted; a bar
+    whose open_time is stored (or repeated in `table`) with different values is a conflicting
+    duplicate: UserError, and nothing is written. `origin(i)` describes row i of `table` for
+    that message (e.g. "file.zip line 12"). Every conflict check runs before the first write;
+    each year file is then replaced atomically (temp file + rename), and a year that gains no
+    bars is not rewritten, so importing the same data twice changes nothing.
+    """
+    symbol = check_symbol(symbol)
+    interval_us = check_interval(interval)
+    table = _conform(table)
+    new = Bars.from_table(table, symbol, interval)
+    if len(new) == 0:
+        return MergeResult({}, 0, [])
+    off_grid = np.flatnonzero(new.open_time % interval_us)
+    if len(off_grid):
+        i = int(off_grid[0])
+        where = origin(i) if origin else f"row {i}"
+        raise UserError(f"{where}: open_time must be on the {interval} grid, got {iso(new.open_time[i])}")
+    years = year_of(new.open_time)
+    existing = year_files(root, symbol, interval)
+    plans: list[tuple[int, pa.Table, int]] = []
+    duplicates = 0
+    for year in np.unique(years).tolist():
+        rows = np.flatnonzero(years == year)
+        part = table.take(rows)
+        old = pq.read_table(existing[year]) if year in existing else None
+        merged, n_added, n_dup = _merge(old, part, rows, interval, origin, existing.get(year))
+        duplicates += n_dup
+        if n_added:
+            plans.append((year, merged, n_added))
+    written = []
+    for year, merged, _ in plans:
+        path = year_path(root, symbol, interval, year)
+        atomic_write_parquet(merged, path)
+        written.append(path)
+        log.info("wrote %s (%d bars)", path, merged.num_rows)
+    return MergeResult({y: n for y, _, n in plans}, duplicates, written)
+
+
+def _merge(old, part, rows, interval, origin, old_path) -> tuple[pa.Table, int, int]:
+    """Sorted union of `old` (stored, may be None) and `part`; (table, bars added, identical dups)."""
+    n_old = 0 if old is None else old.num_rows
+    both = part if old is None else pa.concat_tables([_conform(old), part])
+    cols = Bars.from_table(both, "X", interval)
+    # stored rows first, so a stable sort puts the stored copy of a timestamp before the new one
+    source = np.concatenate([np.full(n_old, -1, np.int64), rows]) if n_old else rows
+    order = np.argsort(cols.open_time, kind="stable")
+    t = cols.open_time[order]
+    dup = np.flatnonzero(t[1:] == t[:-1]) + 1  # positions (in sorted order) repeating the previous
+    if len(dup):
+        same = np.ones(len(dup), bool)
+        for name in COLUMNS[1:]:
+            v = getattr(cols, name)[order]
+            same &= v[dup] == v[dup - 1]
+        if not same.all():
+            k = int(dup[np.argmin(same)])
+            a, b = int(order[k - 1]), int(order[k])
+
+            def describe(j):
+                src = int(source[j])
+                if src < 0:
+                    return f"stored file {old_path}"
+                return origin(src) if origin else f"row {src}"
+
+            raise UserError(
+                f"conflicting duplicate bar at {iso(t[k])}: {describe(a)} and {describe(b)} "
+                f"have different values (identical duplicates are dropped, different ones are an error)"
+            )
+    keep = np.ones(len(order), bool)
+    keep[dup] = False
+    merged = both.take(order[keep])
+    n_added = merged.num_rows - n_old
+    # duplicates of stored bars and repeats inside `part` are both "identical duplicates dropped"
+    return merged, n_added, len(dup)
+
+
+# Dataclass field names must match SCHEMA; a cheap import-time invariant.
+assert tuple(f.name for f in fields(Bars))[: len(COLUMNS)] == COLUMNS
