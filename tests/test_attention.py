@@ -77,6 +77,7 @@ def test_forced_cuda_only_backend_on_cpu_raises_clear_error(backend):
         attn.sdpa(q, k, v, backend)
 
 
+@pytest.mark.filterwarnings("ignore:.*(kernel not used|do not support non-zero dropout).*:UserWarning")
 def test_dropout_on_cpu_flash_raises_instead_of_falling_back_to_math():
     q, k, v = qkv(dtype=torch.float32)
     with pytest.raises(AttentionKernelError, match=r"dropout_p=0.1 > 0: the CPU flash kernel has no dropout"):
@@ -91,7 +92,7 @@ def test_model_with_a_kernel_the_device_cannot_run_raises():
 
 def test_diagnose_names_cuda_preconditions():
     q = torch.empty(1, 1, 4, 64, dtype=torch.float32, device="meta")
-    # pretend-CUDA diagnosis works on any tensor with a cuda device type; build the reasons directly
+    # diagnose reads only device, dtype and shape: a stand-in with a CUDA device tests the CUDA rules here
     fake = type("Q", (), {"device": torch.device("cuda"), "dtype": torch.float32, "shape": (1, 1, 4, 72 + 1)})()
     reasons = attn.diagnose("flash", fake)
     assert any("needs float16/bfloat16 inputs on CUDA, got torch.float32" in r for r in reasons)
@@ -105,7 +106,7 @@ def test_auto_picks_the_checked_fused_kernel_and_caches_it():
     report = attn.auto_report()
     (key,) = report
     assert key == "cpu|0|torch.float32|16" and report[key]["chosen"] == "flash"
-    assert report[key]["checks"]["flash"]["rel_err"] < 1e-5
+    assert report[key]["checks"]["flash"]["rel_err"] < 1e-5 and report[key]["checks"]["flash"]["grad_rel_err"] < 4e-5
     assert attn.resolve_backend("auto", "cpu", torch.float32, 16) == "flash"  # from the cache
     assert len(attn.auto_report()) == 1
     assert attn.resolve_backend("math", "cpu", torch.float32, 16) == "math"  # only when asked
@@ -157,3 +158,19 @@ def test_forward_at_16384_uses_far_less_memory_than_a_score_matrix():
     assert probe["backend"] == "flash" and probe["finite"]
     # peak RSS growth of the whole forward pass stays under 1/16 of one score matrix (128 MiB)
     assert probe["growth"] < score_bytes / 16, probe
+
+
+def test_auto_refuses_a_kernel_that_fails_the_numerical_check(monkeypatch):
+    attn.clear_cache()
+    monkeypatch.setitem(attn.CHECK_TOLERANCE, torch.float32, 1e-12)  # stricter than float32 can be
+    with pytest.raises(AttentionKernelError, match=r"no fused backend passed on device cpu, dtype torch.float32, "
+                       r"head_dim 16 \(flash: relative error .* too large\); MATH is used only when asked"):
+        attn.resolve_backend("auto", "cpu", torch.float32, 16)
+    attn.clear_cache()
+
+
+def test_check_backend_compares_outputs_and_gradients_with_float64():
+    errors = attn.check_backend("flash", "cpu", torch.bfloat16, 32)
+    assert 1e-4 < errors["rel_err"] < 2e-2 and 1e-4 < errors["grad_rel_err"] < 8e-2
+    errors = attn.check_backend("flash", "cpu", torch.float64, 32)
+    assert errors["rel_err"] < 1e-12 and errors["grad_rel_err"] < 1e-12

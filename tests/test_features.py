@@ -162,6 +162,11 @@ def test_normalizer_fits_train_rows_only_and_handles_constant_columns():
     torch.testing.assert_close(z[:300, :2].mean(0), torch.zeros(2), atol=1e-5, rtol=0)
     torch.testing.assert_close(z[:300, :2].std(0, correction=0), torch.ones(2), atol=1e-4, rtol=0)
     assert norm.std[2] == 1.0 and torch.all(z[:, 2] == 0)  # constant column: centred, not blown up
+    # the slice path (contiguous numpy), the gather path (tensor, non-contiguous) agree
+    assert torch.equal(Normalizer.fit(x, torch.arange(300)).mean, norm.mean)
+    holes = np.r_[0:100, 150:300]
+    ref = Normalizer.fit(x[torch.from_numpy(holes)], np.arange(250))
+    assert torch.equal(Normalizer.fit(x, holes).mean, ref.mean) and torch.equal(Normalizer.fit(x, holes).std, ref.std)
     x2 = x.clone()
     x2[300:] = 1e6
     assert torch.equal(Normalizer.fit(x2, train).mean, norm.mean)

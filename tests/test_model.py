@@ -148,3 +148,21 @@ def test_load_refuses_arbitrary_pickles(tmp_path):
     torch.save({"format": "tsflash.model/1", "obj": Evil()}, tmp_path / "evil.pt")
     with pytest.raises(UserError, match=r"cannot be loaded with weights_only=True"):
         CausalTransformer.load(tmp_path / "evil.pt")
+
+
+def test_prove_kernel_reports_the_forced_and_observed_kernel():
+    model = small_model()
+    assert model.prove_kernel(torch.randn(1, 16, 5)) == {"forced": "flash", "observed": ["flash"]}
+    model = small_model(attention_backend="math")
+    assert model.prove_kernel(torch.randn(1, 16, 5)) == {"forced": "math", "observed": ["math"]}
+
+
+def test_first_forward_under_no_grad_and_autocast_resolves_auto():
+    from tsflash import attention
+
+    attention.clear_cache()
+    model = small_model()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(torch.randn(1, 16, 5))
+    assert model.attention_backend_used == "flash"
+    assert attention.auto_report()["cpu|0|torch.bfloat16|8"]["chosen"] == "flash"

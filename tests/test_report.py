@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -69,7 +71,7 @@ def make_run(tmp_path, drift: float, seed: int = 0):
         net = rng.normal(-0.0005, 0.01, N_DAYS)
         np.savez(run / "series" / f"baseline-{name}.npz", days=days.astype(np.int64), net=net, gross=net)
     for fold in range(2):
-        base = _cell("x", 0, fold, 0, 0.33, days[0])
+        base = _cell("x", 16, fold, 0, 0.33, days[0])
         write_json(run / "cells" / "baselines" / f"fold{fold}.cell.json", {"fold": fold, "baselines": {
             name: base | {"kind": "baseline", "key": f"baseline-{name}", "name": name, "n": None, "cost": {}}
             for name in ("prior", "logreg")}})
@@ -161,3 +163,12 @@ def test_label():
     assert label("n512") == "N=512"
     assert label("n512-lr0.0003-wd0.05") == "N=512 lr=0.0003 wd=0.05"
     assert label("baseline-logreg") == "logreg"
+
+
+def test_report_needs_neither_torch_nor_optuna(tmp_path):
+    run = make_run(tmp_path, drift=0.0)
+    code = (f"import sys; from tsflash.report import build_report; build_report({str(run)!r}); "
+            "bad = [m for m in ('torch', 'optuna', 'polars') if m in sys.modules]; assert not bad, bad")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (run / "report.html").exists()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -193,3 +195,17 @@ def test_all_shared_bars(shared_store):
     assert int((bars.volume == 0).sum()) == 23_863
     assert len(store.gap_table(shared_store)) == 35
     assert store.gap_table(shared_store, start="2023-03-24", end="2023-03-24").missing.tolist() == [80]
+
+
+def test_store_runs_without_polars(small_store):
+    """The GPU machine has no polars: reading the store must not import it."""
+    root, t = small_store
+    code = (
+        "import sys; sys.modules['polars'] = None\n"
+        "from tsflash.store import load_bars, gap_table\n"
+        f"b = load_bars({str(root)!r}); g = gap_table({str(root)!r})\n"
+        "print(len(b), g.missing.tolist(), 'polars' in sys.modules and sys.modules['polars'] is not None)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(len(t)), "[5]", "False"]

@@ -381,11 +381,17 @@ def bench_attention(
     heads: int = 4,
     head_dim: int = 64,
     dtype: torch.dtype | None = None,
+    batch: int | None = None,
     backends: list[str] | None = None,
     cpu_memory_cap: int = 2 << 30,
     min_time: float = 0.2,
 ) -> dict:
-    """Crossover benchmark at a fixed token count: batch = max(1, tokens // N) for each N."""
+    """Crossover benchmark across N.
+
+    At a fixed token count (default) batch = max(1, tokens // N): fused memory stays flat and the
+    materialised path's grows linearly in N (B * N^2 = tokens * N). With `batch` fixed instead,
+    fused memory grows linearly and the materialised path's quadratically.
+    """
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if backends is None:
         backends = list(attn.FUSED_BACKENDS) if device.type == "cuda" else ["flash"]
@@ -393,21 +399,26 @@ def bench_attention(
     rows = []
     for backend in backends:
         for n in lengths:
-            batch = max(1, tokens // n)
-            score_bytes = batch * heads * n * n * 4
+            b_n = batch or max(1, tokens // n)
+            score_bytes = b_n * heads * n * n * 4
             if backend == PLAIN and device.type == "cpu" and score_bytes > cpu_memory_cap:
-                row = {"backend": backend, "n": n, "batch": batch, "status": "skipped",
+                row = {"backend": backend, "n": n, "batch": b_n, "status": "skipped",
                        "error": f"N x N scores need {score_bytes / 2**30:.1f} GiB > cap {cpu_memory_cap / 2**30:.1f} GiB"}
             else:
-                row = measure_attention(backend, n, batch, heads, head_dim, dtype, device, min_time)
+                row = measure_attention(backend, n, b_n, heads, head_dim, dtype, device, min_time)
             log.info("attention %s", row)
             rows.append(row)
     fused = [b for b in backends if b != PLAIN]
+    try:
+        auto = attn.resolve_backend("auto", device, dtype, head_dim)
+    except attn.AttentionKernelError as exc:
+        auto = f"none ({exc})"
     return {
         "kind": "attention",
         "environment": environment(device),
-        "settings": {"tokens": tokens, "heads": heads, "head_dim": head_dim, "dtype": str(dtype), "causal": True,
+        "settings": {"tokens": None if batch else tokens, "batch": batch, "heads": heads, "head_dim": head_dim, "dtype": str(dtype), "causal": True,
                      "flops": "fwd = 2*B*H*N^2*d, fwd+bwd = 3.5x fwd", "cpu_memory_cap": cpu_memory_cap},
+        "auto": auto,  # what `attention_backend = "auto"` picks for this device, dtype and head_dim
         "rows": rows,
         "crossover": {b: {"fwdbwd_time": crossover(rows, b, "fwdbwd_s"), "fwd_time": crossover(rows, b, "fwd_s"),
                           "memory": crossover(rows, b, "peak_extra_bytes")} for b in fused},
@@ -416,7 +427,7 @@ def bench_attention(
 
 ATTENTION_COLUMNS = [
     ("backend", "backend", ""), ("n", "N", ""), ("batch", "B", ""), ("fwd_s", "fwd ms", ".3f"),
-    ("fwdbwd_s", "fwd+bwd ms", ".3f"), ("fwd_tflops", "fwd TF/s", ".2f"), ("fwdbwd_tflops", "f+b TF/s", ".2f"),
+    ("fwdbwd_s", "fwd+bwd ms", ".3f"), ("fwd_tflops", "fwd TF/s", ".3g"), ("fwdbwd_tflops", "f+b TF/s", ".3g"),
     ("peak_mib", "peak MiB", ".1f"), ("status", "status", ""),
 ]
 
@@ -431,7 +442,7 @@ def attention_table(result: dict) -> str:
         peak = r.get("peak_bytes") or r.get("peak_extra_bytes")
         r["peak_mib"] = None if peak is None else peak / 2**20
         rows.append(r)
-    lines = [format_table(rows, ATTENTION_COLUMNS)]
+    lines = [format_table(rows, ATTENTION_COLUMNS), f"auto chooses: {result['auto']}"]
     for b, c in result["crossover"].items():
         lines.append(f"crossover {b} vs {PLAIN}: fwd+bwd time from N={c['fwdbwd_time']}, "
                      f"fwd time from N={c['fwd_time']}, memory from N={c['memory']} (None = never)")
@@ -451,16 +462,15 @@ def plot_attention(result: dict, path: Path) -> Path:
         ok = [r for r in result["rows"] if r["backend"] == b and r["status"] == "ok"]
         failed = [r for r in result["rows"] if r["backend"] == b and r["status"] in ("oom", "skipped")]
         style = "--" if b == PLAIN else "-"
-        if ok:
-            line = ax_t.plot([r["n"] for r in ok], [r["fwdbwd_s"] * 1e3 for r in ok], style + "o", label=b)[0]
-            ax_m.plot([r["n"] for r in ok], [(r.get("peak_bytes") or max(r["peak_extra_bytes"], 1)) / 2**20 for r in ok],
-                      style + "o", color=line.get_color(), label=b)
+        if not ok:
+            continue
+        label = b + (f" ({failed[0]['status']} from N={failed[0]['n']})" if failed else "")
+        line = ax_t.plot([r["n"] for r in ok], [r["fwdbwd_s"] * 1e3 for r in ok], style + "o", label=label)[0]
+        ax_m.plot([r["n"] for r in ok], [max(r.get("peak_bytes") or r["peak_extra_bytes"], 1) / 2**20 for r in ok],
+                  style + "o", color=line.get_color(), label=label)
+        for ax in (ax_t, ax_m):  # failed sizes (oom / skipped): dotted verticals
             for r in failed:
-                for ax in (ax_t, ax_m):
-                    ax.axvline(r["n"], color=line.get_color(), alpha=0.3, linestyle=":")
-            if failed:
-                ax_t.annotate(f"{b}: {failed[0]['status']} from N={failed[0]['n']}", (failed[0]["n"], ok[-1]["fwdbwd_s"] * 1e3),
-                              fontsize=8, color=line.get_color())
+                ax.axvline(r["n"], color=line.get_color(), alpha=0.4, linestyle=":")
     s = result["settings"]
     for ax, label in ((ax_t, "forward+backward time (ms)"), (ax_m, "peak memory (MiB)")):
         ax.set_xscale("log", base=2)
@@ -468,8 +478,9 @@ def plot_attention(result: dict, path: Path) -> Path:
         ax.set_xlabel("context length N")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"causal attention, {s['tokens']} tokens, {s['heads']} heads, d={s['head_dim']}, {s['dtype']}, "
+        ax.legend(fontsize=8, loc="upper left")
+    size = f"batch {s['batch']}" if s.get("batch") else f"{s['tokens']} tokens"
+    fig.suptitle(f"causal attention, {size}, {s['heads']} heads, d={s['head_dim']}, {s['dtype']}, "
                  f"{result['environment']['device']}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -487,6 +498,8 @@ def matmul_ceiling(device: torch.device, size: int, dtype: torch.dtype, min_time
     """Measured FLOP/s of a (size x size) @ (size x size) product: the practical compute ceiling."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
+    for _ in range(5):  # library initialisation and clocks
+        a @ b
     seconds = time_call(lambda: a @ b, device, min_time, max_reps=50)
     return 2.0 * size**3 / seconds
 
@@ -518,6 +531,9 @@ def bench_train(
     """
     from tsflash.model import CausalTransformer, ModelConfig
 
+    for n in lengths:
+        if tokens_per_step % n:
+            raise UserError(f"--tokens-per-step={tokens_per_step} must be a multiple of every length, got N={n}")
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     ceiling_size = ceiling_size or (8192 if cuda else 512)
@@ -525,12 +541,12 @@ def bench_train(
     log.info("matmul ceiling %d^3 %s: %.2f TFLOP/s", ceiling_size, dtype, ceiling / 1e12)
     rows = []
     for n in lengths:
-        if tokens_per_step % n:
-            raise UserError(f"--tokens-per-step={tokens_per_step} must be a multiple of every length, got N={n}")
         batch = tokens_per_step // n
         torch.manual_seed(seed)
         config = ModelConfig(n_features=n_features, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention_backend=backend)
         model = CausalTransformer(config).to(device).train()
+        if compile:  # resolve (and cache) the kernel eagerly: the checks would break the graph
+            attn.resolve_backend(backend, device, dtype, d_model // n_heads)
         step_model = torch.compile(model) if compile else model
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
         x = torch.randn(batch, n, n_features, device=device)
@@ -593,7 +609,7 @@ def train_table(result: dict) -> str:
         r["peak_mib"] = None if peak is None else peak / 2**20
         rows.append(r)
     columns = [("n", "N", ""), ("batch", "B", ""), ("step_ms", "step ms", ".1f"), ("mtok_s", "M tok/s", ".3f"),
-               ("peak_mib", "peak MiB", ".0f"), ("model_tflops", "TFLOP/s", ".2f"), ("mfu", "MFU", ".1%"),
+               ("peak_mib", "peak MiB", ".0f"), ("model_tflops", "TFLOP/s", ".3g"), ("mfu", "MFU", ".1%"),
                ("backend", "kernel", ""), ("status", "status", "")]
     c = result["ceiling"]
-    return format_table(rows, columns) + f"\nceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.2f} TFLOP/s"
+    return format_table(rows, columns) + f"\nceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.3g} TFLOP/s"

@@ -21,7 +21,6 @@ polars parses the CSVs; it is imported lazily, so `tsflash.store` stays polars-f
 
 from __future__ import annotations
 
-import io
 import logging
 import re
 import zipfile
@@ -437,7 +436,7 @@ def import_paths(
 
 
 def _dry_check(root, symbol, interval, table, origin) -> None:
-    """Run write_year_files' conflict checks against a throw-away copy of nothing: merge only."""
+    """The conflict checks of write_year_files (merge in memory against the stored years), no write."""
     years = store.year_of(table.column("open_time").cast(pa.int64()).to_numpy())
     existing = store.year_files(root, symbol, interval)
     for year in np.unique(years).tolist():

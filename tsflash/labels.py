@@ -72,13 +72,14 @@ def fit_flat_band(fwd: torch.Tensor, train_idx, flat_fraction: float) -> float:
             f"cannot fit the flat band: none of the {idx.numel()} training bars has a forward return "
             f"(horizon past the end or across gaps)"
         )
-    # sort + interpolate instead of torch.quantile, which refuses inputs above 16M elements
-    v = torch.sort(values).values
-    pos = flat_fraction * (v.numel() - 1)
+    # two order statistics + linear interpolation (numpy's default quantile), instead of
+    # torch.quantile, which refuses inputs above 16M elements; kthvalue is O(n), a sort is not
+    pos = flat_fraction * (values.numel() - 1)
     lo = int(pos)
-    hi = min(lo + 1, v.numel() - 1)
-    frac = pos - lo
-    return float(v[lo] + (v[hi] - v[lo]) * frac)
+    hi = min(lo + 1, values.numel() - 1)
+    v_lo = torch.kthvalue(values, lo + 1).values
+    v_hi = torch.kthvalue(values, hi + 1).values if hi != lo else v_lo
+    return float(v_lo + (v_hi - v_lo) * (pos - lo))
 
 
 def make_labels(fwd: torch.Tensor, threshold: float) -> torch.Tensor:

@@ -161,6 +161,21 @@ class CausalTransformer(nn.Module):
         assert len(used) == 1, used
         return used.pop()
 
+    def prove_kernel(self, x: torch.Tensor) -> dict:
+        """Run one no-grad forward under the profiler; return {"forced", "observed"} for a manifest.
+
+        "observed" lists the SDPA kernels named in the profiler's op trace. Raises
+        AttentionKernelError if anything other than the forced kernel ran. Call it inside the same
+        autocast context as training so the dtype (and hence the kernel) is the same.
+        """
+        with torch.no_grad(), attention.observe_kernels() as seen:
+            self(x)
+        forced = self.attention_backend_used
+        report = {"forced": forced, "observed": sorted(seen)}
+        if forced != attention.REFERENCE and set(seen) != {forced}:
+            raise attention.AttentionKernelError(f"forced attention kernel {forced!r} but the profiler saw {sorted(seen)}")
+        return report
+
     def _rotary_tables(self, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         key = (T, str(device))
         if key not in self._rotary:

@@ -613,8 +613,10 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
     baselines = {f"baseline-{b}": summarize(rows, f"baseline-{b}") for b in rd.baseline_names}
     sel_out = selection(rd)
     sentence = verdict_sentence(sel_out, {s["series"]: s for s in per_n}, baselines)
-    # The primary configuration per N (the enqueued default; with --trials the searched ones are extra rows).
-    primary = [s for s in per_n if "-" not in s["series"]]
+    # The primary configuration per N is the enqueued default (slot "n<N>/0"); trials searched with
+    # --trials appear as extra table rows, not in the plots against N.
+    default_keys = {t.get("key") for t in rd.ledger.get("trials", []) if str(t.get("slot", "")).endswith("/0")}
+    primary = [s for s in per_n if s["series"] in default_keys] or [s for s in per_n if "-" not in s["series"]]
 
     doc = Doc()
     doc.h(1, f"Does a longer context help? {rd.config.get('name', '')} sweep, N = {', '.join(map(str, cfg['lengths']))}")

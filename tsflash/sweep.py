@@ -33,10 +33,11 @@ complete one is left alone and a new folder is made.
 Sharing a study: `--storage postgresql://user:pass@host/db` (or any SQLAlchemy URL optuna
 accepts; needs the driver, e.g. psycopg2) together with the same `--out` on a shared file system
 lets several workers pull trials from one queue. The first worker creates the study and enqueues
-the plan; later workers load it (`load_if_exists`) and only add missing slots. A worker's RUNNING
-trial is failed and re-enqueued (same parameters, so its saved cells are reused) by the next
-worker started on the same host once its process is gone; the last worker to finish writes the
-report.
+the plan; later workers load it (`load_if_exists`) and only add missing slots. An abandoned
+RUNNING trial is failed and re-enqueued with the same parameters (so its saved cells are reused):
+at once when its worker process is gone from this host, or when the study is the run folder's
+private SQLite file; with a shared --storage, when its heartbeat is older than STALE_AFTER_S.
+The last worker to finish writes the report.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ CPU_PRESET = EXPERIMENTS_DIR / "cpu.toml"
 DEFAULT_REPORTS = Path("reports")
 DAY_US = 86_400_000_000
 CELL_SUFFIX = ".cell.json"
+# With a shared --storage, a RUNNING trial of another host whose heartbeat (after each cell) is
+# older than this is taken as abandoned and re-enqueued. Generous: a full-size cell on a CPU is slow.
+STALE_AFTER_S = 3 * 3600.0
 # Searched with --trials K > 1, within each N (N itself is always enqueued, never sampled).
 SEARCH_SPACE_DOC = "lr (log-uniform, lr/10 .. 3 lr) and weight_decay (uniform, 0 .. max(0.3, wd))"
 
@@ -389,7 +393,7 @@ def _fetch(root: Path, cfg: ExperimentConfig) -> None:
 # Trials and cells
 
 
-def trial_key(params: dict, cfg: ExperimentConfig) -> str:
+def trial_key(params: dict) -> str:
     """Stable name of a configuration: "n512", or "n512-lr0.0003-wd0.05" with searched values."""
     key = f"n{int(params['n'])}"
     extra = {k: v for k, v in sorted(params.items()) if k != "n"}
@@ -451,14 +455,29 @@ def _worker_alive(worker: str | None) -> bool | None:
     return _proc_start(int(pid)) == start
 
 
-def _sync_ledger(study, cfg: ExperimentConfig, trials: int) -> None:
-    """Fail this host's dead RUNNING trials and enqueue every planned slot not yet present."""
+def _is_stale(t, shared: bool, now: float) -> bool:
+    """Is RUNNING trial `t` abandoned? Its worker is dead on this host; or it ran on another host
+    and the study is private to the run folder (default storage: one worker at a time, e.g. a
+    GPU machine that was taken back); or, with shared --storage, its heartbeat (updated after
+    every cell) is older than STALE_AFTER_S."""
+    alive = _worker_alive(t.user_attrs.get("worker"))
+    if alive is not None:
+        return not alive
+    if not shared:
+        return True
+    return now - float(t.user_attrs.get("heartbeat", 0.0)) > STALE_AFTER_S
+
+
+def _sync_ledger(study, cfg: ExperimentConfig, trials: int, shared: bool) -> None:
+    """Fail abandoned RUNNING trials (re-enqueued with the same parameters, so their saved cells
+    are reused) and enqueue every planned slot not yet present."""
     from optuna.trial import TrialState
 
+    now = time.time()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if _worker_alive(t.user_attrs.get("worker")) is False:
-            log.info("trial %d (%s) was left running by a dead worker: failing and re-enqueuing it",
-                     t.number, t.user_attrs.get("key", "?"))
+        if _is_stale(t, shared, now):
+            log.info("trial %d (%s) was left running by a dead worker %s: failing and re-enqueuing it",
+                     t.number, t.user_attrs.get("key", "?"), t.user_attrs.get("worker", "(unknown)"))
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             if t.params:
                 study.enqueue_trial(dict(t.params), user_attrs={"slot": t.user_attrs.get("slot")})
@@ -522,8 +541,9 @@ def write_daily_series(path: Path, parts: list[tuple[np.ndarray, np.ndarray, np.
     days, dnet = daily_returns(t, net)
     _, dgross = daily_returns(t, gross)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}.npz")
-    np.savez(tmp, days=days.astype("datetime64[D]").astype(np.int64), net=dnet, gross=dgross)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:  # a file handle: np.savez would append ".npz" to a name
+        np.savez(fh, days=days.astype("datetime64[D]").astype(np.int64), net=dnet, gross=dgross)
     os.replace(tmp, path)
     return {"days": days, "net": dnet, "gross": dgross}
 
@@ -699,7 +719,7 @@ def _run_cells(plan: SweepPlan) -> bool:
     cfg, run_dir, device = plan.cfg, plan.run_dir, plan.device
     seeds = list(cfg.train.seeds)
     study = _open_study(plan)
-    _sync_ledger(study, cfg, plan.options.trials)
+    _sync_ledger(study, cfg, plan.options.trials, shared=plan.options.storage is not None)
 
     bars, source = load_data(cfg, plan.options.data, default_seed=seeds[0])
     t0 = time.monotonic()
@@ -750,8 +770,9 @@ def _run_cells(plan: SweepPlan) -> bool:
                 study.tell(trial, state=TrialState.FAIL)
                 continue
             trial.set_user_attr("worker", _worker_id())
+            trial.set_user_attr("heartbeat", time.time())
             params = _suggest(trial, cfg, cfg.lengths, plan.options.trials > 1)
-            key = trial_key(params, cfg)
+            key = trial_key(params)
             trial.set_user_attr("key", key)
             value = _run_trial(trial, params, key, plan, prepared, engine, progress, fold_inputs)
             study.tell(trial, value)
@@ -801,6 +822,7 @@ def _run_trial(trial, params: dict, key: str, plan: SweepPlan, prepared, engine,
                     f"logloss {m['log_loss']:.4f} mcc {m['mcc']:.4f}, {res.cost.get('tokens_per_s', float('nan')):.0f} tok/s "
                     f"({time.monotonic() - t1:.1f}s)"
                 )
+                trial.set_user_attr("heartbeat", time.time())
             per_seed.append(res)
             result_paths.append(str(stem.relative_to(run_dir)))
         times, net, gross = _series_of(per_seed[0])

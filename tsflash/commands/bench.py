@@ -51,7 +51,8 @@ def register(sub) -> None:
 
     at = group.add_parser("attention", help="time and memory of fused kernels vs materialised attention across N")
     at.add_argument("--lengths", default="256,512,1024,2048,4096,8192,16384,32768,65536,131072")
-    at.add_argument("--tokens", type=_positive("--tokens"), default=131072, help="B * N held fixed")
+    at.add_argument("--tokens", type=_positive("--tokens"), default=131072, help="B * N held fixed (default)")
+    at.add_argument("--batch", type=_positive("--batch"), default=None, help="hold the batch fixed instead of the tokens")
     at.add_argument("--heads", type=_positive("--heads"), default=4)
     at.add_argument("--head-dim", type=_positive("--head-dim"), default=64)
     at.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, float32 on CPU) | bfloat16 | float16 | float32")
@@ -119,7 +120,7 @@ def run_attention(args) -> int:
     if args.cpu_memory_cap_gib <= 0:
         raise UserError(f"--cpu-memory-cap-gib must be > 0, got {args.cpu_memory_cap_gib}")
     result = bench.bench_attention(bench.parse_lengths(args.lengths), device, tokens=args.tokens, heads=args.heads,
-                                   head_dim=args.head_dim, dtype=_dtype(args.dtype), backends=backends,
+                                   head_dim=args.head_dim, dtype=_dtype(args.dtype), batch=args.batch, backends=backends,
                                    cpu_memory_cap=int(args.cpu_memory_cap_gib * 2**30), min_time=args.min_time)
     path = bench.write_json(args.out / "attention.json", result)
     png = bench.plot_attention(result, args.out / "attention.png")

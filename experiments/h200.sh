@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# How the published results were produced on a lent H200 (one GPU, torch 2.11, no polars/optuna,
+# at most 10 minutes and 64 MiB of inputs per run). Run from the repository root there:
+#
+#   bash experiments/h200.sh bench     # attention crossover, precision oracle, training-step MFU -> reports/bench/
+#   bash experiments/h200.sh sweep     # the real sweep; resumable, so run it again until it reports "done"
+#
+# Inputs carried into the checkout (git-ignored): .whl/ (optuna and its 4 dependencies, Python 3.12
+# wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs). A previous run's state
+# comes back in as .carry/state.tar. Outputs go to $OUT (the device tool's return folder) when set.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/tsflash-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+[ -f .carry/state.tar ] && tar xf .carry/state.tar
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+RUN=${RUN:-reports/h200-btcusdt-1m}
+LENGTHS=${LENGTHS:-512,4096,32768,131072}
+BUDGET_S=${BUDGET_S:-500}
+
+case "${1:-}" in
+  bench)
+    python3 -m tsflash.cli bench attention --device cuda --lengths 256,512,1024,2048,4096,8192,16384,32768,65536,131072 --out reports/bench 2>&1 | tee "$OUT/bench-attention.log"
+    python3 -m tsflash.cli bench precision --device cuda --lengths 512,4096,32768,131072 --out reports/bench 2>&1 | tee "$OUT/bench-precision.log"
+    python3 -m tsflash.cli bench train --device cuda --lengths 512,4096,32768,131072 --out reports/bench 2>&1 | tee "$OUT/bench-train.log"
+    tar cf "$OUT/bench.tar" reports/bench
+    ;;
+  sweep)
+    # Stop cleanly before the device's 10-minute limit; finished (trial, fold) cells are kept and
+    # the next run resumes from them.
+    timeout --signal=INT "$BUDGET_S" python3 -m tsflash.cli sweep --lengths "$LENGTHS" --data .carry/data \
+      --device cuda --preset full --out "$RUN" 2>&1 | tee "$OUT/sweep.log"
+    echo "sweep exit: ${PIPESTATUS[0]}"
+    tar cf "$OUT/state.tar" --exclude='*/checkpoints' "$RUN"
+    ;;
+  *)
+    echo "usage: bash experiments/h200.sh bench|sweep" >&2
+    exit 2
+    ;;
+esac

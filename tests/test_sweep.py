@@ -1,0 +1,287 @@
+"""The sweep end to end on CPU (tiny config), resume after SIGKILL, argument errors, synthetic bars."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tsflash import cli
+from tsflash.errors import UserError
+from tsflash.report import SECTIONS
+from tsflash.store import INTERVAL_US, find_gaps
+from tsflash.sweep import (
+    SweepOptions,
+    find_unfinished_run,
+    parse_lengths,
+    parse_overrides,
+    plan_sweep,
+    resolve_config,
+    write_json,
+)
+from tsflash.synthetic import parse_source, random_walk_bars
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Tiny but complete: 2 folds of 2 test days (5 UTC days of returns: PBO with 4 CSCV blocks),
+# a 1-layer d_model-16 model, 3 steps. Applied on top of the CPU preset with --set.
+TINY = [
+    "data.start=\"2024-01-01\"", "data.end=\"2024-01-08\"", "splits.test_days=2", "splits.n_folds=2",
+    "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=3", "train.tokens_per_step=256",
+    "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096", "selection.cscv_blocks=4",
+]
+
+
+@pytest.fixture(scope="module")
+def data_arg(request) -> str:
+    """The shared real store when present, else the synthetic random walk."""
+    try:
+        return str(request.getfixturevalue("shared_store"))
+    except pytest.skip.Exception:
+        return "synthetic:random-walk"
+
+
+def sweep_argv(data: str, out: Path) -> list[str]:
+    argv = ["sweep", "--lengths", "32,64", "--data", data, "--out", str(out), "--preset", "cpu", "--seed", "0"]
+    for item in TINY:
+        argv += ["--set", item]
+    return argv
+
+
+def cell_markers(run: Path) -> list[Path]:
+    return sorted((run / "cells").rglob("*.cell.json"))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, data_arg) -> Path:
+    out = tmp_path_factory.mktemp("sweep") / "run"
+    assert cli.main(sweep_argv(data_arg, out)) == 0
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end
+
+
+def test_end_to_end_writes_every_file_and_section(finished_run):
+    run = finished_run
+    for name in ("run.json", "config.json", "data.json", "sweep.log", "optuna.db", "ledger.json", "precision.json",
+                 "results.json", "report.md", "report.html", "fold_metrics.parquet", "daily_returns.parquet"):
+        assert (run / name).is_file(), name
+    for fig in ("cost_vs_n", "benefit_vs_n", "equity", "pbo"):
+        assert (run / "figures" / f"{fig}.png").is_file()
+    md = (run / "report.md").read_text()
+    assert re.findall(r"^## (.+)$", md, flags=re.M) == list(SECTIONS)
+    assert "reduced CPU preset" in md  # the CPU preset says so in the report
+    assert json.loads((run / "run.json").read_text())["status"] == "complete"
+    # 2 folds x (baselines + 2 lengths x 1 seed)
+    assert len(cell_markers(run)) == 6
+    assert not any((run / "checkpoints").rglob("*.pt"))  # finished cells leave no checkpoint
+    log = (run / "sweep.log").read_text()
+    assert len(re.findall(r"\[\d/6\] .*elapsed", log)) == 6  # one line per finished cell
+    fm = pq.read_table(run / "fold_metrics.parquet").to_pylist()
+    assert {(r["series"], r["fold"]) for r in fm} >= {("n32", 0), ("n32", 1), ("n64", 0), ("n64", 1),
+                                                       ("baseline-prior", 0), ("baseline-logreg", 1)}
+    prec = json.loads((run / "precision.json").read_text())
+    assert [r["n"] for r in prec["rows"]] == [32, 64] and all(r["status"] == "ok" for r in prec["rows"])
+
+
+def test_optuna_ledger_holds_trials_folds_and_paths(finished_run):
+    import optuna
+
+    run = finished_run
+    meta = json.loads((run / "run.json").read_text())
+    study = optuna.load_study(study_name=meta["study_name"], storage=f"sqlite:///{run / 'optuna.db'}")
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert sorted(t.params["n"] for t in done) == [32, 64]
+    for t in done:
+        assert set(t.intermediate_values) <= {0, 1}  # one per fold (a fold's Sharpe may be undefined)
+        assert all((run / p).with_suffix(".npz").is_file() for p in t.user_attrs["result_paths"])
+        series = np.load(run / t.user_attrs["daily_returns_path"])
+        assert t.value == pytest.approx(series["net"].mean() / series["net"].std(ddof=1))
+    results = json.loads((run / "results.json").read_text())
+    assert results["selection"]["n_trials"] == len(done) == 2
+
+
+def test_rerun_same_out_recomputes_nothing(finished_run, data_arg):
+    before = {p: p.stat().st_mtime_ns for p in cell_markers(finished_run)}
+    assert cli.main(sweep_argv(data_arg, finished_run)) == 0
+    assert {p: p.stat().st_mtime_ns for p in cell_markers(finished_run)} == before
+    assert len(json.loads((finished_run / "run.json").read_text())["invocations"]) == 2
+
+
+def _comparable(run: Path) -> dict:
+    """What must not depend on interruptions: per-cell metrics, daily series, verdict numbers."""
+    cells = {}
+    for p in cell_markers(run):
+        c = json.loads(p.read_text())
+        rows = c["baselines"].values() if "baselines" in c else [c]
+        for r in rows:
+            cells[(r["key"], r["fold"])] = r["metrics"]
+    series = {p.stem: np.load(p)["net"].tolist() for p in sorted((run / "series").glob("*.npz"))}
+    res = json.loads((run / "results.json").read_text())
+    sel = [(c["key"], c["sharpe"], c["dsr"]) for c in res["selection"]["candidates"]]
+    return {"cells": cells, "series": series, "selection": sel, "pbo": res["selection"]["pbo"]["pbo"]}
+
+
+def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, finished_run, data_arg):
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "tsflash.cli", *sweep_argv(data_arg, out)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    try:
+        # kill once a model cell is saved: baselines and at least one (trial, fold) are done, more remain
+        while not list(out.glob("cells/n*/*.cell.json")):
+            assert proc.poll() is None, "the sweep ended before it could be killed"
+            assert time.monotonic() < deadline, "no model cell within 120 s"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    n_before = len(cell_markers(out))
+    assert 3 <= n_before < 6 and not (out / "report.md").exists()
+    rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert len(cell_markers(out)) == 6
+    log = (out / "sweep.log").read_text()
+    assert "run folder" in log and "(resuming)" in log
+    a, b = _comparable(finished_run), _comparable(out)
+    assert b["cells"] == a["cells"]  # bit-identical metrics (deterministic on CPU)
+    assert b["series"] == a["series"]
+    assert b["selection"] == a["selection"] and b["pbo"] == a["pbo"]
+
+
+def test_report_command_rebuilds_without_training(finished_run, capsys):
+    (finished_run / "report.md").unlink()
+    (finished_run / "report.html").unlink()
+    assert cli.main(["report", str(finished_run)]) == 0
+    assert (finished_run / "report.md").exists() and (finished_run / "report.html").exists()
+    assert "report.md" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# arguments
+
+
+@pytest.mark.parametrize(
+    "extra, pattern",
+    [
+        (["--lengths", "0"], r"--lengths: every length must be a power of two >= 2, got 0$"),
+        (["--lengths", "abc"], r"--lengths: every length must be an integer .*got 'abc'$"),
+        (["--lengths", "512,"], r"--lengths: give comma-separated powers of two"),
+        (["--lengths", "48"], r"power of two >= 2, got 48$"),
+        (["--start", "2024-02-01", "--end", "2024-01-01"], r"--end 2024-01-01 is before --start 2024-02-01$"),
+        (["--start", "2024-13-01"], r"--start: expected a date YYYY-MM-DD, got '2024-13-01'$"),
+        (["--data", "no/such/folder"], r"--data: bar store folder not found: no/such/folder"),
+        (["--data", "synthetic:brownian"], r"--data: synthetic sources are synthetic:random-walk\[:SEED\]"),
+        (["--preset", "gpu"], r"--preset must be one of auto, full, cpu, got 'gpu'$"),
+        (["--config", "nosuch"], r"unknown preset 'nosuch'; known presets: .*default"),
+        (["--trials", "0"], r"--trials must be >= 1"),
+        (["--device", "tpu"], r"--device must be auto, cpu, cuda or cuda:K, got 'tpu'$"),
+        (["--set", "train.stepz=3"], r"unknown config key 'train.stepz'"),
+    ],
+)
+def test_bad_arguments_fail_with_one_line(extra, pattern, capsys, tmp_path):
+    argv = ["sweep", "--data", "synthetic:random-walk", "--out", str(tmp_path / "r"), *extra]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("tsflash: error: ")
+    assert re.search(pattern, err[0]), err[0]
+    assert not (tmp_path / "r").exists()  # nothing was started
+
+
+def test_bad_argument_through_the_console_entry_point():
+    out = subprocess.run([sys.executable, "-m", "tsflash.cli", "sweep", "--lengths", "abc"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "tsflash: error: --lengths: every length must be an integer (a power of two >= 2), got 'abc'"
+    ]
+
+
+def test_parse_lengths_and_overrides():
+    assert parse_lengths("4096, 512,32768") == [512, 4096, 32768]
+    with pytest.raises(UserError, match=r"--lengths: lengths must be distinct, got '64,64'"):
+        parse_lengths("64,64")
+    assert parse_overrides(["train.steps=3", "train.lr=1e-3", "data.start=\"2024-01-01\"", "name=x"]) == {
+        "train": {"steps": 3, "lr": 1e-3}, "data": {"start": "2024-01-01"}, "name": "x"}
+    with pytest.raises(UserError, match=r"--set: expected KEY=VALUE such as train.steps=3, got 'steps'"):
+        parse_overrides(["steps"])
+
+
+def test_presets_on_cpu():
+    cfg, preset, note = resolve_config(SweepOptions(lengths=[512, 4096, 32768]), device="cpu")
+    assert preset == "cpu" and "reduced CPU preset (no CUDA device)" in note and "--preset full" in note
+    assert (cfg.model.d_model, cfg.train.steps, cfg.data.start) == (32, 12, "2024-07-01")
+    assert cfg.lengths == [512, 4096, 32768]
+    full, preset, note = resolve_config(SweepOptions(preset="full"), device="cpu")
+    assert preset == "full" and note == "" and full.model.d_model == 256
+    cuda, preset, _ = resolve_config(SweepOptions(), device="cuda")
+    assert preset == "full" and cuda.hash() == full.hash()
+    # command-line values and --set win over the preset
+    cfg, _, _ = resolve_config(SweepOptions(start="2024-09-01", seed=7, overrides={"train": {"steps": 2}}), "cpu")
+    assert (cfg.data.start, cfg.train.seeds, cfg.train.steps) == ("2024-09-01", [7], 2)
+
+
+def test_same_command_finds_the_unfinished_run(tmp_path):
+    opts = SweepOptions(lengths=[32, 64], data="synthetic:random-walk", reports_root=tmp_path, overrides={})
+    plan = plan_sweep(opts)
+    assert plan.run_dir.parent == tmp_path and plan.run_dir.name.endswith(f"-{plan.cfg.hash()}")
+    assert not plan.resumed
+    write_json(plan.run_dir / "run.json", {"run_key": plan.run_key, "status": "running"})
+    again = plan_sweep(opts)
+    assert again.run_dir == plan.run_dir and again.resumed
+    # a different data source is a different run, even with the same config hash
+    other = plan_sweep(SweepOptions(lengths=[32, 64], data="synthetic:random-walk:5", reports_root=tmp_path))
+    assert other.run_key != plan.run_key and not other.resumed
+    # a complete run is left alone: the next invocation starts a new folder
+    write_json(plan.run_dir / "run.json", {"run_key": plan.run_key, "status": "complete"})
+    assert find_unfinished_run(tmp_path, plan.cfg.hash(), plan.run_key) is None
+    # --out naming a folder of another configuration is refused
+    with pytest.raises(UserError, match=r"--out .* holds a run of another configuration"):
+        plan_sweep(SweepOptions(lengths=[32, 128], data="synthetic:random-walk", out=plan.run_dir))
+
+
+# ---------------------------------------------------------------------------------------------
+# synthetic bars
+
+
+def test_random_walk_bars_look_like_bars():
+    n = 20_000
+    bars = random_walk_bars(n, seed=3, start="2024-01-01")
+    assert len(bars) == n
+    step = INTERVAL_US["1m"]
+    assert bars.open_time[0] == 1_704_067_200_000_000
+    assert np.all(bars.open_time % step == 0) and np.all(np.diff(bars.open_time) > 0)
+    gaps = find_gaps(bars.open_time, step)
+    assert len(gaps) == 3 and np.all((gaps.missing >= 5) & (gaps.missing <= 120))
+    assert np.all(bars.high >= np.maximum(bars.open, bars.close)) and np.all(bars.low <= np.minimum(bars.open, bars.close))
+    assert np.all(bars.low > 0) and np.array_equal(bars.open[1:], bars.close[:-1])
+    assert np.all((bars.volume == 0) == (bars.trades == 0))
+    assert np.all((bars.taker_buy_base >= 0) & (bars.taker_buy_base <= bars.volume))
+    assert bars.trades.dtype == np.int64
+    # seeded: same seed same bars, another seed other bars
+    assert np.array_equal(random_walk_bars(n, seed=3, start="2024-01-01").close, bars.close)
+    assert not np.array_equal(random_walk_bars(n, seed=4, start="2024-01-01").close, bars.close)
+    # direction unpredictable: lag-1 autocorrelation of returns indistinguishable from 0
+    r = np.diff(np.log(bars.close))
+    assert abs(np.corrcoef(r[1:], r[:-1])[0, 1]) < 4 / np.sqrt(n)
+
+
+def test_synthetic_source_parsing():
+    assert parse_source("data") is None
+    assert parse_source("synthetic:random-walk") == ("random-walk", None)
+    assert parse_source("synthetic:random-walk:7") == ("random-walk", 7)
+    with pytest.raises(UserError, match=r"the synthetic seed must be an integer, got 'x'"):
+        parse_source("synthetic:random-walk:x")
