@@ -133,6 +133,7 @@ def _comparable(run: Path) -> dict:
     return {"cells": cells, "series": series, "selection": sel, "pbo": res["selection"]["pbo"]["pbo"]}
 
 
+@pytest.mark.slow  # a second full tiny sweep in subprocesses (about 30 s on 2 shared cores)
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, finished_run, data_arg):
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "tsflash.cli", *sweep_argv(data_arg, out)]
