@@ -221,6 +221,13 @@ def test_parse_lengths_and_overrides():
         parse_overrides(["steps"])
 
 
+def test_storage_password_is_not_written():
+    from tsflash.sweep import _redact
+
+    assert _redact("postgresql://ann:s3cr:et@db.example:5432/tsflash") == "postgresql://ann:***@db.example:5432/tsflash"
+    assert _redact("sqlite:////tmp/optuna.db") == "sqlite:////tmp/optuna.db"
+
+
 def test_presets_on_cpu():
     cfg, preset, note = resolve_config(SweepOptions(lengths=[512, 4096, 32768]), device="cpu")
     assert preset == "cpu" and "reduced CPU preset (no CUDA device)" in note and "--preset full" in note

@@ -604,11 +604,10 @@ def train_table(result: dict) -> str:
     for r in result["rows"]:
         r = dict(r)
         r["step_ms"] = r["step_s"] * 1e3 if r.get("step_s") else None
-        r["mtok_s"] = r["tokens_per_s"] / 1e6 if r.get("tokens_per_s") else None
         peak = r.get("peak_bytes") or r.get("peak_extra_bytes")
         r["peak_mib"] = None if peak is None else peak / 2**20
         rows.append(r)
-    columns = [("n", "N", ""), ("batch", "B", ""), ("step_ms", "step ms", ".1f"), ("mtok_s", "M tok/s", ".3f"),
+    columns = [("n", "N", ""), ("batch", "B", ""), ("step_ms", "step ms", ".1f"), ("tokens_per_s", "tokens/s", ".4g"),
                ("peak_mib", "peak MiB", ".0f"), ("model_tflops", "TFLOP/s", ".3g"), ("mfu", "MFU", ".1%"),
                ("backend", "kernel", ""), ("status", "status", "")]
     c = result["ceiling"]

@@ -49,6 +49,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -674,6 +675,11 @@ def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
     return run_dir
 
 
+def _redact(url: str) -> str:
+    """postgresql://user:secret@host/db -> postgresql://user:***@host/db (run.json is published)."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
 def _write_run_meta(plan: SweepPlan) -> None:
     path = plan.run_dir / "run.json"
     meta = read_json(path) if path.exists() else {}
@@ -685,7 +691,7 @@ def _write_run_meta(plan: SweepPlan) -> None:
         {
             "run_key": plan.run_key,
             "config_hash": plan.cfg.hash(),
-            "status": meta.get("status", "running") if meta.get("status") != "complete" else "complete",
+            "status": meta.get("status", "running"),
             "created": meta.get("created", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")),
             "command": meta.get("command", opts.command),
             "invocations": invocations,
@@ -698,7 +704,7 @@ def _write_run_meta(plan: SweepPlan) -> None:
             "device": plan.device,
             "device_name": _device_name(plan.device),
             "seeds": plan.cfg.train.seeds,
-            "storage": plan.storage if plan.options.storage else "sqlite (run folder)/optuna.db",
+            "storage": _redact(plan.storage) if plan.options.storage else "sqlite (run folder)/optuna.db",
             "study_name": plan.study_name,
             "git_commit": meta.get("git_commit", _git_commit()),
             "packages": package_versions(),
