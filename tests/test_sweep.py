@@ -225,7 +225,7 @@ def test_storage_password_is_not_written():
     from tsflash.sweep import _redact
 
     assert _redact("postgresql://ann:s3cr:et@db.example:5432/tsflash") == "postgresql://ann:***@db.example:5432/tsflash"
-    assert _redact("sqlite:////tmp/optuna.db") == "sqlite:////tmp/optuna.db"
+    assert _redact("sqlite:///runs/optuna.db") == "sqlite:///runs/optuna.db"
 
 
 def test_presets_on_cpu():
@@ -293,3 +293,78 @@ def test_synthetic_source_parsing():
     assert parse_source("synthetic:random-walk:7") == ("random-walk", 7)
     with pytest.raises(UserError, match=r"the synthetic seed must be an integer, got 'x'"):
         parse_source("synthetic:random-walk:x")
+
+
+# ---------------------------------------------------------------------------------------------
+# ledger bookkeeping and data source
+
+
+def test_planned_slots_and_trial_keys():
+    from tsflash.config import ExperimentConfig
+    from tsflash.sweep import _plan_slots, trial_key
+
+    cfg = ExperimentConfig()
+    cfg.lengths = [512, 4096]
+    assert _plan_slots(cfg, 1) == [("n512/0", {"n": 512}), ("n4096/0", {"n": 4096})]
+    slots = _plan_slots(cfg, 3)
+    assert [s for s, _ in slots] == ["n512/0", "n512/1", "n512/2", "n4096/0", "n4096/1", "n4096/2"]
+    assert slots[0][1] == {"n": 512, "lr": cfg.train.lr, "weight_decay": cfg.train.weight_decay}
+    assert slots[1][1] == {"n": 512}  # the sampler fills in the searched values
+    assert trial_key({"n": 512}) == "n512"
+    assert trial_key({"n": 64, "weight_decay": 0.05, "lr": 3e-4}) == "n64-lr0.0003-wd0.05"
+
+
+class _FakeTrial:
+    def __init__(self, **attrs):
+        self.user_attrs = attrs
+
+
+def test_abandoned_trials_are_recognised():
+    import socket
+
+    from tsflash.sweep import STALE_AFTER_S, _is_stale, _worker_id
+
+    now = time.time()
+    me = _worker_id()
+    assert not _is_stale(_FakeTrial(worker=me), shared=False, now=now)  # this very process: alive
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = f"{socket.gethostname()}:{int(dead.stdout)}:1"
+    assert _is_stale(_FakeTrial(worker=gone), shared=True, now=now)  # its process is gone
+    assert _is_stale(_FakeTrial(), shared=False, now=now)  # killed before it named its worker
+    elsewhere = "other-host:123:456"
+    assert _is_stale(_FakeTrial(worker=elsewhere, heartbeat=now), shared=False, now=now)  # private study
+    assert not _is_stale(_FakeTrial(worker=elsewhere, heartbeat=now - 60), shared=True, now=now)
+    assert _is_stale(_FakeTrial(worker=elsewhere, heartbeat=now - STALE_AFTER_S - 1), shared=True, now=now)
+
+
+def test_offline_fetch_says_how_to_import(tmp_path, monkeypatch):
+    from tsflash import fetch
+    from tsflash.config import ExperimentConfig
+    from tsflash.sweep import load_data
+
+    calls = []
+
+    def offline(**kw):
+        calls.append(kw)
+        raise UserError("network error for https://data.binance.vision/...: Name or service not known (after 5 attempts)")
+
+    monkeypatch.setattr(fetch, "fetch", offline)
+    cfg = ExperimentConfig()
+    cfg.data.start, cfg.data.end = "2024-01-01", "2024-01-31"
+    with pytest.raises(UserError, match=r"could not fetch BTCUSDT 1m 2024-01-01..2024-01-31 .*offline\? "
+                                        r"import a local folder instead: tsflash data import FOLDER$") as exc:
+        load_data(cfg, str(tmp_path), default_seed=0)
+    assert "\n" not in str(exc.value)
+    assert calls and calls[0]["root"] == tmp_path and calls[0]["start"] == "2024-01-01"
+
+
+def test_synthetic_data_has_the_configured_bar_count():
+    from tsflash.config import ExperimentConfig
+    from tsflash.sweep import load_data
+
+    cfg = ExperimentConfig()
+    cfg.data.start, cfg.data.end = "2024-01-01", "2024-01-03"
+    bars, source = load_data(cfg, "synthetic:random-walk", default_seed=5)
+    assert len(bars) == 3 * 1440 and source == {"kind": "synthetic", "source": "synthetic:random-walk:5", "seed": 5}
+    again, _ = load_data(cfg, "synthetic:random-walk:5", default_seed=0)
+    assert np.array_equal(again.close, bars.close)

@@ -18,7 +18,9 @@ Statistics are computed on DAILY net returns (see `tsflash.selection.daily_retur
 Sharpe ratios are per day and annualised with 365 (BTC trades every day). The candidates are the
 sweep's completed trials; the DSR's trial count is the number of COMPLETE trials in the optuna
 study (ledger.json), and its Sharpe variance is the sample variance of their values (per-day
-Sharpe ratios). PBO uses CSCV on the candidates' daily net returns aligned on their common days.
+Sharpe ratios; a trial whose daily returns are constant, i.e. that never trades, enters with 0).
+PBO uses CSCV on the candidates' daily net returns aligned on their common days; with fewer
+common days than `selection.cscv_blocks` the block count is reduced (and the report says so).
 """
 
 from __future__ import annotations

@@ -1,0 +1,88 @@
+"""Experiment-engine benchmark (figures for notes and reports, not a test).
+
+    python benchmarks/bench_engine.py --data STORE_ROOT [--config default] [--lengths 32768]
+        [--device cuda] [--folds 0,1,2,3,4] [--out reports/bench]
+
+Times, for the chosen config and each N, (1) data preparation: load, features, labels, folds,
+per-fold normalisation and windows for all folds; (2) `run_fold` over the folds (training plus
+scored-once evaluation), and writes `engine-<device>.json`. The issue-4 target on the H200: one
+configuration at N = 32768 over all five default folds in <= 120 s, preparation in <= 10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from tsflash.config import load_config
+from tsflash.engine import fold_data, prepare, run_fold
+from tsflash.store import load_bars
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True, help="store root")
+    ap.add_argument("--config", default="default")
+    ap.add_argument("--lengths", default="32768")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--folds", default=None, help="comma-separated fold indices (default: all)")
+    ap.add_argument("--out", type=Path, default=Path("reports/bench"))
+    args = ap.parse_args(argv)
+
+    cfg = load_config(args.config)
+    device = torch.device(args.device)
+    lengths = [int(s) for s in args.lengths.split(",")]
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+    t0 = time.perf_counter()
+    bars = load_bars(args.data, cfg.data.symbol, cfg.data.interval, cfg.data.start, cfg.data.end)
+    t_load = time.perf_counter() - t0
+    prepared = prepare(cfg, bars, device)
+    folds = [int(f) for f in args.folds.split(",")] if args.folds else list(range(len(prepared.folds)))
+    inputs = {f: fold_data(prepared, f) for f in folds}
+    sync()
+    t_prep = time.perf_counter() - t0
+    print(f"data preparation: {t_prep:.2f} s (load {t_load:.2f} s) for {len(bars):,} bars, {len(folds)} folds", flush=True)
+
+    rows = []
+    for n in lengths:
+        sync()
+        t1 = time.perf_counter()
+        for f in folds:
+            r = run_fold(prepared, n, f, cfg.train.seeds[0], device, fold_inputs=inputs[f])
+            rows.append({"n": n, "fold": f, **{k: r.cost[k] for k in ("train_seconds", "epoch_seconds", "eval_seconds",
+                         "tokens_per_s", "peak_memory_bytes", "backend", "tflops", "n_params")},
+                         "accuracy": r.metrics["accuracy"], "log_loss": r.metrics["log_loss"]})
+            c = r.cost
+            print(f"N={n:>6} fold {f}: train {c['train_seconds']:.1f} s, eval {c['eval_seconds']:.1f} s, "
+                  f"{c['tokens_per_s'] / 1e6:.2f} M tok/s, {c['tflops']:.0f} TFLOP/s, peak {c['peak_memory_bytes'] / 2**30:.2f} GiB, "
+                  f"{c['backend']}, acc {r.metrics['accuracy']:.4f}", flush=True)
+        sync()
+        wall = time.perf_counter() - t1
+        rows.append({"n": n, "all_folds_wall_seconds": wall})
+        print(f"N={n}: {len(folds)} folds in {wall:.1f} s wall-clock", flush=True)
+
+    result = {
+        "config": cfg.name, "config_hash": cfg.hash(), "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "torch": torch.__version__, "bars": len(bars), "prep_seconds": t_prep, "load_seconds": t_load,
+        "prepare_timings": prepared.timings, "rows": rows, "command": " ".join(sys.argv),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"engine-{device.type}.json"
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(result, indent=2, default=str))
+    os.replace(tmp, path)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
