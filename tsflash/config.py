@@ -12,6 +12,7 @@ default. Every run writes its resolved config (`to_dict`) into its run folder.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import tomllib
@@ -138,6 +139,8 @@ def _coerce(value, tp, key: str):
         return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is str and isinstance(value, datetime.date):  # TOML's bare dates (start = 2021-01-01)
+        return value.isoformat()
     if tp in (int, float, str, bool) and (type(value) is not tp):
         raise UserError(f"config key {key}: expected {tp.__name__}, got {value!r}")
     return value

@@ -101,6 +101,9 @@ class SweepOptions:
     reports_root: Path = DEFAULT_REPORTS
     command: str = ""  # the command line, for the report
     precision: bool = True  # run the precision oracle at each N
+    # Seconds after which no new trial is started (the run stops cleanly and the same command
+    # resumes it): for machines with a per-session time limit. None = no limit.
+    time_budget: float | None = None
 
 
 @dataclass
@@ -608,16 +611,17 @@ def _run_logging(run_dir: Path):
 
 
 def _git_commit() -> str | None:
+    """HEAD (+ "-dirty"), or $TSFLASH_GIT_COMMIT where the code runs from a copy without .git."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)
         if out.returncode != 0:
-            return None
+            return os.environ.get("TSFLASH_GIT_COMMIT")
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
                                text=True, timeout=5, cwd=Path(__file__).resolve().parent)
         return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return os.environ.get("TSFLASH_GIT_COMMIT")
 
 
 def package_versions() -> dict:
@@ -662,7 +666,7 @@ def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
         _write_run_meta(plan)
         complete = _run_cells(plan)
         if not complete:
-            log.info("other workers still run trials of this study; the last one to finish writes the report")
+            log.info("the study is unfinished (trials left to other workers, or to a rerun after --time-budget); the run that completes it writes the report")
             return run_dir
         from tsflash.report import build_report
 
@@ -770,6 +774,11 @@ def _run_cells(plan: SweepPlan) -> bool:
         while True:
             waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
             if not waiting:
+                break
+            budget = plan.options.time_budget
+            if budget is not None and time.monotonic() - t0 > budget:
+                log.info("time budget of %.0f s used: stopping before the next trial (%d still waiting); "
+                         "run the same command again to resume", budget, len(waiting))
                 break
             trial = study.ask()
             if trial.user_attrs.get("slot") is None:  # not enqueued: another worker took the last one

@@ -43,6 +43,9 @@ def register(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field after the preset, e.g. --set train.steps=3 (repeatable)")
     p.add_argument("--no-precision", action="store_true", help="skip the precision oracle at each N")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="start no new trial after this many seconds; rerun the same command to resume "
+                   "(for machines with a per-session time limit)")
     p.set_defaults(func=run)
 
 
@@ -82,6 +85,7 @@ def run(args) -> int:
         overrides=sweep.parse_overrides(args.overrides),
         command=_command_line(args),
         precision=not args.no_precision,
+        time_budget=args.time_budget,
     )
     plan = sweep.plan_sweep(opts)
     if plan.preset_note:
@@ -93,5 +97,5 @@ def run(args) -> int:
         print(f"report: {report}")
         print(f"        {run_dir / 'report.html'}")
     else:
-        print(f"run folder: {run_dir} (trials still running in other workers)")
+        print(f"run folder: {run_dir} (unfinished: trials left for another worker or a rerun of this command)")
     return 0
