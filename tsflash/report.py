@@ -378,6 +378,7 @@ def plot_cost(per_n: list[dict], path: Path) -> Path:
             ax.set_yscale("log")
         else:
             ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+            ax.set_ylim(bottom=0)  # a zoomed axis would turn a 0.4 % change into a cliff
     fig.suptitle("Cost against context length (mean over folds)")
     fig.tight_layout()
     return _save(fig, path)
@@ -406,18 +407,26 @@ def plot_benefit(rows: list[dict], per_n: list[dict], baselines: dict[str, dict]
 
 
 def plot_equity(rd: RunData, keys: list[str], path: Path) -> Path:
+    """Two panels: before fees (does the forecast carry any edge?) and after fees (can it be traded?).
+
+    Wealth is drawn on a log axis: a strategy that loses most of its capital to fees would
+    otherwise be a flat line at -100 % after a few weeks, hiding how fast it got there.
+    """
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(10, 4.2))
-    for key in keys:
-        s = rd.series[key]
-        style = "--" if key.startswith("baseline-") else "-"
-        ax.plot(s.days.astype("datetime64[D]"), np.cumprod(1 + s.net) - 1, style, label=label(key))
-    ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_ylabel("cumulative net return (after fees)")
-    ax.set_xlabel("UTC day (out-of-sample test blocks)")
-    ax.set_title("Net-of-fee equity curves, compounded daily")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.4), sharex=True)
+    for ax, field, title in ((axes[0], "gross", "before fees"), (axes[1], "net", "after fees")):
+        for key in keys:
+            s = rd.series[key]
+            style = "--" if key.startswith("baseline-") else "-"
+            wealth = np.cumprod(1 + np.asarray(getattr(s, field), dtype=float))
+            ax.plot(s.days.astype("datetime64[D]"), np.maximum(wealth, 1e-12), style, label=label(key))
+        ax.axhline(1, color="black", linewidth=0.6)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"wealth {title} (start = 1, log scale)")
+        ax.set_xlabel("UTC day (out-of-sample test blocks)")
+        ax.set_title(f"Equity curves {title}, compounded daily")
+        ax.grid(True, alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
     fig.autofmt_xdate()
     fig.tight_layout()
     return _save(fig, path)
@@ -710,9 +719,16 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
           f"({sel_out.get('first_day')} .. {sel_out.get('last_day')}). DSR trial count = {sel_out['n_trials']} complete "
           f"trials in the optuna study; Sharpe variance across trials = {_fmt(sr_var, '.3g')} (per-day Sharpe, ddof 1). "
           "Sharpe ratios per day; annualised with 365.")
+    def gross_sharpe(key: str) -> str:
+        """Per-day Sharpe before fees: whether the forecast has an edge at all, fees aside."""
+        s = rd.series.get(key)
+        g = np.asarray(s.gross, dtype=float) if s is not None else np.empty(0)
+        return _fmt(float(g.mean() / g.std(ddof=1))) if len(g) > 1 and g.std(ddof=1) > 0 else "n/a"
+
     cand_rows = []
     for r in sel_out["candidates"]:
         cand_rows.append([r["label"], _fmt(r["n_days"]), _fmt(r["mean_daily_net"], ".2e"), _fmt(r["total_net"], ".2%"),
+                          gross_sharpe(r["key"]),
                           _fmt(r["sharpe"]), _fmt(r["sharpe_annual"], ".2f"), _fmt(r["psr"], ".3f"), _fmt(r["dsr"], ".3f"),
                           _fmt(r.get("sr0")), _fmt(sel_out["n_trials"]), _fmt(sr_var, ".3g"),
                           "selected" if r["key"] == sel_out["verdict"].get("selected") else ""])
@@ -727,8 +743,8 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
             except Exception:
                 sr_s, ann = "n/a", "n/a"
             cand_rows.append([f"baseline: {label(k)}", _fmt(len(s.net)), _fmt(float(np.mean(s.net)), ".2e"),
-                              _fmt(float(np.prod(1 + s.net) - 1), ".2%"), sr_s, ann, "", "", "", "", "", "not a candidate"])
-    doc.table(["candidate", "days", "mean daily net", "total net", "Sharpe/day", "Sharpe/yr", "PSR(0)", "DSR",
+                              _fmt(float(np.prod(1 + s.net) - 1), ".2%"), gross_sharpe(k), sr_s, ann, "", "", "", "", "", "not a candidate"])
+    doc.table(["candidate", "days", "mean daily net", "total net", "gross Sharpe/day", "Sharpe/day", "Sharpe/yr", "PSR(0)", "DSR",
                "SR0/day", "trials", "V[SR]", ""], cand_rows)
     pbo = sel_out.get("pbo")
     if pbo:
