@@ -127,3 +127,45 @@ ax.set_ylabel("probability")
 ax.set_title(f"up/flat/down probabilities over one N={N} window")
 ax.legend()
 plt.show()
+
+# %% [markdown]
+# ## The published answer: cost and benefit against N
+# The sweep committed under `reports/h200-btcusdt-1m/` (H200, BTCUSDT 1m 2021-01..2025-06, five
+# walk-forward folds). `results.json` holds everything the report shows; here is its cost/benefit
+# core, next to the logistic-regression baseline.
+
+# %%
+run = REPO / "reports" / "h200-btcusdt-1m"
+results = json.loads((run / "results.json").read_text())
+print(results["verdict_sentence"])
+
+per_n = sorted(results["per_configuration"], key=lambda r: r["n"])
+ns = [r["n"] for r in per_n]
+logreg = results["baselines"]["baseline-logreg"]
+
+fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+axes[0].plot(ns, [r["tokens_per_s"] / 1e6 for r in per_n], "o-")
+axes[0].set_ylabel("training throughput (M tokens/s)")
+axes[0].set_title("cost: throughput")
+axes[1].plot(ns, [r["peak_memory_bytes"] / 2**30 for r in per_n], "o-")
+axes[1].set_ylim(bottom=0)
+axes[1].set_ylabel("peak GPU memory (GiB)")
+axes[1].set_title("cost: memory (flat: fused attention)")
+axes[2].errorbar(ns, [r["log_loss"] for r in per_n], yerr=[r["log_loss_std"] for r in per_n], fmt="o-", capsize=4,
+                 label="transformer (mean ± fold s.d.)")
+axes[2].axhline(logreg["log_loss"], linestyle="--", color="C3", label="logistic regression")
+axes[2].axhline(np.log(3), linestyle=":", color="gray", label="uniform guess")
+axes[2].set_ylabel("out-of-sample log-loss (nats)")
+axes[2].set_title("benefit: log-loss (lower is better)")
+axes[2].legend(fontsize=8)
+for ax in axes:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.set_xlabel("context length N (bars)")
+    ax.grid(True, alpha=0.3)
+fig.tight_layout()
+plt.show()
+
+for r in per_n:
+    print(f"N={r['n']:>6}: acc {r['accuracy']:.4f}  log-loss {r['log_loss']:.4f}  "
+          f"{r['tokens_per_s'] / 1e6:.2f} M tok/s  {r['tflops']:.0f} TFLOP/s  kernel {r['backend']}")
