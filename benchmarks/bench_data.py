@@ -1,8 +1,8 @@
 """Data-layer benchmark (figures for the README / closing notes, not a test).
 
-    python benchmarks/bench_data.py [--shared ../shared/data] [--repeat 5]
+    python benchmarks/bench_data.py --store STORE_ROOT [--repeat 5]
 
-1. load_bars of every bar in the shared store (4,131,128 1-minute bars): target <= 1.5 s.
+1. load_bars of every bar in a store holding all of 2017-08..2025-06 (4,131,128 1-minute bars): target <= 1.5 s.
 2. import of one year of daily Binance archive zips (365 files, generated from the shared 2023
    bars, millisecond timestamps as Binance wrote them then) into an empty store: <= 10 s.
 3. a second import of the same 365 files (idempotent: nothing written).
@@ -52,22 +52,22 @@ def make_daily_zips(bars: store.Bars, folder: Path, unit: str) -> list[Path]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--store", type=Path, required=True, help="store root holding all 2017-2025 BTCUSDT 1m bars")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    if not (args.shared / "btcusdt-1m").is_dir():
-        print(f"shared data not found at {args.shared}", file=sys.stderr)
+    if not (args.store / "btcusdt-1m").is_dir():
+        print(f"no btcusdt-1m bars under {args.store}", file=sys.stderr)
         return 1
 
-    store.load_bars(args.shared)  # warm the page cache
-    mn, med, bars = timed(lambda: store.load_bars(args.shared), args.repeat)
+    store.load_bars(args.store)  # warm the page cache
+    mn, med, bars = timed(lambda: store.load_bars(args.store), args.repeat)
     print(f"load_bars all: {len(bars):,} bars, min {mn:.3f} s, median {med:.3f} s (target <= 1.5 s)")
-    mn, med, gaps = timed(lambda: store.gap_table(args.shared), args.repeat)
+    mn, med, gaps = timed(lambda: store.gap_table(args.store), args.repeat)
     print(f"gap_table all: {len(gaps)} gaps, min {mn:.3f} s, median {med:.3f} s")
-    mn, med, day = timed(lambda: store.load_bars(args.shared, start="2023-03-24", end="2023-03-24"), args.repeat)
+    mn, med, day = timed(lambda: store.load_bars(args.store, start="2023-03-24", end="2023-03-24"), args.repeat)
     print(f"load_bars one day: {len(day):,} bars, min {mn * 1e3:.1f} ms, median {med * 1e3:.1f} ms")
 
-    year = store.load_bars(args.shared, start="2023-01-01", end="2023-12-31")
+    year = store.load_bars(args.store, start="2023-01-01", end="2023-12-31")
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "zips"
         src.mkdir()

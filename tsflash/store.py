@@ -1,6 +1,6 @@
 """The canonical bar store: one Parquet file per symbol, interval and UTC year.
 
-Layout (the same as `../shared/data`, so that folder is a valid store root):
+Layout (a folder of yearly Parquet files laid out so is a valid store root as it is):
 
     <root>/<symbol lower>-<interval>/<symbol lower>-<interval>-<YYYY>.parquet
 
