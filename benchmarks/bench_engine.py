@@ -12,8 +12,6 @@ configuration at N = 32768 over all five default folds in <= 120 s, preparation 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import sys
 import time
@@ -21,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from tsflash.atomic import write_json
 from tsflash.config import load_config
 from tsflash.engine import fold_data, prepare, run_fold
 from tsflash.store import load_bars
@@ -75,11 +74,7 @@ def main(argv=None) -> int:
         "torch": torch.__version__, "bars": len(bars), "prep_seconds": t_prep, "load_seconds": t_load,
         "prepare_timings": prepared.timings, "rows": rows, "command": " ".join(sys.argv),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"engine-{device.type}.json"
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=2, default=str))
-    os.replace(tmp, path)
+    path = write_json(args.out / f"engine-{device.type}.json", result, indent=2, default=str)
     print(f"wrote {path}")
     return 0
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from tsflash import atomic
 from tsflash import attention as attn
 from tsflash.errors import UserError
 
@@ -180,10 +181,7 @@ def attention_flops(batch: int, heads: int, n: int, head_dim: int) -> float:
 def write_json(path: Path, payload: dict) -> Path:
     import json
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
     return path
 
 
@@ -483,11 +481,9 @@ def plot_attention(result: dict, path: Path) -> Path:
     fig.suptitle(f"causal attention, {size}, {s['heads']} heads, d={s['head_dim']}, {s['dtype']}, "
                  f"{result['environment']['device']}", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.tmp-{os.getpid()}{path.suffix}")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    with atomic.atomic_path(path, keep_suffix=True) as tmp:  # savefig infers the format from the suffix
+        fig.savefig(tmp, dpi=120)
+        plt.close(fig)
     return path
 
 

@@ -49,7 +49,6 @@ import json
 import logging
 import math
 import numbers
-import os
 import resource
 import sys
 import time
@@ -62,6 +61,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tsflash import atomic
 from tsflash.config import ExperimentConfig
 from tsflash.errors import UserError
 from tsflash.features import Normalizer, as_tensor, compute_features
@@ -275,15 +275,10 @@ class FoldResult:
     def save(self, path) -> tuple[Path, Path]:
         """Write `<path>.npz` (arrays) then `<path>.json` (the rest), each atomically."""
         npz, js = self._paths(path)
-        npz.parent.mkdir(parents=True, exist_ok=True)
-        tmp = npz.with_name(f"{npz.name}.tmp-{os.getpid()}")
-        with open(tmp, "wb") as fh:
+        with atomic.atomic_path(npz) as tmp, open(tmp, "wb") as fh:  # a handle: np.savez would append ".npz"
             np.savez(fh, **{k: getattr(self, k) for k in _ARRAYS})
-        os.replace(tmp, npz)
         meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _ARRAYS}
-        tmp = js.with_name(f"{js.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(meta, indent=1, default=_json_default))
-        os.replace(tmp, js)
+        atomic.write_json(js, meta, indent=1, default=_json_default)
         return npz, js
 
     @classmethod
@@ -421,10 +416,8 @@ def flops_per_token(n_params: int, n_layers: int, d_model: int, n: int) -> float
 
 
 def _atomic_torch_save(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic.atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def run_fold(

@@ -33,7 +33,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tsflash import store
+from tsflash import atomic, store
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -174,14 +174,7 @@ def parse_checksum(text: bytes, name: str) -> str:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic.write_bytes(path, data)
 
 
 def is_verified(zip_path: Path) -> bool:

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tsflash import attention
+from tsflash import atomic, attention
 from tsflash.errors import UserError
 
 CHECKPOINT_FORMAT = "tsflash.model/1"
@@ -207,11 +207,9 @@ class CausalTransformer(nn.Module):
     def save(self, path: str | os.PathLike) -> Path:
         """Atomically write {format, config, state_dict} (tensors and plain types only)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
         state = {k: v.detach().cpu() for k, v in self.state_dict().items()}
-        torch.save({"format": CHECKPOINT_FORMAT, "config": dataclasses.asdict(self.config), "state_dict": state}, tmp)
-        os.replace(tmp, path)
+        with atomic.atomic_path(path) as tmp:
+            torch.save({"format": CHECKPOINT_FORMAT, "config": dataclasses.asdict(self.config), "state_dict": state}, tmp)
         return path
 
     @classmethod

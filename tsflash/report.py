@@ -30,12 +30,12 @@ import html
 import json
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from tsflash import atomic
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -353,10 +353,8 @@ def _log2_axis(ax, ns):
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
+    with atomic.atomic_path(path, keep_suffix=True) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")  # PNG whatever the suffix, as before
     _plt().close(fig)
     return path
 
@@ -556,9 +554,8 @@ def _write_parquet(rows: list[dict], path: Path, schema=None) -> None:
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pylist(rows, schema=schema)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic.atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def _daily_table(rd: RunData, path: Path) -> None:
@@ -579,9 +576,8 @@ def _daily_table(rd: RunData, path: Path) -> None:
     table = pa.table(cols, schema=schema)
     import pyarrow.parquet as pq
 
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic.atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def _clean(o):
@@ -602,9 +598,7 @@ def _clean(o):
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-import os
+import os  # noqa: F401 -- tests patch store.os.replace to simulate a killed write
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tsflash import atomic
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -434,11 +435,9 @@ def fingerprint(bars: Bars) -> dict:
 
 
 def atomic_write_parquet(table: pa.Table, path: Path) -> None:
-    """Write `table` to `path` through `<path>.tmp-<pid>` and os.replace: a killed write never
-    leaves a partial file under the real name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
+    """Write `table` to `path` atomically (tsflash.atomic): a killed write never leaves a partial
+    file under the real name."""
+    with atomic.atomic_path(path) as tmp:
         pq.write_table(
             table,
             tmp,
@@ -449,10 +448,6 @@ def atomic_write_parquet(table: pa.Table, path: Path) -> None:
             row_group_size=ROW_GROUP_SIZE,
             write_statistics=True,
         )
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _conform(table: pa.Table) -> pa.Table:

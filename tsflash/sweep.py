@@ -61,6 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tsflash import atomic
 from tsflash.config import EXPERIMENTS_DIR, ExperimentConfig, load_config
 from tsflash.errors import UserError
 
@@ -242,12 +243,8 @@ def read_json(path: Path) -> dict:
 
 
 def write_json(path: Path, obj) -> None:
-    """Atomic: `<name>.tmp-<pid>` in the same folder, then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_json_default))
-    os.replace(tmp, path)
+    """Atomic (tsflash.atomic): `<name>.tmp-<pid>` in the same folder, then os.replace."""
+    atomic.write_json(path, obj, indent=1, sort_keys=True, default=_json_default)
 
 
 def _json_default(o):
@@ -544,11 +541,8 @@ def write_daily_series(path: Path, parts: list[tuple[np.ndarray, np.ndarray, np.
     gross = np.concatenate([p[2] for p in parts])
     days, dnet = daily_returns(t, net)
     _, dgross = daily_returns(t, gross)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:  # a file handle: np.savez would append ".npz" to a name
+    with atomic.atomic_path(path) as tmp, open(tmp, "wb") as fh:  # a handle: np.savez would append ".npz"
         np.savez(fh, days=days.astype("datetime64[D]").astype(np.int64), net=dnet, gross=dgross)
-    os.replace(tmp, path)
     return {"days": days, "net": dnet, "gross": dgross}
 
 
