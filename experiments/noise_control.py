@@ -1,0 +1,427 @@
+"""The noise control (issue 6, deliverable 7): `tsflash sweep` on seeded random walks must fail the gates.
+
+Runs the sweep CLI (`python -m tsflash.cli sweep`, one process at a time) on
+`--data synthetic:random-walk:SEED` for SEED = 0 .. K-1 and for each fee setting (default 5 bps
+and 0 bps), with a small, fast configuration (`--preset cpu` plus `--set` overrides), reads each
+run's results.json and writes
+
+    reports/noise-control/summary.json   every run's verdict and the pass rates (machine-readable)
+    reports/noise-control/summary.md     the same as tables, with the gate rule and nominal rates
+
+The bars are a driftless random walk, so the sign of future returns is unpredictable by
+construction: the selected context length should pass the DSR gate at about its nominal
+false-positive rate (about 1 - min_dsr = 5%) or less, and both gates at most that often. At 5 bps
+every strategy loses to fees, so that setting fails trivially; 0 bps is the setting that tests
+the gates. Each sweep writes its run folder under a scratch folder (a temporary one, removed at
+the end, unless --workdir is given; a --workdir keeps the run folders and a rerun reuses the
+finished ones).
+
+    python experiments/noise_control.py                     # K = 10 seeds x {5, 0} bps
+    python experiments/noise_control.py --seeds 8 --fees 0  # 8 seeds at 0 bps only
+    python experiments/noise_control.py --workdir /tmp/nc --set train.steps=24
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("noise_control")
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = Path("reports") / "noise-control"  # relative to the repository root
+
+# The small CPU configuration: ~20 s per sweep on one CPU thread. `--preset cpu` first, then these.
+DEFAULT_LENGTHS = "32,64,128,256"
+DEFAULT_START, DEFAULT_END = "2024-01-01", "2024-05-31"  # 152 days of 1-minute bars
+DEFAULT_OVERRIDES = [
+    "splits.n_folds=2",
+    "splits.test_days=40",  # 2 x 40 = 80 out-of-sample days (>= 64) for the daily CSCV with 16 blocks
+    "model.d_model=16",
+    "model.n_layers=1",
+    "model.n_heads=2",
+    "train.steps=12",
+    "train.tokens_per_step=8192",
+    "train.warmup_steps=2",
+    "eval.baseline_lags=2",  # the logistic baseline is reported, not gated: keep it cheap
+]
+
+GATE_RULE = (
+    "The sweep selects the candidate (context length N) with the highest daily net Sharpe ratio "
+    "(first on ties). passes_dsr: its Deflated Sharpe Ratio DSR = PSR(SR0) >= min_dsr, where PSR "
+    "is the probabilistic Sharpe ratio of its daily net returns (skew and kurtosis adjusted) and "
+    "SR0 the expected maximum Sharpe ratio of n_trials skill-less trials with the sample variance "
+    "of the study's trial Sharpe ratios (Bailey & Lopez de Prado 2014). passes_pbo: the "
+    "Probability of Backtest Overfitting by CSCV over the candidates' daily net returns "
+    "(16 contiguous blocks) is <= max_pbo. passed: both. A run whose gates cannot be evaluated "
+    "(e.g. fewer than 2 candidates with a defined Sharpe ratio) counts as not passing."
+)
+NOMINAL_NOTE = (
+    "Nominal rates under the null (no skill): the DSR gate is a one-sided test at level "
+    "1 - min_dsr (5% for min_dsr = 0.95) once selection among n_trials is deflated; passing both "
+    "gates can only be rarer than passing the DSR gate. The PBO gate has no fixed nominal rate: on "
+    "noise PBO scatters around 0.5 (biased upward by CSCV's symmetric splits), so PBO <= 0.5 alone "
+    "passes noise up to about half of the time; it is a guard against overfit selection, not a test "
+    "of size 5%. A pass rate clearly above the nominal 5% (see the binomial tail p-value) would mean "
+    "the gate, or the pipeline (leakage), lets noise through. With fees, candidates that all lose can "
+    "still rank stably (by turnover, i.e. fee drag), so PBO can be low on noise; the DSR gate (a Sharpe "
+    "ratio confidently above SR0 >= 0) is what rejects them."
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading runs and summarising (pure functions: tests/test_noise_control.py checks them)
+
+
+def _num(x) -> float | None:
+    """A finite float, or None (NaN, missing)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def row_from_results(results: dict, fee_bps: float, seed: int) -> dict:
+    """One summary row from a run's results.json (tsflash/report.py): the verdict and the selected candidate."""
+    v = results.get("verdict") or {}
+    sel = results.get("selection") or {}
+    cands = sel.get("candidates") or []
+    chosen = next((c for c in cands if c.get("key") == v.get("selected")), {})
+    pbo = sel.get("pbo") or {}
+    return {
+        "fee_bps": float(fee_bps),
+        "seed": int(seed),
+        "ok": True,
+        "selected": v.get("selected"),
+        "selected_label": v.get("selected_label"),
+        "sharpe": _num(chosen.get("sharpe")),
+        "sharpe_annual": _num(chosen.get("sharpe_annual")),
+        "total_net": _num(chosen.get("total_net")),
+        "dsr": _num(v.get("dsr")),
+        "sr0": _num(chosen.get("sr0")),
+        "pbo": _num(v.get("pbo")),
+        "pbo_blocks": pbo.get("n_blocks"),
+        "passes_dsr": bool(v.get("passes_dsr", False)),
+        "passes_pbo": bool(v.get("passes_pbo", False)),
+        "passed": bool(v.get("passed", False)),
+        "n_trials": sel.get("n_trials"),
+        "n_days": sel.get("n_days"),
+        "min_dsr": _num(v.get("min_dsr", sel.get("min_dsr"))),
+        "max_pbo": _num(v.get("max_pbo", sel.get("max_pbo"))),
+        "candidate_sharpes": {c.get("key"): _num(c.get("sharpe")) for c in cands},
+        "reasons": list(v.get("reasons") or []),
+    }
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """95% Wilson score interval of a binomial proportion k / n ((0, 1) when n = 0)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def binom_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): how surprising k passes are at the nominal rate p."""
+    if k <= 0:
+        return 1.0
+    return float(min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))))
+
+
+def _rate(k: int, n: int, nominal: float | None) -> dict:
+    lo, hi = wilson_interval(k, n)
+    out = {"passes": k, "runs": n, "rate": (k / n) if n else None, "wilson95": [lo, hi], "nominal": nominal}
+    if nominal is not None and n:
+        out["p_value_at_nominal"] = binom_tail(k, n, nominal)  # one-sided: P(>= k passes | nominal rate)
+    return out
+
+
+def summarize(rows: list[dict], min_dsr: float = 0.95, max_pbo: float = 0.5) -> dict:
+    """Pass rates per fee setting from summary rows (`row_from_results`, or {"ok": False, ...} for a failed run).
+
+    Rates count only runs that finished (ok); failed runs are listed. Nominal: the DSR gate 1 - min_dsr,
+    both gates the same upper bound, the PBO gate none (see NOMINAL_NOTE).
+    """
+    nominal_dsr = round(1.0 - min_dsr, 10)
+    by_fee: dict[str, dict] = {}
+    for fee in sorted({float(r["fee_bps"]) for r in rows}, reverse=True):
+        rs = sorted((r for r in rows if float(r["fee_bps"]) == fee), key=lambda r: r["seed"])
+        ok = [r for r in rs if r.get("ok")]
+        n = len(ok)
+        # Diagnostic for leakage: on noise every candidate's daily Sharpe has mean 0 (unlike the
+        # selected one's, biased upward by the selection). Mean and t over all candidates of all seeds.
+        all_sr = [s for r in ok for s in (r.get("candidate_sharpes") or {}).values() if s is not None]
+        mean_sr = sum(all_sr) / len(all_sr) if all_sr else None
+        sd_sr = (math.sqrt(sum((s - mean_sr) ** 2 for s in all_sr) / (len(all_sr) - 1))
+                 if len(all_sr) >= 2 else None)
+        per_seed_means = [sum(v for v in r["candidate_sharpes"].values() if v is not None)
+                          / max(1, sum(v is not None for v in r["candidate_sharpes"].values()))
+                          for r in ok if any(v is not None for v in (r.get("candidate_sharpes") or {}).values())]
+        t_seed = None
+        if len(per_seed_means) >= 2:
+            m = sum(per_seed_means) / len(per_seed_means)
+            s = math.sqrt(sum((x - m) ** 2 for x in per_seed_means) / (len(per_seed_means) - 1))
+            t_seed = m / (s / math.sqrt(len(per_seed_means))) if s > 0 else None
+        by_fee[f"{fee:g}"] = {
+            "fee_bps": fee,
+            "seeds": [r["seed"] for r in rs],
+            "runs_ok": n,
+            "runs_failed": [r["seed"] for r in rs if not r.get("ok")],
+            "dsr": _rate(sum(r["passes_dsr"] for r in ok), n, nominal_dsr),
+            "pbo": _rate(sum(r["passes_pbo"] for r in ok), n, None),
+            "both": _rate(sum(r["passed"] for r in ok), n, nominal_dsr),
+            "mean_selected_sharpe": (sum(r["sharpe"] for r in ok if r["sharpe"] is not None)
+                                     / max(1, sum(r["sharpe"] is not None for r in ok))) if ok else None,
+            "mean_candidate_sharpe": mean_sr,
+            "sd_candidate_sharpe": sd_sr,
+            "t_mean_candidate_sharpe_over_seeds": t_seed,
+            "median_pbo": _median([r["pbo"] for r in ok if r["pbo"] is not None]),
+            "median_dsr": _median([r["dsr"] for r in ok if r["dsr"] is not None]),
+        }
+    total_ok = sum(v["runs_ok"] for v in by_fee.values())
+    return {
+        "min_dsr": min_dsr,
+        "max_pbo": max_pbo,
+        "gate_rule": GATE_RULE,
+        "nominal_note": NOMINAL_NOTE,
+        "runs": total_ok,
+        "by_fee": by_fee,
+        "rows": sorted(rows, key=lambda r: (-float(r["fee_bps"]), r["seed"])),
+    }
+
+
+def _median(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
+
+
+def _f(x, spec: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _pct(rate: dict) -> str:
+    if not rate["runs"]:
+        return "n/a"
+    lo, hi = rate["wilson95"]
+    return f"{rate['passes']}/{rate['runs']} = {rate['rate']:.0%} [{lo:.0%}, {hi:.0%}]"
+
+
+def render_markdown(summary: dict, meta: dict | None = None) -> str:
+    """summary.md: pass-rate table, per-run table, the gate rule, nominal rates and how it was run."""
+    meta = meta or {}
+    lines = ["# Noise control: the sweep on seeded random walks", ""]
+    lines += ["The bars are a seeded random walk (`--data synthetic:random-walk:SEED`): the sign of future "
+              "returns is unpredictable by construction, so the sweep must not pass the selection gates more "
+              "often than their nominal rate.", ""]
+    lines += ["## Pass rates", "",
+              f"Gates: DSR >= {summary['min_dsr']:g}, PBO <= {summary['max_pbo']:g}. Rates with 95% Wilson "
+              "intervals; p = P(at least that many passes | nominal rate), binomial.", "",
+              "| fee (bps) | runs | passes DSR | passes PBO | passes both | nominal (DSR, both) | p (DSR) | p (both) "
+              "| median DSR | median PBO | mean Sharpe, all candidates (t over seeds) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for fee in summary["by_fee"].values():
+        d, b = fee["dsr"], fee["both"]
+        lines.append(
+            f"| {fee['fee_bps']:g} | {fee['runs_ok']}"
+            + (f" ({len(fee['runs_failed'])} failed)" if fee["runs_failed"] else "")
+            + f" | {_pct(d)} | {_pct(fee['pbo'])} | {_pct(b)} | <= {d['nominal']:.0%} "
+            f"| {_f(d.get('p_value_at_nominal'))} | {_f(b.get('p_value_at_nominal'))} "
+            f"| {_f(fee['median_dsr'])} | {_f(fee['median_pbo'])} "
+            f"| {_f(fee['mean_candidate_sharpe'], '.4f')} ({_f(fee['t_mean_candidate_sharpe_over_seeds'], '.2f')}) |"
+        )
+    lines += ["", "## Every run", "",
+              "| fee (bps) | seed | selected | daily Sharpe | DSR | PBO | DSR gate | PBO gate | both |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    yn = {True: "pass", False: "fail"}
+    for r in summary["rows"]:
+        if not r.get("ok"):
+            lines.append(f"| {r['fee_bps']:g} | {r['seed']} | run failed: {r.get('error', '?')} | | | | | | |")
+            continue
+        lines.append(f"| {r['fee_bps']:g} | {r['seed']} | {r.get('selected_label') or r.get('selected')} "
+                     f"| {_f(r['sharpe'], '.4f')} | {_f(r['dsr'])} | {_f(r['pbo'])} "
+                     f"| {yn[r['passes_dsr']]} | {yn[r['passes_pbo']]} | {yn[r['passed']]} |")
+    lines += ["", "## The rule", "", summary["gate_rule"], "", summary["nominal_note"], "",
+              "The last column of the first table is a leakage check: every candidate's daily net Sharpe "
+              "ratio has mean 0 on noise (the selected one's does not: it is the maximum of several), so a "
+              "mean clearly away from 0 (|t| well above 2 over seeds) would point at leakage or a bias in "
+              "the pipeline even when the gates hold.", ""]
+    if meta:
+        lines += ["## How it was run", ""]
+        if meta.get("command"):
+            lines += ["```", meta["command"], "```", ""]
+        if meta.get("sweep_command"):
+            lines += ["Each sweep (SEED and FEE filled in):", "", "```", meta["sweep_command"], "```", ""]
+        items = []
+        for key, text in (("started", "started (UTC)"), ("runtime_s", "runtime (s)"),
+                          ("mean_sweep_s", "mean time per sweep (s)"), ("git_commit", "git commit"),
+                          ("machine", "machine")):
+            if meta.get(key) is not None:
+                val = meta[key]
+                items.append(f"- {text}: {val:.0f}" if isinstance(val, float) else f"- {text}: {val}")
+        lines += items + [""]
+    return "\n".join(lines)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `path` through a temporary name in the same folder, then os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the sweeps
+
+
+def sweep_argv(seed: int, fee_bps: float, run_dir: Path, args) -> list[str]:
+    argv = [sys.executable, "-m", "tsflash.cli", "sweep", "--preset", "cpu", "--device", args.device,
+            "--data", f"synthetic:random-walk:{seed}", "--lengths", args.lengths,
+            "--start", args.start, "--end", args.end, "--out", str(run_dir), "--no-precision"]
+    for item in [*DEFAULT_OVERRIDES, *args.overrides, f"eval.fee_bps={fee_bps:g}"]:
+        argv += ["--set", item]
+    return argv
+
+
+def run_one(seed: int, fee_bps: float, workdir: Path, args) -> tuple[dict, float]:
+    """Run (or reuse) one sweep; returns its summary row and the seconds spent."""
+    run_dir = workdir / f"fee{fee_bps:g}bps-seed{seed}"
+    results_path = run_dir / "results.json"
+    t0 = time.monotonic()
+    done = False
+    if results_path.exists():
+        try:
+            done = json.loads((run_dir / "run.json").read_text()).get("status") == "complete"
+        except (OSError, ValueError):
+            done = False
+    if done:
+        log.info("fee %g bps, seed %d: reusing the finished run %s", fee_bps, seed, run_dir)
+    else:
+        argv = sweep_argv(seed, fee_bps, run_dir, args)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log.info("fee %g bps, seed %d: %s", fee_bps, seed, shlex.join(argv[1:]))
+        # One thread: on a small shared CPU, torch's thread pool under contention is many times slower.
+        env = dict(os.environ)
+        if args.threads > 0:
+            for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+                env[var] = str(args.threads)
+        with open(run_dir / "noise-control-stdout.txt", "w") as fh:
+            proc = subprocess.run(argv, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        if proc.returncode != 0 or not results_path.exists():
+            tail = (run_dir / "noise-control-stdout.txt").read_text().splitlines()[-5:]
+            log.error("fee %g bps, seed %d: sweep failed (exit %d): %s", fee_bps, seed, proc.returncode, " | ".join(tail))
+            return ({"fee_bps": float(fee_bps), "seed": seed, "ok": False,
+                     "error": f"exit {proc.returncode}: {tail[-1] if tail else ''}"[:200]}, time.monotonic() - t0)
+    results = json.loads(results_path.read_text())
+    row = row_from_results(results, fee_bps, seed)
+    row["seconds"] = time.monotonic() - t0
+    row["git_commit"] = (results.get("reproducibility") or {}).get("git_commit")
+    log.info("fee %g bps, seed %d: selected %s, daily Sharpe %s, DSR %s, PBO %s -> %s (%.0f s)", fee_bps, seed,
+             row["selected_label"], _f(row["sharpe"], ".4f"), _f(row["dsr"]), _f(row["pbo"]),
+             "PASS" if row["passed"] else "fail", row["seconds"])
+    return row, row["seconds"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--seeds", type=int, default=10, help="number of synthetic seeds K: seeds 0..K-1 (default 10)")
+    p.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--fees", default="5,0", help="comma-separated fee settings in bps (default 5,0)")
+    p.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"context lengths (default {DEFAULT_LENGTHS})")
+    p.add_argument("--start", default=DEFAULT_START, help=f"first day of the synthetic range (default {DEFAULT_START})")
+    p.add_argument("--end", default=DEFAULT_END, help=f"last day, inclusive (default {DEFAULT_END})")
+    p.add_argument("--device", default="cpu", help="sweep device (default cpu)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="OMP/MKL threads of each sweep process; 0 leaves the environment alone (default 1)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra sweep config override, after the built-in ones (repeatable)")
+    p.add_argument("--workdir", type=Path, help="keep run folders here (default: a temporary folder, removed at the end)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="summary folder (default: reports/noise-control in the repository)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if args.seeds < 1:
+        p.error("--seeds must be >= 1")
+    fees = [float(x) for x in args.fees.split(",") if x.strip()]
+    out_dir = args.out if args.out is not None else REPO / DEFAULT_OUT
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+
+    temp = args.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="tsflash-noise-")) if temp else args.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    rows, secs = [], []
+    try:
+        for fee in fees:
+            for seed in seeds:
+                row, s = run_one(seed, fee, workdir, args)
+                rows.append(row)
+                secs.append(s)
+    finally:
+        if temp:
+            shutil.rmtree(workdir, ignore_errors=True)
+    runtime = time.monotonic() - t0
+
+    ok = [r for r in rows if r.get("ok")]
+    min_dsr = next((r["min_dsr"] for r in ok if r.get("min_dsr") is not None), 0.95)
+    max_pbo = next((r["max_pbo"] for r in ok if r.get("max_pbo") is not None), 0.5)
+    summary = summarize(rows, min_dsr=min_dsr, max_pbo=max_pbo)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if "--workdir" in words:  # a scratch location: it changes no result, and names this machine
+        i = words.index("--workdir")
+        del words[i:i + 2]
+    words = [w for w in words if not w.startswith("--workdir=")]
+    command = "python experiments/noise_control.py" + (" " + shlex.join(words) if words else "")
+    template = sweep_argv(0, 0.0, Path("WORKDIR/feeFEEbps-seedSEED"), args)
+    template = (shlex.join(["python", *template[1:]]).replace("synthetic:random-walk:0", "synthetic:random-walk:SEED")
+                .replace("eval.fee_bps=0", "eval.fee_bps=FEE"))
+    import platform
+
+    meta = {
+        "command": command,
+        "sweep_command": template,
+        "started": started,
+        "runtime_s": runtime,
+        "mean_sweep_s": sum(secs) / len(secs) if secs else None,
+        "seeds": seeds,
+        "fees_bps": fees,
+        "lengths": args.lengths,
+        "range": [args.start, args.end],
+        "overrides": [*DEFAULT_OVERRIDES, *args.overrides],
+        "git_commit": next((r.get("git_commit") for r in ok if r.get("git_commit")), None),
+        "machine": f"{platform.machine()}, {os.cpu_count()} logical cores, {args.threads or 'default'} thread(s) per sweep",
+    }
+    summary["meta"] = meta
+    write_atomic(out_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    write_atomic(out_dir / "summary.md", render_markdown(summary, meta))
+    for fee in summary["by_fee"].values():
+        log.info("fee %g bps: DSR %s, PBO %s, both %s", fee["fee_bps"], _pct(fee["dsr"]), _pct(fee["pbo"]), _pct(fee["both"]))
+    log.info("wrote %s and %s in %.0f s", out_dir / "summary.json", out_dir / "summary.md", runtime)
+    return 1 if any(not r.get("ok") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

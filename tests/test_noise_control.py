@@ -1,0 +1,95 @@
+"""experiments/noise_control.py: the summarising functions on a tiny fake results list (no sweeps run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "noise_control.py"
+
+
+@pytest.fixture(scope="module")
+def nc():
+    spec = importlib.util.spec_from_file_location("noise_control", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fake_results(selected: str, sharpes: dict, dsr, pbo, min_dsr=0.95, max_pbo=0.5) -> dict:
+    """The parts of a run's results.json (tsflash/report.py) that the script reads."""
+    passes_dsr = dsr is not None and dsr >= min_dsr
+    passes_pbo = pbo is not None and pbo <= max_pbo
+    return {
+        "verdict": {"selected": selected, "selected_label": f"N={selected[1:]}", "dsr": dsr, "pbo": pbo,
+                    "passes_dsr": passes_dsr, "passes_pbo": passes_pbo, "passed": passes_dsr and passes_pbo,
+                    "min_dsr": min_dsr, "max_pbo": max_pbo, "reasons": ["r1", "r2", "r3"]},
+        "selection": {"n_trials": len(sharpes), "n_days": 80, "min_dsr": min_dsr, "max_pbo": max_pbo,
+                      "pbo": {"n_blocks": 16} if pbo is not None else None,
+                      "candidates": [{"key": k, "sharpe": v, "sharpe_annual": v * math.sqrt(365),
+                                      "dsr": dsr if k == selected else 0.1, "sr0": 0.05, "total_net": 0.0}
+                                     for k, v in sharpes.items()]},
+        "reproducibility": {"git_commit": "abc"},
+    }
+
+
+def test_row_from_results(nc):
+    row = nc.row_from_results(fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.97, 0.4), fee_bps=0, seed=3)
+    assert row["seed"] == 3 and row["fee_bps"] == 0.0 and row["ok"]
+    assert row["selected"] == "n64" and row["sharpe"] == pytest.approx(0.2)
+    assert row["dsr"] == pytest.approx(0.97) and row["pbo"] == pytest.approx(0.4)
+    assert row["passes_dsr"] and row["passes_pbo"] and row["passed"]
+    assert row["candidate_sharpes"] == {"n32": 0.1, "n64": 0.2}
+    # a run whose gates could not be evaluated (no PBO, NaN DSR) is a failing row, not an error
+    bad = nc.row_from_results(fake_results("n32", {"n32": float("nan"), "n64": float("nan")}, float("nan"), None), 5, 0)
+    assert bad["dsr"] is None and bad["pbo"] is None and not bad["passed"]
+
+
+def test_summarize_pass_rates_and_markdown(nc):
+    rows = []
+    # 0 bps: 4 seeds; DSR passes on seeds 0 and 1, PBO passes on 0, 2, 3 -> both only on seed 0
+    for seed, (dsr, pbo) in enumerate([(0.97, 0.3), (0.96, 0.7), (0.5, 0.2), (0.1, 0.4)]):
+        rows.append(nc.row_from_results(fake_results("n64", {"n32": 0.1, "n64": 0.3}, dsr, pbo), 0, seed))
+    # 5 bps: 2 seeds that fail everything, and one failed run (excluded from the rates)
+    for seed in range(2):
+        rows.append(nc.row_from_results(fake_results("n32", {"n32": -0.5, "n64": -0.7}, 0.0, 0.9), 5, seed))
+    rows.append({"fee_bps": 5.0, "seed": 2, "ok": False, "error": "exit 1: boom"})
+
+    s = nc.summarize(rows)
+    assert list(s["by_fee"]) == ["5", "0"]  # the default fee first
+    z = s["by_fee"]["0"]
+    assert z["runs_ok"] == 4 and z["runs_failed"] == []
+    assert (z["dsr"]["passes"], z["dsr"]["rate"]) == (2, 0.5)
+    assert (z["pbo"]["passes"], z["pbo"]["rate"]) == (3, 0.75)
+    assert (z["both"]["passes"], z["both"]["rate"]) == (1, 0.25)
+    assert z["dsr"]["nominal"] == pytest.approx(0.05) and z["pbo"]["nominal"] is None
+    lo, hi = z["both"]["wilson95"]
+    assert 0 < lo < 0.25 < hi < 1
+    # P(X >= 1 | n = 4, p = 0.05) = 1 - 0.95^4
+    assert z["both"]["p_value_at_nominal"] == pytest.approx(1 - 0.95**4)
+    assert z["median_dsr"] == pytest.approx((0.5 + 0.96) / 2)
+    assert z["mean_candidate_sharpe"] == pytest.approx(0.2)
+    f = s["by_fee"]["5"]
+    assert f["runs_ok"] == 2 and f["runs_failed"] == [2]
+    assert f["dsr"]["passes"] == f["pbo"]["passes"] == f["both"]["passes"] == 0 and f["both"]["rate"] == 0.0
+    assert f["both"]["p_value_at_nominal"] == 1.0
+    json.dumps(s)  # JSON-serialisable as written
+
+    md = nc.render_markdown(s, {"command": "python experiments/noise_control.py --seeds 4", "runtime_s": 12.0})
+    assert "| 0 | 4 | 2/4 = 50%" in md
+    assert "3/4 = 75%" in md and "1/4 = 25%" in md
+    assert "| 5 | 2 (1 failed) | 0/2 = 0%" in md
+    assert "run failed: exit 1: boom" in md
+    assert "DSR >= 0.95, PBO <= 0.5" in md and "python experiments/noise_control.py --seeds 4" in md
+    assert md.count("| 0 | ") >= 5  # the rate row and the 4 run rows
+
+
+def test_write_atomic(nc, tmp_path):
+    p = tmp_path / "sub" / "summary.md"
+    nc.write_atomic(p, "a")
+    nc.write_atomic(p, "b")
+    assert p.read_text() == "b" and [x.name for x in p.parent.iterdir()] == ["summary.md"]
