@@ -368,3 +368,21 @@ def test_synthetic_data_has_the_configured_bar_count():
     assert len(bars) == 3 * 1440 and source == {"kind": "synthetic", "source": "synthetic:random-walk:5", "seed": 5}
     again, _ = load_data(cfg, "synthetic:random-walk:5", default_seed=0)
     assert np.array_equal(again.close, bars.close)
+
+
+def test_a_new_run_that_fails_before_any_cell_leaves_no_folder(tmp_path, monkeypatch):
+    from tsflash import fetch
+    from tsflash.sweep import SweepOptions, run_sweep
+
+    def offline(**kw):
+        raise UserError("network error (after 5 attempts)")
+
+    monkeypatch.setattr(fetch, "fetch", offline)
+    store = tmp_path / "store"
+    store.mkdir()
+    out = tmp_path / "reports" / "run"
+    opts = SweepOptions(lengths=[32, 64], data=str(store), out=out, device="cpu", preset="cpu",
+                        start="2024-01-01", end="2024-01-31", precision=False, reports_root=tmp_path / "reports")
+    with pytest.raises(UserError, match="offline\\? import a local folder instead"):
+        run_sweep(opts)
+    assert not out.exists()

@@ -652,7 +652,20 @@ def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
     if isinstance(plan, SweepOptions):
         plan = plan_sweep(plan)
     run_dir = plan.run_dir
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run_in_folder(plan)
+    except UserError:
+        # A new run that failed before finishing any cell (no data, offline, ...) leaves no
+        # empty run folder behind for the next command to "resume".
+        if created and not (run_dir / "cells").exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _run_in_folder(plan: SweepPlan) -> Path:
+    run_dir = plan.run_dir
     with _run_logging(run_dir):
         if plan.preset_note:
             log.warning("%s", plan.preset_note)
