@@ -172,3 +172,23 @@ def test_report_needs_neither_torch_nor_optuna(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert (run / "report.html").exists()
+
+
+def test_a_slot_completed_twice_counts_as_one_trial():
+    """Two workers of a shared study may both finish a slot; the DSR must not count it twice."""
+    from types import SimpleNamespace
+
+    from tsflash.report import selection
+
+    rng = np.random.default_rng(0)
+    days = np.arange(np.datetime64("2024-01-01"), np.datetime64("2024-05-01"))
+    series = {f"n{n}": SimpleNamespace(key=f"n{n}", days=days, net=rng.normal(0, 0.01, len(days)),
+                                       gross=rng.normal(0, 0.01, len(days))) for n in (32, 64)}
+    trials = [{"state": "COMPLETE", "slot": f"{k}/0", "key": k, "value": 0.01 * i}
+              for i, k in enumerate(series)]
+    trials.append(dict(trials[1], value=0.02))  # the same slot, finished again by another worker
+    rd = SimpleNamespace(config={"selection": {"min_dsr": 0.95, "max_pbo": 0.5, "cscv_blocks": 4}},
+                         trial_keys=list(series), ledger={"trials": trials}, series=series,
+                         cells=[{"key": k, "n": int(k[1:])} for k in series])
+    out = selection(rd)
+    assert out["n_trials"] == 2

@@ -211,7 +211,14 @@ def selection(rd: RunData) -> dict:
 
     cfg_sel = rd.config["selection"]
     keys = rd.trial_keys
-    complete = [t for t in rd.ledger.get("trials", []) if t["state"] == "COMPLETE" and t.get("value") is not None]
+    complete, seen = [], set()
+    for t in rd.ledger.get("trials", []):
+        # One trial per configuration slot: two workers of a shared study can both run a slot
+        # (they enqueue it before either sees the other's), and a repeat is not a new trial.
+        slot = t.get("slot") or t.get("key") or t.get("number")
+        if t["state"] == "COMPLETE" and t.get("value") is not None and slot not in seen:
+            seen.add(slot)
+            complete.append(t)
     n_trials = max(len(complete), len(keys))
     trial_sharpes = np.array([t["value"] for t in complete], dtype=float)
     if len(trial_sharpes) < len(keys):  # ledger missing (should not happen): use the candidates
