@@ -178,6 +178,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         raise UserError(f"splits.scheme must be 'expanding' or 'rolling', got {cfg.splits.scheme!r}")
     if cfg.labels.horizon < 1:
         raise UserError(f"labels.horizon must be >= 1 bar, got {cfg.labels.horizon}")
+    if 0 <= cfg.splits.purge < cfg.labels.horizon:
+        raise UserError(
+            f"splits.purge={cfg.splits.purge} must be >= labels.horizon={cfg.labels.horizon} (or -1 for the horizon): "
+            "a shorter purge lets training labels look into the test block"
+        )
     if not 0 < cfg.labels.flat_fraction < 1:
         raise UserError(f"labels.flat_fraction must be in (0, 1), got {cfg.labels.flat_fraction}")
     if cfg.data.start > cfg.data.end:

@@ -393,11 +393,15 @@ def predict_range(model, features: torch.Tensor, lo: int, hi: int, n: int, batch
     return bars, ctx, probs
 
 
-def _val_loss(model, fd: FoldData, n: int, batch_tokens: int, device) -> float:
-    """Mean CE of the labelled bars of the validation tail, scored like test bars."""
+def _val_loss(model, fd: FoldData, features: torch.Tensor, labels: torch.Tensor, n: int, batch_tokens: int,
+              device) -> float:
+    """Mean CE of the labelled bars of the validation tail, scored like test bars.
+
+    features, labels : the fold's inputs already on the model's `device` (FoldData's may live elsewhere).
+    """
     lo, hi = fd.val
-    bars, _, probs = predict_range(model, fd.features, lo, hi, n, batch_tokens, device)
-    y = fd.labels[bars]
+    bars, _, probs = predict_range(model, features, lo, hi, n, batch_tokens, device)
+    y = labels[bars]
     valid = y >= 0
     nll = -torch.log(probs.gather(1, y.clamp_min(0)[:, None]).squeeze(1).clamp_min(1e-12))
     return float((nll * valid).sum() / valid.sum().clamp_min(1))
@@ -571,7 +575,7 @@ def run_fold(
             t_mark = None
         if validate:
             model.eval()
-            vl = _val_loss(fwd_model, fd, n, cfg.eval.batch_tokens, device)
+            vl = _val_loss(fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device)
             model.train()
             if vl < state["best_loss"]:
                 best = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
@@ -664,7 +668,9 @@ def run_baselines(prepared: Prepared, fold: int, fold_inputs: FoldData | None = 
     if k < 1:
         raise UserError(f"eval.baseline_lags must be >= 1, got {k}")
     y_all = fd.labels.cpu().numpy()
-    train = fd.train_idx[y_all[fd.train_idx] >= 0]
+    # The rows the transformer fits on (the training range less any purged validation tail), so
+    # that the baselines never see more recent data than the model they are compared with.
+    train = fd.fit_idx[y_all[fd.fit_idx] >= 0]
     if len(train) == 0:
         raise UserError(f"fold {fold}: no labelled training bar for the baselines")
     out = {}
