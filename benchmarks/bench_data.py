@@ -37,7 +37,7 @@ def timed(fn, repeat: int) -> tuple[float, float, object]:
 
 
 def make_daily_zips(bars: store.Bars, folder: Path, unit: str) -> list[Path]:
-    day = bars.open_time // store.DAY_US
+    day = bars.open_time // store.US_PER_DAY
     bounds = np.flatnonzero(np.diff(day)) + 1
     paths = []
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(day)]):

@@ -29,7 +29,7 @@ def test_overrides_apply_and_toml_dates_become_strings():
         ({"train": {"stepz": 3}}, r"unknown config key 'train.stepz'; known keys here: .*steps"),
         ({"train": {"steps": "many"}}, r"config key train.steps: expected int, got 'many'"),
         ({"train": 5}, r"config key train: expected a table, got 5"),
-        ({"lengths": [512, 100]}, r"lengths: every context length must be a power of two >= 2, got 100"),
+        ({"lengths": [512, 100]}, r"lengths: every length must be a power of two >= 2, got 100"),
         ({"train": {"tokens_per_step": 1000}}, r"train.tokens_per_step=1000 must be a multiple of every context length"),
         ({"splits": {"purge": 3}}, r"splits.purge=3 must be >= labels.horizon=15 .*look into the test block"),
         ({"data": {"start": "2025-01-01", "end": "2024-01-01"}}, r"data range: end 2024-01-01 is before start 2025-01-01"),

@@ -172,8 +172,8 @@ def test_write_year_files_merge_rules(tmp_path):
 
 
 def test_to_us_conventions():
-    assert store.to_us("1970-01-02") == store.DAY_US
-    assert store.to_us("1970-01-02", end=True) == 2 * store.DAY_US - 1
+    assert store.to_us("1970-01-02") == store.US_PER_DAY
+    assert store.to_us("1970-01-02", end=True) == 2 * store.US_PER_DAY - 1
     assert store.to_us("1970-01-01T00:01") == MIN_US
     assert store.to_us(dt.datetime(1970, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))) == 0
     assert store.to_us(None) is None

@@ -63,6 +63,21 @@ def write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> P
     return path
 
 
+def json_default(o):
+    """The project's JSON conventions for values json cannot encode: numpy scalars and arrays
+    (duck-typed, so this module needs no numpy) and paths."""
+    if isinstance(o, os.PathLike):
+        return os.fspath(o)
+    if hasattr(o, "tolist"):  # numpy arrays and scalars (np.generic.tolist returns the Python value)
+        return o.tolist()
+    raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
+
+
 def write_json(path: str | os.PathLike, obj, **json_kwargs) -> Path:
-    """Atomically write `json.dumps(obj, **json_kwargs)` (no trailing newline) to `path`."""
-    return write_text(path, json.dumps(obj, **json_kwargs))
+    """Atomically write `json.dumps(obj)` (no trailing newline) to `path`.
+
+    Defaults: indent=1, sorted keys, `json_default` for numpy values and paths; `json_kwargs`
+    override them.
+    """
+    kwargs = {"indent": 1, "sort_keys": True, "default": json_default} | json_kwargs
+    return write_text(path, json.dumps(obj, **kwargs))

@@ -162,11 +162,66 @@ def _apply(obj, overrides: dict, prefix: str = "") -> None:
             setattr(obj, key, _coerce(value, hints[key], full))
 
 
+def check_context_length(n, where: str = "lengths") -> int:
+    """The one rule for a context length N: an integer power of two >= 2 (the eval windows score
+    the last N/2 bars of each window, and the benchmarks sweep octaves). `where` names the user's
+    key or flag in the message."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2 or n & (n - 1):
+        raise UserError(f"{where}: every length must be a power of two >= 2, got {n!r}")
+    return n
+
+
+def parse_lengths(text: str, flag: str = "--lengths") -> list[int]:
+    """"512,4096" -> [512, 4096]: powers of two >= 2, distinct, sorted."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not parts or any(p == "" for p in parts):
+        raise UserError(f"{flag}: give comma-separated powers of two such as 512,4096,32768, got {text!r}")
+    out = []
+    for p in parts:
+        try:
+            n = int(p)
+        except ValueError:
+            raise UserError(f"{flag}: every length must be an integer (a power of two >= 2), got {p!r}") from None
+        out.append(check_context_length(n, flag))
+    if len(set(out)) != len(out):
+        raise UserError(f"{flag}: lengths must be distinct, got {text!r}")
+    return sorted(out)
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """["train.steps=3", "model.d_model=16"] -> {"train": {"steps": 3}, "model": {"d_model": 16}}.
+
+    Values are TOML literals (3, 1e-3, true, [0, 1], "text"); a bare word is taken as a string.
+    """
+    out: dict = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set: expected KEY=VALUE such as train.steps=3, got {item!r}")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+def merge_overrides(a: dict, b: dict) -> dict:
+    """Nested merge of override tables; `b` wins."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = merge_overrides(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """Cross-field rules; each failure names the rule and the values."""
     for n in cfg.lengths:
-        if n < 2 or n & (n - 1):
-            raise UserError(f"lengths: every context length must be a power of two >= 2, got {n}")
+        check_context_length(n, "lengths")
         if cfg.train.tokens_per_step % n:
             raise UserError(
                 f"train.tokens_per_step={cfg.train.tokens_per_step} must be a multiple of every "

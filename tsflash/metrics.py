@@ -108,11 +108,20 @@ def strategy_returns(position: np.ndarray, next_ret: np.ndarray, fee_bps: float)
         raise UserError(f"strategy_returns: fee_bps must be >= 0, got {fee_bps}")
     if not np.isin(position, (-1, 0, 1)).all():
         raise UserError(f"strategy_returns: positions must be -1, 0 or +1, got {np.unique(position)}")
-    pos = position.astype(np.float64)
-    gross = pos * next_ret
-    turnover = np.abs(np.diff(pos, prepend=0.0))
-    net = gross - fee_bps * 1e-4 * turnover
-    return gross, net
+    gross = position.astype(np.float64) * next_ret
+    return gross, apply_fees(position, gross, fee_bps)
+
+
+def apply_fees(position: np.ndarray, gross: np.ndarray, fee_bps: float) -> np.ndarray:
+    """Net per-bar returns from saved positions and gross returns: fees are applied at scoring
+    time, so a finished run can be re-scored at another fee without retraining.
+
+    net[t] = gross[t] - fee_bps * 1e-4 * |position[t] - position[t-1]|,  position[-1] := 0
+    """
+    if fee_bps < 0:
+        raise UserError(f"fee_bps must be >= 0, got {fee_bps}")
+    turnover = np.abs(np.diff(np.asarray(position, dtype=np.float64), prepend=0.0))
+    return np.asarray(gross, dtype=np.float64) - fee_bps * 1e-4 * turnover
 
 
 def return_summary(position: np.ndarray, gross: np.ndarray, net: np.ndarray) -> dict:

@@ -32,26 +32,9 @@ import pyarrow.parquet as pq
 
 from tsflash import atomic
 from tsflash.errors import UserError
+from tsflash.intervals import INTERVAL_US, US_PER_DAY
 
 log = logging.getLogger(__name__)
-
-# Fixed-length Binance kline intervals (1w/1mo are calendar-based and not supported).
-INTERVAL_US: dict[str, int] = {
-    "1s": 1_000_000,
-    "1m": 60_000_000,
-    "3m": 180_000_000,
-    "5m": 300_000_000,
-    "15m": 900_000_000,
-    "30m": 1_800_000_000,
-    "1h": 3_600_000_000,
-    "2h": 7_200_000_000,
-    "4h": 14_400_000_000,
-    "6h": 21_600_000_000,
-    "8h": 28_800_000_000,
-    "12h": 43_200_000_000,
-    "1d": 86_400_000_000,
-    "3d": 259_200_000_000,
-}
 
 SCHEMA = pa.schema(
     [
@@ -69,7 +52,6 @@ COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
 PRICE_COLUMNS = ("open", "high", "low", "close")
 
 DEFAULT_ROOT = Path("data")  # relative to the CWD (the repository root)
-DAY_US = 86_400_000_000
 # ~45 days of 1-minute bars: small enough that a short range skips most of a year, large enough
 # that reading a whole year stays a handful of sequential reads.
 ROW_GROUP_SIZE = 65_536
@@ -217,7 +199,7 @@ def to_us(value, *, end: bool = False) -> int | None:
     delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
     us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     if end and whole_day:
-        us += DAY_US - 1
+        us += US_PER_DAY - 1
     return us
 
 

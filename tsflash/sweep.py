@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from tsflash import atomic
-from tsflash.config import EXPERIMENTS_DIR, ExperimentConfig, load_config
+from tsflash.config import EXPERIMENTS_DIR, ExperimentConfig, load_config, merge_overrides, parse_lengths, parse_overrides  # noqa: F401
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -123,54 +123,6 @@ class SweepPlan:
     study_name: str
 
 
-def parse_lengths(text: str) -> list[int]:
-    """"512,4096" -> [512, 4096]; every length a power of two >= 2, no duplicates."""
-    parts = [p.strip() for p in str(text).split(",")]
-    if not parts or any(p == "" for p in parts):
-        raise UserError(f"--lengths: give comma-separated powers of two such as 512,4096,32768, got {text!r}")
-    out = []
-    for p in parts:
-        try:
-            n = int(p)
-        except ValueError:
-            raise UserError(f"--lengths: every length must be an integer (a power of two >= 2), got {p!r}") from None
-        if n < 2 or n & (n - 1):
-            raise UserError(f"--lengths: every length must be a power of two >= 2, got {n}")
-        out.append(n)
-    if len(set(out)) != len(out):
-        raise UserError(f"--lengths: lengths must be distinct, got {text!r}")
-    return sorted(out)
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """["train.steps=3", "model.d_model=16"] -> {"train": {"steps": 3}, "model": {"d_model": 16}}.
-
-    Values are TOML literals (3, 1e-3, true, [0, 1], "text"); a bare word is taken as a string.
-    """
-    out: dict = {}
-    for item in items or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set: expected KEY=VALUE such as train.steps=3, got {item!r}")
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw
-        node = out
-        *parents, leaf = key.strip().split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return out
-
-
-def _merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def _check_date(value: str, flag: str) -> str:
     try:
         dt.date.fromisoformat(value)
@@ -212,7 +164,7 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
         cli.setdefault("data", {})["end"] = _check_date(opts.end, "--end")
     if opts.seed is not None:
         cli.setdefault("train", {})["seeds"] = [int(opts.seed)]
-    overrides = _merge(_merge(overrides, cli), opts.overrides or {})
+    overrides = merge_overrides(merge_overrides(overrides, cli), opts.overrides or {})
     cfg = load_config(opts.config, overrides)
     if preset == "cpu":
         cfg.name = f"{cfg.name}+cpu"

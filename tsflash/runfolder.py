@@ -1,0 +1,280 @@
+"""The run folder: one home for where a sweep's files live and how they are named.
+
+The sweep writes through this module and the report (and `tsflash confirm`, notebooks, tests)
+reads through it, so a path, a trial key or a file convention is spelled exactly once.
+
+Layout of a run folder (`runs/<YYYYMMDD-HHMMSS>-<config hash>` by default)::
+
+    run.json            run key, command, options, status ("running" | "complete")
+    config.json         the resolved ExperimentConfig (after preset and overrides)
+    data.json           data source, fingerprint, gaps, folds with dates
+    sweep.log           the log of every invocation (appended)
+    optuna.db           the trial ledger (SQLite) unless --storage points elsewhere
+    cells/<trial key>/fold<k>-seed<s>.{npz,json}   FoldResult.save: per-bar out-of-sample series
+    cells/<trial key>/fold<k>-seed<s>.cell.json    the cell's summary; its presence = cell done
+    cells/baselines/fold<k>-<name>.{npz,json}      baselines, once per fold (independent of N)
+    cells/baselines/fold<k>.cell.json              summary of the fold's baselines
+    series/<trial key>.npz                         a trial's daily net/gross returns (all folds)
+    series/baseline-<name>.npz                     a baseline's daily returns
+    checkpoints/<trial key>/fold<k>-seed<s>/       engine checkpoints of unfinished cells
+    ledger.json, precision.json, results.json, report.md, report.html, *.parquet, figures/
+
+Trial keys name a configuration: "n512", or "n512-lr0.0003-wd0.05" when hyper-parameters are
+searched (`encode_trial_key` / `decode_trial_key`). JSON files are written atomically with the
+conventions of `tsflash.atomic.write_json` (indent 1, sorted keys, numpy values as Python ones).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tsflash import atomic
+from tsflash.errors import UserError
+
+CELL_SUFFIX = ".cell.json"
+BASELINE_DIR = "baselines"
+BASELINE_PREFIX = "baseline-"
+
+# Short names of searched hyper-parameters inside a trial key, and back.
+_SHORT = {"lr": "lr", "weight_decay": "wd"}
+_LONG = {v: k for k, v in _SHORT.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Trial keys
+
+
+def encode_trial_key(params: dict) -> str:
+    """{"n": 512} -> "n512"; {"n": 512, "lr": 3e-4, "weight_decay": 0.05} -> "n512-lr0.0003-wd0.05"."""
+    key = f"n{int(params['n'])}"
+    for name, value in sorted((k, v) for k, v in params.items() if k != "n"):
+        key += f"-{_SHORT.get(name, name)}{value:.4g}"
+    return key
+
+
+def decode_trial_key(key: str) -> dict:
+    """Inverse of `encode_trial_key` (values as printed, 4 significant digits):
+    "n512-lr0.0003-wd0.05" -> {"n": 512, "lr": 0.0003, "weight_decay": 0.05}."""
+    head, *rest = key.split("-")
+    if not head.startswith("n") or not head[1:].isdigit():
+        raise ValueError(f"not a trial key: {key!r}")
+    out: dict = {"n": int(head[1:])}
+    for part in rest:
+        i = next((j for j, ch in enumerate(part) if ch.isdigit() or ch == "."), len(part))
+        out[_LONG.get(part[:i], part[:i])] = float(part[i:])
+    return out
+
+
+def is_baseline(name: str) -> bool:
+    return name.startswith(BASELINE_PREFIX)
+
+
+def baseline_series_name(baseline: str) -> str:
+    """"logreg" -> "baseline-logreg", the name of its daily series."""
+    return f"{BASELINE_PREFIX}{baseline}"
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def write_json(path: Path, obj) -> Path:
+    """Atomic (temporary sibling, then os.replace), with the project's JSON conventions."""
+    return atomic.write_json(path, obj)
+
+
+# ---------------------------------------------------------------------------------------------
+# The folder
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Paths of one run folder. Nothing is created until something is written."""
+
+    root: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
+
+    # top-level files
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def config_json(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def data_json(self) -> Path:
+        return self.root / "data.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "sweep.log"
+
+    @property
+    def optuna_db(self) -> Path:
+        return self.root / "optuna.db"
+
+    @property
+    def ledger_json(self) -> Path:
+        return self.root / "ledger.json"
+
+    @property
+    def precision_json(self) -> Path:
+        return self.root / "precision.json"
+
+    @property
+    def results_json(self) -> Path:
+        return self.root / "results.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.root / "figures"
+
+    @property
+    def cells_dir(self) -> Path:
+        return self.root / "cells"
+
+    @property
+    def series_dir(self) -> Path:
+        return self.root / "series"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    def sqlite_url(self) -> str:
+        return f"sqlite:///{self.optuna_db.as_posix()}"
+
+    # cells
+    def cell_stem(self, key: str, fold: int, seed: int) -> Path:
+        """Stem of a model cell's FoldResult files (`<stem>.npz`, `<stem>.json`)."""
+        return self.cells_dir / key / f"fold{fold}-seed{seed}"
+
+    def cell_marker(self, key: str, fold: int, seed: int) -> Path:
+        """The model cell's summary; it exists exactly when the cell is finished."""
+        return _marker(self.cell_stem(key, fold, seed))
+
+    def checkpoint_dir(self, key: str, fold: int, seed: int) -> Path:
+        return self.checkpoints_dir / key / f"fold{fold}-seed{seed}"
+
+    def baseline_stem(self, fold: int, name: str) -> Path:
+        return self.cells_dir / BASELINE_DIR / f"fold{fold}-{name}"
+
+    def baseline_marker(self, fold: int) -> Path:
+        return self.cells_dir / BASELINE_DIR / f"fold{fold}{CELL_SUFFIX}"
+
+    def n_finished_cells(self) -> int:
+        """Finished cells of any kind (model cells and per-fold baseline cells)."""
+        return sum(1 for _ in self.cells_dir.rglob(f"*{CELL_SUFFIX}")) if self.cells_dir.is_dir() else 0
+
+    def cell_summaries(self) -> tuple[list[dict], list[dict]]:
+        """(model cell summaries, baseline summaries), in path order."""
+        cells, baselines = [], []
+        if self.cells_dir.is_dir():
+            for p in sorted(self.cells_dir.rglob(f"*{CELL_SUFFIX}")):
+                summary = read_json(p)
+                if "baselines" in summary:
+                    baselines.extend(summary["baselines"].values())
+                else:
+                    cells.append(summary)
+        return cells, baselines
+
+    def relative(self, path: Path) -> str:
+        """A path inside the folder as stored in summaries and the ledger (relative, posix)."""
+        return Path(path).relative_to(self.root).as_posix()
+
+    # daily series
+    def series_path(self, name: str) -> Path:
+        """series/<name>.npz; name is a trial key or `baseline_series_name(...)`."""
+        return self.series_dir / f"{name}.npz"
+
+    def series_names(self) -> list[str]:
+        return sorted(p.stem for p in self.series_dir.glob("*.npz")) if self.series_dir.is_dir() else []
+
+    def write_series(self, name: str, days, net, gross) -> Path:
+        """Daily series: days as datetime64[D] (stored as int64 days since 1970), net, gross."""
+        import numpy as np
+
+        path = self.series_path(name)
+        with atomic.atomic_path(path) as tmp, open(tmp, "wb") as fh:  # a handle: np.savez would append ".npz"
+            np.savez(fh, days=np.asarray(days).astype("datetime64[D]").astype(np.int64), net=net, gross=gross)
+        return path
+
+    def read_series(self, name: str) -> dict:
+        """{"days": datetime64[D] (D,), "net": (D,), "gross": (D,)}."""
+        import numpy as np
+
+        path = self.series_path(name)
+        if not path.exists():
+            raise UserError(f"daily series not found: {path}")
+        with np.load(path) as z:
+            return {"days": z["days"].astype("datetime64[D]"), "net": z["net"], "gross": z["gross"]}
+
+    # state
+    def exists(self) -> bool:
+        return self.run_json.exists()
+
+    def read_run(self) -> dict:
+        return read_json(self.run_json)
+
+    def is_complete(self) -> bool:
+        try:
+            return self.read_run().get("status") == "complete"
+        except (OSError, ValueError):
+            return False
+
+    def require_finished(self, what: str = "report") -> None:
+        """UserError unless this is a finished `tsflash sweep` run folder (run.json complete)."""
+        if not self.root.is_dir():
+            raise UserError(f"{what}: run folder not found: {self.root}")
+        if not self.run_json.exists():
+            raise UserError(f"{what}: {self.root} is not a tsflash run folder (no run.json)")
+        if not self.is_complete():
+            raise UserError(f"{what}: the run in {self.root} is not finished (run.json status "
+                            f"{self.read_run().get('status')!r}); resume it with the same `tsflash sweep` command")
+
+
+def _marker(stem: Path) -> Path:
+    return stem.with_name(stem.name + CELL_SUFFIX)
+
+
+def find_unfinished_run(runs_root: Path, cfg_hash: str, run_key: str) -> Path | None:
+    """Newest `runs_root/*-<cfg_hash>` whose run.json has `run_key` and is not complete."""
+    root = Path(runs_root)
+    if not root.is_dir():
+        return None
+    for d in sorted(root.glob(f"*-{cfg_hash}"), reverse=True):  # names start with the timestamp
+        try:
+            meta = read_json(d / "run.json")
+        except (OSError, ValueError):
+            continue
+        if meta.get("run_key") == run_key and meta.get("status") != "complete":
+            return d
+    return None
+
+
+def iter_run_folders(runs_root: Path) -> Iterator[RunFolder]:
+    """Every run folder directly under `runs_root`, newest first."""
+    root = Path(runs_root)
+    if root.is_dir():
+        for d in sorted(root.iterdir(), reverse=True):
+            if (d / "run.json").exists():
+                yield RunFolder(d)
