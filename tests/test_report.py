@@ -13,8 +13,9 @@ import pytest
 
 from tsflash import cli
 from tsflash.config import ExperimentConfig
-from tsflash.report import SECTIONS, build_report, label, load_run, selection
-from tsflash.sweep import write_json
+from tsflash.report import SECTIONS, build_report, label, load_run, run_selection
+from tsflash.runfolder import write_json
+from tsflash.selection import Reason
 
 N_DAYS = 240
 LENGTHS = (32, 64, 128, 256)
@@ -109,15 +110,21 @@ def test_report_files_sections_and_self_contained_html(tmp_path):
 
 def test_selection_uses_the_ledger_and_daily_returns(tmp_path):
     run = make_run(tmp_path, drift=0.0)
-    out = selection(load_run(run))
+    out = run_selection(load_run(run))
     values = [t["value"] for t in json.loads((run / "ledger.json").read_text())["trials"] if t["state"] == "COMPLETE"]
-    assert out["n_trials"] == 4
-    assert out["sr_variance"] == pytest.approx(np.var(values, ddof=1))
-    by_key = {c["key"]: c for c in out["candidates"]}
+    assert out.n_trials == 4
+    assert out.sr_variance == pytest.approx(np.var(values, ddof=1))
+    by_key = {c["key"]: c for c in out.candidates}
     net = np.load(run / "series" / "n64.npz")["net"]
     assert by_key["n64"]["sharpe"] == pytest.approx(net.mean() / net.std(ddof=1))
-    assert by_key["n64"]["n_days"] == N_DAYS
-    assert out["pbo"]["n_blocks"] == 16 and len(out["pbo"]["logits"]) == 12870
+    assert by_key["n64"]["n_periods"] == N_DAYS
+    p = out.verdict.pbo_result
+    assert p.n_blocks == 16 and len(p.logits) == 12870
+    # the report's numbers are the selection's numbers: results.json holds them unchanged
+    build_report(run)
+    res = json.loads((run / "results.json").read_text())
+    assert res["verdict"]["dsr"] == out.verdict.dsr and res["verdict"]["pbo"] == p.pbo
+    assert [c["dsr"] for c in res["selection"]["candidates"]] == [c["dsr"] for c in out.candidates]
 
 
 def test_noise_fails_and_a_clear_edge_passes(tmp_path):
@@ -134,9 +141,12 @@ def test_single_candidate_is_not_judged_by_pbo(tmp_path):
     run = make_run(tmp_path, drift=0.0)
     for n in LENGTHS[1:]:
         (run / "series" / f"n{n}.npz").unlink()
-    out = selection(load_run(run))
-    assert out["pbo"] is None and out["verdict"]["passed"] is False
-    assert "at least 2 candidates" in out["verdict"]["reasons"][0]
+    out = run_selection(load_run(run))
+    v = out.verdict
+    assert v.pbo is None and v.pbo_result is None and v.passed is False
+    assert v.reasons == (Reason.TOO_FEW_CANDIDATES, Reason.NOT_PASSED) and v.selected == "n32"
+    text = build_report(run)[0].read_text()
+    assert "the gates need at least 2 candidates with a daily Sharpe ratio (PBO ranks them), got 1" in text
 
 
 def test_report_command_rebuilds_and_bad_folder_is_one_line(tmp_path, capsys):
@@ -161,7 +171,7 @@ def test_report_names_missing_results(tmp_path, capsys):
 
 def test_label():
     assert label("n512") == "N=512"
-    assert label("n512-lr0.0003-wd0.05") == "N=512 lr=0.0003 wd=0.05"
+    assert label("n512-lr0.0003-wd0.05") == "N=512 lr=0.0003 weight_decay=0.05"
     assert label("baseline-logreg") == "logreg"
 
 
@@ -178,8 +188,6 @@ def test_a_slot_completed_twice_counts_as_one_trial():
     """Two workers of a shared study may both finish a slot; the DSR must not count it twice."""
     from types import SimpleNamespace
 
-    from tsflash.report import selection
-
     rng = np.random.default_rng(0)
     days = np.arange(np.datetime64("2024-01-01"), np.datetime64("2024-05-01"))
     series = {f"n{n}": SimpleNamespace(key=f"n{n}", days=days, net=rng.normal(0, 0.01, len(days)),
@@ -190,5 +198,5 @@ def test_a_slot_completed_twice_counts_as_one_trial():
     rd = SimpleNamespace(config={"selection": {"min_dsr": 0.95, "max_pbo": 0.5, "cscv_blocks": 4}},
                          trial_keys=list(series), ledger={"trials": trials}, series=series,
                          cells=[{"key": k, "n": int(k[1:])} for k in series])
-    out = selection(rd)
-    assert out["n_trials"] == 2
+    out = run_selection(rd)
+    assert out.n_trials == 2

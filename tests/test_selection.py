@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tsflash.errors import UserError
 from tsflash.selection import (
     Gate,
+    Reason,
     SelectionInputError,
     annualize_sharpe,
     daily_returns,
@@ -442,7 +443,8 @@ def test_gate_passes_a_real_edge():
     v = Gate(n_blocks=8).evaluate(cands)
     assert v.selected == "n=edge" and v.passed and v.passes_dsr and v.passes_pbo
     assert v.dsr >= 0.95 and v.pbo <= 0.5
-    assert v.reasons[-1] == "Candidate 'n=edge' passes both gates."
+    assert v.reasons == (Reason.DSR_MET, Reason.PBO_MET, Reason.PASSED)
+    assert v.sharpe == pytest.approx(v.table[-1]["sharpe"]) and v.n_trials == 7
     assert len(v.table) == 7 and [row["selected"] for row in v.table].count(True) == 1
     row = next(r for r in v.table if r["selected"])
     assert row["sharpe_annual"] == pytest.approx(row["sharpe"] * math.sqrt(365))
@@ -453,11 +455,10 @@ def test_gate_no_candidate_passes_is_a_normal_verdict():
     rng = np.random.default_rng(13)
     v = Gate(n_blocks=8).evaluate(_noise_candidates(rng, 8, 200))
     assert not v.passed
-    assert v.reasons[-1].startswith("No candidate passes: the highest-Sharpe candidate")
-    if not v.passes_dsr:
-        assert "is below the minimum 0.95" in v.reasons[0]
-    if not v.passes_pbo:
-        assert "exceeds the maximum 0.50" in v.reasons[1]
+    assert v.reasons[-1] == Reason.NOT_PASSED
+    assert v.reasons[0] == (Reason.DSR_MET if v.passes_dsr else Reason.DSR_BELOW_MIN)
+    assert v.reasons[1] == (Reason.PBO_MET if v.passes_pbo else Reason.PBO_ABOVE_MAX)
+    assert all(isinstance(r, str) and " " not in r for r in v.reasons)  # codes, not sentences
     assert v.selected == max(v.table, key=lambda r: r["sharpe"])["name"]
 
 

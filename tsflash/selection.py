@@ -12,9 +12,12 @@ winner survives that search:
 - `min_track_record_length`: periods needed before PSR(SR*) reaches a confidence level (2012).
 - `pbo_cscv`: Probability of Backtest Overfitting by Combinatorially Symmetric Cross-Validation
   (Bailey, Borwein, Lopez de Prado & Zhu, 2017, "The Probability of Backtest Overfitting").
-- `Gate`: thresholds on DSR and PBO, and a `Verdict` that says what passed and why not.
-- `daily_returns`: per-bar returns -> compounded UTC-daily returns, the frequency the statistics
-  are applied to (see its docstring for why).
+- `Gate`: thresholds on DSR and PBO; its `Verdict` holds numbers, flags and `Reason` codes (the
+  report writes the sentences).
+- `select_run`: one sweep's selection (trial ledger, candidates aligned on common days, every
+  candidate's DSR, the gates): the one place where a run's DSR and PBO are computed.
+- `daily_returns` / `daily_series`: per-bar returns -> compounded UTC-daily returns, the
+  frequency the statistics are applied to (see its docstring for why).
 
 Conventions (each function's docstring repeats the ones it uses; tests pin them):
 
@@ -37,6 +40,7 @@ Only numpy and the standard library's `statistics.NormalDist` are used.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import math
@@ -47,6 +51,7 @@ from statistics import NormalDist
 import numpy as np
 
 from tsflash.errors import UserError
+from tsflash.intervals import US_PER_DAY
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +70,17 @@ __all__ = [
     "PBOResult",
     "pbo_cscv",
     "daily_returns",
+    "daily_series",
+    "trial_value",
+    "Reason",
     "Gate",
     "Verdict",
+    "complete_trials",
+    "RunSelection",
+    "select_run",
 ]
 
 EULER_GAMMA = 0.5772156649015329  # Euler-Mascheroni constant
-US_PER_DAY = 86_400_000_000
 _NORMAL = NormalDist()
 # A column whose variance inside one CSCV half is this small relative to its whole-sample variance
 # is constant there: its Sharpe ratio would be rounding noise divided by rounding noise.
@@ -493,7 +503,7 @@ def _degradation_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]
     return slope, float(y.mean() - slope * x.mean()), r2
 
 
-def pbo_cscv(matrix, n_blocks: int = 16, *, ddof: int = 1) -> PBOResult:
+def pbo_cscv(matrix, n_blocks: int = 16, *, ddof: int = 1) -> PBOResult:  # long: one vectorised pass, kept whole
     """Probability of Backtest Overfitting by Combinatorially Symmetric Cross-Validation.
 
     Bailey, Borwein, Lopez de Prado & Zhu (2017). The performance measure is the per-period Sharpe
@@ -702,45 +712,100 @@ def daily_returns(times_us, per_bar_returns) -> tuple[np.ndarray, np.ndarray]:
     return day[starts].astype("datetime64[D]"), growth - 1.0
 
 
+def daily_series(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-fold per-bar (times_us, net, gross) -> one UTC-daily (days, net, gross) over all folds.
+
+    The folds are put in time order by their first bar and concatenated; net and gross are each
+    compounded per day with `daily_returns`. The sweep writes a trial's daily series with it and
+    the report re-scores a run with it, so both give the same days and returns.
+    """
+    parts = sorted(parts, key=lambda p: int(p[0][0]) if len(p[0]) else 0)
+    t = np.concatenate([p[0] for p in parts])
+    days, net = daily_returns(t, np.concatenate([p[1] for p in parts]))
+    _, gross = daily_returns(t, np.concatenate([p[2] for p in parts]))
+    return days, net, gross
+
+
+def trial_value(daily_net) -> float:
+    """The study's objective for one trial: its per-day net Sharpe ratio, 0 for a strategy whose
+    daily returns are constant (one that never trades has no Sharpe ratio)."""
+    try:
+        return float(sharpe(daily_net))
+    except SelectionInputError:
+        return 0.0
+
+
 # --------------------------------------------------------------------------------------------
 # gates
 
 
+class Reason(enum.StrEnum):
+    """Why a verdict came out as it did; the report turns each code into a sentence."""
+
+    DSR_MET = "dsr_met"  # the selected candidate's DSR >= min_dsr
+    DSR_BELOW_MIN = "dsr_below_min"
+    PBO_MET = "pbo_met"  # the candidate set's PBO <= max_pbo
+    PBO_ABOVE_MAX = "pbo_above_max"
+    PASSED = "passed"  # both gates
+    NOT_PASSED = "not_passed"
+    NO_CANDIDATE = "no_candidate"  # no trial finished
+    TOO_FEW_CANDIDATES = "too_few_candidates"  # < 2 with a Sharpe ratio: PBO cannot rank them
+    GATE_ERROR = "gate_error"  # the inputs were refused; the message is in Verdict.error
+
+
 @dataclass
 class Verdict:
-    """Outcome of `Gate.evaluate` for one candidate set. "No candidate passes" is a normal verdict."""
+    """Outcome of `Gate.evaluate` (or of `select_run`): numbers, flags and reason codes only.
 
-    selected: str  # candidate with the highest per-period Sharpe ratio
-    dsr: float
-    pbo: float
+    "No candidate passes" is a normal verdict. Sharpe ratios are per period (per day for daily
+    returns). A verdict reached without the gates (too few candidates, refused inputs) has
+    passes_* False, `pbo` None and no `pbo_result`.
+    """
+
+    selected: str | None  # candidate with the highest per-period Sharpe ratio (first on ties)
+    sharpe: float  # its per-period Sharpe ratio (NaN when undefined)
+    dsr: float  # its Deflated Sharpe Ratio (NaN when undefined)
+    sr0: float  # the best-of-n_trials noise threshold its DSR is measured against
+    pbo: float | None
+    n_trials: int  # trials counted by the DSR (the whole search)
     passes_dsr: bool
     passes_pbo: bool
     passed: bool  # passes_dsr and passes_pbo
-    reasons: list[str]  # one plain sentence per gate, then the overall outcome
-    table: list[dict]  # one row per candidate, in the order given
+    reasons: tuple[Reason, ...]  # one code per gate, then the overall outcome
     min_dsr: float
     max_pbo: float
-    dsr_result: DSRResult = field(repr=False)
-    pbo_result: PBOResult = field(repr=False)
-
-    def summary(self) -> str:
-        return "\n".join(self.reasons)
+    table: list[dict] = field(default_factory=list)  # one row per candidate, in the order given
+    dsr_result: DSRResult | None = field(default=None, repr=False)
+    pbo_result: PBOResult | None = field(default=None, repr=False)
+    error: str | None = None  # the refused input's message, with Reason.GATE_ERROR
 
     def to_dict(self) -> dict:
-        return {
-            "selected": self.selected,
-            "dsr": self.dsr,
-            "pbo": self.pbo,
-            "passes_dsr": self.passes_dsr,
-            "passes_pbo": self.passes_pbo,
-            "passed": self.passed,
-            "reasons": list(self.reasons),
-            "table": [dict(row) for row in self.table],
-            "min_dsr": self.min_dsr,
-            "max_pbo": self.max_pbo,
-            "dsr_detail": self.dsr_result.to_dict(),
-            "pbo_detail": self.pbo_result.to_dict(),
-        }
+        out = {f: getattr(self, f) for f in ("selected", "sharpe", "dsr", "sr0", "pbo", "n_trials", "passes_dsr",
+                                             "passes_pbo", "passed", "min_dsr", "max_pbo", "error")}
+        out["reasons"] = [str(r) for r in self.reasons]
+        out["table"] = [dict(row) for row in self.table]
+        out["dsr_detail"] = self.dsr_result.to_dict() if self.dsr_result else None
+        out["pbo_detail"] = self.pbo_result.to_dict() if self.pbo_result else None
+        return out
+
+
+def _candidate_row(name: str, x: np.ndarray, d: DSRResult, periods_per_year: float) -> dict:
+    """Daily statistics of one candidate (per-period Sharpe ratios; `d` its DSR against the ledger)."""
+    return {
+        "name": name,
+        "n_periods": int(len(x)),
+        "mean": float(x.mean()),
+        "std": float(x.std(ddof=1)),
+        "total": float(np.prod(1 + x) - 1),  # compounded over all periods
+        "sharpe": d.sr,
+        "sharpe_annual": annualize_sharpe(d.sr, periods_per_year),
+        "skew": d.skew,
+        "kurtosis": d.kurtosis,
+        "psr": psr(d.sr, 0.0, t=len(x), skew=d.skew, kurtosis=d.kurtosis),
+        "dsr": d.dsr,
+        "sr0": d.sr0,
+        "selected": False,
+    }
 
 
 @dataclass
@@ -752,8 +817,9 @@ class Gate:
     search: `n_trials` is the number of trials actually run (it may exceed the number of
     candidates evaluated here), and V[SR] is the sample variance (ddof = 1) of the trials'
     per-period Sharpe ratios, taken from `trial_sharpes` when given, else from the candidates.
-    PBO uses CSCV over the candidates' return matrix with `n_blocks` blocks.
-    `periods_per_year` only annualises the table's Sharpe ratios (365: BTC trades daily).
+    Every candidate's DSR is measured against that same ledger. PBO uses CSCV over the
+    candidates' return matrix with `n_blocks` blocks. `periods_per_year` only annualises the
+    table's Sharpe ratios (365: BTC trades daily).
     """
 
     min_dsr: float = 0.95
@@ -766,19 +832,7 @@ class Gate:
         """Gate from `tsflash.config.SelectionConfig` (min_dsr, max_pbo, cscv_blocks)."""
         return cls(min_dsr=selection.min_dsr, max_pbo=selection.max_pbo, n_blocks=selection.cscv_blocks)
 
-    def evaluate(
-        self,
-        candidates: Mapping[str, np.ndarray],
-        *,
-        n_trials: int | None = None,
-        trial_sharpes=None,
-    ) -> Verdict:
-        """Select the highest-Sharpe candidate and test it; see the class docstring.
-
-        candidates : {name: per-period returns of shape (T,)}, all the same length T and aligned.
-        n_trials : trials actually run; default the number of trial Sharpe ratios (>= candidates).
-        trial_sharpes : per-period Sharpe ratios of all trials run; default the candidates'.
-        """
+    def _matrix(self, candidates: Mapping[str, np.ndarray]) -> tuple[list[str], np.ndarray]:
         if not (0.0 <= self.min_dsr <= 1.0 and 0.0 <= self.max_pbo <= 1.0):
             raise SelectionInputError(
                 f"Gate thresholds must be probabilities in [0, 1], got min_dsr={self.min_dsr}, max_pbo={self.max_pbo}"
@@ -795,84 +849,173 @@ class Gate:
         if len(set(lengths.values())) != 1:
             raise SelectionInputError(f"candidates must be aligned (same number of periods), got lengths {lengths}")
         cols = [_returns_array(candidates[name], name=f"candidate {name!r}") for name in names]
-        mat = np.stack(cols, axis=1)  # (T, K)
-        table = []
+        return names, np.stack(cols, axis=1)  # (T, K)
+
+    def evaluate(
+        self,
+        candidates: Mapping[str, np.ndarray],
+        *,
+        n_trials: int | None = None,
+        trial_sharpes=None,
+    ) -> Verdict:
+        """Select the highest-Sharpe candidate and test it; see the class docstring.
+
+        candidates : {name: per-period returns of shape (T,)}, all the same length T and aligned.
+        n_trials : trials actually run; default the number of trial Sharpe ratios (>= candidates).
+        trial_sharpes : per-period Sharpe ratios of all trials run; default the candidates'.
+        """
+        names, mat = self._matrix(candidates)
         srs = np.empty(len(names))
         for j, name in enumerate(names):
             try:
-                sr = sharpe(mat[:, j])
+                srs[j] = sharpe(mat[:, j])
             except SelectionInputError as e:
                 raise SelectionInputError(f"candidate {name!r}: {e}") from None
-            sk, ku = skew_kurtosis(mat[:, j])
-            srs[j] = sr
-            table.append(
-                {
-                    "name": name,
-                    "n_periods": int(mat.shape[0]),
-                    "mean": float(mat[:, j].mean()),
-                    "std": float(mat[:, j].std(ddof=1)),
-                    "sharpe": sr,
-                    "sharpe_annual": annualize_sharpe(sr, self.periods_per_year),
-                    "skew": sk,
-                    "kurtosis": ku,
-                    "psr": psr(sr, 0.0, t=mat.shape[0], skew=sk, kurtosis=ku),
-                    "selected": False,
-                }
-            )
-        best = int(np.argmax(srs))  # first candidate on ties
-        table[best]["selected"] = True
-        ledger = srs if trial_sharpes is None else trial_sharpes
         if n_trials is not None and n_trials < len(names):
             raise SelectionInputError(
                 f"n_trials counts every trial run and must be >= the number of candidates, "
                 f"got n_trials={n_trials} < {len(names)}"
             )
-        d = deflated_sharpe(mat[:, best], n_trials=n_trials, trial_sharpes=ledger)
-        p = pbo_cscv(mat, n_blocks=self.n_blocks)
-        table[best]["dsr"] = d.dsr
-        passes_dsr = bool(d.dsr >= self.min_dsr)
-        passes_pbo = bool(p.pbo <= self.max_pbo)
-        name = names[best]
-        reasons = []
-        if passes_dsr:
-            reasons.append(
-                f"DSR {d.dsr:.3f} of the selected candidate {name!r} meets the minimum {self.min_dsr:.2f}: "
-                f"its Sharpe ratio {d.sr:.4f} per period clears the {d.sr0:.4f} expected from the best of "
-                f"{d.n_trials} skill-less trials."
-            )
-        else:
-            reasons.append(
-                f"DSR {d.dsr:.3f} of the selected candidate {name!r} is below the minimum {self.min_dsr:.2f}: "
-                f"its Sharpe ratio {d.sr:.4f} per period is not confidently above the {d.sr0:.4f} expected "
-                f"from the best of {d.n_trials} skill-less trials."
-            )
-        if passes_pbo:
-            reasons.append(
-                f"PBO {p.pbo:.3f} is within the maximum {self.max_pbo:.2f}: the in-sample winner stays above the "
-                f"out-of-sample median in {1 - p.pbo:.0%} of {p.n_splits} CSCV splits."
-            )
-        else:
-            reasons.append(
-                f"PBO {p.pbo:.3f} exceeds the maximum {self.max_pbo:.2f}: the in-sample winner falls to or below the "
-                f"out-of-sample median in {p.pbo:.0%} of {p.n_splits} CSCV splits."
-            )
+        ledger = srs if trial_sharpes is None else trial_sharpes
+        dsrs = [deflated_sharpe(mat[:, j], n_trials=n_trials, trial_sharpes=ledger) for j in range(len(names))]
+        table = [_candidate_row(name, mat[:, j], dsrs[j], self.periods_per_year) for j, name in enumerate(names)]
+        best = int(np.argmax(srs))  # first candidate on ties
+        table[best]["selected"] = True
+        d, p = dsrs[best], pbo_cscv(mat, n_blocks=self.n_blocks)
+        passes_dsr, passes_pbo = bool(d.dsr >= self.min_dsr), bool(p.pbo <= self.max_pbo)
         passed = passes_dsr and passes_pbo
-        if passed:
-            reasons.append(f"Candidate {name!r} passes both gates.")
+        reasons = (Reason.DSR_MET if passes_dsr else Reason.DSR_BELOW_MIN,
+                   Reason.PBO_MET if passes_pbo else Reason.PBO_ABOVE_MAX,
+                   Reason.PASSED if passed else Reason.NOT_PASSED)
+        log.info("gate verdict: %s, DSR %.3f, PBO %.3f: %s", names[best], d.dsr, p.pbo, ", ".join(reasons))
+        return Verdict(selected=names[best], sharpe=d.sr, dsr=d.dsr, sr0=d.sr0, pbo=p.pbo, n_trials=d.n_trials,
+                       passes_dsr=passes_dsr, passes_pbo=passes_pbo, passed=passed, reasons=reasons,
+                       min_dsr=self.min_dsr, max_pbo=self.max_pbo, table=table, dsr_result=d, pbo_result=p)
+
+
+# --------------------------------------------------------------------------------------------
+# a run's selection: the ledger, the candidates' daily returns, the gate
+
+
+def complete_trials(trials) -> list[Mapping]:
+    """The ledger's COMPLETE trials with a value, one per configuration slot.
+
+    Two workers of a shared study can both run a slot (they enqueue it before either sees the
+    other's); a repeat is not a new trial, so only its first completion counts.
+    """
+    out, seen = [], set()
+    for t in trials:
+        slot = t.get("slot") or t.get("key") or t.get("number")
+        if t.get("state") == "COMPLETE" and t.get("value") is not None and slot not in seen:
+            seen.add(slot)
+            out.append(t)
+    return out
+
+
+@dataclass
+class RunSelection:
+    """Everything `select_run` decided, as numbers: the DSR/PBO of a run are computed here only."""
+
+    candidates: list[dict]  # per candidate (in the order given): key and `_candidate_row` fields
+    verdict: Verdict
+    n_trials: int  # DSR trial count: complete trials in the ledger (at least the candidates)
+    sr_variance: float | None  # sample variance (ddof 1) of the ledger's trial Sharpe ratios
+    days: np.ndarray  # datetime64[D] (T,): the days common to every candidate
+    n_blocks: int  # CSCV blocks configured
+    n_blocks_used: int | None  # fewer when the common days are fewer; None when the gates were not tried
+    dropped: list[str]  # candidates left out of the gates (no daily Sharpe ratio)
+
+
+def _aligned(series: Mapping[str, tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """(days (T,), matrix (T, K)) of the series' returns on the days common to all of them."""
+    common = None
+    for days, _ in series.values():
+        common = days if common is None else np.intersect1d(common, days)
+    cols = [np.asarray(r, dtype=np.float64)[np.isin(d, common)] for d, r in series.values()]
+    return common, np.stack(cols, axis=1)
+
+
+def _undefined_row(key: str, x: np.ndarray, error: str) -> dict:
+    nan = math.nan
+    return {"key": key, "n_periods": int(len(x)), "mean": float(np.mean(x)) if len(x) else nan,
+            "total": float(np.prod(1 + x) - 1) if len(x) else nan, "sharpe": nan, "sharpe_annual": nan,
+            "psr": nan, "dsr": nan, "sr0": nan, "error": error}
+
+
+def _sharpe_error(x: np.ndarray) -> str | None:
+    """Why the series has no daily Sharpe ratio (constant, too short), or None when it has one."""
+    try:
+        sharpe(x)
+        skew_kurtosis(x)
+    except SelectionInputError as exc:
+        return str(exc)
+    return None
+
+
+def _row_without_gate(key: str, x: np.ndarray, n_trials: int, ledger, periods_per_year: float) -> dict:
+    """A candidate's row where the gate does not rank it: its DSR against the ledger when the
+    ledger has a spread, else PSR(0) (one trial); NaN statistics with the reason when undefined."""
+    try:
+        if n_trials >= 2 and ledger is not None and np.var(ledger, ddof=1) > 0:
+            d = deflated_sharpe(x, n_trials=n_trials, trial_sharpes=ledger)
         else:
-            reasons.append(f"No candidate passes: the highest-Sharpe candidate {name!r} fails the gate.")
-        log.info("gate verdict: %s", " ".join(reasons))
-        return Verdict(
-            selected=name,
-            dsr=d.dsr,
-            pbo=p.pbo,
-            passes_dsr=passes_dsr,
-            passes_pbo=passes_pbo,
-            passed=passed,
-            reasons=reasons,
-            table=table,
-            min_dsr=self.min_dsr,
-            max_pbo=self.max_pbo,
-            dsr_result=d,
-            pbo_result=p,
-        )
+            d = deflated_sharpe(x, n_trials=1)
+    except SelectionInputError as exc:
+        return _undefined_row(key, x, str(exc))
+    return _candidate_row(key, x, d, periods_per_year) | {"key": key}
+
+
+def _no_gate(reason: Reason, rows: list[dict], selected: str | None, n_trials: int, min_dsr: float,
+             max_pbo: float, error: str | None = None) -> Verdict:
+    row = next((r for r in rows if r["key"] == selected), {})
+    return Verdict(selected=selected, sharpe=row.get("sharpe", math.nan), dsr=row.get("dsr", math.nan),
+                   sr0=row.get("sr0", math.nan), pbo=None, n_trials=n_trials, passes_dsr=False, passes_pbo=False,
+                   passed=False, reasons=(reason, Reason.NOT_PASSED), min_dsr=min_dsr, max_pbo=max_pbo, error=error)
+
+
+def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = 0.95, max_pbo: float = 0.5,
+               n_blocks: int = 16, periods_per_year: float = 365.0) -> RunSelection:
+    """The selection of one sweep: the candidates' daily statistics, the DSR against the trial
+    ledger and the gates (DSR of the highest-Sharpe candidate, PBO of the set).
+
+    series : {key: (days datetime64[D] (D,), daily net returns (D,))}, in the order to report;
+        aligned here on their common days.
+    trials : the ledger's trials (dicts with state, value, slot/key); `complete_trials` counts
+        them. n_trials = max(complete trials, candidates); V[SR] from the trials' values.
+    A candidate whose daily Sharpe ratio is undefined (constant or too short series) is left out
+    of the gates (`dropped`); with fewer than 2 left, or inputs the gate refuses, the verdict is
+    reached without the gates. CSCV uses at most as many blocks as there are (even) common days.
+    """
+    complete = complete_trials(trials)
+    keys = list(series)
+    n_trials = max(len(complete), len(keys))
+    ledger = np.array([t["value"] for t in complete], dtype=float)
+    ledger = ledger if len(ledger) >= max(2, len(keys)) else None  # the ledger is missing: use the candidates
+    sr_var = float(np.var(ledger, ddof=1)) if ledger is not None else None
+    out = RunSelection([], None, n_trials, sr_var, np.empty(0, "datetime64[D]"), int(n_blocks), None, [])
+    if not keys:
+        out.verdict = _no_gate(Reason.NO_CANDIDATE, [], None, n_trials, min_dsr, max_pbo)
+        return out
+    out.days, mat = _aligned(series)
+    errors = {k: _sharpe_error(mat[:, j]) for j, k in enumerate(keys)}
+    usable = [k for k in keys if errors[k] is None]
+    out.dropped = [k for k in keys if errors[k] is not None]
+    reason, error = Reason.TOO_FEW_CANDIDATES, None
+    if len(usable) >= 2:
+        t = mat.shape[0]
+        out.n_blocks_used = n_used = min(int(n_blocks), t - t % 2)
+        gate = Gate(min_dsr=min_dsr, max_pbo=max_pbo, n_blocks=n_used, periods_per_year=periods_per_year)
+        try:
+            v = gate.evaluate({k: mat[:, keys.index(k)] for k in usable}, n_trials=n_trials, trial_sharpes=ledger)
+        except SelectionInputError as exc:
+            reason, error = Reason.GATE_ERROR, str(exc)
+        else:  # the gate's table: every candidate's statistics against the one ledger
+            by_name = {r["name"]: r | {"key": r["name"]} for r in v.table}
+            out.candidates = [by_name.get(k) or _undefined_row(k, mat[:, j], errors[k]) for j, k in enumerate(keys)]
+            out.verdict = v
+            return out
+    out.candidates = [_row_without_gate(k, mat[:, j], n_trials, ledger, periods_per_year) for j, k in enumerate(keys)]
+    sharpes = {r["key"]: r["sharpe"] for r in out.candidates if r["key"] in usable}
+    best = max(usable, key=sharpes.get) if usable else keys[0]
+    out.verdict = _no_gate(reason, out.candidates, best, n_trials, min_dsr, max_pbo, error=error)
+    return out

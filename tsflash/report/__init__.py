@@ -1,0 +1,94 @@
+"""The sweep's report: report.md, a self-contained report.html, results.json and Parquet tables.
+
+`build_report(run_dir)` reads only what the sweep saved (run.json, config.json, data.json,
+ledger.json, precision.json, cells/**/*.cell.json, series/*.npz) through
+`tsflash.runfolder.RunFolder`, so `tsflash report RUN_DIR` rebuilds it without training, torch or
+optuna. With `overrides` (scoring keys only, `rescore.RESCORE_KEYS`) it re-scores the run from
+its saved per-bar positions and writes the re-scored report to another folder. Sections, in order:
+
+    1. the question and the verdict (one sentence, key numbers first)
+    2. setup            data source and range, bars, folds with dates, horizon, flat band, fees,
+                        model, budget
+    3. cost vs N        epoch time, tokens/s, peak memory, backend, TFLOP/s (table + plot)
+    4. benefit vs N     accuracy, balanced accuracy, log-loss, MCC with fold spread, baselines
+                        alongside (table + plot); equity curves before and after fees
+    5. selection        per candidate daily Sharpe, PSR, DSR (trial count, Sharpe variance);
+                        PBO with the CSCV logit and out-of-sample rank histograms; the gates
+    6. precision        the bf16-vs-float64 oracle at each N
+    7. reproducibility  command, git commit, packages, device, seed, config hash, data fingerprint
+
+Statistics are computed on DAILY net returns (see `tsflash.selection.daily_returns` for why) by
+`tsflash.selection.select_run`, the one place a run's DSR and PBO are computed; Sharpe ratios
+are per day and annualised with 365 (BTC trades every day). The candidates are the sweep's
+completed trials; the DSR's trial count is the number of COMPLETE trials in the optuna study
+(ledger.json, one per configuration slot), and its Sharpe variance is the sample variance of
+their values (per-day Sharpe ratios; a trial whose daily returns are constant, i.e. that never
+trades, enters with 0). PBO uses CSCV on the candidates' daily net returns aligned on their common
+days; with fewer common days than `selection.cscv_blocks` the block count is reduced (and the
+report says so).
+
+Layout: rundata (loading), rescore (fees at scoring time), compute (numbers), wording
+(sentences and units), figures, context (the one template context), render (jinja2), outputs
+(results.json, Parquet).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from tsflash.atomic import write_text as atomic_text
+from tsflash.errors import UserError
+from tsflash.report.compute import compute, run_selection
+from tsflash.report.context import SECTIONS, build_context, memory_kind
+from tsflash.report.figures import draw
+from tsflash.report.outputs import write_all
+from tsflash.report.render import render
+from tsflash.report.rescore import RESCORE_KEYS, default_out_dir, rescore
+from tsflash.report.rundata import RunData, load_run
+from tsflash.report.wording import label, sentences
+from tsflash.runfolder import RunFolder
+
+__all__ = ["SECTIONS", "RESCORE_KEYS", "RunData", "build_report", "label", "load_run", "run_selection"]
+
+log = logging.getLogger(__name__)
+
+
+def _out_dir(rd: RunData, overrides: dict | None, out_dir: Path | None) -> Path:
+    if not overrides:
+        return Path(out_dir) if out_dir is not None else rd.run_dir
+    out = Path(out_dir) if out_dir is not None else default_out_dir(rd.run_dir, overrides)
+    if out.resolve() == rd.run_dir.resolve():
+        raise UserError(f"report --out {out}: a re-scored report never overwrites the run's own report; "
+                        "give another folder")
+    return out
+
+
+def build_report(run_dir: Path | str, *, overrides: dict | None = None,
+                 out_dir: Path | None = None) -> tuple[Path, Path]:
+    """Write report.md, report.html, results.json, fold_metrics.parquet, daily_returns.parquet and
+    figures/*.png; returns (report.md, report.html).
+
+    Without `overrides` the run's report is rebuilt from its saved results, in `run_dir` (or
+    `out_dir`). With overrides such as {"eval.fee_bps": 2} every candidate and baseline is
+    re-scored from the per-bar cell files (UserError when they are missing, or for a key that
+    needs retraining) and the report goes to `out_dir`, default `<run>/rescored/fee-<x>bps/`,
+    with the re-scored daily series under its series/.
+    """
+    rd = load_run(run_dir)
+    out = _out_dir(rd, overrides, out_dir)
+    if overrides:
+        rd = rescore(rd, overrides)
+        target = RunFolder(out)
+        for name, s in rd.series.items():
+            target.write_series(name, s.days, s.net, s.gross)
+    nums = compute(rd)
+    words = sentences(nums)
+    figures = draw(rd, nums, out / "figures", memory_kind(nums.per_n))
+    context = build_context(rd, nums, words, figures, out)
+    write_all(rd, nums, words, out)
+    md, html = RunFolder(out).report_md, RunFolder(out).report_html
+    atomic_text(md, render(context, "report.md.j2"))
+    atomic_text(html, render(context, "report.html.j2"))
+    log.info("report written: %s", md)
+    return md, html

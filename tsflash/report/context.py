@@ -1,0 +1,250 @@
+"""The one context both templates render: every section's sentences and tables, formatted once.
+
+A table is {"header": [str], "rows": [[str]]}; a figure is {"src": path relative to the report,
+"file": Path, "caption": str}. The Markdown and the HTML template lay out the same context, so
+they show the same words and numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tsflash.report.compute import METRICS, Numbers
+from tsflash.report.figures import CAPTIONS
+from tsflash.report.rundata import RunData
+from tsflash.report.wording import (
+    data_source,
+    fmt,
+    label,
+    linear_fit,
+    pct_per_day,
+    percent,
+    plural,
+    pm,
+)
+
+SECTIONS = (
+    "The question and the verdict",
+    "Setup",
+    "Cost against N",
+    "Benefit against N",
+    "Selection",
+    "Precision",
+    "Reproducibility",
+)
+
+
+def _table(header: list[str], rows: list[list]) -> dict:
+    return {"header": header, "rows": [[str(c) for c in r] for r in rows]}
+
+
+def memory_kind(per_n: list[dict]) -> str:
+    """What the peak-memory figures measure, from the devices the cells ran on."""
+    cuda = {str(s.get("device") or "").startswith("cuda") for s in per_n}
+    return {frozenset({True}): "CUDA allocator", frozenset({False}): "process RSS"}.get(
+        frozenset(cuda), "CUDA allocator or process RSS")
+
+
+def verdict_section(rd: RunData, words: dict) -> dict:
+    cfg = rd.config
+    notes = []
+    if rd.run.get("preset") == "cpu":
+        notes.append(rd.run.get("preset_note") or "reduced CPU preset")
+    if rd.data.get("kind") == "synthetic":
+        notes.append(f"the data is a synthetic random walk ({rd.data.get('source')}), the noise control: nothing "
+                     "is predictable, and a pass here would be a false positive.")
+    if rd.rescored_from:
+        notes.append(f"re-scored from the run {rd.run_dir.name} at eval.fee_bps = {cfg['eval']['fee_bps']:g} from "
+                     f"its saved per-bar positions (the run itself charged {rd.rescored_from['run_fee_bps']:g} bps); "
+                     "nothing was retrained.")
+    question = (f"Question: does a causal transformer that sees a longer context (N past 1-minute bars) forecast the "
+                f"{cfg['labels']['horizon']}-bar up/flat/down direction of {rd.data.get('symbol', 'BTCUSDT')} better "
+                f"out of sample, at what cost, and does the winner survive the multiple-testing gates (Deflated "
+                f"Sharpe Ratio >= {cfg['selection']['min_dsr']}, PBO <= {cfg['selection']['max_pbo']})?")
+    return {"question": question, "sentence": words["sentence"], "reasons": words["reasons"], "notes": notes}
+
+
+def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
+    cfg, data = rd.config, rd.data
+    fp = data.get("fingerprint", {})
+    n_params = next((c["cost"].get("n_params") for c in rd.cells if c.get("cost")), None)
+    sp, tr = cfg["splits"], cfg["train"]
+    purge = sp["purge"] if sp["purge"] >= 0 else cfg["labels"]["horizon"]
+    trials = plural(rd.run.get("trials_per_length", 1), "trial") + " per N"
+    if rd.run.get("search_space"):
+        trials += f" (searched: {rd.run.get('search_space')})"
+    return [
+        ["data", data_source(data)],
+        ["range (configured)", f"{cfg['data']['start']} .. {cfg['data']['end']} (UTC, end inclusive)"],
+        ["bars", f"{fmt(fp.get('count'))} ({fp.get('first')} .. {fp.get('last')}); {plural(data.get('n_gaps', 0), 'gap')}, "
+                 f"{plural(data.get('missing_bars', 0), 'missing bar')}; windows never bridge a gap > "
+                 f"{plural(cfg['data']['max_gap_bars'], 'bar')}"],
+        ["target", f"sign of the {cfg['labels']['horizon']}-bar forward log return: up / flat / down"],
+        ["flat band", f"symmetric |return| quantile giving {cfg['labels']['flat_fraction']:.1%} flat labels, "
+                      "fitted on each fold's training bars only"],
+        ["folds", f"{sp['n_folds']} {sp['scheme']} walk-forward folds, test blocks of {plural(sp['test_days'], 'day')}, "
+                  f"purge {plural(purge, 'bar')}, embargo {plural(sp['embargo'], 'bar')}"],
+        ["fees", f"{cfg['eval']['fee_bps']} bps per unit of turnover; position +1/0/-1 from the predicted class, "
+                 "held one bar"],
+        ["model", f"causal transformer, d_model {cfg['model']['d_model']}, {plural(cfg['model']['n_layers'], 'layer')}, "
+                  f"{plural(cfg['model']['n_heads'], 'head')}, rotary positions; {fmt(n_params)} parameters "
+                  "(same for every N)"],
+        ["budget", f"{tr['steps']} AdamW steps of {fmt(tr['tokens_per_step'])} tokens (batch = tokens / N), "
+                   f"lr {tr['lr']}, warm-up {plural(tr['warmup_steps'], 'step')}, weight decay {tr['weight_decay']}"],
+        ["seeds", ", ".join(map(str, tr["seeds"]))],
+        ["trials", f"{trials}; {plural(nums.selection.n_trials, 'complete trial')} in the study"],
+        ["evaluation", "every test bar scored once, with a context of N/2..N bars ending at it (stride N/2); "
+                       "baselines (class prior, logistic regression on the last "
+                       f"{plural(cfg['eval']['baseline_lags'], 'bar')}) on the same folds; statistics on daily "
+                       "net returns"],
+        ["preset", f"{rd.run.get('preset')}" + (" (reduced CPU preset)" if rd.run.get("preset") == "cpu" else "")],
+    ]
+
+
+def setup_section(rd: RunData, nums: Numbers) -> dict:
+    thresholds = {r["fold"]: r["flat_threshold"] for r in nums.rows if r["kind"] == "model"}
+    folds = [[f["fold"], f["train_start"], f["train_end"], f["test_start"], f["test_end"], fmt(f["n_train"]),
+              fmt(f["n_test"]), fmt(thresholds.get(f["fold"]), ".2e")] for f in rd.data.get("folds", [])]
+    return {"summary": _table(["item", "value"], _setup_items(rd, nums)),
+            "folds": _table(["fold", "train start", "train end", "test start", "test end", "train bars", "test bars",
+                             "flat band |r|"], folds)}
+
+
+def cost_section(nums: Numbers, figures: dict) -> dict:
+    kind = memory_kind(nums.per_n)
+    rows = [[label(s["series"]), fmt(s["batch_size"]), fmt(s["steps"]), fmt(s["epoch_seconds"], ".2f"),
+             fmt(s["train_seconds"], ".2f"), fmt(s["tokens_per_s"], ",.0f"), fmt(s["peak_memory_bytes"] / 2**20, ",.0f"),
+             s["backend"], fmt(s["tflops"], ".3g"), s["device"]] for s in nums.per_n]
+    notes = ["Means over folds (and seeds). An epoch is as many tokens as the fold has training bars."]
+    if kind == "CUDA allocator":
+        notes.append("Peak memory is torch.cuda.max_memory_allocated, reset per fold: what torch allocated on the GPU "
+                     "(weights, activations, optimiser state), the quantity the memory claim is about.")
+    else:
+        notes.append("Peak memory on CPU is the process's peak RSS (ru_maxrss: Python, torch, the data and earlier "
+                     "folds included), an upper bound that cannot show the memory claim (memory flat in N with fused "
+                     "attention); that needs CUDA's allocator statistics, i.e. a CUDA run.")
+    header = ["configuration", "batch", "steps", "epoch (s)", "train (s)", "tokens/s", f"peak memory (MiB, {kind})",
+              "backend", "TFLOP/s", "device"]
+    return {"table": _table(header, rows), "notes": notes, "figure": figures.get("cost_vs_n")}
+
+
+def benefit_section(nums: Numbers, figures: dict) -> dict:
+    head = ["configuration"] + [t for _, t, _ in METRICS] + ["folds"]
+    body = [[label(s["series"])] + [pm(s[m], s[f"{m}_std"]) for m, _, _ in METRICS] + [s["n_folds"]]
+            for s in nums.per_n]
+    body += [[f"baseline: {label(k)}"] + [pm(b[m], b[f"{m}_std"]) for m, _, _ in METRICS] + [b["n_folds"]]
+             for k, b in nums.baselines.items()]
+    note = ("Mean ± fold-to-fold standard deviation over the test blocks; accuracy, balanced accuracy and MCC are "
+            "fractions of 1; log-loss in nats (lower is better; a uniform guess scores ln 3 = 1.0986).")
+    return {"table": _table(head, body), "note": note,
+            "figures": [f for f in (figures.get("benefit_vs_n"), figures.get("equity")) if f]}
+
+
+def _candidate_rows(nums: Numbers) -> list[list]:
+    sel = nums.selection
+    selected = sel.verdict.selected
+    out = []
+    for r in sel.candidates:
+        role = "selected (highest Sharpe/day)" if r["key"] == selected else "candidate"
+        out.append([label(r["key"]), fmt(r["n_periods"]), pct_per_day(r["mean"]), percent(r["total"]),
+                    fmt(nums.series_stats[r["key"]]["gross_sharpe"]), fmt(r["sharpe"]), fmt(r["sharpe_annual"], ".2f"),
+                    fmt(r["psr"], ".3f"), fmt(r["dsr"], ".3f"), fmt(r.get("sr0")), fmt(sel.n_trials),
+                    fmt(sel.sr_variance, ".3g"), role])
+    for k in nums.baselines:
+        if k in nums.series_stats:
+            b = nums.series_stats[k]
+            out.append([f"baseline: {label(k)}", fmt(b["n_days"]), pct_per_day(b["mean_daily_net"]),
+                        percent(b["total_net"]), fmt(b["gross_sharpe"]), fmt(b["sharpe"]), fmt(b["sharpe_annual"], ".2f"),
+                        "", "", "", "", "", "baseline (not a candidate)"])
+    return out
+
+
+def prior_note(nums: Numbers) -> str | None:
+    """Why the class-prior baseline can be positive where every trading strategy loses."""
+    if "baseline-prior" not in nums.series_stats:
+        return None
+    positive = [k for k, s in nums.series_stats.items() if s["total_net"] > 0]
+    why = ("The class-prior baseline predicts the training fold's most frequent class on every test bar, so it "
+           "holds one constant position through each test block (long, short or flat): its return is "
+           "buy-and-hold or short-and-hold of BTC, paying the fee once per fold, not a forecast.")
+    if positive == ["baseline-prior"]:
+        why += " That is why it is the only series with a positive total net return here."
+    return why
+
+
+def _pbo_text(p) -> str:
+    return (f"PBO (CSCV, {plural(p.n_blocks, 'block')} of {plural(p.block_size, 'day')}, {plural(p.n_splits, 'split')}, "
+            f"{plural(p.n_dropped, 'oldest day')} dropped): {p.pbo:.3f}; probability of an out-of-sample loss "
+            f"{p.prob_oos_loss:.3f}; degradation: OOS Sharpe/day = {linear_fit(p.intercept, p.slope, 'IS Sharpe/day')} "
+            f"(R² {fmt(p.r2, '.2f')}).")
+
+
+def selection_section(rd: RunData, nums: Numbers, words: dict, figures: dict) -> dict:
+    sel = nums.selection
+    days = sel.days
+    intro = (f"Daily net returns of {plural(len(sel.candidates), 'candidate')} on {plural(len(days), 'common day')} "
+             f"({days[0] if len(days) else None} .. {days[-1] if len(days) else None}). DSR trial count = "
+             f"{plural(sel.n_trials, 'complete trial')} in the optuna study; Sharpe variance across trials = "
+             f"{fmt(sel.sr_variance, '.3g')} (variance of per-day Sharpe ratios, ddof 1). Sharpe ratios are per day "
+             "(mean / standard deviation of daily net returns), annualised with 365; the gates test the candidate "
+             "with the highest daily net Sharpe ratio.")
+    header = ["candidate", "days", "mean daily net", "total net (compounded)", "gross Sharpe/day", "Sharpe/day",
+              "Sharpe/yr", "PSR(0)", "DSR", "SR0/day", "trials", "V[SR] (per-day Sharpe)", "role"]
+    p = sel.verdict.pbo_result
+    notes = [n for n in [prior_note(nums)] if n] + [f"Note: {n}" for n in words["notes"]]
+    return {"intro": intro, "table": _table(header, _candidate_rows(nums)), "notes": notes,
+            "pbo": _pbo_text(p) if p is not None else "PBO: not computable (see the reasons above).",
+            "figure": figures.get("pbo"), "gates": [f"gate: {r}" for r in words["reasons"]]}
+
+
+def precision_section(prec: dict) -> dict:
+    if not (prec.get("available") and prec.get("rows")):
+        return {"intro": f"The precision oracle was not run: {prec.get('reason', 'unavailable')}.", "table": None}
+    st = prec.get("settings", {})
+    intro = (f"bf16 fused attention against a float64 reference on identical inputs (q, k, v ~ N(0, 1), "
+             f"{plural(st.get('heads') or 0, 'head')} of {st.get('head_dim')}), and the up/flat/down decisions of a "
+             f"{st.get('model', 'fresh model')} on the same random inputs: bf16 autocast + fused kernel vs float64.")
+    rows = [[r.get("n"), r.get("backend"), fmt(r.get("attn_max_rel"), ".2e"), fmt(r.get("attn_fro_rel"), ".2e"),
+             percent(r.get("flip_fraction"), 4), fmt(r.get("logit_max_abs_err"), ".2e"), r.get("status")]
+            for r in prec["rows"]]
+    header = ["N", "kernel", "max|err|/max|ref|", "||err||/||ref||", "decision flips", "max |d logit| (nats)", "status"]
+    return {"intro": intro, "table": _table(header, rows)}
+
+
+def reproducibility_section(rd: RunData) -> dict:
+    run, fp = rd.run, rd.data.get("fingerprint", {})
+    n_inv = len(run.get("invocations", []))
+    resumed = "never resumed" if n_inv <= 1 else f"resumed {plural(n_inv - 1, 'time')}"
+    items = [
+        ["git commit", run.get("git_commit") or "n/a (not a git checkout, or no commit yet)"],
+        ["packages", ", ".join(f"{k} {v}" for k, v in run.get("packages", {}).items() if v)],
+        ["device", f"{run.get('device')}: {run.get('device_name')}"],
+        ["seed(s)", ", ".join(map(str, run.get("seeds", rd.config["train"]["seeds"])))],
+        ["config hash", run.get("config_hash")],
+        ["run key", f"{run.get('run_key')} (config + data source + trials + device type)"],
+        ["optuna study", f"{run.get('study_name')} in {run.get('storage')}"],
+        ["data fingerprint", f"first {fp.get('first')}, last {fp.get('last')}, count {fmt(fp.get('count'))}, "
+                             f"sha256 {fp.get('sha256')}"],
+        ["invocations", f"{plural(n_inv, 'invocation')} (the sweep was {resumed})"],
+        ["resolved config", "config.json in the run folder"],
+    ]
+    return {"command": run.get("command") or "tsflash sweep", "table": _table(["item", "value"], items)}
+
+
+def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[str, Path], out_dir: Path) -> dict:
+    """The context of report.md.j2 and report.html.j2."""
+    figures = {name: {"src": path.relative_to(out_dir).as_posix(), "file": path, "caption": CAPTIONS[name]}
+               for name, path in figure_paths.items()}
+    cfg = rd.config
+    return {
+        "title": f"Does a longer context help? {cfg.get('name', '')} sweep, N = {', '.join(map(str, cfg['lengths']))}",
+        "page_title": f"tsflash report: {out_dir.name}",
+        "headings": SECTIONS,
+        "verdict": verdict_section(rd, words),
+        "setup": setup_section(rd, nums),
+        "cost": cost_section(nums, figures),
+        "benefit": benefit_section(nums, figures),
+        "selection": selection_section(rd, nums, words, figures),
+        "precision": precision_section(rd.precision),
+        "reproducibility": reproducibility_section(rd),
+    }

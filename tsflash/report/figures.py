@@ -1,0 +1,154 @@
+"""The report's four figures (matplotlib, Agg, PNG written atomically): cost and benefit against N,
+equity curves before and after fees, and the CSCV diagnostics of PBO."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tsflash import atomic
+from tsflash.report.compute import METRICS, Numbers
+from tsflash.report.rundata import RunData
+from tsflash.report.wording import label
+from tsflash.runfolder import is_baseline
+
+# name -> caption, in the order the report shows them
+CAPTIONS = {
+    "cost_vs_n": "Cost against N (log2 x-axis)",
+    "benefit_vs_n": "Benefit against N, with fold spread and baselines (log2 x-axis)",
+    "equity": "Equity curves before and after fees per N and for the baselines",
+    "pbo": "CSCV logits and out-of-sample rank of the in-sample winner",
+}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _log2_axis(ax, ns):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ns)
+    ax.set_xticklabels([str(n) for n in ns])
+    ax.set_xlabel("context length N (bars, log2 scale)")
+    ax.grid(True, alpha=0.3)
+
+
+def _save(fig, path: Path) -> Path:
+    with atomic.atomic_path(path, keep_suffix=True) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    _plt().close(fig)
+    return path
+
+
+def plot_cost(per_n: list[dict], path: Path, memory_kind: str) -> Path:
+    plt = _plt()
+    ns = [s["n"] for s in per_n]
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    panels = (("epoch_seconds", "wall-clock per epoch (s)", 1), ("tokens_per_s", "training throughput (tokens/s)", 1),
+              ("peak_memory_bytes", f"peak memory (MiB, {memory_kind})", 2**-20), ("tflops", "achieved TFLOP/s", 1))
+    for ax, (m, title, scale) in zip(axes, panels):
+        ys = np.array([s[m] * scale for s in per_n], dtype=float)
+        ax.plot(ns, ys, "o-")
+        ax.set_ylabel(title)
+        ax.set_title(title)
+        _log2_axis(ax, ns)
+        pos = ys[np.isfinite(ys) & (ys > 0)]
+        if len(pos) > 1 and pos.max() / pos.min() > 20:  # spans decades: log scale
+            ax.set_yscale("log")
+        else:
+            ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+            ax.set_ylim(bottom=0)  # a zoomed axis would turn a 0.4 % change into a cliff
+    fig.suptitle("Cost against context length (mean over folds)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_benefit(rows: list[dict], per_n: list[dict], baselines: dict[str, dict], path: Path) -> Path:
+    plt = _plt()
+    ns = [s["n"] for s in per_n]
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    for ax, (m, title, better) in zip(axes, METRICS):
+        mean = [s[m] for s in per_n]
+        std = [s[f"{m}_std"] for s in per_n]
+        ax.errorbar(ns, mean, yerr=std, fmt="o-", capsize=4, label="transformer (mean ± fold s.d.)")
+        pts = [(r["n"], r[m]) for r in rows if r["kind"] == "model"]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=12, color="gray", alpha=0.6, label="single folds")
+        for (name, b), style in zip(sorted(baselines.items()), ("--", ":", "-.")):
+            ax.axhline(b[m], linestyle=style, color="C3" if "logreg" in name else "C2",
+                       label=f"{label(name)} baseline")
+        ax.set_ylabel(title)
+        ax.set_title(f"{title} ({better} is better)")
+        _log2_axis(ax, ns)
+    axes[0].legend(fontsize=7, loc="best")
+    fig.suptitle("Out-of-sample benefit against context length (test blocks of every fold)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_equity(rd: RunData, keys: list[str], path: Path) -> Path:
+    """Two panels: before fees (does the forecast carry any edge?) and after fees (can it be traded?).
+
+    Wealth is drawn on a log axis: a strategy that loses most of its capital to fees would
+    otherwise be a flat line at -100 % after a few weeks, hiding how fast it got there.
+    """
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.4), sharex=True)
+    for ax, field, title in ((axes[0], "gross", "before fees"), (axes[1], "net", "after fees")):
+        for key in keys:
+            s = rd.series[key]
+            wealth = np.cumprod(1 + np.asarray(getattr(s, field), dtype=float))
+            ax.plot(s.days.astype("datetime64[D]"), np.maximum(wealth, 1e-12), "--" if is_baseline(key) else "-",
+                    label=label(key))
+        ax.axhline(1, color="black", linewidth=0.6)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"wealth {title} (start = 1, log scale)")
+        ax.set_xlabel("UTC day (out-of-sample test blocks)")
+        ax.set_title(f"Equity curves {title}, compounded daily")
+        ax.grid(True, alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_pbo(pbo, path: Path) -> Path:
+    """`pbo`: a `tsflash.selection.PBOResult`."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    logits = np.asarray(pbo.logits, dtype=float)
+    finite = logits[np.isfinite(logits)]
+    axes[0].hist(finite, bins=min(30, max(5, len(np.unique(finite)))), color="C0", alpha=0.8)
+    axes[0].axvline(0, color="C3", linestyle="--", label="logit 0 (OOS median)")
+    axes[0].set_xlabel("logit of the IS winner's OOS relative rank")
+    axes[0].set_ylabel("CSCV splits")
+    axes[0].set_title(f"CSCV logits: PBO = {pbo.pbo:.2f} ({pbo.n_splits:,} splits)")
+    axes[0].legend(fontsize=8)
+    hist = np.asarray(pbo.rank_histogram)
+    axes[1].bar(np.arange(1, len(hist) + 1), hist, color="C1")
+    axes[1].set_xticks(np.arange(1, len(hist) + 1))
+    axes[1].set_xlabel(f"OOS rank of the IS winner (1 = worst, {len(hist)} = best)")
+    axes[1].set_ylabel("CSCV splits")
+    axes[1].set_title("Out-of-sample rank of the in-sample winner")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def draw(rd: RunData, nums: Numbers, fig_dir: Path, memory_kind: str) -> dict[str, Path]:
+    """Every figure the numbers allow, as {name: path} (names as in CAPTIONS)."""
+    out = {}
+    if nums.primary:
+        out["cost_vs_n"] = plot_cost(nums.primary, fig_dir / "cost_vs_n.png", memory_kind)
+        out["benefit_vs_n"] = plot_benefit(nums.rows, nums.primary, nums.baselines, fig_dir / "benefit_vs_n.png")
+    eq_keys = rd.trial_keys + [k for k in nums.baselines if k in rd.series]
+    if eq_keys:
+        out["equity"] = plot_equity(rd, eq_keys, fig_dir / "equity.png")
+    pbo = nums.selection.verdict.pbo_result
+    if pbo is not None:
+        out["pbo"] = plot_pbo(pbo, fig_dir / "pbo.png")
+    return out
