@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -200,3 +202,43 @@ def test_a_slot_completed_twice_counts_as_one_trial():
                          cells=[{"key": k, "n": int(k[1:])} for k in series])
     out = run_selection(rd)
     assert out.n_trials == 2
+
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "reports" / "h200-btcusdt-1m"
+
+
+def _numbers(obj, path=()):
+    """{path: value} of every number (and null / bool) in a JSON document."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _numbers(v, (*path, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _numbers(v, (*path, i))
+    elif obj is None or isinstance(obj, (bool, int, float)):
+        yield path, obj
+
+
+def test_the_published_run_rebuilds_the_same_numbers(tmp_path):
+    """`tsflash report` on a copy of reports/h200-btcusdt-1m (no per-bar cells): every number of
+    results.json as committed; only sentences may change."""
+    run = tmp_path / "h200"
+    shutil.copytree(PUBLISHED, run)
+    committed = dict(_numbers(json.loads((PUBLISHED / "results.json").read_text())))
+    assert cli.main(["report", str(run)]) == 0
+    rebuilt = dict(_numbers(json.loads((run / "results.json").read_text())))
+    assert len(committed) > 25000  # the PBO logits and ranks are in there
+    for path, value in committed.items():
+        assert path in rebuilt, path
+        if isinstance(value, float):
+            assert rebuilt[path] == pytest.approx(value, rel=1e-12, abs=1e-12), path
+        else:
+            assert rebuilt[path] == value, path
+    assert pq.read_table(run / "daily_returns.parquet").equals(pq.read_table(PUBLISHED / "daily_returns.parquet"))
+    assert pq.read_table(run / "fold_metrics.parquet").equals(pq.read_table(PUBLISHED / "fold_metrics.parquet"))
+    text = (run / "report.md").read_text()
+    assert "BTCUSDT 1m bars read from the Parquet store at .carry/data" in text
+    assert "-17.3 %/day" in text and "mean daily net" in text and "-1.73e-01" not in text
+    assert "OOS Sharpe/day = -2.321 - 0.936 × IS Sharpe/day" in text and "+ -" not in text
+    assert "That is why it is the only series with a positive total net return here." in text
+    assert "peak memory (MiB, CUDA allocator)" in text

@@ -44,7 +44,7 @@ from tsflash.report.context import SECTIONS, build_context, memory_kind
 from tsflash.report.figures import draw
 from tsflash.report.outputs import write_all
 from tsflash.report.render import render
-from tsflash.report.rescore import RESCORE_KEYS, default_out_dir, rescore
+from tsflash.report.rescore import RESCORE_KEYS, check_overrides, default_out_dir, rescore
 from tsflash.report.rundata import RunData, load_run
 from tsflash.report.wording import label, sentences
 from tsflash.runfolder import RunFolder
@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 def _out_dir(rd: RunData, overrides: dict | None, out_dir: Path | None) -> Path:
     if not overrides:
         return Path(out_dir) if out_dir is not None else rd.run_dir
+    overrides = check_overrides(overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir(rd.run_dir, overrides)
     if out.resolve() == rd.run_dir.resolve():
         raise UserError(f"report --out {out}: a re-scored report never overwrites the run's own report; "

@@ -54,9 +54,9 @@ def verdict_section(rd: RunData, words: dict) -> dict:
         notes.append(f"the data is a synthetic random walk ({rd.data.get('source')}), the noise control: nothing "
                      "is predictable, and a pass here would be a false positive.")
     if rd.rescored_from:
-        notes.append(f"re-scored from the run {rd.run_dir.name} at eval.fee_bps = {cfg['eval']['fee_bps']:g} from "
-                     f"its saved per-bar positions (the run itself charged {rd.rescored_from['run_fee_bps']:g} bps); "
-                     "nothing was retrained.")
+        notes.append(f"re-scored at eval.fee_bps = {cfg['eval']['fee_bps']:g} from the per-bar positions saved by "
+                     f"the run `{rd.run_dir.name}` (which charged {rd.rescored_from['run_fee_bps']:g} bps); nothing "
+                     "was retrained.")
     question = (f"Question: does a causal transformer that sees a longer context (N past 1-minute bars) forecast the "
                 f"{cfg['labels']['horizon']}-bar up/flat/down direction of {rd.data.get('symbol', 'BTCUSDT')} better "
                 f"out of sample, at what cost, and does the winner survive the multiple-testing gates (Deflated "

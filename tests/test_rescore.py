@@ -1,0 +1,106 @@
+"""Fees at scoring time: a finished tiny sweep re-scored from its per-bar cells, without retraining."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tsflash import cli
+from tsflash.errors import UserError
+from tsflash.report import build_report
+from tsflash.report.rescore import check_overrides, flat_overrides
+
+REPO = Path(__file__).resolve().parent.parent
+PUBLISHED = REPO / "reports" / "h200-btcusdt-1m"
+
+# A tiny sweep on the synthetic random walk, two seeds (the seed-averaged series is re-scored too).
+TINY = [
+    'data.start="2024-01-01"', 'data.end="2024-01-08"', "splits.test_days=2", "splits.n_folds=2",
+    "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=3", "train.tokens_per_step=256",
+    "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096", "selection.cscv_blocks=4",
+    "train.seeds=[0, 1]",
+]
+SERIES = ("n32", "n64", "baseline-prior", "baseline-logreg")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rescore") / "run"
+    argv = ["sweep", "--lengths", "32,64", "--data", "synthetic:random-walk", "--out", str(out), "--preset", "cpu",
+            "--no-precision"]
+    for item in TINY:
+        argv += ["--set", item]
+    assert cli.main(argv) == 0
+    return out
+
+
+def _series(folder: Path, name: str) -> dict:
+    with np.load(folder / "series" / f"{name}.npz") as z:
+        return {k: z[k] for k in ("days", "net", "gross")}
+
+
+def test_the_runs_own_fee_reproduces_its_series_and_verdict(run):
+    before = (run / "report.md").read_text()
+    md, html = build_report(run, overrides={"eval.fee_bps": 5.0})
+    out = md.parent
+    assert out == run / "rescored" / "fee-5bps" and html.parent == out
+    assert (run / "report.md").read_text() == before  # the run's own report is never overwritten
+    for name in SERIES:
+        a, b = _series(run, name), _series(out, name)
+        for field in ("days", "net", "gross"):
+            assert np.array_equal(a[field], b[field]), (name, field)
+    old, new = (json.loads((d / "results.json").read_text()) for d in (run, out))
+    assert new["verdict"] == old["verdict"]
+    assert new["selection"]["candidates"] == old["selection"]["candidates"]
+    assert new["selection"]["sr_variance"] == old["selection"]["sr_variance"]
+    assert new["rescored"]["overrides"] == {"eval.fee_bps": 5.0} and new["rescored"]["run_fee_bps"] == 5.0
+
+
+def test_zero_fee_makes_net_equal_gross(run, tmp_path):
+    md, _ = build_report(run, overrides={"eval": {"fee_bps": 0}}, out_dir=tmp_path / "free")
+    assert md == tmp_path / "free" / "report.md"
+    for name in SERIES:
+        s = _series(tmp_path / "free", name)
+        assert np.array_equal(s["net"], s["gross"]), name
+        assert np.array_equal(s["gross"], _series(run, name)["gross"])  # fees never touch gross returns
+    res = json.loads((tmp_path / "free" / "results.json").read_text())
+    assert res["setup"]["config"]["eval"]["fee_bps"] == 0
+    text = md.read_text()
+    assert "re-scored at eval.fee_bps = 0 from the per-bar positions saved by the run `run` (which charged 5 bps)" in text
+    # the DSR's ledger is re-scored too: its trial values are the new daily Sharpe ratios
+    by_key = {c["key"]: c["sharpe"] for c in res["selection"]["candidates"]}
+    net = _series(tmp_path / "free", "n32")["net"]
+    assert by_key["n32"] == pytest.approx(net.mean() / net.std(ddof=1), rel=1e-12)
+
+
+def test_a_higher_fee_costs_more(run, tmp_path):
+    build_report(run, overrides={"eval.fee_bps": 20}, out_dir=tmp_path / "dear")
+    for name in SERIES:
+        cheap, dear = _series(run, name)["net"], _series(tmp_path / "dear", name)["net"]
+        assert np.all(dear <= cheap), name
+        if not name.startswith("baseline-"):  # the models trade; the class prior may hold flat throughout
+            assert dear.sum() < cheap.sum(), name
+
+
+def test_keys_that_need_retraining_are_refused(run):
+    with pytest.raises(UserError, match=r"report --set train.steps: only scoring keys can change without retraining "
+                                        r"\(eval.fee_bps\); train.steps changes the trained models"):
+        build_report(run, overrides={"train": {"steps": 5}})
+    with pytest.raises(UserError, match=r"report --set eval.fee_bps: must be a number >= 0 \(basis points\), got -1"):
+        check_overrides({"eval.fee_bps": -1})
+    with pytest.raises(UserError, match=r"a re-scored report never overwrites the run's own report"):
+        build_report(run, overrides={"eval.fee_bps": 1}, out_dir=run)
+    assert flat_overrides({"eval": {"fee_bps": 2}, "x.y": 1}) == {"eval.fee_bps": 2, "x.y": 1}
+
+
+def test_a_run_without_per_bar_cells_cannot_be_rescored(tmp_path):
+    run = tmp_path / "published"
+    shutil.copytree(PUBLISHED, run)
+    with pytest.raises(UserError, match=r"re-scoring needs the per-bar cell files \(cells/\*\*/\*\.npz\); "
+                                        r"cells/.*\.npz is missing in .*published \(a published run does not commit"):
+        build_report(run, overrides={"eval.fee_bps": 2})
+    assert not (run / "rescored").exists()
