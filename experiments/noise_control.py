@@ -1,9 +1,11 @@
 """The noise control (issue 6, deliverable 7): `tsflash sweep` on seeded random walks must fail the gates.
 
 Runs the sweep CLI (`python -m tsflash.cli sweep`, one process at a time) on
-`--data synthetic:random-walk:SEED` for SEED = 0 .. K-1 and for each fee setting (default 5 bps
-and 0 bps), with a small, fast configuration (`--preset cpu` plus `--set` overrides), reads each
-run's results.json and writes
+`--data synthetic:random-walk:SEED` for SEED = 0 .. K-1, once per seed at the first fee setting,
+with a small, fast configuration (`--preset cpu` plus `--set` overrides). The other fee settings
+(default 5 bps, then 0 bps) re-score the same trained run from its saved per-bar positions
+(`tsflash.report.build_report(run, overrides={"eval.fee_bps": fee})`): fees never change what is
+trained, so no seed is trained twice. It reads each setting's results.json and writes
 
     reports/noise-control/summary.json   every run's verdict and the pass rates (machine-readable)
     reports/noise-control/summary.md     the same as tables, with the gate rule and nominal rates
@@ -14,7 +16,10 @@ false-positive rate (about 1 - min_dsr = 5%) or less, and both gates at most tha
 every strategy loses to fees, so that setting fails trivially; 0 bps is the setting that tests
 the gates. Each sweep writes its run folder under a scratch folder (a temporary one, removed at
 the end, unless --workdir is given; a --workdir keeps the run folders and a rerun reuses the
-finished ones).
+finished ones), and each re-scored setting a folder `rescored/fee-<x>bps` inside it.
+
+The statistics come from scipy.stats: the Wilson interval (`binomtest(...).proportion_ci`), the
+binomial tail (`binomtest(..., alternative="greater")`) and the t statistic (`ttest_1samp`).
 
     python experiments/noise_control.py                     # K = 10 seeds x {5, 0} bps
     python experiments/noise_control.py --seeds 8 --fees 0  # 8 seeds at 0 bps only
@@ -29,17 +34,23 @@ import json
 import logging
 import math
 import os
+import platform
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from scipy import stats
+
 log = logging.getLogger("noise_control")
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # the repository's tsflash, the one the sweeps run (`python -m` from REPO)
 DEFAULT_OUT = Path("reports") / "noise-control"  # relative to the repository root
 
 # The small CPU configuration: ~20 s per sweep on one CPU thread. `--preset cpu` first, then these.
@@ -94,7 +105,7 @@ def _num(x) -> float | None:
 
 
 def row_from_results(results: dict, fee_bps: float, seed: int) -> dict:
-    """One summary row from a run's results.json (tsflash/report.py): the verdict and the selected candidate."""
+    """One summary row from a run's results.json (tsflash.report): the verdict and the selected candidate."""
     v = results.get("verdict") or {}
     sel = results.get("selection") or {}
     cands = sel.get("candidates") or []
@@ -125,22 +136,26 @@ def row_from_results(results: dict, fee_bps: float, seed: int) -> dict:
     }
 
 
-def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """95% Wilson score interval of a binomial proportion k / n ((0, 1) when n = 0)."""
+def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion k / n ((0, 1) when n = 0)."""
     if n <= 0:
         return 0.0, 1.0
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, mid - half), min(1.0, mid + half)
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def binom_tail(k: int, n: int, p: float) -> float:
     """P(X >= k) for X ~ Binomial(n, p): how surprising k passes are at the nominal rate p."""
     if k <= 0:
         return 1.0
-    return float(min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))))
+    return float(stats.binomtest(k, n, p, alternative="greater").pvalue)
+
+
+def t_statistic(xs: list[float]) -> float | None:
+    """One-sample t statistic against mean 0; None with fewer than 2 values or no spread."""
+    if len(xs) < 2 or max(xs) == min(xs):
+        return None
+    return float(stats.ttest_1samp(xs, 0.0).statistic)
 
 
 def _rate(k: int, n: int, nominal: float | None) -> dict:
@@ -166,17 +181,8 @@ def summarize(rows: list[dict], min_dsr: float = 0.95, max_pbo: float = 0.5) -> 
         # Diagnostic for leakage: on noise every candidate's daily Sharpe has mean 0 (unlike the
         # selected one's, biased upward by the selection). Mean and t over all candidates of all seeds.
         all_sr = [s for r in ok for s in (r.get("candidate_sharpes") or {}).values() if s is not None]
-        mean_sr = sum(all_sr) / len(all_sr) if all_sr else None
-        sd_sr = (math.sqrt(sum((s - mean_sr) ** 2 for s in all_sr) / (len(all_sr) - 1))
-                 if len(all_sr) >= 2 else None)
-        per_seed_means = [sum(v for v in r["candidate_sharpes"].values() if v is not None)
-                          / max(1, sum(v is not None for v in r["candidate_sharpes"].values()))
-                          for r in ok if any(v is not None for v in (r.get("candidate_sharpes") or {}).values())]
-        t_seed = None
-        if len(per_seed_means) >= 2:
-            m = sum(per_seed_means) / len(per_seed_means)
-            s = math.sqrt(sum((x - m) ** 2 for x in per_seed_means) / (len(per_seed_means) - 1))
-            t_seed = m / (s / math.sqrt(len(per_seed_means))) if s > 0 else None
+        per_seed_means = [statistics.fmean(v) for r in ok
+                          if (v := [x for x in (r.get("candidate_sharpes") or {}).values() if x is not None])]
         by_fee[f"{fee:g}"] = {
             "fee_bps": fee,
             "seeds": [r["seed"] for r in rs],
@@ -187,9 +193,9 @@ def summarize(rows: list[dict], min_dsr: float = 0.95, max_pbo: float = 0.5) -> 
             "both": _rate(sum(r["passed"] for r in ok), n, nominal_dsr),
             "mean_selected_sharpe": (sum(r["sharpe"] for r in ok if r["sharpe"] is not None)
                                      / max(1, sum(r["sharpe"] is not None for r in ok))) if ok else None,
-            "mean_candidate_sharpe": mean_sr,
-            "sd_candidate_sharpe": sd_sr,
-            "t_mean_candidate_sharpe_over_seeds": t_seed,
+            "mean_candidate_sharpe": statistics.fmean(all_sr) if all_sr else None,
+            "sd_candidate_sharpe": statistics.stdev(all_sr) if len(all_sr) >= 2 else None,
+            "t_mean_candidate_sharpe_over_seeds": t_statistic(per_seed_means),
             "median_pbo": _median([r["pbo"] for r in ok if r["pbo"] is not None]),
             "median_dsr": _median([r["dsr"] for r in ok if r["dsr"] is not None]),
         }
@@ -206,11 +212,7 @@ def summarize(rows: list[dict], min_dsr: float = 0.95, max_pbo: float = 0.5) -> 
 
 
 def _median(xs: list[float]) -> float | None:
-    if not xs:
-        return None
-    s = sorted(xs)
-    m = len(s) // 2
-    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
+    return statistics.median(xs) if xs else None
 
 
 def _f(x, spec: str = ".3f") -> str:
@@ -268,7 +270,12 @@ def render_markdown(summary: dict, meta: dict | None = None) -> str:
         if meta.get("command"):
             lines += ["```", meta["command"], "```", ""]
         if meta.get("sweep_command"):
-            lines += ["Each sweep (SEED and FEE filled in):", "", "```", meta["sweep_command"], "```", ""]
+            lines += ["Each sweep (SEED filled in), trained once per seed:", "", "```", meta["sweep_command"], "```", ""]
+        if meta.get("rescored_fees_bps"):
+            fees = ", ".join(f"{f:g}" for f in meta["rescored_fees_bps"])
+            lines += [f"The other fee settings ({fees} bps) re-score each seed's run from its saved per-bar "
+                      "positions (`tsflash.report.build_report(run, overrides={\"eval.fee_bps\": FEE})`), "
+                      "without retraining.", ""]
         items = []
         for key, text in (("started", "started (UTC)"), ("runtime_s", "runtime (s)"),
                           ("mean_sweep_s", "mean time per sweep (s)"), ("git_commit", "git commit"),
@@ -278,15 +285,6 @@ def render_markdown(summary: dict, meta: dict | None = None) -> str:
                 items.append(f"- {text}: {val:.0f}" if isinstance(val, float) else f"- {text}: {val}")
         lines += items + [""]
     return "\n".join(lines)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `path` through a temporary name in the same folder, then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,51 +300,78 @@ def sweep_argv(seed: int, fee_bps: float, run_dir: Path, args) -> list[str]:
     return argv
 
 
-def run_one(seed: int, fee_bps: float, workdir: Path, args) -> tuple[dict, float]:
-    """Run (or reuse) one sweep; returns its summary row and the seconds spent."""
-    run_dir = workdir / f"fee{fee_bps:g}bps-seed{seed}"
-    results_path = run_dir / "results.json"
-    t0 = time.monotonic()
-    done = False
-    if results_path.exists():
-        try:
-            done = json.loads((run_dir / "run.json").read_text()).get("status") == "complete"
-        except (OSError, ValueError):
-            done = False
-    if done:
-        log.info("fee %g bps, seed %d: reusing the finished run %s", fee_bps, seed, run_dir)
+def _is_finished(run_dir: Path) -> bool:
+    try:
+        return json.loads((run_dir / "run.json").read_text()).get("status") == "complete"
+    except (OSError, ValueError):
+        return False
+
+
+def train_one(seed: int, fee_bps: float, workdir: Path, args) -> tuple[Path, str | None]:
+    """Run (or reuse) one seed's sweep at `fee_bps`; returns (run folder, error or None)."""
+    run_dir = workdir / f"seed{seed}"
+    if _is_finished(run_dir) and (run_dir / "results.json").exists():
+        log.info("seed %d: reusing the finished run %s", seed, run_dir)
+        return run_dir, None
+    argv = sweep_argv(seed, fee_bps, run_dir, args)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log.info("seed %d: %s", seed, shlex.join(argv[1:]))
+    # One thread: on a small shared CPU, torch's thread pool under contention is many times slower.
+    env = dict(os.environ)
+    if args.threads > 0:
+        env |= {var: str(args.threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    with open(run_dir / "noise-control-stdout.txt", "w") as fh:
+        proc = subprocess.run(argv, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if proc.returncode != 0 or not (run_dir / "results.json").exists():
+        tail = (run_dir / "noise-control-stdout.txt").read_text().splitlines()[-5:]
+        log.error("seed %d: sweep failed (exit %d): %s", seed, proc.returncode, " | ".join(tail))
+        return run_dir, f"exit {proc.returncode}: {tail[-1] if tail else ''}"[:200]
+    return run_dir, None
+
+
+def score_one(run_dir: Path, seed: int, fee_bps: float, run_fee_bps: float) -> dict:
+    """The summary row of one seed at one fee: the run's own results, or a re-scoring of its cells."""
+    if fee_bps == run_fee_bps:
+        results_path = run_dir / "results.json"
     else:
-        argv = sweep_argv(seed, fee_bps, run_dir, args)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        log.info("fee %g bps, seed %d: %s", fee_bps, seed, shlex.join(argv[1:]))
-        # One thread: on a small shared CPU, torch's thread pool under contention is many times slower.
-        env = dict(os.environ)
-        if args.threads > 0:
-            for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-                env[var] = str(args.threads)
-        with open(run_dir / "noise-control-stdout.txt", "w") as fh:
-            proc = subprocess.run(argv, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
-        if proc.returncode != 0 or not results_path.exists():
-            tail = (run_dir / "noise-control-stdout.txt").read_text().splitlines()[-5:]
-            log.error("fee %g bps, seed %d: sweep failed (exit %d): %s", fee_bps, seed, proc.returncode, " | ".join(tail))
-            return ({"fee_bps": float(fee_bps), "seed": seed, "ok": False,
-                     "error": f"exit {proc.returncode}: {tail[-1] if tail else ''}"[:200]}, time.monotonic() - t0)
+        from tsflash.report import build_report
+
+        results_path = build_report(run_dir, overrides={"eval.fee_bps": fee_bps})[0].parent / "results.json"
     results = json.loads(results_path.read_text())
     row = row_from_results(results, fee_bps, seed)
-    row["seconds"] = time.monotonic() - t0
     row["git_commit"] = (results.get("reproducibility") or {}).get("git_commit")
-    log.info("fee %g bps, seed %d: selected %s, daily Sharpe %s, DSR %s, PBO %s -> %s (%.0f s)", fee_bps, seed,
+    log.info("fee %g bps, seed %d: selected %s, daily Sharpe %s, DSR %s, PBO %s -> %s", fee_bps, seed,
              row["selected_label"], _f(row["sharpe"], ".4f"), _f(row["dsr"]), _f(row["pbo"]),
-             "PASS" if row["passed"] else "fail", row["seconds"])
-    return row, row["seconds"]
+             "PASS" if row["passed"] else "fail")
+    return row
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_all(seeds: list[int], fees: list[float], workdir: Path, args) -> tuple[list[dict], list[float]]:
+    """Every (fee, seed) row and the seconds of each sweep: one training per seed, at fees[0]."""
+    rows, secs = [], []
+    for seed in seeds:
+        t0 = time.monotonic()
+        run_dir, error = train_one(seed, fees[0], workdir, args)
+        secs.append(time.monotonic() - t0)
+        for fee in fees:
+            if error:
+                rows.append({"fee_bps": float(fee), "seed": seed, "ok": False, "error": error})
+                continue
+            t1 = time.monotonic()
+            row = score_one(run_dir, seed, fee, fees[0])
+            row["seconds"] = (time.monotonic() - t1) + (secs[-1] if fee == fees[0] else 0.0)
+            rows.append(row)
+    return rows, secs
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--seeds", type=int, default=10, help="number of synthetic seeds K: seeds 0..K-1 (default 10)")
     p.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
-    p.add_argument("--fees", default="5,0", help="comma-separated fee settings in bps (default 5,0)")
+    p.add_argument("--fees", default="5,0",
+                   help="comma-separated fee settings in bps; the sweep trains at the first, the others re-score it "
+                        "(default 5,0)")
     p.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"context lengths (default {DEFAULT_LENGTHS})")
     p.add_argument("--start", default=DEFAULT_START, help=f"first day of the synthetic range (default {DEFAULT_START})")
     p.add_argument("--end", default=DEFAULT_END, help=f"last day, inclusive (default {DEFAULT_END})")
@@ -359,67 +384,68 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None,
                    help="summary folder (default: reports/noise-control in the repository)")
     p.add_argument("-v", "--verbose", action="store_true")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    if args.seeds < 1:
-        p.error("--seeds must be >= 1")
-    fees = [float(x) for x in args.fees.split(",") if x.strip()]
-    out_dir = args.out if args.out is not None else REPO / DEFAULT_OUT
-    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    return p
 
-    temp = args.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="tsflash-noise-")) if temp else args.workdir
-    workdir.mkdir(parents=True, exist_ok=True)
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    t0 = time.monotonic()
-    rows, secs = [], []
-    try:
-        for fee in fees:
-            for seed in seeds:
-                row, s = run_one(seed, fee, workdir, args)
-                rows.append(row)
-                secs.append(s)
-    finally:
-        if temp:
-            shutil.rmtree(workdir, ignore_errors=True)
-    runtime = time.monotonic() - t0
 
-    ok = [r for r in rows if r.get("ok")]
-    min_dsr = next((r["min_dsr"] for r in ok if r.get("min_dsr") is not None), 0.95)
-    max_pbo = next((r["max_pbo"] for r in ok if r.get("max_pbo") is not None), 0.5)
-    summary = summarize(rows, min_dsr=min_dsr, max_pbo=max_pbo)
+def _meta(argv: list[str] | None, args, fees: list[float], seeds: list[int], started: str, runtime: float,
+          secs: list[float], rows: list[dict]) -> dict:
     words = list(sys.argv[1:] if argv is None else argv)
     if "--workdir" in words:  # a scratch location: it changes no result, and names this machine
         i = words.index("--workdir")
         del words[i:i + 2]
     words = [w for w in words if not w.startswith("--workdir=")]
-    command = "python experiments/noise_control.py" + (" " + shlex.join(words) if words else "")
-    template = sweep_argv(0, 0.0, Path("WORKDIR/feeFEEbps-seedSEED"), args)
-    template = (shlex.join(["python", *template[1:]]).replace("synthetic:random-walk:0", "synthetic:random-walk:SEED")
-                .replace("eval.fee_bps=0", "eval.fee_bps=FEE"))
-    import platform
-
-    meta = {
-        "command": command,
+    template = sweep_argv(0, fees[0], Path("WORKDIR/seedSEED"), args)
+    template = shlex.join(["python", *template[1:]]).replace("synthetic:random-walk:0", "synthetic:random-walk:SEED")
+    return {
+        "command": "python experiments/noise_control.py" + (" " + shlex.join(words) if words else ""),
         "sweep_command": template,
+        "rescored_fees_bps": fees[1:],
         "started": started,
         "runtime_s": runtime,
-        "mean_sweep_s": sum(secs) / len(secs) if secs else None,
+        "mean_sweep_s": statistics.fmean(secs) if secs else None,
         "seeds": seeds,
         "fees_bps": fees,
         "lengths": args.lengths,
         "range": [args.start, args.end],
         "overrides": [*DEFAULT_OVERRIDES, *args.overrides],
-        "git_commit": next((r.get("git_commit") for r in ok if r.get("git_commit")), None),
+        "git_commit": next((r.get("git_commit") for r in rows if r.get("ok") and r.get("git_commit")), None),
         "machine": f"{platform.machine()}, {os.cpu_count()} logical cores, {args.threads or 'default'} thread(s) per sweep",
     }
-    summary["meta"] = meta
-    write_atomic(out_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    write_atomic(out_dir / "summary.md", render_markdown(summary, meta))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if args.seeds < 1:
+        p.error("--seeds must be >= 1")
+    fees = list(dict.fromkeys(float(x) for x in args.fees.split(",") if x.strip()))
+    if not fees:
+        p.error("--fees needs at least one fee setting")
+    out_dir = args.out if args.out is not None else REPO / DEFAULT_OUT
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    temp = args.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="tsflash-noise-")) if temp else args.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    try:
+        rows, secs = run_all(seeds, fees, workdir, args)
+    finally:
+        if temp:
+            shutil.rmtree(workdir, ignore_errors=True)
+    ok = [r for r in rows if r.get("ok")]
+    summary = summarize(rows, min_dsr=next((r["min_dsr"] for r in ok if r.get("min_dsr") is not None), 0.95),
+                        max_pbo=next((r["max_pbo"] for r in ok if r.get("max_pbo") is not None), 0.5))
+    summary["meta"] = meta = _meta(argv, args, fees, seeds, started, time.monotonic() - t0, secs, rows)
+    from tsflash import atomic
+
+    atomic.write_text(out_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    atomic.write_text(out_dir / "summary.md", render_markdown(summary, meta))
     for fee in summary["by_fee"].values():
         log.info("fee %g bps: DSR %s, PBO %s, both %s", fee["fee_bps"], _pct(fee["dsr"]), _pct(fee["pbo"]), _pct(fee["both"]))
-    log.info("wrote %s and %s in %.0f s", out_dir / "summary.json", out_dir / "summary.md", runtime)
+    log.info("wrote %s and %s in %.0f s", out_dir / "summary.json", out_dir / "summary.md", meta["runtime_s"])
     return 1 if any(not r.get("ok") for r in rows) else 0
 
 

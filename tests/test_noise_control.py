@@ -21,7 +21,7 @@ def nc():
 
 
 def fake_results(selected: str, sharpes: dict, dsr, pbo, min_dsr=0.95, max_pbo=0.5) -> dict:
-    """The parts of a run's results.json (tsflash/report.py) that the script reads."""
+    """The parts of a run's results.json (tsflash.report) that the script reads."""
     passes_dsr = dsr is not None and dsr >= min_dsr
     passes_pbo = pbo is not None and pbo <= max_pbo
     return {
@@ -88,8 +88,53 @@ def test_summarize_pass_rates_and_markdown(nc):
     assert md.count("| 0 | ") >= 5  # the rate row and the 4 run rows
 
 
-def test_write_atomic(nc, tmp_path):
-    p = tmp_path / "sub" / "summary.md"
-    nc.write_atomic(p, "a")
-    nc.write_atomic(p, "b")
-    assert p.read_text() == "b" and [x.name for x in p.parent.iterdir()] == ["summary.md"]
+def _wilson_by_hand(k, n, z=1.959963984540054):
+    """The score interval as the script used to write it (Wilson 1927), the reference for scipy's."""
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+@pytest.mark.parametrize("k, n", [(0, 10), (1, 4), (3, 10), (10, 10), (2, 37)])
+def test_scipy_statistics_match_the_formulas(nc, k, n):
+    assert nc.wilson_interval(k, n) == pytest.approx(_wilson_by_hand(k, n), abs=1e-12)
+    tail = sum(math.comb(n, i) * 0.05**i * 0.95 ** (n - i) for i in range(k, n + 1))
+    assert nc.binom_tail(k, n, 0.05) == pytest.approx(min(1.0, tail), rel=1e-9)
+    assert nc.wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_t_statistic(nc):
+    xs = [0.1, -0.05, 0.2, 0.03]
+    m, s = sum(xs) / 4, math.sqrt(sum((x - sum(xs) / 4) ** 2 for x in xs) / 3)
+    assert nc.t_statistic(xs) == pytest.approx(m / (s / 2), rel=1e-12)
+    assert nc.t_statistic([0.1]) is None and nc.t_statistic([0.2, 0.2]) is None
+
+
+# A tiny sweep (the synthetic random walk, 2 lengths) in place of the script's CPU configuration.
+TINY = ['data.start="2024-01-01"', 'data.end="2024-01-08"', "splits.test_days=2", "splits.n_folds=2",
+        "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=3", "train.tokens_per_step=256",
+        "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096", "selection.cscv_blocks=4"]
+
+
+def test_each_seed_is_trained_once_and_rescored(nc, tmp_path):
+    """run_all reuses the finished seed-0 sweep (trained at 5 bps) and re-scores it at 0 bps."""
+    from tsflash import cli
+
+    run = tmp_path / "seed0"
+    args = nc._parser().parse_args(["--lengths", "32,64", "--start", "2024-01-01", "--end", "2024-01-08",
+                                    *[w for item in TINY for w in ("--set", item)]])
+    argv = nc.sweep_argv(0, 5.0, run, args)[3:]  # the script's own sweep command, run in this process
+    assert cli.main(argv) == 0
+    rows, secs = nc.run_all([0], [5.0, 0.0], tmp_path, args)
+    assert [(r["fee_bps"], r["seed"], r["ok"]) for r in rows] == [(5.0, 0, True), (0.0, 0, True)]
+    assert len(json.loads((run / "run.json").read_text())["invocations"]) == 1  # no second training
+    zero = json.loads((run / "rescored" / "fee-0bps" / "results.json").read_text())
+    assert zero["setup"]["config"]["eval"]["fee_bps"] == 0.0
+    assert rows[1] | {"seconds": 0, "git_commit": None} == nc.row_from_results(zero, 0.0, 0) | {
+        "seconds": 0, "git_commit": None}
+    five = json.loads((run / "results.json").read_text())
+    assert rows[0]["dsr"] == five["verdict"]["dsr"] and rows[0]["candidate_sharpes"] != rows[1]["candidate_sharpes"]
+    summary = nc.summarize(rows)
+    assert list(summary["by_fee"]) == ["5", "0"] and summary["runs"] == 2
