@@ -514,3 +514,68 @@ def test_gate_noise_control_rarely_passes():
         naive += max(r["psr"] for r in v.table) >= 0.95  # best-of-K PSR(0), no deflation, no PBO
     assert passed / runs <= 0.06, passed
     assert naive / runs >= 0.2, naive  # the control is not vacuous: picking the best does fool PSR
+
+
+# ------------------------------------------------------------------------------ a run's selection
+
+
+def test_daily_series_orders_folds_and_compounds():
+    from tsflash.selection import daily_series
+
+    day = 86_400_000_000
+    late = (np.array([2 * day, 2 * day + 60_000_000]), np.array([0.1, 0.1]), np.array([0.2, 0.0]))
+    early = (np.array([0, day]), np.array([0.01, -0.02]), np.array([0.0, 0.0]))
+    days, net, gross = daily_series([late, early])
+    assert days.astype(str).tolist() == ["1970-01-01", "1970-01-02", "1970-01-03"]
+    assert net == pytest.approx([0.01, -0.02, 1.1 * 1.1 - 1]) and gross == pytest.approx([0.0, 0.0, 0.2])
+
+
+def test_trial_value_scores_a_strategy_that_never_trades_zero():
+    from tsflash.selection import trial_value
+
+    assert trial_value([0.0, 0.0, 0.0]) == 0.0
+    assert trial_value([0.01, -0.01, 0.02, 0.0]) == pytest.approx(sharpe([0.01, -0.01, 0.02, 0.0]))
+
+
+def test_complete_trials_counts_a_slot_once():
+    from tsflash.selection import complete_trials
+
+    trials = [{"state": "COMPLETE", "slot": "n32/0", "value": 0.1}, {"state": "FAIL", "slot": "n64/0", "value": None},
+              {"state": "COMPLETE", "slot": "n32/0", "value": 0.2}, {"state": "COMPLETE", "key": "n64", "value": 0.3}]
+    assert [t["value"] for t in complete_trials(trials)] == [0.1, 0.3]
+
+
+def _days(t):
+    return np.arange(np.datetime64("2024-01-01"), np.datetime64("2024-01-01") + t)
+
+
+def test_select_run_is_the_gate_with_the_ledger():
+    from tsflash.selection import select_run
+
+    rng = np.random.default_rng(21)
+    series = {f"n{2 ** (5 + i)}": (_days(120), 0.01 * rng.standard_normal(120)) for i in range(4)}
+    ledger = [{"state": "COMPLETE", "key": k, "slot": f"{k}/0", "value": float(sharpe(r))} for k, (_, r) in series.items()]
+    ledger.append({"state": "COMPLETE", "key": "n32", "slot": "n32/1", "value": 0.3})  # a 5th trial, not a candidate
+    out = select_run(series, ledger, n_blocks=8)
+    v = Gate(n_blocks=8).evaluate({k: r for k, (_, r) in series.items()}, n_trials=5,
+                                  trial_sharpes=[t["value"] for t in ledger])
+    assert out.n_trials == 5 and out.verdict.dsr == v.dsr and out.verdict.pbo == v.pbo
+    assert out.sr_variance == pytest.approx(np.var([t["value"] for t in ledger], ddof=1))
+    assert [c["dsr"] for c in out.candidates] == [r["dsr"] for r in v.table]  # every candidate against one ledger
+    assert out.n_blocks_used == 8 and out.dropped == [] and len(out.days) == 120
+
+
+def test_select_run_aligns_drops_and_reduces_blocks():
+    from tsflash.selection import select_run
+
+    rng = np.random.default_rng(22)
+    series = {"n32": (_days(12), 0.01 * rng.standard_normal(12)), "n64": (_days(10)[1:], 0.01 * rng.standard_normal(9)),
+              "n128": (_days(12), np.zeros(12)), "n256": (_days(12), 0.01 * rng.standard_normal(12))}
+    out = select_run(series, [], n_blocks=16)
+    assert len(out.days) == 9 and out.n_blocks == 16 and out.n_blocks_used == 8  # 9 common days: 8 blocks
+    assert out.dropped == ["n128"] and "error" in out.candidates[2] and math.isnan(out.candidates[2]["dsr"])
+    assert out.n_trials == 4 and out.sr_variance is None  # no ledger: the candidates' Sharpe ratios
+    assert out.verdict.reasons[-1] in (Reason.PASSED, Reason.NOT_PASSED)
+    few = select_run({"n32": series["n32"], "n128": series["n128"]}, [])
+    assert few.verdict.reasons == (Reason.TOO_FEW_CANDIDATES, Reason.NOT_PASSED) and few.verdict.selected == "n32"
+    assert select_run({}, []).verdict.reasons == (Reason.NO_CANDIDATE, Reason.NOT_PASSED)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from tsflash.errors import UserError
-from tsflash.metrics import apply_fees
+from tsflash.metrics import apply_fees, seed_average
 from tsflash.report.rundata import RunData, Series
 from tsflash.runfolder import BASELINE_DIR, baseline_series_name
 from tsflash.selection import daily_series, trial_value
@@ -98,10 +98,7 @@ def _model_series(rd: RunData, fee_bps: float) -> tuple[list[dict], dict[str, tu
             cell, path = _rescored_cell(rd, c, rd.folder.cell_stem(key, fold, c["seed"]), fee_bps)
             cells.append(cell)
             paths.append(path)
-        times, net, gross = paths[0]
-        for _, n2, g2 in paths[1:]:
-            net, gross = net + n2, gross + g2
-        parts.setdefault(key, []).append((times, net / len(paths), gross / len(paths)))
+        parts.setdefault(key, []).append(seed_average(paths))
     return cells, {key: daily_series(p) for key, p in parts.items()}
 
 
