@@ -110,31 +110,3 @@ def test_t_statistic(nc):
     m, s = sum(xs) / 4, math.sqrt(sum((x - sum(xs) / 4) ** 2 for x in xs) / 3)
     assert nc.t_statistic(xs) == pytest.approx(m / (s / 2), rel=1e-12)
     assert nc.t_statistic([0.1]) is None and nc.t_statistic([0.2, 0.2]) is None
-
-
-# A tiny sweep (the synthetic random walk, 2 lengths) in place of the script's CPU configuration.
-TINY = ['data.start="2024-01-01"', 'data.end="2024-01-08"', "splits.test_days=2", "splits.n_folds=2",
-        "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=3", "train.tokens_per_step=256",
-        "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096", "selection.cscv_blocks=4"]
-
-
-def test_each_seed_is_trained_once_and_rescored(nc, tmp_path):
-    """run_all reuses the finished seed-0 sweep (trained at 5 bps) and re-scores it at 0 bps."""
-    from tsflash import cli
-
-    run = tmp_path / "seed0"
-    args = nc._parser().parse_args(["--lengths", "32,64", "--start", "2024-01-01", "--end", "2024-01-08",
-                                    *[w for item in TINY for w in ("--set", item)]])
-    argv = nc.sweep_argv(0, 5.0, run, args)[3:]  # the script's own sweep command, run in this process
-    assert cli.main(argv) == 0
-    rows, secs = nc.run_all([0], [5.0, 0.0], tmp_path, args)
-    assert [(r["fee_bps"], r["seed"], r["ok"]) for r in rows] == [(5.0, 0, True), (0.0, 0, True)]
-    assert len(json.loads((run / "run.json").read_text())["invocations"]) == 1  # no second training
-    zero = json.loads((run / "rescored" / "fee-0bps" / "results.json").read_text())
-    assert zero["setup"]["config"]["eval"]["fee_bps"] == 0.0
-    assert rows[1] | {"seconds": 0, "git_commit": None} == nc.row_from_results(zero, 0.0, 0) | {
-        "seconds": 0, "git_commit": None}
-    five = json.loads((run / "results.json").read_text())
-    assert rows[0]["dsr"] == five["verdict"]["dsr"] and rows[0]["candidate_sharpes"] != rows[1]["candidate_sharpes"]
-    summary = nc.summarize(rows)
-    assert list(summary["by_fee"]) == ["5", "0"] and summary["runs"] == 2

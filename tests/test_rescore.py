@@ -97,6 +97,27 @@ def test_keys_that_need_retraining_are_refused(run):
     assert flat_overrides({"eval": {"fee_bps": 2}, "x.y": 1}) == {"eval.fee_bps": 2, "x.y": 1}
 
 
+def test_the_noise_control_trains_each_seed_once_and_rescores(run, tmp_path):
+    """experiments/noise_control.py: run_all reuses the finished seed-0 sweep (trained at 5 bps)
+    and re-scores it at 0 bps instead of training it again."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("noise_control", REPO / "experiments" / "noise_control.py")
+    nc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nc)
+    seed0 = tmp_path / "seed0"
+    shutil.copytree(run, seed0, ignore=shutil.ignore_patterns("rescored"))
+    rows, _ = nc.run_all([0], [5.0, 0.0], tmp_path, nc._parser().parse_args([]))
+    assert [(r["fee_bps"], r["seed"], r["ok"]) for r in rows] == [(5.0, 0, True), (0.0, 0, True)]
+    assert len(json.loads((seed0 / "run.json").read_text())["invocations"]) == 1  # no second training
+    zero = json.loads((seed0 / "rescored" / "fee-0bps" / "results.json").read_text())
+    assert zero["setup"]["config"]["eval"]["fee_bps"] == 0.0
+    assert {k: v for k, v in rows[1].items() if k not in ("seconds", "git_commit")} == nc.row_from_results(zero, 0.0, 0)
+    five = json.loads((seed0 / "results.json").read_text())
+    assert rows[0]["dsr"] == five["verdict"]["dsr"] and rows[0]["candidate_sharpes"] != rows[1]["candidate_sharpes"]
+    assert list(nc.summarize(rows)["by_fee"]) == ["5", "0"]
+
+
 def test_a_run_without_per_bar_cells_cannot_be_rescored(tmp_path):
     run = tmp_path / "published"
     shutil.copytree(PUBLISHED, run)
