@@ -18,8 +18,8 @@ def test_presets_load_and_round_trip():
 
 
 def test_overrides_apply_and_toml_dates_become_strings():
-    cfg = load_config("default", {"train": {"steps": 7}, "data": {"start": __import__("datetime").date(2024, 1, 2)}})
-    assert cfg.train.steps == 7 and cfg.data.start == "2024-01-02"
+    cfg = load_config("default", {"train": {"steps": 7}, "data": {"start": __import__("datetime").date(2021, 1, 2)}})
+    assert cfg.train.steps == 7 and cfg.data.start == "2021-01-02"
     assert cfg.hash() != load_config("default").hash()
 
 
@@ -49,3 +49,123 @@ def test_unknown_preset_names_the_known_ones():
 def test_a_purge_of_at_least_the_horizon_is_accepted():
     assert load_config("default", {"splits": {"purge": 20}}).purge == 20
     assert isinstance(ExperimentConfig().purge, int)
+
+
+# Each field's own rule, named by the user's key, checked before any rule between fields.
+# fmt: off
+FIELD_CASES = [
+    ({"data": {"max_gap_bars": -1}}, "data.max_gap_bars must be >= 0, got -1"),
+    ({"labels": {"horizon": 0}}, "labels.horizon must be >= 1, got 0"),
+    ({"labels": {"flat_fraction": 1.0}}, "labels.flat_fraction must be in (0, 1), got 1.0"),
+    ({"splits": {"n_folds": 0}}, "splits.n_folds must be >= 1, got 0"),
+    ({"splits": {"test_days": 0}}, "splits.test_days must be >= 1, got 0"),
+    ({"splits": {"train_days": -3}}, "splits.train_days must be >= 0, got -3"),
+    ({"splits": {"purge": -2}}, "splits.purge must be >= -1 (-1 = labels.horizon), got -2"),
+    ({"splits": {"embargo": -1}}, "splits.embargo must be >= 0, got -1"),
+    ({"splits": {"val_fraction": 1.0}}, "splits.val_fraction must be in [0, 1), got 1.0"),
+    ({"model": {"d_model": -1}}, "model.d_model must be >= 1, got -1"),
+    ({"model": {"n_layers": 0}}, "model.n_layers must be >= 1, got 0"),
+    ({"model": {"n_heads": 0}}, "model.n_heads must be >= 1, got 0"),
+    ({"model": {"mlp_ratio": 0}}, "model.mlp_ratio must be >= 1, got 0"),
+    ({"model": {"dropout": 1.0}}, "model.dropout must be in [0, 1), got 1.0"),
+    ({"train": {"steps": 0}}, "train.steps must be >= 1, got 0"),
+    ({"train": {"tokens_per_step": 0}}, "train.tokens_per_step must be >= 1, got 0"),
+    ({"train": {"lr": -1}}, "train.lr must be > 0, got -1.0"),
+    ({"train": {"lr": 0}}, "train.lr must be > 0, got 0.0"),
+    ({"train": {"lr": float("nan")}}, "train.lr must be > 0, got nan"),
+    ({"train": {"min_lr_ratio": 1.5}}, "train.min_lr_ratio must be in [0, 1], got 1.5"),
+    ({"train": {"warmup_steps": -1}}, "train.warmup_steps must be >= 0, got -1"),
+    ({"train": {"weight_decay": -0.1}}, "train.weight_decay must be >= 0, got -0.1"),
+    ({"train": {"betas": [0.9, 1.0]}}, "train.betas[1] must be in [0, 1), got 1.0"),
+    ({"train": {"grad_clip": -1}}, "train.grad_clip must be >= 0 (0 = no clipping), got -1.0"),
+    ({"train": {"loss_warmup_fraction": 1}}, "train.loss_warmup_fraction must be in [0, 1), got 1.0"),
+    ({"train": {"seeds": [0, -1]}}, "train.seeds[1] must be >= 0, got -1"),
+    ({"train": {"seeds": []}}, "train.seeds must be a non-empty list of distinct integers >= 0, got []"),
+    ({"train": {"seeds": [3, 3]}}, "train.seeds must be a non-empty list of distinct integers >= 0, got [3, 3]"),
+    ({"eval": {"fee_bps": -1}}, "eval.fee_bps must be >= 0, got -1.0"),
+    ({"eval": {"baseline_lags": 0}}, "eval.baseline_lags must be >= 1, got 0"),
+    ({"eval": {"batch_tokens": 0}}, "eval.batch_tokens must be >= 1, got 0"),
+    ({"selection": {"min_dsr": 1.0}}, "selection.min_dsr must be in (0, 1), got 1.0"),
+    ({"selection": {"max_pbo": 0}}, "selection.max_pbo must be in (0, 1], got 0.0"),
+    # rules between fields, and the fields that are not numbers
+    ({"lengths": []}, "lengths must be a non-empty list of distinct powers of two, got []"),
+    ({"lengths": [512, 512]}, "lengths must be a non-empty list of distinct powers of two, got [512, 512]"),
+    ({"data": {"symbol": "BTC/USDT"}}, "data.symbol must be letters and digits only (e.g. BTCUSDT), got 'BTC/USDT'"),
+    ({"data": {"interval": "7m"}}, "data.interval must be one of 1s, 1m, 3m, 5m, 15m, 30m, 1h, 2h, 4h, 6h, 8h, 12h, 1d, 3d, got '7m'"),
+    ({"data": {"start": "2024-13-01"}}, "data.start must be a date YYYY-MM-DD, got '2024-13-01'"),
+    ({"splits": {"scheme": "kfold"}}, "splits.scheme must be 'expanding' or 'rolling', got 'kfold'"),
+    ({"splits": {"scheme": "rolling"}}, "splits.train_days must be >= 1 when splits.scheme is 'rolling', got 0"),
+    ({"model": {"attention_backend": "turbo"}}, "model.attention_backend must be one of auto, cudnn, flash, efficient, math, got 'turbo'"),
+    ({"model": {"d_model": 250}}, "model.d_model=250 must be divisible by model.n_heads=4"),
+    ({"model": {"d_model": 12, "n_heads": 4}}, "model.d_model / model.n_heads must be even (rotary positions), got 12/4"),
+    ({"eval": {"batch_tokens": 1024}}, "eval.batch_tokens must be >= the longest context length 32768, got 1024"),
+    ({"selection": {"cscv_blocks": 0}}, "selection.cscv_blocks must be even and >= 2, got 0"),
+    ({"splits": {"test_days": 400}},
+     "the data range data.start..data.end = 2021-01-01..2025-06-30 (1642 days) is too short for splits.n_folds=5 test blocks "
+     "of splits.test_days=400 days, the purge (15 bars) and 1 training bar: it needs at least 2001 days"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("overrides, message", FIELD_CASES, ids=[m.split(" ")[0] for _, m in FIELD_CASES])
+def test_each_rule_names_the_users_key(overrides, message):
+    with pytest.raises(UserError) as exc:
+        load_config("default", overrides)
+    assert str(exc.value) == message
+
+
+def test_the_field_rule_comes_before_the_rules_between_fields():
+    """A negative d_model is reported as negative, not as "not divisible by n_heads"."""
+    with pytest.raises(UserError, match=r"^model.d_model must be >= 1, got -4$"):
+        load_config("default", {"model": {"d_model": -4}})
+
+
+def test_the_published_config_still_validates():
+    import json
+    from pathlib import Path
+
+    published = Path(__file__).resolve().parent.parent / "reports" / "h200-btcusdt-1m" / "config.json"
+    cfg = config_from_dict(json.loads(published.read_text()))
+    assert cfg.lengths == [512, 4096, 32768, 131072]
+
+
+def test_the_known_attention_backends_are_the_attention_modules():
+    from tsflash import attention
+    from tsflash.config import ATTENTION_BACKENDS
+
+    assert ATTENTION_BACKENDS == attention.BACKENDS
+
+
+@pytest.mark.parametrize("interval", ["1m", "1h", "1d"])
+@pytest.mark.parametrize("scheme, train_days", [("expanding", 0), ("rolling", 3)])
+def test_the_range_rule_is_the_splitters_rule(interval, scheme, train_days):
+    """The shortest data range the config accepts is the shortest WalkForward can split: the
+    config's message (in the user's keys) stands for the splitter's (n_splits, test_size in bars)."""
+    import datetime
+
+    from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day
+    from tsflash.splits import WalkForward
+
+    per_day = bars_per_day(INTERVAL_US[interval])
+    splits = {"n_folds": 2, "test_days": 2, "scheme": scheme, "train_days": train_days}
+
+    def config_accepts(days: int) -> bool:
+        end = (datetime.date(2024, 1, 1) + datetime.timedelta(days=days - 1)).isoformat()
+        data = {"interval": interval, "start": "2024-01-01", "end": end}
+        try:
+            load_config("default", {"lengths": [32], "splits": splits, "data": data})
+        except UserError as exc:
+            assert str(exc).startswith("the data range data.start..data.end = 2024-01-01..")
+            return False
+        return True
+
+    def splitter_accepts(days: int) -> bool:
+        cv = WalkForward(2, 2 * per_day, None if scheme == "expanding" else train_days * per_day, purge=15)
+        try:
+            return len(list(cv.split(days * US_PER_DAY // INTERVAL_US[interval]))) == 2
+        except UserError as exc:
+            assert str(exc).startswith("Too many splits")
+            return False
+
+    shortest = next(d for d in range(1, 100) if config_accepts(d))
+    assert splitter_accepts(shortest) and not splitter_accepts(shortest - 1)

@@ -1,8 +1,10 @@
 """The `tsflash` command line: `tsflash data|bench|sweep|report ...`.
 
 Each subcommand group lives in `tsflash/commands/<group>.py` and exposes `register(subparsers)`,
-which adds its parser and sets `func(args) -> int`. This file only wires them together and turns
-a `UserError` into one line on stderr and exit status 2 (no traceback).
+which adds its parser and sets `func(args) -> int`; options shared by several subcommands and the
+type functions that check values are in `tsflash/commands/options.py`. This file wires them
+together. Every user error -- a bad option value found by argparse, or a `UserError` raised while
+the command runs -- is one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ import importlib
 import logging
 import sys
 
-from tsflash.errors import UserError
+from tsflash.errors import UsageError, UserError
 
 COMMAND_GROUPS = ("data", "bench", "sweep", "report")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's usage errors: one line, exit 2, like UserError
-        self.exit(2, f"{self.prog}: error: {message}\n")
+    def error(self, message: str):
+        """argparse's usage errors: one line (no usage block), handled like a UserError by main()."""
+        raise UsageError(f"{self.prog}: error: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,18 +40,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split("\n"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
     try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            datefmt="%H:%M:%S",
+        )
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(_one_line(exc), file=sys.stderr)
+        return 2
     except UserError as exc:
-        print(f"tsflash: error: {exc}", file=sys.stderr)
+        print(f"tsflash: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tsflash: interrupted", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Typed experiment configuration and its TOML presets.
 
 One `ExperimentConfig` describes everything that is held fixed across a context-length sweep:
-data range, target, splits, model, optimiser, budget and evaluation. Only the context length N
+data range, target, splits, model, optimizer, budget and evaluation. Only the context length N
 (and, with `--trials`, the searched hyperparameters) varies between trials.
 
 Presets live in `experiments/*.toml`; a preset overrides a few fields of the defaults below.
@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
+import math
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tsflash.errors import UserError
+from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 
@@ -210,6 +214,13 @@ def parse_overrides(items: list[str]) -> dict:
     return out
 
 
+def check_overrides(overrides: dict) -> dict:
+    """Check the keys and value types of `overrides` against the config's fields (the value rules
+    are checked by `validate`, on the whole resolved config); returns `overrides`."""
+    _apply(ExperimentConfig(), overrides)
+    return overrides
+
+
 def merge_overrides(a: dict, b: dict) -> dict:
     """Nested merge of override tables; `b` wins."""
     out = dict(a)
@@ -218,32 +229,176 @@ def merge_overrides(a: dict, b: dict) -> dict:
     return out
 
 
-def validate(cfg: ExperimentConfig) -> ExperimentConfig:
-    """Cross-field rules; each failure names the rule and the values."""
+# The known attention backends (tsflash.attention.BACKENDS, kept here without torch so that the
+# report can validate a config; tests pin the two equal).
+ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
+SCHEMES = ("expanding", "rolling")
+SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
+
+
+def check_symbol(symbol: str, where: str = "symbol") -> str:
+    """The one rule for a symbol (it becomes part of a store path): letters and digits; upper-cased."""
+    if not isinstance(symbol, str) or not SYMBOL_RE.match(symbol):
+        raise UserError(f"{where} must be letters and digits only (e.g. BTCUSDT), got {symbol!r}")
+    return symbol.upper()
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The allowed range of one numeric config field; `str(bound)` is the rule as messages print it."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    note: str = ""  # said after the rule, e.g. what a special value means
+
+    def holds(self, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        above = self.lo is None or (value > self.lo if self.lo_open else value >= self.lo)
+        below = self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)
+        return above and below
+
+    def __str__(self) -> str:
+        if self.hi is None:
+            rule = f"{'>' if self.lo_open else '>='} {self.lo}"
+        else:
+            rule = f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi}{')' if self.hi_open else ']'}"
+        return f"{rule} ({self.note})" if self.note else rule
+
+
+UNIT = Bound(0, 1, lo_open=True, hi_open=True)  # (0, 1)
+FRACTION = Bound(0, 1, hi_open=True)  # [0, 1)
+
+# One rule per numeric field, checked first (so "model.d_model=-1" names this rule, not a
+# cross-field one). A list or tuple field has the rule for each item.
+FIELD_RULES: dict[str, Bound] = {
+    "data.max_gap_bars": Bound(0),
+    "labels.horizon": Bound(1),
+    "labels.flat_fraction": UNIT,
+    "splits.n_folds": Bound(1),
+    "splits.test_days": Bound(1),
+    "splits.train_days": Bound(0),
+    "splits.purge": Bound(-1, note="-1 = labels.horizon"),
+    "splits.embargo": Bound(0),
+    "splits.val_fraction": FRACTION,
+    "model.d_model": Bound(1),
+    "model.n_layers": Bound(1),
+    "model.n_heads": Bound(1),
+    "model.mlp_ratio": Bound(1),
+    "model.dropout": FRACTION,
+    "train.steps": Bound(1),
+    "train.tokens_per_step": Bound(1),
+    "train.lr": Bound(0, lo_open=True),
+    "train.min_lr_ratio": Bound(0, 1),
+    "train.warmup_steps": Bound(0),
+    "train.weight_decay": Bound(0),
+    "train.betas": FRACTION,
+    "train.grad_clip": Bound(0, note="0 = no clipping"),
+    "train.loss_warmup_fraction": FRACTION,
+    "train.seeds": Bound(0),
+    "eval.fee_bps": Bound(0),
+    "eval.baseline_lags": Bound(1),
+    "eval.batch_tokens": Bound(1),
+    "selection.min_dsr": UNIT,
+    "selection.max_pbo": Bound(0, 1, lo_open=True),
+}
+
+
+def _field(cfg: ExperimentConfig, key: str):
+    return functools.reduce(getattr, key.split("."), cfg)
+
+
+def _check_fields(cfg: ExperimentConfig) -> None:
+    for key, bound in FIELD_RULES.items():
+        value = _field(cfg, key)
+        items = enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)]
+        for i, v in items:
+            if not bound.holds(v):
+                raise UserError(f"{key if i is None else f'{key}[{i}]'} must be {bound}, got {v!r}")
+    seeds = cfg.train.seeds
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UserError(f"train.seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
+    if not cfg.lengths or len(set(cfg.lengths)) != len(cfg.lengths):
+        raise UserError(f"lengths must be a non-empty list of distinct powers of two, got {cfg.lengths!r}")
     for n in cfg.lengths:
         check_context_length(n, "lengths")
+
+
+def _check_data(cfg: ExperimentConfig) -> None:
+    check_symbol(cfg.data.symbol, "data.symbol")
+    if cfg.data.interval not in INTERVAL_US:
+        raise UserError(f"data.interval must be one of {', '.join(INTERVAL_US)}, got {cfg.data.interval!r}")
+    for key in ("data.start", "data.end"):
+        try:
+            datetime.date.fromisoformat(_field(cfg, key))
+        except (TypeError, ValueError):
+            raise UserError(f"{key} must be a date YYYY-MM-DD, got {_field(cfg, key)!r}") from None
+    if cfg.data.start > cfg.data.end:
+        raise UserError(f"data range: end {cfg.data.end} is before start {cfg.data.start}")
+
+
+def _check_splits(cfg: ExperimentConfig) -> None:
+    """The split rules, in the config's words (the splitter would say n_splits, test_size in bars)."""
+    sp = cfg.splits
+    if sp.scheme not in SCHEMES:
+        raise UserError(f"splits.scheme must be 'expanding' or 'rolling', got {sp.scheme!r}")
+    if sp.scheme == "rolling" and sp.train_days < 1:
+        raise UserError(f"splits.train_days must be >= 1 when splits.scheme is 'rolling', got {sp.train_days}")
+    if 0 <= sp.purge < cfg.labels.horizon:
+        raise UserError(
+            f"splits.purge={sp.purge} must be >= labels.horizon={cfg.labels.horizon} (or -1 for the horizon): "
+            "a shorter purge lets training labels look into the test block"
+        )
+    # The walk-forward's first fold needs purge + (train window, or one bar) before its test block:
+    # the same rule as WalkForward, on the bar count of the configured range.
+    interval_us = INTERVAL_US[cfg.data.interval]
+    per_day = bars_per_day(interval_us)
+    days = (datetime.date.fromisoformat(cfg.data.end) - datetime.date.fromisoformat(cfg.data.start)).days + 1
+    if sp.scheme == "rolling":
+        train, train_words = sp.train_days * per_day, f"splits.train_days={sp.train_days} days"
+    else:
+        train, train_words = 1, "1 training bar"
+    need = sp.n_folds * sp.test_days * per_day + cfg.purge + train
+    if days * US_PER_DAY // interval_us < need:
+        raise UserError(
+            f"the data range data.start..data.end = {cfg.data.start}..{cfg.data.end} ({days} days) is too short for "
+            f"splits.n_folds={sp.n_folds} test blocks of splits.test_days={sp.test_days} days, the purge "
+            f"({cfg.purge} bars) and {train_words}: it needs at least {-(-need // per_day)} days"
+        )
+
+
+def _check_model_and_budget(cfg: ExperimentConfig) -> None:
+    m = cfg.model
+    if m.attention_backend not in ATTENTION_BACKENDS:
+        raise UserError(f"model.attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, got {m.attention_backend!r}")
+    if m.d_model % m.n_heads:
+        raise UserError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}")
+    if (m.d_model // m.n_heads) % 2:
+        raise UserError(f"model.d_model / model.n_heads must be even (rotary positions), got {m.d_model}/{m.n_heads}")
+    for n in cfg.lengths:
         if cfg.train.tokens_per_step % n:
             raise UserError(
                 f"train.tokens_per_step={cfg.train.tokens_per_step} must be a multiple of every "
                 f"context length (batch = tokens_per_step / N), got N={n}"
             )
-    if cfg.model.d_model % cfg.model.n_heads:
-        raise UserError(f"model.d_model={cfg.model.d_model} must be divisible by model.n_heads={cfg.model.n_heads}")
-    if cfg.splits.scheme not in ("expanding", "rolling"):
-        raise UserError(f"splits.scheme must be 'expanding' or 'rolling', got {cfg.splits.scheme!r}")
-    if cfg.labels.horizon < 1:
-        raise UserError(f"labels.horizon must be >= 1 bar, got {cfg.labels.horizon}")
-    if 0 <= cfg.splits.purge < cfg.labels.horizon:
+    if cfg.eval.batch_tokens < max(cfg.lengths):
         raise UserError(
-            f"splits.purge={cfg.splits.purge} must be >= labels.horizon={cfg.labels.horizon} (or -1 for the horizon): "
-            "a shorter purge lets training labels look into the test block"
+            f"eval.batch_tokens must be >= the longest context length {max(cfg.lengths)}, got {cfg.eval.batch_tokens}"
         )
-    if not 0 < cfg.labels.flat_fraction < 1:
-        raise UserError(f"labels.flat_fraction must be in (0, 1), got {cfg.labels.flat_fraction}")
-    if cfg.data.start > cfg.data.end:
-        raise UserError(f"data range: end {cfg.data.end} is before start {cfg.data.start}")
     if cfg.selection.cscv_blocks % 2 or cfg.selection.cscv_blocks < 2:
         raise UserError(f"selection.cscv_blocks must be even and >= 2, got {cfg.selection.cscv_blocks}")
+
+
+def validate(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Every rule of the resolved config, before anything is computed or written. Each failure is
+    one UserError naming the user's key, the rule and the value: first each field's own range
+    (FIELD_RULES), then the rules between fields."""
+    _check_fields(cfg)
+    _check_data(cfg)
+    _check_splits(cfg)
+    _check_model_and_budget(cfg)
     return cfg
 
 

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tsflash import atomic
+from tsflash.config import SYMBOL_RE, check_symbol  # noqa: F401 -- store.check_symbol is public
 from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, US_PER_DAY
 
@@ -56,7 +57,6 @@ DEFAULT_ROOT = Path("data")  # relative to the CWD (the repository root)
 # that reading a whole year stays a handful of sequential reads.
 ROW_GROUP_SIZE = 65_536
 
-_SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
 _YEAR_FILE_RE = re.compile(r"^(?P<stem>[a-z0-9]+-[0-9a-z]+)-(?P<year>\d{4})\.parquet$")
 
 
@@ -127,13 +127,6 @@ def check_interval(interval: str) -> int:
     return INTERVAL_US[interval]
 
 
-def check_symbol(symbol: str) -> str:
-    """The symbol upper-cased; letters and digits only (it becomes part of a path)."""
-    if not isinstance(symbol, str) or not _SYMBOL_RE.match(symbol):
-        raise UserError(f"symbol must be letters and digits only (e.g. BTCUSDT), got {symbol!r}")
-    return symbol.upper()
-
-
 def dataset_dir(root: Path | str, symbol: str, interval: str) -> Path:
     """<root>/<symbol lower>-<interval>"""
     return Path(root) / f"{check_symbol(symbol).lower()}-{interval}"
@@ -164,7 +157,7 @@ def list_datasets(root: Path | str) -> list[tuple[str, str]]:
     if root.is_dir():
         for d in sorted(root.iterdir()):
             sym, sep, interval = d.name.partition("-")
-            if d.is_dir() and sep and interval in INTERVAL_US and _SYMBOL_RE.match(sym):
+            if d.is_dir() and sep and interval in INTERVAL_US and SYMBOL_RE.match(sym):
                 if year_files(root, sym, interval):
                     found.append((sym.upper(), interval))
     return found

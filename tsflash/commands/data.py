@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from tsflash import store
+from tsflash.commands import options
+from tsflash.errors import UserError
 
 
 def register(sub) -> None:
@@ -23,6 +25,11 @@ def register(sub) -> None:
     def common(q):
         q.add_argument("--root", type=Path, default=store.DEFAULT_ROOT, help="store root folder (default: %(default)s)")
 
+    def dataset(q):  # info and fetch name one dataset
+        common(q)
+        q.add_argument("--symbol", type=options.symbol_type, default="BTCUSDT", help="(default: %(default)s)")
+        q.add_argument("--interval", type=options.interval_type, default="1m", help="(default: %(default)s)")
+
     q = dsub.add_parser(
         "import",
         help="import Binance kline archives (.zip/.csv) or canonical .parquet files",
@@ -32,8 +39,9 @@ def register(sub) -> None:
     )
     q.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files, or folders searched for .zip/.csv/.parquet")
     common(q)
-    q.add_argument("--symbol", default=None, help="symbol (default: from each file name, e.g. BTCUSDT-1m-2024-01.zip)")
-    q.add_argument("--interval", default=None, help="interval (default: from each file name)")
+    q.add_argument("--symbol", type=options.symbol_type, default=None,
+                   help="symbol (default: from each file name, e.g. BTCUSDT-1m-2024-01.zip)")
+    q.add_argument("--interval", type=options.interval_type, default=None, help="interval (default: from each file name)")
     q.set_defaults(func=cmd_import)
 
     q = dsub.add_parser(
@@ -41,12 +49,11 @@ def register(sub) -> None:
         help="coverage per year, the gap table and zero-volume bar counts",
         description="Coverage per year, every gap (start, length) and zero-volume bars of one dataset.",
     )
-    common(q)
-    q.add_argument("--symbol", default="BTCUSDT", help="(default: %(default)s)")
-    q.add_argument("--interval", default="1m", help="(default: %(default)s)")
-    q.add_argument("--start", default=None, help="first day YYYY-MM-DD (default: first bar)")
-    q.add_argument("--end", default=None, help="last day YYYY-MM-DD, inclusive (default: last bar)")
-    q.add_argument("--min-gap", type=int, default=1, help="list gaps of at least this many missing bars (default: %(default)s)")
+    dataset(q)
+    q.add_argument("--start", type=options.date_type, default=None, help="first day YYYY-MM-DD (default: first bar)")
+    q.add_argument("--end", type=options.date_type, default=None, help="last day YYYY-MM-DD, inclusive (default: last bar)")
+    q.add_argument("--min-gap", type=options.positive_int, default=1,
+                   help="list gaps of at least this many missing bars (default: %(default)s)")
     q.add_argument("--json", action="store_true", help="print the summary as JSON")
     q.set_defaults(func=cmd_info)
 
@@ -57,15 +64,15 @@ def register(sub) -> None:
         "data archive or a mirror, verify each against its .CHECKSUM, cache them in <root>/_archive and "
         "import them. Nothing is imported unless every downloaded file verified.",
     )
-    common(q)
-    q.add_argument("--symbol", default="BTCUSDT", help="(default: %(default)s)")
-    q.add_argument("--interval", default="1m", help="(default: %(default)s)")
-    q.add_argument("--start", required=True, help="first day YYYY-MM-DD")
-    q.add_argument("--end", default=None, help="last day YYYY-MM-DD, inclusive (default: yesterday, UTC)")
+    dataset(q)
+    q.add_argument("--start", type=options.date_type, required=True, help="first day YYYY-MM-DD")
+    q.add_argument("--end", type=options.date_type, default=None, help="last day YYYY-MM-DD, inclusive (default: yesterday, UTC)")
     q.add_argument("--base-url", default=None, help="archive base: http(s)://..., file://... or a local folder (default: https://data.binance.vision)")
-    q.add_argument("--retries", type=int, default=4, help="retries per file, with exponential backoff (default: %(default)s)")
-    q.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds, doubling (default: %(default)s)")
-    q.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
+    q.add_argument("--retries", type=options.non_negative_int, default=4,
+                   help="retries per file, with exponential backoff (default: %(default)s)")
+    q.add_argument("--backoff", type=options.non_negative_float, default=1.0,
+                   help="first retry delay in seconds, doubling (default: %(default)s)")
+    q.add_argument("--timeout", type=options.positive_float, default=60.0, help="seconds per request (default: %(default)s)")
     q.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     q.set_defaults(func=cmd_fetch)
 
@@ -164,10 +171,8 @@ def _duration(minutes_missing: int, ivl_us: int) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from tsflash.errors import UserError
-
-    if args.min_gap < 1:
-        raise UserError(f"--min-gap must be >= 1 missing bar, got {args.min_gap}")
+    if args.start and args.end and args.end < args.start:
+        raise UserError(f"--end {args.end} is before --start {args.start}")
     s = summarize(args.root, args.symbol, args.interval, args.start, args.end, args.min_gap)
     if args.json:
         print(json.dumps(s, indent=2))

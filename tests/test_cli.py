@@ -1,0 +1,309 @@
+"""The command line as a user meets it: every bad value of every subcommand is one line on stderr,
+exit status 2 and nothing written; benchmarks never overwrite published evidence; the whole
+config is checked before a sweep starts; the shared options are defined once."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tsflash import cli
+from tsflash.commands import options
+
+REPO = Path(__file__).resolve().parent.parent
+SWEEP = ["sweep", "--data", "synthetic:random-walk", "--device", "cpu", "--out", "run"]
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+
+# (argv, the one line on stderr). Run in an empty folder; "nothing written" means it stays empty.
+# fmt: off
+BAD = [
+    # no command, unknown options
+    ([], r"tsflash: error: the following arguments are required: COMMAND"),
+    (["bench"], r"tsflash bench: error: the following arguments are required: BENCH"),
+    (["data", "info", "--bogus"], r"tsflash: error: unrecognized arguments: --bogus"),
+    # data import
+    (["data", "import", "missing.zip", "--root", "store"], r"tsflash: error: import path does not exist: missing.zip"),
+    (["data", "import", "x.zip", "--symbol", "BTC/USDT"],
+     r"tsflash data import: error: argument --symbol: must be letters and digits only \(e.g. BTCUSDT\), got 'BTC/USDT'"),
+    (["data", "import", "x.zip", "--interval", "7m"],
+     r"tsflash data import: error: argument --interval: must be one of 1s, 1m, .*, 3d, got '7m'"),
+    # data info
+    (["data", "info", "--min-gap", "0"], r"tsflash data info: error: argument --min-gap: must be an integer >= 1, got 0"),
+    (["data", "info", "--min-gap", "x"], r"tsflash data info: error: argument --min-gap: must be an integer >= 1, got 'x'"),
+    (["data", "info", "--start", "2024-13-01"],
+     r"tsflash data info: error: argument --start: expected a date YYYY-MM-DD, got '2024-13-01'"),
+    (["data", "info", "--root", "store", "--start", "2024-02-01", "--end", "2024-01-01"],
+     r"tsflash: error: --end 2024-01-01 is before --start 2024-02-01"),
+    (["data", "info", "--root", "nowhere"], r"tsflash: error: bar store root .*nowhere.* does not exist.*"),
+    # data fetch
+    (["data", "fetch"], r"tsflash data fetch: error: the following arguments are required: --start"),
+    (["data", "fetch", "--start", "yesterday"], r"tsflash data fetch: error: argument --start: expected a date YYYY-MM-DD, got 'yesterday'"),
+    (["data", "fetch", "--start", "2024-01-01", "--retries", "-1"],
+     r"tsflash data fetch: error: argument --retries: must be an integer >= 0, got -1"),
+    (["data", "fetch", "--start", "2024-01-01", "--backoff", "-0.5"],
+     r"tsflash data fetch: error: argument --backoff: must be a number >= 0, got -0.5"),
+    (["data", "fetch", "--start", "2024-01-01", "--timeout", "0"],
+     r"tsflash data fetch: error: argument --timeout: must be a number > 0, got 0"),
+    (["data", "fetch", "--start", "2024-01-02", "--end", "2024-01-01", "--root", "store"],
+     r"tsflash: error: --end 2024-01-01 is before --start 2024-01-02"),
+    (["data", "fetch", "--start", "2024-01-01", "--end", "2024-01-02", "--base-url", "no/mirror", "--root", "store"],
+     r"tsflash: error: --base-url local folder does not exist: no/mirror"),
+    # bench precision
+    (["bench", "precision", "--lengths", "0"],
+     r"tsflash bench precision: error: argument --lengths: every length must be a power of two >= 2, got 0"),
+    (["bench", "precision", "--lengths", "abc"],
+     r"tsflash bench precision: error: argument --lengths: every length must be an integer \(a power of two >= 2\), got 'abc'"),
+    (["bench", "precision", "--lengths", "512,"],
+     r"tsflash bench precision: error: argument --lengths: give comma-separated powers of two such as 512,4096,32768, got '512,'"),
+    (["bench", "precision", "--lengths", "64,64"],
+     r"tsflash bench precision: error: argument --lengths: lengths must be distinct, got '64,64'"),
+    (["bench", "precision", "--device", "tpu"],
+     r"tsflash bench precision: error: argument --device: must be auto, cpu, cuda or cuda:K, got 'tpu'"),
+    (["bench", "precision", "--model", "no.pt"], r"tsflash bench precision: error: argument --model: file not found: no.pt"),
+    (["bench", "precision", "--features", "0"], r"tsflash bench precision: error: argument --features: must be an integer >= 1, got 0"),
+    (["bench", "precision", "--heads", "-1"], r"tsflash bench precision: error: argument --heads: must be an integer >= 1, got -1"),
+    (["bench", "precision", "--head-dim", "x"], r"tsflash bench precision: error: argument --head-dim: must be an integer >= 1, got 'x'"),
+    (["bench", "precision", "--batch", "0"], r"tsflash bench precision: error: argument --batch: must be an integer >= 1, got 0"),
+    (["bench", "precision", "--backend", "turbo"],
+     r"tsflash bench precision: error: argument --backend: must be one of auto, cudnn, flash, efficient, math, got 'turbo'"),
+    # bench attention
+    (["bench", "attention", "--tokens", "0"], r"tsflash bench attention: error: argument --tokens: must be an integer >= 1, got 0"),
+    (["bench", "attention", "--batch", "-2"], r"tsflash bench attention: error: argument --batch: must be an integer >= 1, got -2"),
+    (["bench", "attention", "--dtype", "float8"],
+     r"tsflash bench attention: error: argument --dtype: must be one of auto, bfloat16, bf16, float16, fp16, float32, fp32, got 'float8'"),
+    (["bench", "attention", "--backends", "flash,turbo"],
+     r"tsflash bench attention: error: argument --backends: a comma-separated subset of cudnn, flash, efficient, got 'flash,turbo'"),
+    (["bench", "attention", "--cpu-memory-cap-gib", "0"],
+     r"tsflash bench attention: error: argument --cpu-memory-cap-gib: must be a number > 0, got 0"),
+    (["bench", "attention", "--min-time", "-1"], r"tsflash bench attention: error: argument --min-time: must be a number >= 0, got -1"),
+    (["bench", "attention", "--min-time", "nan"], r"tsflash bench attention: error: argument --min-time: must be a number >= 0, got nan"),
+    # bench train
+    (["bench", "train", "--steps", "0"], r"tsflash bench train: error: argument --steps: must be an integer >= 1, got 0"),
+    (["bench", "train", "--warmup", "-1"], r"tsflash bench train: error: argument --warmup: must be an integer >= 0, got -1"),
+    (["bench", "train", "--d-model", "0"], r"tsflash bench train: error: argument --d-model: must be an integer >= 1, got 0"),
+    (["bench", "train", "--layers", "0"], r"tsflash bench train: error: argument --layers: must be an integer >= 1, got 0"),
+    (["bench", "train", "--tokens-per-step", "-5"],
+     r"tsflash bench train: error: argument --tokens-per-step: must be an integer >= 1, got -5"),
+    (["bench", "train", "--ceiling-size", "0"], r"tsflash bench train: error: argument --ceiling-size: must be an integer >= 1, got 0"),
+    (["bench", "train", "--d-model", "30", "--heads", "4", "--device", "cpu"],
+     r"tsflash: error: --d-model=30 must be divisible by --heads=4"),
+    (["bench", "train", "--d-model", "12", "--heads", "4", "--device", "cpu"],
+     r"tsflash: error: --d-model / --heads must be even \(rotary positions\), got 12/4"),
+    (["bench", "train", "--lengths", "64", "--tokens-per-step", "96", "--d-model", "16", "--heads", "2", "--device", "cpu"],
+     r"tsflash: error: --tokens-per-step=96 must be a multiple of every length, got N=64"),
+    # sweep: options
+    ([*SWEEP, "--lengths", "0"], r"tsflash sweep: error: argument --lengths: every length must be a power of two >= 2, got 0"),
+    ([*SWEEP, "--lengths", "48"], r"tsflash sweep: error: argument --lengths: every length must be a power of two >= 2, got 48"),
+    ([*SWEEP, "--lengths", "abc"],
+     r"tsflash sweep: error: argument --lengths: every length must be an integer \(a power of two >= 2\), got 'abc'"),
+    ([*SWEEP, "--lengths", "512,"],
+     r"tsflash sweep: error: argument --lengths: give comma-separated powers of two such as 512,4096,32768, got '512,'"),
+    ([*SWEEP, "--start", "2024-13-01"], r"tsflash sweep: error: argument --start: expected a date YYYY-MM-DD, got '2024-13-01'"),
+    ([*SWEEP, "--start", "2024-02-01", "--end", "2024-01-01"], r"tsflash: error: --end 2024-01-01 is before --start 2024-02-01"),
+    (["sweep", "--data", "no/such/folder"],
+     r"tsflash sweep: error: argument --data: bar store folder not found: no/such/folder \(create it with .*\)"),
+    (["sweep", "--data", "synthetic:brownian"],
+     r"tsflash sweep: error: argument --data: synthetic sources are synthetic:random-walk\[:SEED\], got 'synthetic:brownian'"),
+    (["sweep", "--data", "synthetic:random-walk:x"],
+     r"tsflash sweep: error: argument --data: the synthetic seed must be an integer, got 'x' in 'synthetic:random-walk:x'"),
+    ([*SWEEP, "--device", "tpu"], r"tsflash sweep: error: argument --device: must be auto, cpu, cuda or cuda:K, got 'tpu'"),
+    ([*SWEEP, "--trials", "0"], r"tsflash sweep: error: argument --trials: must be an integer >= 1, got 0"),
+    ([*SWEEP, "--seed", "-1"], r"tsflash sweep: error: argument --seed: must be an integer >= 0, got -1"),
+    ([*SWEEP, "--time-budget", "0"], r"tsflash sweep: error: argument --time-budget: must be a number > 0, got 0"),
+    ([*SWEEP, "--preset", "gpu"], r"tsflash: error: --preset must be one of auto, full, cpu, got 'gpu'"),
+    ([*SWEEP, "--config", "nosuch"], r"tsflash: error: unknown preset 'nosuch'; known presets: .*default.*"),
+    ([*SWEEP, "--config", "no.toml"], r"tsflash: error: config file not found: no.toml"),
+    ([*SWEEP, "--set", "steps"], r"tsflash sweep: error: argument --set: expected KEY=VALUE such as train.steps=3, got 'steps'"),
+    ([*SWEEP, "--set", "train.stepz=3"], r"tsflash sweep: error: argument --set: unknown config key 'train.stepz'; known keys here: .*steps.*"),
+    ([*SWEEP, "--set", "train.steps=many"], r"tsflash sweep: error: argument --set: config key train.steps: expected int, got 'many'"),
+    # sweep: the resolved config, checked before anything is written
+    ([*SWEEP, "--set", "train.lr=-1"], r"tsflash: error: train.lr must be > 0, got -1.0"),
+    ([*SWEEP, "--set", "train.steps=0"], r"tsflash: error: train.steps must be >= 1, got 0"),
+    ([*SWEEP, "--set", "model.d_model=-1"], r"tsflash: error: model.d_model must be >= 1, got -1"),
+    ([*SWEEP, "--set", "splits.n_folds=0"], r"tsflash: error: splits.n_folds must be >= 1, got 0"),
+    ([*SWEEP, "--set", "splits.test_days=400"], r"tsflash: error: the data range data.start..data.end = .* is too short for "
+     r"splits.n_folds=2 test blocks of splits.test_days=400 days, .*"),
+    # report
+    (["report", "run", "--set", "eval.fee=2"], r"tsflash report: error: argument --set: unknown config key 'eval.fee'; known keys here: .*fee_bps"),
+    (["report", "nope"], r"tsflash: error: report: run folder not found: nope"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("argv, line", BAD, ids=[" ".join(a) or "(none)" for a, _ in BAD])
+def test_a_bad_value_is_one_line_exit_2_and_nothing_written(argv, line, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert re.fullmatch(line, err.rstrip("\n")), err
+    assert out == ""
+    assert list(tmp_path.iterdir()) == []  # nothing was started
+
+
+@NO_CUDA
+@pytest.mark.parametrize("group", [["bench", "precision"], ["sweep", "--data", "synthetic:random-walk"]])
+def test_cuda_on_a_machine_without_it(group, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*group, "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("error: argument --device: cuda: CUDA is not available on this machine (use --device cpu)")
+
+
+def test_bench_train_steps_0_through_the_console_has_no_traceback(tmp_path):
+    """The issue's case: this printed a traceback and exited 1."""
+    proc = subprocess.run([sys.executable, "-m", "tsflash.cli", "bench", "train", "--steps", "0"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO), "PATH": ""})
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["tsflash bench train: error: argument --steps: must be an integer >= 1, got 0"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def _subparsers(parser: argparse.ArgumentParser, prefix=()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _subparsers(sub, (*prefix, name))
+    if prefix and not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+        yield prefix, parser
+
+
+def test_shared_options_are_defined_once_and_typed():
+    """--lengths, --device, --data, --set: the same type function everywhere they appear."""
+    shared = {"--lengths": options.lengths_type, "--device": options.device_type, "--data": options.data_type,
+              "--set": options.override_type}
+    seen = {flag: [] for flag in shared}
+    for path, parser in _subparsers(cli.build_parser()):
+        for action in parser._actions:
+            for flag in set(action.option_strings) & set(shared):
+                assert action.type is shared[flag], (path, flag)
+                seen[flag].append(" ".join(path))
+    assert seen["--lengths"] == ["bench precision", "bench attention", "bench train", "sweep"]
+    assert seen["--device"] == ["bench precision", "bench attention", "bench train", "sweep"]
+    assert seen["--data"] == ["sweep"] and seen["--set"] == ["sweep", "report"]
+
+
+def test_each_subcommand_keeps_its_own_default_lengths(capsys):
+    """One parent per subcommand: a default set for one never leaks into another."""
+    parser = cli.build_parser()
+    assert parser.parse_args(["bench", "precision"]).lengths == [512, 4096]
+    assert parser.parse_args(["bench", "train"]).lengths == [512, 4096, 32768, 131072]
+    assert parser.parse_args(["bench", "attention"]).lengths[0] == 256
+    assert parser.parse_args(["sweep", "--data", "synthetic:random-walk"]).lengths is None
+
+
+@pytest.mark.parametrize("argv", [["--help"], *[[*p, "--help"] for p, _ in _subparsers(cli.build_parser())]])
+def test_every_help(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 0 and "usage: tsflash" in capsys.readouterr().out
+
+
+# ---- benchmarks never overwrite published evidence ------------------------------------------------
+
+TINY_PRECISION = ["bench", "precision", "--lengths", "16", "--heads", "1", "--head-dim", "8", "--features", "2",
+                  "--device", "cpu"]
+
+
+def test_bench_writes_to_a_fresh_runs_folder_by_default(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(TINY_PRECISION) == 0
+    (folder,) = (tmp_path / "runs" / "bench").iterdir()
+    assert re.fullmatch(r"\d{8}-\d{6}-precision", folder.name)
+    assert json.loads((folder / "precision.json").read_text())["rows"][0]["n"] == 16
+    assert f"wrote {Path('runs/bench') / folder.name / 'precision.json'}" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(cwd), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                   capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_bench_refuses_to_overwrite_a_file_git_tracks_unless_forced(tmp_path, monkeypatch, capsys):
+    repo = tmp_path / "repo"
+    (repo / "reports" / "bench").mkdir(parents=True)
+    published = repo / "reports" / "bench" / "precision.json"
+    published.write_text('{"device": "NVIDIA H200"}\n')
+    _git(repo, "init", "-q")
+    _git(repo, "add", "reports/bench/precision.json")
+    _git(repo, "commit", "-q", "-m", "evidence")
+    monkeypatch.chdir(repo)
+    assert cli.main([*TINY_PRECISION, "--out", "reports/bench"]) == 2
+    assert capsys.readouterr().err == (
+        "tsflash: error: --out: refusing to overwrite reports/bench/precision.json, a file tracked by git "
+        "(published evidence); choose another --out, or add --force\n"
+    )
+    assert published.read_text() == '{"device": "NVIDIA H200"}\n'
+    # an existing file git does not track is the user's own: overwritten
+    (repo / "mine").mkdir()
+    (repo / "mine" / "precision.json").write_text("old")
+    assert cli.main([*TINY_PRECISION, "--out", "mine"]) == 0
+    assert json.loads((repo / "mine" / "precision.json").read_text())["rows"][0]["n"] == 16
+    # --force is the explicit consent
+    assert cli.main([*TINY_PRECISION, "--out", "reports/bench", "--force"]) == 0
+    assert json.loads(published.read_text())["rows"][0]["n"] == 16
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="not a git checkout")
+def test_the_published_benchmarks_of_this_repository_are_protected(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    before = (REPO / "reports/bench/attention.png").read_bytes()
+    argv = ["bench", "attention", "--lengths", "16", "--device", "cpu", "--out", "reports/bench"]
+    assert cli.main(argv) == 2
+    assert "refusing to overwrite reports/bench/attention.json, a file tracked by git" in capsys.readouterr().err
+    assert (REPO / "reports/bench/attention.png").read_bytes() == before
+
+
+# ---- the sweep ---------------------------------------------------------------------------------------
+
+TINY_SWEEP = [
+    "data.start=\"2024-01-01\"", "data.end=\"2024-01-08\"", "splits.test_days=2", "splits.n_folds=2",
+    "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=2", "train.tokens_per_step=256",
+    "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096", "selection.cscv_blocks=4",
+]
+
+
+@pytest.mark.slow
+def test_sweep_says_the_preset_once_and_records_the_command(tmp_path):
+    argv = ["sweep", "--lengths", "64,32", "--data", "synthetic:random-walk", "--out", "run", "--preset", "cpu",
+            "--device", "cpu", "--seed", "0", "--no-precision"]
+    for item in TINY_SWEEP:
+        argv += ["--set", item]
+    proc = subprocess.run([sys.executable, "-m", "tsflash.cli", *argv], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={"PYTHONPATH": str(REPO), "PATH": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("reduced CPU preset (") == 1
+    assert "report: run/report.md" in proc.stdout
+    command = json.loads((tmp_path / "run" / "run.json").read_text())["command"]
+    assert command.startswith("tsflash sweep --lengths 32,64 --data synthetic:random-walk --out run --device cpu --seed 0 "
+                              "--preset cpu --set 'data.start=\"2024-01-01\"'")
+    assert command.endswith("--set selection.cscv_blocks=4 --no-precision")
+
+
+# ---- the report ----------------------------------------------------------------------------------------
+
+
+def test_report_passes_set_and_out_to_build_report(tmp_path, capsys, request):
+    from test_report import make_run
+
+    from tsflash.report import build_report
+
+    if "overrides" not in inspect.signature(build_report).parameters:
+        request.applymarker(pytest.mark.xfail(reason="report branch not merged", strict=False))
+    run = make_run(tmp_path, drift=0.0)
+    out = tmp_path / "fee2"
+    assert cli.main(["report", str(run), "--set", "eval.fee_bps=2", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"report: {out / 'report.md'}")
+    assert (out / "report.md").exists() and (out / "report.html").exists()
+    assert not (run / "report.md").exists()  # the run folder is left as it was
