@@ -112,10 +112,10 @@ def _run_cells(plan: SweepPlan) -> bool:
     ledger = Ledger.open(plan.study_name, plan.storage, slots, shared=plan.shared, seed=cfg.train.seeds[0])
     ledger.sync()
 
-    params = n_params(cfg)
+    model_params = n_params(cfg)
     cost = CostModel(prior_rates(plan.device))
-    _observe_saved_cells(cost, folder, cfg, params)
-    todo, done = _todo(folder, cfg, [s.params["n"] for s in slots], params)
+    _observe_saved_cells(cost, folder, cfg, model_params)
+    todo, done = _todo(folder, cfg, [s.params["n"] for s in slots], model_params)
     finale = [precision_work(cfg)] if opts.precision and not folder.precision_json.exists() else []
     warn_if_long(todo + finale, cost, plan.device, f"{len(todo)} of {done + len(todo)} cells to do"
                  + (", then the precision check" if finale else ""))
@@ -132,7 +132,7 @@ def _run_cells(plan: SweepPlan) -> bool:
     write_data_json(folder, cfg, bars, source, prepared.folds, prep_s)
 
     progress = Progress(todo, cost, done)
-    objective = Objective(plan, prepared, ledger, progress, params)
+    objective = Objective(plan, prepared, ledger, progress, model_params)
     budget = opts.time_budget
     try:
         objective.run_baselines()
@@ -152,25 +152,25 @@ def _run_cells(plan: SweepPlan) -> bool:
     return True
 
 
-def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], params: int) -> tuple[list[Work], int]:
+def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], model_params: int) -> tuple[list[Work], int]:
     """(cells not finished yet, cells finished): baselines per fold, model cells per N."""
     n_folds, n_seeds = cfg.splits.n_folds, len(cfg.train.seeds)
     n_bars = configured_bar_count(cfg)
     todo = [baseline_work(cfg, k, n_bars) for k in range(n_folds) if not folder.baseline_marker(k).exists()]
     finished = Counter(decode_trial_key(p.parent.name)["n"] for p in folder.cells_dir.glob("n*/*.cell.json"))
     for n, n_slots in Counter(slot_lengths).items():
-        todo += [model_work(cfg, n, params)] * max(n_slots * n_folds * n_seeds - finished[n], 0)
+        todo += [model_work(cfg, n, model_params)] * max(n_slots * n_folds * n_seeds - finished[n], 0)
     total = n_folds + len(slot_lengths) * n_folds * n_seeds
     return todo, total - len(todo)
 
 
-def _observe_saved_cells(cost: CostModel, folder: RunFolder, cfg: ExperimentConfig, params: int) -> None:
+def _observe_saved_cells(cost: CostModel, folder: RunFolder, cfg: ExperimentConfig, model_params: int) -> None:
     """Cells finished by earlier invocations refine the estimate before any cell runs here."""
     cells, _ = folder.cell_summaries()
     for c in cells:
         seconds = c.get("seconds") or c["cost"].get("train_seconds", 0.0) + c["cost"].get("eval_seconds", 0.0)
         if seconds > 0:
-            cost.observe(model_work(cfg, c["n"], params), seconds)
+            cost.observe(model_work(cfg, c["n"], model_params), seconds)
 
 
 # ---------------------------------------------------------------------------------------------
