@@ -8,6 +8,11 @@
 # Inputs carried into the checkout (git-ignored): .whl/ (optuna and its 4 dependencies, Python 3.12
 # wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs). A previous run's state
 # comes back in as .carry/state.tar. Outputs go to $OUT (the device tool's return folder) when set.
+#
+# The sweep writes to the git-ignored runs/ (RUN, default runs/h200-btcusdt-1m); publishing is a
+# deliberate copy into reports/. RUN=reports/h200-btcusdt-1m resumes (or re-reports) the published
+# run. The copy on the device has no .git: pass TSFLASH_GIT_COMMIT=$(git rev-parse HEAD) so that
+# run.json names the commit (otherwise it says "unknown").
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/tsflash-out}
@@ -20,7 +25,7 @@ else
 fi
 [ -f .carry/state.tar ] && tar xf .carry/state.tar
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-RUN=${RUN:-reports/h200-btcusdt-1m}
+RUN=${RUN:-runs/h200-btcusdt-1m}
 LENGTHS=${LENGTHS:-512,4096,32768,131072}
 BUDGET_S=${BUDGET_S:-200}
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,18 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from tsflash import cli
+from tsflash.config import config_from_dict, parse_lengths, parse_overrides
 from tsflash.errors import UserError
+from tsflash.plan import legacy_run_key, make_run_key, resolve_config, run_hash
 from tsflash.report import SECTIONS
+from tsflash.runfolder import DEFAULT_RUNS_ROOT, find_unfinished_run, write_json
 from tsflash.store import INTERVAL_US, find_gaps
-from tsflash.sweep import (
-    SweepOptions,
-    find_unfinished_run,
-    parse_lengths,
-    parse_overrides,
-    plan_sweep,
-    resolve_config,
-    write_json,
-)
+from tsflash.sweep import SweepOptions, plan_sweep, run_sweep
 from tsflash.synthetic import parse_source, random_walk_bars
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,7 +82,7 @@ def test_end_to_end_writes_every_file_and_section(finished_run):
     assert json.loads((run / "run.json").read_text())["status"] == "complete"
     # 2 folds x (baselines + 2 lengths x 1 seed)
     assert len(cell_markers(run)) == 6
-    assert not any((run / "checkpoints").rglob("*.pt"))  # finished cells leave no checkpoint
+    assert not (run / "checkpoints").exists()  # a finished run leaves no checkpoint, not even an empty folder
     log = (run / "sweep.log").read_text()
     assert len(re.findall(r"\[\d/6\] .*elapsed", log)) == 6  # one line per finished cell
     fm = pq.read_table(run / "fold_metrics.parquet").to_pylist()
@@ -222,10 +219,10 @@ def test_parse_lengths_and_overrides():
 
 
 def test_storage_password_is_not_written():
-    from tsflash.sweep import _redact
+    from tsflash.provenance import redact
 
-    assert _redact("postgresql://ann:s3cr:et@db.example:5432/tsflash") == "postgresql://ann:***@db.example:5432/tsflash"
-    assert _redact("sqlite:///runs/optuna.db") == "sqlite:///runs/optuna.db"
+    assert redact("postgresql://ann:s3cr:et@db.example:5432/tsflash") == "postgresql://ann:***@db.example:5432/tsflash"
+    assert redact("sqlite:///runs/optuna.db") == "sqlite:///runs/optuna.db"
 
 
 def test_presets_on_cpu():
@@ -243,22 +240,83 @@ def test_presets_on_cpu():
 
 
 def test_same_command_finds_the_unfinished_run(tmp_path):
-    opts = SweepOptions(lengths=[32, 64], data="synthetic:random-walk", reports_root=tmp_path, overrides={})
+    assert SweepOptions().runs_root == DEFAULT_RUNS_ROOT == Path("runs")  # new runs out of reports/ by default
+    opts = SweepOptions(lengths=[32, 64], data="synthetic:random-walk", runs_root=tmp_path, overrides={})
     plan = plan_sweep(opts)
-    assert plan.run_dir.parent == tmp_path and plan.run_dir.name.endswith(f"-{plan.cfg.hash()}")
+    assert plan.run_dir.parent == tmp_path and plan.run_dir.name.endswith(f"-{run_hash(plan.cfg)}")
     assert not plan.resumed
     write_json(plan.run_dir / "run.json", {"run_key": plan.run_key, "status": "running"})
     again = plan_sweep(opts)
     assert again.run_dir == plan.run_dir and again.resumed
+    # another fee is the same run (fees are applied at scoring time), scored at the run's own fee
+    write_json(plan.run_dir / "config.json", plan.cfg.to_dict())
+    cheaper = plan_sweep(dataclasses.replace(opts, overrides={"eval": {"fee_bps": 0.0}}))
+    assert cheaper.run_dir == plan.run_dir and cheaper.resumed and cheaper.run_key == plan.run_key
+    assert cheaper.cfg.eval.fee_bps == plan.cfg.eval.fee_bps == 5.0
+    assert "scored at eval.fee_bps=5 (its config.json), not 0" in cheaper.fee_note
     # a different data source is a different run, even with the same config hash
-    other = plan_sweep(SweepOptions(lengths=[32, 64], data="synthetic:random-walk:5", reports_root=tmp_path))
+    other = plan_sweep(SweepOptions(lengths=[32, 64], data="synthetic:random-walk:5", runs_root=tmp_path))
     assert other.run_key != plan.run_key and not other.resumed
     # a complete run is left alone: the next invocation starts a new folder
     write_json(plan.run_dir / "run.json", {"run_key": plan.run_key, "status": "complete"})
-    assert find_unfinished_run(tmp_path, plan.cfg.hash(), plan.run_key) is None
+    assert find_unfinished_run(tmp_path, run_hash(plan.cfg), plan.run_key) is None
     # --out naming a folder of another configuration is refused
     with pytest.raises(UserError, match=r"--out .* holds a run of another configuration"):
         plan_sweep(SweepOptions(lengths=[32, 128], data="synthetic:random-walk", out=plan.run_dir))
+
+
+def test_the_fee_is_left_out_of_the_run_key_and_folder_hash():
+    cfg, _, _ = resolve_config(SweepOptions(), "cpu")
+    free, _, _ = resolve_config(SweepOptions(overrides={"eval": {"fee_bps": 0.0}}), "cpu")
+    steps, _, _ = resolve_config(SweepOptions(overrides={"train": {"steps": 2}}), "cpu")
+    assert make_run_key(free, "data", 1, "cpu") == make_run_key(cfg, "data", 1, "cpu")
+    assert run_hash(free) == run_hash(cfg) and free.hash() != cfg.hash()
+    assert make_run_key(steps, "data", 1, "cpu") != make_run_key(cfg, "data", 1, "cpu") and run_hash(steps) != run_hash(cfg)
+    assert make_run_key(cfg, "data", 1, "cuda:1") == make_run_key(cfg, "data", 1, "cuda")  # the device type only
+
+
+def test_published_run_keeps_its_key_and_out_accepts_it(tmp_path):
+    published = REPO / "reports" / "h200-btcusdt-1m"
+    meta = json.loads((published / "run.json").read_text())
+    cfg = config_from_dict(json.loads((published / "config.json").read_text()))
+    args = (meta["data"], meta["trials_per_length"], meta["device"])
+    assert legacy_run_key(cfg, *args) == meta["run_key"] != make_run_key(cfg, *args)
+    # a folder made while the fee was in the key: --out resumes it, with its study
+    opts = SweepOptions(lengths=[32, 64], data="synthetic:random-walk", out=tmp_path / "old")
+    first = plan_sweep(opts)
+    old_key = legacy_run_key(first.cfg, opts.data, 1, "cpu")
+    write_json(first.run_dir / "run.json", {"run_key": old_key, "study_name": "tsflash-old", "status": "running"})
+    again = plan_sweep(opts)
+    assert again.resumed and again.run_key == old_key and again.study_name == "tsflash-old"
+
+
+def test_another_fee_reuses_every_cell(finished_run, data_arg, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = json.loads((run / "run.json").read_text())
+    cells = {p: p.stat().st_mtime_ns for p in cell_markers(run)}
+    series = {p.name: p.read_bytes() for p in sorted((run / "series").glob("*.npz"))}
+    assert cli.main(sweep_argv(data_arg, run) + ["--set", "eval.fee_bps=0"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in cell_markers(run)} == cells  # nothing trained again
+    after = json.loads((run / "run.json").read_text())
+    assert after["run_key"] == before["run_key"] and len(after["invocations"]) == len(before["invocations"]) + 1
+    assert {p.name: p.read_bytes() for p in sorted((run / "series").glob("*.npz"))} == series  # at the run's fee
+    assert "scored at eval.fee_bps=5 (its config.json), not 0" in (run / "sweep.log").read_text()
+
+
+def test_cells_rescore_at_another_fee(finished_run):
+    from tsflash.runfolder import RunFolder
+    from tsflash.scoring import series_from_cells
+
+    folder = RunFolder(finished_run)
+    for name in ("n32", "n64", "baseline-logreg"):
+        saved = folder.read_series(name)
+        at_run_fee = series_from_cells(folder, name, n_folds=2, seeds=[0], fee_bps=5.0)
+        assert all(np.array_equal(at_run_fee[k], saved[k]) for k in ("days", "net", "gross"))  # bit-identical
+        free = series_from_cells(folder, name, n_folds=2, seeds=[0], fee_bps=0.0)
+        assert np.array_equal(free["net"], free["gross"]) and np.array_equal(free["gross"], saved["gross"])
+        if name != "baseline-logreg":
+            assert np.all(free["net"] >= saved["net"]) and np.any(free["net"] > saved["net"])  # fees cost
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,46 +359,47 @@ def test_synthetic_source_parsing():
 
 def test_planned_slots_and_trial_keys():
     from tsflash.config import ExperimentConfig
-    from tsflash.sweep import _plan_slots, trial_key
+    from tsflash.ledger import Slot, plan_slots
+    from tsflash.runfolder import encode_trial_key
 
     cfg = ExperimentConfig()
-    cfg.lengths = [512, 4096]
-    assert _plan_slots(cfg, 1) == [("n512/0", {"n": 512}), ("n4096/0", {"n": 4096})]
-    slots = _plan_slots(cfg, 3)
-    assert [s for s, _ in slots] == ["n512/0", "n512/1", "n512/2", "n4096/0", "n4096/1", "n4096/2"]
-    assert slots[0][1] == {"n": 512, "lr": cfg.train.lr, "weight_decay": cfg.train.weight_decay}
-    assert slots[1][1] == {"n": 512}  # the sampler fills in the searched values
-    assert trial_key({"n": 512}) == "n512"
-    assert trial_key({"n": 64, "weight_decay": 0.05, "lr": 3e-4}) == "n64-lr0.0003-wd0.05"
-
-
-class _FakeTrial:
-    def __init__(self, **attrs):
-        self.user_attrs = attrs
+    lr, wd = cfg.train.lr, cfg.train.weight_decay
+    assert plan_slots([512, 4096], 1, lr, wd) == [Slot("n512/0", {"n": 512}), Slot("n4096/0", {"n": 4096})]
+    slots = plan_slots([512, 4096], 3, lr, wd)
+    assert [s.id for s in slots] == ["n512/0", "n512/1", "n512/2", "n4096/0", "n4096/1", "n4096/2"]
+    assert slots[0].params == {"n": 512, "lr": cfg.train.lr, "weight_decay": cfg.train.weight_decay}
+    assert slots[1].params == {"n": 512}  # the sampler fills in the searched values
+    assert encode_trial_key({"n": 512}) == "n512"
+    assert encode_trial_key({"n": 64, "weight_decay": 0.05, "lr": 3e-4}) == "n64-lr0.0003-wd0.05"
 
 
 def test_abandoned_trials_are_recognised():
     import socket
 
-    from tsflash.sweep import STALE_AFTER_S, _is_stale, _worker_id
+    from optuna.trial import TrialState, create_trial
+
+    from tsflash.ledger import STALE_AFTER_S, is_abandoned, worker_id
+
+    def running(**attrs):
+        return create_trial(state=TrialState.RUNNING, user_attrs=attrs)
 
     now = time.time()
-    me = _worker_id()
-    assert not _is_stale(_FakeTrial(worker=me), shared=False, now=now)  # this very process: alive
+    me = worker_id()
+    assert not is_abandoned(running(worker=me), shared=False, now=now)  # this very process: alive
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     gone = f"{socket.gethostname()}:{int(dead.stdout)}:1"
-    assert _is_stale(_FakeTrial(worker=gone), shared=True, now=now)  # its process is gone
-    assert _is_stale(_FakeTrial(), shared=False, now=now)  # killed before it named its worker
+    assert is_abandoned(running(worker=gone), shared=True, now=now)  # its process is gone
+    assert is_abandoned(running(), shared=False, now=now)  # killed before it named its worker
     elsewhere = "other-host:123:456"
-    assert _is_stale(_FakeTrial(worker=elsewhere, heartbeat=now), shared=False, now=now)  # private study
-    assert not _is_stale(_FakeTrial(worker=elsewhere, heartbeat=now - 60), shared=True, now=now)
-    assert _is_stale(_FakeTrial(worker=elsewhere, heartbeat=now - STALE_AFTER_S - 1), shared=True, now=now)
+    assert is_abandoned(running(worker=elsewhere, heartbeat=now), shared=False, now=now)  # private study
+    assert not is_abandoned(running(worker=elsewhere, heartbeat=now - 60), shared=True, now=now)
+    assert is_abandoned(running(worker=elsewhere, heartbeat=now - STALE_AFTER_S - 1), shared=True, now=now)
 
 
 def test_offline_fetch_says_how_to_import(tmp_path, monkeypatch):
     from tsflash import fetch
     from tsflash.config import ExperimentConfig
-    from tsflash.sweep import load_data
+    from tsflash.datasource import load_data
 
     calls = []
 
@@ -360,7 +419,7 @@ def test_offline_fetch_says_how_to_import(tmp_path, monkeypatch):
 
 def test_synthetic_data_has_the_configured_bar_count():
     from tsflash.config import ExperimentConfig
-    from tsflash.sweep import load_data
+    from tsflash.datasource import load_data
 
     cfg = ExperimentConfig()
     cfg.data.start, cfg.data.end = "2024-01-01", "2024-01-03"
@@ -372,7 +431,6 @@ def test_synthetic_data_has_the_configured_bar_count():
 
 def test_a_new_run_that_fails_before_any_cell_leaves_no_folder(tmp_path, monkeypatch):
     from tsflash import fetch
-    from tsflash.sweep import SweepOptions, run_sweep
 
     def offline(**kw):
         raise UserError("network error (after 5 attempts)")
@@ -380,9 +438,9 @@ def test_a_new_run_that_fails_before_any_cell_leaves_no_folder(tmp_path, monkeyp
     monkeypatch.setattr(fetch, "fetch", offline)
     store = tmp_path / "store"
     store.mkdir()
-    out = tmp_path / "reports" / "run"
+    out = tmp_path / "runs" / "run"
     opts = SweepOptions(lengths=[32, 64], data=str(store), out=out, device="cpu", preset="cpu",
-                        start="2024-01-01", end="2024-01-31", precision=False, reports_root=tmp_path / "reports")
+                        start="2024-01-01", end="2024-01-31", precision=False, runs_root=tmp_path / "runs")
     with pytest.raises(UserError, match="offline\\? import a local folder instead"):
         run_sweep(opts)
     assert not out.exists()

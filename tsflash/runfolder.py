@@ -27,6 +27,7 @@ conventions of `tsflash.atomic.write_json` (indent 1, sorted keys, numpy values 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ from tsflash import atomic
 from tsflash.errors import UserError
 
 CELL_SUFFIX = ".cell.json"
+# New run folders go here (git-ignored): `reports/` is only for published runs, copied there on purpose.
+DEFAULT_RUNS_ROOT = Path("runs")
 BASELINE_DIR = "baselines"
 BASELINE_PREFIX = "baseline-"
 
@@ -174,6 +177,24 @@ class RunFolder:
 
     def checkpoint_dir(self, key: str, fold: int, seed: int) -> Path:
         return self.checkpoints_dir / key / f"fold{fold}-seed{seed}"
+
+    @staticmethod
+    def cell_npz(stem: Path) -> Path:
+        """The per-bar arrays of the cell or baseline saved at `stem` (FoldResult.save)."""
+        return stem.with_name(stem.name + ".npz")
+
+    def tidy_checkpoints(self) -> None:
+        """Remove the checkpoints of finished cells, then empty folders, then checkpoints/ if empty."""
+        if not self.checkpoints_dir.is_dir():
+            return
+        for d in sorted(self.checkpoints_dir.glob("*/*")):
+            if d.is_dir() and _marker(self.cells_dir / d.parent.name / d.name).exists():
+                shutil.rmtree(d, ignore_errors=True)
+        for d in sorted(self.checkpoints_dir.iterdir()):
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        if not any(self.checkpoints_dir.iterdir()):
+            self.checkpoints_dir.rmdir()
 
     def baseline_stem(self, fold: int, name: str) -> Path:
         return self.cells_dir / BASELINE_DIR / f"fold{fold}-{name}"
