@@ -1,4 +1,4 @@
-"""tsflash.metrics: fees applied at scoring time and the seeds' equal-weight portfolio."""
+"""tsflash.metrics: fees applied at scoring time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tsflash.errors import UserError
-from tsflash.metrics import apply_fees, seed_average, strategy_returns
+from tsflash.metrics import apply_fees, strategy_returns
 
 
 def test_apply_fees_worked_example():
@@ -20,16 +20,3 @@ def test_apply_fees_worked_example():
     assert np.array_equal(net, apply_fees(position, g, 2.5))  # the engine's net is this function's
     with pytest.raises(UserError, match=r"fee_bps must be >= 0, got -1"):
         apply_fees(position, gross, -1)
-
-
-def test_seed_average_is_the_equal_weight_portfolio():
-    t = np.arange(4, dtype=np.int64)
-    a = (t, np.array([0.1, 0.2, 0.3, 0.4]), np.array([1.0, 1.0, 1.0, 1.0]))
-    b = (t, np.array([0.3, 0.0, -0.3, 0.0]), np.array([0.0, 2.0, 0.0, 2.0]))
-    times, net, gross = seed_average([a, b])
-    assert times is t
-    assert net == pytest.approx([0.2, 0.1, 0.0, 0.2]) and gross == pytest.approx([0.5, 1.5, 0.5, 1.5])
-    one = seed_average([a])
-    assert np.array_equal(one[1], a[1]) and np.array_equal(one[2], a[2])
-    with pytest.raises(UserError, match=r"at least one seed"):
-        seed_average([])

@@ -122,6 +122,6 @@ def test_a_run_without_per_bar_cells_cannot_be_rescored(tmp_path):
     run = tmp_path / "published"
     shutil.copytree(PUBLISHED, run)
     with pytest.raises(UserError, match=r"re-scoring needs the per-bar cell files \(cells/\*\*/\*\.npz\); "
-                                        r"cells/.*\.npz is missing in .*published \(a published run does not commit"):
+                                        r".*published/cells/.*\.npz is missing \(a published run does not commit"):
         build_report(run, overrides={"eval.fee_bps": 2})
     assert not (run / "rescored").exists()

@@ -519,24 +519,6 @@ def test_gate_noise_control_rarely_passes():
 # ------------------------------------------------------------------------------ a run's selection
 
 
-def test_daily_series_orders_folds_and_compounds():
-    from tsflash.selection import daily_series
-
-    day = 86_400_000_000
-    late = (np.array([2 * day, 2 * day + 60_000_000]), np.array([0.1, 0.1]), np.array([0.2, 0.0]))
-    early = (np.array([0, day]), np.array([0.01, -0.02]), np.array([0.0, 0.0]))
-    days, net, gross = daily_series([late, early])
-    assert days.astype(str).tolist() == ["1970-01-01", "1970-01-02", "1970-01-03"]
-    assert net == pytest.approx([0.01, -0.02, 1.1 * 1.1 - 1]) and gross == pytest.approx([0.0, 0.0, 0.2])
-
-
-def test_trial_value_scores_a_strategy_that_never_trades_zero():
-    from tsflash.selection import trial_value
-
-    assert trial_value([0.0, 0.0, 0.0]) == 0.0
-    assert trial_value([0.01, -0.01, 0.02, 0.0]) == pytest.approx(sharpe([0.01, -0.01, 0.02, 0.0]))
-
-
 def test_complete_trials_counts_a_slot_once():
     from tsflash.selection import complete_trials
 

@@ -124,22 +124,6 @@ def apply_fees(position: np.ndarray, gross: np.ndarray, fee_bps: float) -> np.nd
     return np.asarray(gross, dtype=np.float64) - fee_bps * 1e-4 * turnover
 
 
-def seed_average(paths: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-bar (times, net, gross) of several seeds on the same test bars -> their equal-weight
-    portfolio: the returns summed in the order given, then divided by the number of seeds.
-
-    The sweep and the report's re-scoring both use it, so a run re-scored at its own fee gives
-    its daily series bit for bit.
-    """
-    if not paths:
-        raise UserError("seed_average: needs at least one seed's returns, got 0")
-    times, net, gross = paths[0]
-    for t2, n2, g2 in paths[1:]:
-        assert np.array_equal(t2, times), "seeds scored different test bars"
-        net, gross = net + n2, gross + g2
-    return times, net / len(paths), gross / len(paths)
-
-
 def return_summary(position: np.ndarray, gross: np.ndarray, net: np.ndarray) -> dict:
     """Per-bar means and turnover of a strategy path (added to every metrics dict)."""
     pos = np.asarray(position, dtype=np.float64)

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tsflash.errors import UserError
 from tsflash.metrics import apply_fees
 from tsflash.runfolder import BASELINE_PREFIX, RunFolder, is_baseline
 from tsflash.selection import SelectionInputError, daily_returns, sharpe
@@ -35,12 +36,22 @@ def bar_returns(test_time, position, gross, fee_bps: float) -> BarReturns:
 
 def cell_returns(stem: Path, fee_bps: float) -> BarReturns:
     """`bar_returns` of the cell saved at `stem` (its `<stem>.npz`, written by FoldResult.save)."""
-    with np.load(RunFolder.cell_npz(stem)) as z:
+    npz = RunFolder.cell_npz(stem)
+    if not npz.exists():
+        raise UserError(
+            f"re-scoring needs the per-bar cell files (cells/**/*.npz); {npz} is missing "
+            "(a published run does not commit them): rerun the sweep to make them"
+        )
+    with np.load(npz) as z:
         return bar_returns(z["test_time"], z["position"], z["gross_returns"], fee_bps)
 
 
 def seed_portfolio(per_seed: list[BarReturns]) -> BarReturns:
-    """Several seeds of one (configuration, fold): an equal-weight portfolio of their strategies."""
+    """Several seeds of one (configuration, fold): an equal-weight portfolio of their strategies,
+    summed in the order given (the config's seeds), so a run re-scored at its own fee gives its
+    daily series bit for bit."""
+    if not per_seed:
+        raise UserError("seed_portfolio: needs at least one seed's returns, got 0")
     times, net, gross = per_seed[0]
     for other in per_seed[1:]:
         assert np.array_equal(other.times, times), "seeds scored different test bars"

@@ -70,8 +70,6 @@ __all__ = [
     "PBOResult",
     "pbo_cscv",
     "daily_returns",
-    "daily_series",
-    "trial_value",
     "Reason",
     "Gate",
     "Verdict",
@@ -710,29 +708,6 @@ def daily_returns(times_us, per_bar_returns) -> tuple[np.ndarray, np.ndarray]:
     starts = np.flatnonzero(np.r_[True, day[1:] != day[:-1]])  # (D,)
     growth = np.multiply.reduceat(1.0 + r, starts)  # (D,)
     return day[starts].astype("datetime64[D]"), growth - 1.0
-
-
-def daily_series(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-fold per-bar (times_us, net, gross) -> one UTC-daily (days, net, gross) over all folds.
-
-    The folds are put in time order by their first bar and concatenated; net and gross are each
-    compounded per day with `daily_returns`. The sweep writes a trial's daily series with it and
-    the report re-scores a run with it, so both give the same days and returns.
-    """
-    parts = sorted(parts, key=lambda p: int(p[0][0]) if len(p[0]) else 0)
-    t = np.concatenate([p[0] for p in parts])
-    days, net = daily_returns(t, np.concatenate([p[1] for p in parts]))
-    _, gross = daily_returns(t, np.concatenate([p[2] for p in parts]))
-    return days, net, gross
-
-
-def trial_value(daily_net) -> float:
-    """The study's objective for one trial: its per-day net Sharpe ratio, 0 for a strategy whose
-    daily returns are constant (one that never trades has no Sharpe ratio)."""
-    try:
-        return float(sharpe(daily_net))
-    except SelectionInputError:
-        return 0.0
 
 
 # --------------------------------------------------------------------------------------------

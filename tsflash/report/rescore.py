@@ -2,9 +2,9 @@
 
 Fees are applied at scoring time: every cell saved its per-bar positions and gross returns
 (cells/**/*.npz, the engine's FoldResult arrays), so a new fee gives new net returns by
-`tsflash.metrics.apply_fees`, then new daily series (seeds averaged as the sweep does, folds
-compounded by `tsflash.selection.daily_series`), new trial values for the DSR's ledger
-(`tsflash.selection.trial_value`) and a new verdict. Only keys that change the scoring, not the
+`tsflash.scoring` (the same functions the sweep scores with: net returns by `apply_fees`, seeds
+as an equal-weight portfolio, folds compounded to daily series, the trial's value), then new
+trial values for the DSR's ledger and a new verdict. Only keys that change the scoring, not the
 trained models, may be overridden (`RESCORE_KEYS`).
 """
 
@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from tsflash.errors import UserError
-from tsflash.metrics import apply_fees, seed_average
 from tsflash.report.rundata import RunData, Series
-from tsflash.runfolder import BASELINE_DIR, baseline_series_name
-from tsflash.selection import daily_series, trial_value
+from tsflash.runfolder import baseline_series_name
+from tsflash.scoring import BarReturns, cell_returns, daily_series, objective_value, seed_portfolio
 
 # Overridable at report time, with why: each changes only how saved predictions are scored.
 RESCORE_KEYS = {"eval.fee_bps": "the fee per unit of turnover, charged on the saved positions"}
@@ -58,34 +57,23 @@ def default_out_dir(run_dir: Path, overrides: dict) -> Path:
     return Path(run_dir) / "rescored" / f"fee-{float(flat['eval.fee_bps']):g}bps"
 
 
-def _per_bar(rd: RunData, stem: Path) -> dict:
-    """test_time, position and gross_returns of one saved cell (the FoldResult arrays)."""
-    npz = stem.with_name(stem.name + ".npz")
-    if not npz.exists():
-        raise UserError(
-            f"report --set: re-scoring needs the per-bar cell files (cells/**/*.npz); "
-            f"{rd.folder.relative(npz)} is missing in {rd.run_dir} (a published run does not commit them): "
-            "rerun the sweep to make them"
-        )
-    with np.load(npz) as z:
-        return {k: z[k] for k in ("test_time", "position", "gross_returns")}
+def _rescored_cell(rd: RunData, summary: dict, stem: Path, fee_bps: float) -> tuple[dict, BarReturns]:
+    """(the summary with its net-return mean re-scored, its per-bar returns at `fee_bps`)."""
+    try:
+        bars = cell_returns(stem, fee_bps)
+    except UserError as exc:
+        raise UserError(f"report --set: {exc} (run folder {rd.run_dir})") from None
+    metrics = dict(summary["metrics"], mean_net_return=float(np.mean(bars.net)) if len(bars.net) else math.nan)
+    return summary | {"metrics": metrics}, bars
 
 
-def _rescored_cell(rd: RunData, summary: dict, stem: Path, fee_bps: float) -> tuple[dict, tuple]:
-    """(the summary with its net-return mean re-scored, per-bar (time, net, gross))."""
-    bars = _per_bar(rd, stem)
-    net = apply_fees(bars["position"], bars["gross_returns"], fee_bps)
-    metrics = dict(summary["metrics"], mean_net_return=float(np.mean(net)) if len(net) else math.nan)
-    return summary | {"metrics": metrics}, (np.asarray(bars["test_time"], dtype=np.int64), net,
-                                            np.asarray(bars["gross_returns"], dtype=np.float64))
+def _as_tuple(daily: dict) -> tuple:
+    return daily["days"], daily["net"], daily["gross"]
 
 
 def _model_series(rd: RunData, fee_bps: float) -> tuple[list[dict], dict[str, tuple]]:
-    """Re-scored model cells and each trial's daily (days, net, gross).
-
-    Several seeds are an equal-weight portfolio of the seeds' strategies, summed in the order of
-    the config's seeds, as the sweep sums them, so the run's own fee reproduces its series exactly.
-    """
+    """Re-scored model cells and each trial's daily (days, net, gross); several seeds are summed
+    in the order of the config's seeds, as the sweep sums them."""
     seeds = list(rd.config["train"]["seeds"])
     cells, parts = [], {}
     groups: dict[tuple[str, int], list[dict]] = {}
@@ -98,18 +86,17 @@ def _model_series(rd: RunData, fee_bps: float) -> tuple[list[dict], dict[str, tu
             cell, path = _rescored_cell(rd, c, rd.folder.cell_stem(key, fold, c["seed"]), fee_bps)
             cells.append(cell)
             paths.append(path)
-        parts.setdefault(key, []).append(seed_average(paths))
-    return cells, {key: daily_series(p) for key, p in parts.items()}
+        parts.setdefault(key, []).append(seed_portfolio(paths))
+    return cells, {key: _as_tuple(daily_series(p)) for key, p in parts.items()}
 
 
 def _baseline_series(rd: RunData, fee_bps: float) -> tuple[list[dict], dict[str, tuple]]:
     baselines, parts = [], {}
     for b in rd.baselines:
-        stem = rd.folder.cells_dir / BASELINE_DIR / f"fold{b['fold']}-{b['name']}"
-        cell, path = _rescored_cell(rd, b, stem, fee_bps)
+        cell, path = _rescored_cell(rd, b, rd.folder.baseline_stem(b["fold"], b["name"]), fee_bps)
         baselines.append(cell)
         parts.setdefault(baseline_series_name(b["name"]), []).append(path)
-    return baselines, {name: daily_series(p) for name, p in parts.items()}
+    return baselines, {name: _as_tuple(daily_series(p)) for name, p in parts.items()}
 
 
 def rescore(rd: RunData, overrides: dict) -> RunData:
@@ -123,7 +110,7 @@ def rescore(rd: RunData, overrides: dict) -> RunData:
     cells, model = _model_series(rd, fee)
     baselines, base = _baseline_series(rd, fee)
     series = {name: Series(name, d, n, g) for name, (d, n, g) in (model | base).items()}
-    values = {key: trial_value(series[key].net) for key in model}
+    values = {key: objective_value(series[key].net) for key in model}
     trials = []
     for t in rd.ledger.get("trials", []):
         if t.get("state") == "COMPLETE" and t.get("key") in values:
