@@ -24,6 +24,7 @@ The causal mask (`is_causal=True`) is the lower triangle, query t sees keys 0..t
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -301,6 +302,14 @@ def kernel_label(ops) -> str | None:
     """Short label of the kernels in `ops` (profiler op names): "cuDNN", "flash CPU", ...; None if none."""
     labels = sorted({OP_KERNEL[op][1] for op in map(kernel_op, ops) if op is not None})
     return "+".join(labels) or None
+
+
+@functools.cache
+def warm_up_profiler() -> None:
+    """Start and stop the profiler once per process: its first use costs about a second of setup,
+    which would otherwise land in the first observed training step's time. Later uses cost ~10 ms."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        pass
 
 
 @contextmanager

@@ -27,9 +27,9 @@ Fused kernels (FlashAttention, cuDNN) recompute Q K^T in the backward pass inste
 the N x N scores, and so execute 3.5 x forward ("hardware FLOPs"; FlashAttention's own
 benchmark counts its backward as 2.5 x forward). That recomputation is the kernel's way of
 saving memory, not work the model needs, so it is not counted: with it, a kernel that recomputed
-more would look faster. Until issue 10 `tsflash bench` counted 3.5 x (6 P + 7 L d N), which
-gave MFU figures about 7/6 higher than this rule at long N; per-cell TFLOP/s of the engine
-always used 6 P + 6 L d N.
+more would look faster. Bench files whose settings say "fwd+bwd = 3.5x fwd" (or
+"L*3.5*2*B*N^2*d_model") were written with the older 6 P + 7 L d N: their TFLOP/s and MFU are up
+to 7/6 of this rule's (the ratio at long N). The engine's per-cell TFLOP/s always used this rule.
 
 Standard library only.
 """
