@@ -12,7 +12,6 @@ configuration at N = 32768 over all five default folds in <= 120 s, preparation 
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,8 @@ from pathlib import Path
 import torch
 
 from tsflash.atomic import write_json
-from tsflash.config import load_config
+from tsflash.config import load_config, parse_lengths
+from tsflash.device import device_name, resolve_device, sync
 from tsflash.engine import fold_data, prepare, run_fold
 from tsflash.store import load_bars
 
@@ -30,15 +30,14 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, required=True, help="store root")
     ap.add_argument("--config", default="default")
     ap.add_argument("--lengths", default="32768")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:K")
     ap.add_argument("--folds", default=None, help="comma-separated fold indices (default: all)")
     ap.add_argument("--out", type=Path, default=Path("reports/bench"))
     args = ap.parse_args(argv)
 
     cfg = load_config(args.config)
-    device = torch.device(args.device)
-    lengths = [int(s) for s in args.lengths.split(",")]
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    device = resolve_device(args.device)
+    lengths = parse_lengths(args.lengths)
 
     t0 = time.perf_counter()
     bars = load_bars(args.data, cfg.data.symbol, cfg.data.interval, cfg.data.start, cfg.data.end)
@@ -46,31 +45,31 @@ def main(argv=None) -> int:
     prepared = prepare(cfg, bars, device)
     folds = [int(f) for f in args.folds.split(",")] if args.folds else list(range(len(prepared.folds)))
     inputs = {f: fold_data(prepared, f) for f in folds}
-    sync()
+    sync(device)
     t_prep = time.perf_counter() - t0
     print(f"data preparation: {t_prep:.2f} s (load {t_load:.2f} s) for {len(bars):,} bars, {len(folds)} folds", flush=True)
 
     rows = []
     for n in lengths:
-        sync()
+        sync(device)
         t1 = time.perf_counter()
         for f in folds:
             r = run_fold(prepared, n, f, cfg.train.seeds[0], device, fold_inputs=inputs[f])
             rows.append({"n": n, "fold": f, **{k: r.cost[k] for k in ("train_seconds", "epoch_seconds", "eval_seconds",
-                         "tokens_per_s", "peak_memory_bytes", "backend", "tflops", "n_params")},
+                         "tokens_per_s", "peak_memory_bytes", "backend", "backend_observed", "tflops", "n_params")},
                          "accuracy": r.metrics["accuracy"], "log_loss": r.metrics["log_loss"]})
             c = r.cost
             print(f"N={n:>6} fold {f}: train {c['train_seconds']:.1f} s, eval {c['eval_seconds']:.1f} s, "
                   f"{c['tokens_per_s'] / 1e6:.2f} M tok/s, {c['tflops']:.0f} TFLOP/s, peak {c['peak_memory_bytes'] / 2**30:.2f} GiB, "
-                  f"{c['backend']}, acc {r.metrics['accuracy']:.4f}", flush=True)
-        sync()
+                  f"{c['backend_observed']}, acc {r.metrics['accuracy']:.4f}", flush=True)
+        sync(device)
         wall = time.perf_counter() - t1
         rows.append({"n": n, "all_folds_wall_seconds": wall})
         print(f"N={n}: {len(folds)} folds in {wall:.1f} s wall-clock", flush=True)
 
     result = {
         "config": cfg.name, "config_hash": cfg.hash(), "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "device_name": device_name(device),
         "torch": torch.__version__, "bars": len(bars), "prep_seconds": t_prep, "load_seconds": t_load,
         "prepare_timings": prepared.timings, "rows": rows, "command": " ".join(sys.argv),
     }

@@ -3,24 +3,47 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
 from tsflash import attention as attn
-from tsflash import bench
+from tsflash import bench, device, engine, flops
 from tsflash.cli import main
+from tsflash.config import parse_lengths
 from tsflash.errors import UserError
 
 CPU = torch.device("cpu")
 
 
-def test_parse_lengths():
-    assert bench.parse_lengths("512,64, 64") == [64, 512]
-    with pytest.raises(UserError, match=r"--lengths: every length must be a power of two >= 2, got '64,100'"):
-        bench.parse_lengths("64,100")
-    with pytest.raises(UserError, match=r"--lengths: a comma-separated list of integers, got '64,x'"):
-        bench.parse_lengths("64,x")
+def test_lengths_follow_the_one_rule():
+    """`tsflash bench --lengths` goes through config.parse_lengths: a repeated length is refused
+    (bench once dropped it silently), and bench functions check the lengths they are given."""
+    assert parse_lengths("512,64") == [64, 512]
+    with pytest.raises(UserError, match=r"^--lengths: lengths must be distinct, got '512,64, 64'$"):
+        parse_lengths("512,64, 64")
+    with pytest.raises(UserError, match=r"^--lengths: every length must be a power of two >= 2, got 100$"):
+        parse_lengths("64,100")
+    with pytest.raises(UserError, match=r"^--lengths: every length must be an integer \(a power of two >= 2\), got 'x'$"):
+        parse_lengths("64,x")
+    with pytest.raises(UserError, match=r"^bench precision: lengths: every length must be a power of two >= 2, got 48$"):
+        bench.bench_precision([48], CPU)
+    with pytest.raises(UserError, match=r"^bench attention: give at least one length, got none$"):
+        bench.bench_attention([], CPU)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: bench.bench_train([16], CPU, steps=0), "bench train: steps must be a number >= 1, got 0"),
+    (lambda: bench.bench_train([16], CPU, warmup=-1), "bench train: warmup must be a number >= 0, got -1"),
+    (lambda: bench.bench_train([16], CPU, n_layers=0), "bench train: n_layers must be a number >= 1, got 0"),
+    (lambda: bench.bench_attention([16], CPU, min_time=-0.5), "bench attention: min_time must be a number >= 0, got -0.5"),
+    (lambda: bench.bench_attention([16], CPU, batch=0), "bench attention: batch must be a number >= 1, got 0"),
+    (lambda: bench.bench_precision([16], CPU, heads=True), "bench precision: heads must be a number >= 1, got True"),
+])
+def test_bad_benchmark_arguments_are_user_errors(call, message):
+    with pytest.raises(UserError, match="^" + re.escape(message) + "$"):
+        call()
 
 
 def test_chunked_float64_reference_equals_plain_attention():
@@ -38,11 +61,16 @@ def test_relative_errors():
     assert errors["fro_rel"] == pytest.approx(0.5 / 5.0)
 
 
-def test_flop_conventions_reproduce_the_documented_h200_step():
-    # gpu.md: 3.16 M parameters, N=32768, batch 4, 88.9 ms a step, ceiling 787 TFLOP/s -> 48 % MFU
-    flops = bench.model_flops_per_step(3_160_000, 131072, 4, 4, 32768, 256)
-    assert flops / 0.0889 / 787e12 == pytest.approx(0.476, abs=0.005)
-    assert bench.attention_flops(1, 4, 1024, 64) == 2 * 4 * 1024**2 * 64
+def test_one_flop_rule_for_the_engine_and_the_bench():
+    # gpu.md: 3.16 M parameters, N=32768, batch 4, 88.9 ms a step, ceiling 787 TFLOP/s. Counted with
+    # fwd+bwd = 3.5 x forward attention (hardware FLOPs) that was 47.6 % MFU; model FLOPs (3 x) give 41.3 %.
+    per_step = flops.flops_per_token(3_160_000, 4, 256, 32768) * 131072
+    assert per_step == 6 * 3_160_000 * 131072 + 6 * 4 * 256 * 32768 * 131072
+    assert per_step / 0.0889 / 787e12 == pytest.approx(0.413, abs=0.001)
+    assert flops.attention_forward_flops(1, 4, 1024, 64) == 2 * 4 * 1024**2 * 64
+    # per layer and token, causal forward attention is 4 * d * (N / 2); fwd+bwd is 3 x that
+    assert flops.FWD_BWD * flops.attention_forward_flops(1, 1, 512, 16) / 512 == 12 * 16 * 512 / 2
+    assert engine.flops_per_token is flops.flops_per_token
 
 
 def test_crossover_is_the_first_n_from_which_fused_always_wins():
@@ -60,11 +88,11 @@ def test_crossover_is_the_first_n_from_which_fused_always_wins():
 
 
 def test_cpu_peak_memory_sees_a_transient_allocation():
-    with bench.PeakMemory(CPU) as mem:
+    with device.PeakMemory(CPU) as mem:
         t = torch.ones(16 * 2**20)  # 64 MiB, freed before the block ends
         del t
-    assert mem.peak_extra_bytes >= 60 * 2**20
-    with bench.PeakMemory(CPU) as idle:
+    assert mem.peak_extra_bytes >= 60 * 2**20 and mem.peak_bytes is None
+    with device.PeakMemory(CPU) as idle:
         pass
     assert idle.peak_extra_bytes < 8 * 2**20
 
@@ -120,7 +148,7 @@ def test_bench_attention_cli_writes_json_png_and_records_skips(tmp_path, capsys)
     assert rows[(bench.PLAIN, 256)]["status"] == "skipped" and "cap" in rows[(bench.PLAIN, 256)]["error"]
     ok = rows[("flash", 256)]
     assert ok["status"] == "ok" and ok["fwd_s"] > 0 and ok["fwdbwd_s"] > 0 and ok["peak_extra_bytes"] >= 0
-    assert ok["fwdbwd_tflops"] == pytest.approx(3.5 * bench.attention_flops(2, 2, 256, 8) / ok["fwdbwd_s"] / 1e12)
+    assert ok["fwdbwd_tflops"] == pytest.approx(3 * flops.attention_forward_flops(2, 2, 256, 8) / ok["fwdbwd_s"] / 1e12)
     assert result["crossover"]["flash"]["fwdbwd_time"] in (16, 64, 256, None)
     assert "crossover flash vs materialised" in capsys.readouterr().out
 
@@ -141,6 +169,9 @@ def test_bench_train_cli_writes_json(tmp_path, capsys):
     for r in result["rows"]:
         assert r["status"] == "ok" and r["backend"] == "flash"
         assert r["step_s"] > 0 and r["tokens_per_s"] == pytest.approx(128 / r["step_s"]) and r["mfu"] > 0
+        # the engine's FLOPs rule: (6 P + 6 L d N) * tokens
+        step_flops = flops.flops_per_token(r["n_params"], 1, 16, r["n"]) * 128
+        assert r["model_tflops"] == pytest.approx(step_flops / r["step_s"] / 1e12)
     assert result["ceiling"]["tflops"] > 0
     assert "MFU" in capsys.readouterr().out
 
@@ -155,5 +186,5 @@ def test_bench_train_rejects_lengths_that_do_not_divide_the_tokens(tmp_path, cap
 def test_cuda_request_without_a_gpu_is_a_user_error():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    with pytest.raises(UserError, match=r"--device cuda: no CUDA device is available here"):
-        bench.resolve_device("cuda")
+    with pytest.raises(UserError, match=r"^--device cuda: CUDA is not available on this machine \(use --device cpu\)$"):
+        device.resolve_device("cuda")

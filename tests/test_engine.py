@@ -158,11 +158,62 @@ def test_learning_rate_schedule():
     assert all(x >= y for x, y in zip(lrs[1:], lrs[2:]))
 
 
-def test_loss_ignores_unlabelled_and_empty_batches():
-    logits = torch.zeros(1, 4, 3)
-    assert engine.masked_cross_entropy(logits, torch.full((1, 4), -1)).item() == 0.0
-    y = torch.tensor([[0, -1, 2, -1]])
-    assert engine.masked_cross_entropy(logits, y).item() == pytest.approx(math.log(3))
+def test_a_training_step_is_the_models_loss_backward_clip_and_adamw(prepared, tmp_path, monkeypatch):
+    """Parity with a hand-written step: the loss the engine trains on is `model(x, y)[1]`, and one
+    step of backward, clipping and AdamW from the seed's weights gives the checkpointed weights."""
+    from tsflash.model import CausalTransformer, ModelConfig
+
+    calls = []
+    forward = CausalTransformer.forward
+
+    def spy(self, x, targets=None):
+        logits, loss = forward(self, x, targets)
+        if self.training:
+            calls.append((x.clone(), None if targets is None else targets.clone(), loss))
+        return logits, loss
+
+    monkeypatch.setattr(CausalTransformer, "forward", spy)
+    engine.run_fold(prepared, 32, 1, 0, checkpoint_dir=tmp_path, train_overrides={"steps": 1})
+    monkeypatch.undo()
+    assert len(calls) == 1 and calls[0][1] is not None  # one training forward, given the targets
+    x, y, loss = calls[0]
+    cfg, tc = prepared.cfg, prepared.cfg.train
+    torch.manual_seed(0)
+    model = CausalTransformer(ModelConfig(n_features=x.shape[-1], **dataclasses.asdict(cfg.model)))
+    _, ref = model(x, y)
+    assert torch.equal(ref, loss.detach()) and bool((y >= 0).any())
+    ref.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+    groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": tc.weight_decay},
+              {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    lr = engine.lr_at(0, 1, tc.lr, tc.warmup_steps, tc.min_lr_ratio)
+    torch.optim.AdamW(groups, lr=lr, betas=tuple(tc.betas)).step()
+    saved = torch.load(tmp_path / "fold1-n32-seed0.pt", weights_only=True)["model"]
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+
+
+def test_each_cell_records_the_kernel_the_profiler_saw(prepared, results):
+    cost = results[32].cost
+    assert cost["backend"] == "flash" and cost["backend_observed"] == "flash CPU"
+    assert cost["kernels_observed"] == ["aten::_scaled_dot_product_flash_attention_for_cpu",
+                                        "aten::_scaled_dot_product_flash_attention_for_cpu_backward"]
+    # observed, not derived from the forced name: the MATH kernel shows up as itself
+    math_cell = engine.run_fold(prepared, 32, 1, 0, train_overrides={"steps": 1},
+                                model_overrides={"attention_backend": "math"})
+    assert math_cell.cost["backend"] == "math" and math_cell.cost["backend_observed"] == "MATH"
+    assert math_cell.cost["kernels_observed"] == ["aten::_scaled_dot_product_attention_math"]
+
+
+def test_model_path_saves_the_trained_model(prepared, results, tmp_path):
+    from tsflash.model import CausalTransformer
+
+    r = engine.run_fold(prepared, 32, 1, 0, model_path=tmp_path / "models" / "n32.pt")
+    np.testing.assert_array_equal(r.y_prob, results[32].y_prob)
+    model = CausalTransformer.load(tmp_path / "models" / "n32.pt").eval()
+    fd = engine.fold_data(prepared, 1)
+    _, _, probs = engine.predict_range(model, fd.features, fd.test_lo, fd.test_hi, 32, 4096, "cpu")
+    np.testing.assert_array_equal(probs.numpy(), r.y_prob)  # the saved weights are the ones that were scored
 
 
 def test_bad_context_length_and_budget_are_user_errors(prepared):
@@ -238,6 +289,8 @@ def test_resume_after_kill_gives_identical_results(prepared, results, tmp_path):
     again = engine.run_fold(prepared, 32, 1, 0, checkpoint_dir=tmp_path, on_step=seen.append)
     assert seen == list(range(6, 13))  # finished checkpoint: evaluation only
     np.testing.assert_array_equal(again.y_prob, full.y_prob)
+    for r in (resumed, again):  # observed on step 1 of the first session; the checkpoint carries it
+        assert r.cost["kernels_observed"] == full.cost["kernels_observed"]
     assert not list(tmp_path.glob("*.tmp-*"))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -61,6 +62,15 @@ def test_loss_is_mean_cross_entropy_over_labelled_positions():
     torch.testing.assert_close(loss, expected)
     _, none_labelled = model(x, torch.full((2, 16), -1))
     assert none_labelled.item() == 0.0 and none_labelled.requires_grad
+
+
+def test_masked_cross_entropy_ignores_unlabelled_and_empty_batches():
+    from tsflash.model import masked_cross_entropy
+
+    logits = torch.zeros(1, 4, 3)
+    assert masked_cross_entropy(logits, torch.full((1, 4), -1)).item() == 0.0
+    y = torch.tensor([[0, -1, 2, -1]])
+    assert masked_cross_entropy(logits, y).item() == pytest.approx(math.log(3))
 
 
 def test_loss_backward_reaches_every_parameter():

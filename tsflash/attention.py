@@ -24,6 +24,7 @@ The causal mask (`is_causal=True`) is the lower triangle, query t sees keys 0..t
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -34,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from tsflash.device import sync
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -48,15 +50,17 @@ SDP_BACKEND = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
-# Profiler op name -> backend: the kernel that ACTUALLY ran, independent of what was asked for.
-OP_BACKEND = {
-    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
-    "aten::_scaled_dot_product_flash_attention": "flash",
-    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash",
-    "aten::_scaled_dot_product_efficient_attention": "efficient",
-    "aten::_scaled_dot_product_attention_math": "math",
-    "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
+# Profiler op name -> (backend, short label of the kernel): the kernel that ACTUALLY ran,
+# independent of what was asked for. A fused kernel's backward op is the same name + "_backward".
+OP_KERNEL = {
+    "aten::_scaled_dot_product_cudnn_attention": ("cudnn", "cuDNN"),
+    "aten::_scaled_dot_product_flash_attention": ("flash", "FLASH"),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": ("flash", "flash CPU"),
+    "aten::_scaled_dot_product_efficient_attention": ("efficient", "EFFICIENT"),
+    "aten::_scaled_dot_product_attention_math": ("math", "MATH"),
+    "aten::_scaled_dot_product_fused_attention_overrideable": ("overrideable", "overrideable"),
 }
+OP_BACKEND = {op: backend for op, (backend, _) in OP_KERNEL.items()}
 # Numerical check of a candidate against a float64 reference on the same device: relative
 # Frobenius error bound per input dtype (bf16 fused kernels measure about 3e-3 on the H200).
 CHECK_TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 2e-2, torch.bfloat16: 2e-2}
@@ -212,12 +216,12 @@ def _time_backend(backend: str, device, dtype, head_dim: int) -> float:
     q, k, v = (torch.randn(b, h, n, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     for _ in range(2):
         sdpa(q, k, v, backend).sum().backward()
-    torch.cuda.synchronize(device)
+    sync(device)
     reps = 5
     start = time.perf_counter()
     for _ in range(reps):
         sdpa(q, k, v, backend).sum().backward()
-    torch.cuda.synchronize(device)
+    sync(device)
     return (time.perf_counter() - start) / reps * 1e3
 
 
@@ -288,9 +292,46 @@ def clear_cache() -> None:
 # ---- proof: which kernel ran, from the profiler's op names ---------------------------------------
 
 
+def kernel_op(name: str) -> str | None:
+    """The forward op of an SDPA kernel event name ("..._backward" included), or None for any other op."""
+    op = name.removesuffix("_backward")
+    return op if op in OP_KERNEL else None
+
+
+def kernel_label(ops) -> str | None:
+    """Short label of the kernels in `ops` (profiler op names): "cuDNN", "flash CPU", ...; None if none."""
+    labels = sorted({OP_KERNEL[op][1] for op in map(kernel_op, ops) if op is not None})
+    return "+".join(labels) or None
+
+
+@functools.cache
+def warm_up_profiler() -> None:
+    """Start and stop the profiler once per process: its first use costs about a second of setup,
+    which would otherwise land in the first observed training step's time. Later uses cost ~10 ms."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        pass
+
+
+@contextmanager
+def observe_kernel_ops():
+    """Record the raw profiler names of the SDPA kernel ops that run inside the block, forward
+    and backward (sorted, filled in when the block ends). The profiler records CPU-side op
+    events only (no CUDA tracing): cheap, and the op name is what says which kernel ran.
+
+    >>> with observe_kernel_ops() as ops:          # doctest: +SKIP
+    ...     model(x, y)[1].backward()
+    >>> ops                                         # doctest: +SKIP
+    ['aten::_scaled_dot_product_flash_attention_for_cpu', 'aten::_scaled_dot_product_flash_attention_for_cpu_backward']
+    """
+    ops: list[str] = []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        yield ops
+    ops.extend(sorted({e.name for e in prof.events() if kernel_op(e.name) is not None}))
+
+
 @contextmanager
 def observe_kernels():
-    """Record the SDPA kernels that actually run inside the block.
+    """Record the SDPA backends whose kernels actually run inside the block.
 
     >>> with observe_kernels() as seen:          # doctest: +SKIP
     ...     model(x)
@@ -298,8 +339,6 @@ def observe_kernels():
     {'flash'}
     """
     seen: set[str] = set()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with observe_kernel_ops() as ops:
         yield seen
-    for event in prof.events():
-        if event.name in OP_BACKEND:
-            seen.add(OP_BACKEND[event.name])
+    seen.update(OP_BACKEND[kernel_op(op)] for op in ops)

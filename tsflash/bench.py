@@ -1,24 +1,22 @@
 """Benchmarks behind `tsflash bench`: precision oracle, attention crossover, training step.
 
 All three run on CPU (tiny sizes, for tests) and on CUDA (bf16, the real figures). Conventions:
-- Causal attention FLOPs: forward = 2 * B * H * N^2 * d (half of the dense 4 * B * H * N^2 * d);
-  forward+backward = 3.5 x forward (the backward recomputes the scores).
-- Model FLOPs per training step = 6 * n_params * tokens + n_layers * 3.5 * 2 * B * H * N^2 * d;
-  model FLOP utilisation (MFU) = that / step time / the measured matmul ceiling.
-- Time: wall clock around `reps` calls with `torch.cuda.synchronize` on both sides (CUDA).
-- Peak memory: CUDA `max_memory_allocated` after `reset_peak_memory_stats`, reported both in total
-  (`peak_bytes`) and above what was allocated before the call (`peak_extra_bytes`); on CPU only
-  `peak_extra_bytes`, the peak resident-set growth sampled from /proc/self/statm by a thread.
-- Out of memory is a recorded status ("oom"), never a crash.
+- FLOPs: the one rule of `tsflash.flops` (model FLOPs, derivation there). Causal attention
+  forward = 2 * B * H * N^2 * d, forward+backward = 3 x forward (the fused kernels' recomputation
+  of the scores in the backward is not counted); a training step = flops_per_token * tokens =
+  (6 P + 6 L d N) * tokens, the same figure as the engine's per-cell TFLOP/s. Model FLOP
+  utilisation (MFU) = that / step time / the measured matmul ceiling.
+- Time: wall clock around `reps` calls, with the device synchronised on both sides.
+- Peak memory: `tsflash.device.PeakMemory`: on CUDA the allocator's peak in total (`peak_bytes`)
+  and above what was allocated before the call (`peak_extra_bytes`); on CPU only
+  `peak_extra_bytes`, the growth of heap bytes in use, sampled by a thread.
+- Out of memory is a recorded status ("oom"), never a crash. Bad arguments are UserErrors that
+  name the argument and the value.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-import math
-import os
-import threading
 import time
 from pathlib import Path
 
@@ -26,7 +24,10 @@ import torch
 
 from tsflash import atomic
 from tsflash import attention as attn
+from tsflash.config import check_context_length
+from tsflash.device import PeakMemory, autocast, device_name, free_memory, is_oom, sync
 from tsflash.errors import UserError
+from tsflash.flops import FWD_BWD, attention_forward_flops, flops_per_token
 
 log = logging.getLogger(__name__)
 
@@ -36,146 +37,37 @@ PLAIN = "materialised"  # the plain QK^T / mask / softmax / PV path in the atten
 # ---- small shared tools ----------------------------------------------------------------------------
 
 
-def parse_lengths(text: str) -> list[int]:
-    """'256,512,1024' -> [256, 512, 1024]; each a power of two >= 2."""
-    try:
-        lengths = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise UserError(f"--lengths: a comma-separated list of integers, got {text!r}") from None
-    bad = [n for n in lengths if n < 2 or n & (n - 1)]
-    if not lengths or bad:
-        raise UserError(f"--lengths: every length must be a power of two >= 2, got {text!r}")
-    return sorted(set(lengths))
+def check_arguments(bench: str, lengths, at_least: dict[str, tuple[int, object]]) -> list[int]:
+    """Validate a benchmark's arguments: UserError naming the benchmark, the argument and the value.
 
-
-def resolve_device(name: str | None) -> torch.device:
-    """'auto'/None -> cuda when available else cpu; 'cuda' without a GPU is a UserError."""
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {name}: no CUDA device is available here")
-    return device
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, (RuntimeError, MemoryError)) and ("out of memory" in text or "can't allocate" in text or isinstance(exc, MemoryError))
-
-
-def free_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _mallinfo_probe():
-    """glibc's mallinfo2: bytes currently allocated by malloc (arenas + mmapped), or None."""
-    import ctypes
-
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in
-                    "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-
-    try:
-        fn = ctypes.CDLL("libc.so.6").mallinfo2
-    except (OSError, AttributeError):
-        return None
-    fn.restype = MallInfo2
-
-    def in_use() -> int:
-        info = fn()
-        return info.uordblks + info.hblkhd
-
-    return in_use
-
-
-_MALLOC_IN_USE = _mallinfo_probe()
-
-
-def cpu_bytes_in_use() -> tuple[int, str]:
-    """Heap bytes in use (glibc mallinfo2) where available, else the resident set size."""
-    if _MALLOC_IN_USE is not None:
-        return _MALLOC_IN_USE(), "malloc"
-    return _rss_bytes(), "rss"
-
-
-class PeakMemory:
-    """Peak memory of the block above what was in use when it began.
-
-    CUDA: allocator statistics (exact). CPU: bytes in use from glibc's mallinfo2 (or, elsewhere, the
-    resident set) sampled every ~0.2 ms by a thread (torch ops release the GIL); it can miss a
-    very short spike but does not over-count. Measure after a warm-up call: first calls allocate
-    thread pools and caches.
+    lengths : context lengths, by the one rule (`tsflash.config.check_context_length`: powers of two >= 2).
+    at_least : {name: (minimum, value)}; a value None means "not given" and is skipped.
     """
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.peak_bytes: int | None = None
-        self.peak_extra_bytes: int | None = None
-        self.source = "cuda allocator"
-
-    def __enter__(self):
-        if self.device.type == "cuda":
-            synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._base = torch.cuda.memory_allocated(self.device)
-        else:
-            self._base, self.source = cpu_bytes_in_use()
-            self._peak = self._base
-            self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def _sample(self):
-        while not self._stop.is_set():
-            self._peak = max(self._peak, cpu_bytes_in_use()[0])
-            self._stop.wait(0.0002)
-
-    def __exit__(self, *exc):
-        if self.device.type == "cuda":
-            synchronize(self.device)
-            self.peak_bytes = torch.cuda.max_memory_allocated(self.device)
-            self.peak_extra_bytes = self.peak_bytes - self._base
-        else:
-            self._stop.set()
-            self._thread.join()
-            self._peak = max(self._peak, cpu_bytes_in_use()[0])
-            self.peak_extra_bytes = self._peak - self._base
-        return False
+    lengths = list(lengths)
+    if not lengths:
+        raise UserError(f"bench {bench}: give at least one length, got none")
+    lengths = [check_context_length(n, f"bench {bench}: lengths") for n in lengths]
+    for name, (minimum, value) in at_least.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+            raise UserError(f"bench {bench}: {name} must be a number >= {minimum}, got {value!r}")
+    return lengths
 
 
 def time_call(fn, device: torch.device, min_time: float = 0.2, max_reps: int = 20) -> float:
     """Seconds per call of fn(): one warm-up call, then enough reps to fill ~min_time."""
-    synchronize(device)
+    sync(device)
     start = time.perf_counter()
     fn()
-    synchronize(device)
+    sync(device)
     first = time.perf_counter() - start
     reps = max(1, min(max_reps, int(min_time / max(first, 1e-6))))
     start = time.perf_counter()
     for _ in range(reps):
         fn()
-    synchronize(device)
+    sync(device)
     return (time.perf_counter() - start) / reps
-
-
-def attention_flops(batch: int, heads: int, n: int, head_dim: int) -> float:
-    """Causal forward FLOPs: 2 * B * H * N^2 * d (fwd+bwd is 3.5x this)."""
-    return 2.0 * batch * heads * n * n * head_dim
 
 
 def write_json(path: Path, payload: dict) -> Path:
@@ -188,7 +80,7 @@ def write_json(path: Path, payload: dict) -> Path:
 def environment(device: torch.device) -> dict:
     env = {"torch": torch.__version__, "device": str(device), "threads": torch.get_num_threads()}
     if device.type == "cuda":
-        env["gpu"] = torch.cuda.get_device_name(device)
+        env["gpu"] = device_name(device)
         env["cuda"] = torch.version.cuda
         env["cudnn"] = torch.backends.cudnn.version()
     return env
@@ -244,6 +136,8 @@ def bench_precision(
     """
     from tsflash.model import CausalTransformer, ModelConfig
 
+    lengths = check_arguments("precision", lengths, {"n_features": (1, n_features), "heads": (1, heads),
+                                                     "head_dim": (1, head_dim), "batch": (1, batch)})
     if model_path is not None:
         model = CausalTransformer.load(model_path, map_location=device)
     else:
@@ -263,6 +157,7 @@ def bench_precision(
                 row.update({f"attn_{k_}": v_ for k_, v_ in relative_errors(out, attn.reference_attention(q, k, v)).items()})
             del q, k, v, out
             x = torch.randn(batch, n, model.config.n_features, generator=g).to(device)
+            # bf16 on every device (not `device.autocast`): the oracle measures bf16 rounding, on CPU too
             with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
                 fast, _ = model(x)  # (B, N, 3)
             with torch.no_grad():
@@ -318,7 +213,7 @@ def measure_attention(backend: str, n: int, batch: int, heads: int, head_dim: in
     """Forward and forward+backward time, peak memory and TFLOP/s of one backend at one N."""
     fn = _attention_call(backend)
     row = {"backend": backend, "n": n, "batch": batch}
-    flops = attention_flops(batch, heads, n, head_dim)
+    flops = attention_forward_flops(batch, heads, n, head_dim)
     try:
         q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
         grad = torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype)
@@ -334,7 +229,7 @@ def measure_attention(backend: str, n: int, batch: int, heads: int, head_dim: in
         row["fwd_s"] = time_call(forward, device, min_time)
         row["fwd_tflops"] = flops / row["fwd_s"] / 1e12
         row["fwdbwd_s"] = time_call(forward_backward, device, min_time)
-        row["fwdbwd_tflops"] = 3.5 * flops / row["fwdbwd_s"] / 1e12
+        row["fwdbwd_tflops"] = FWD_BWD * flops / row["fwdbwd_s"] / 1e12
         with PeakMemory(device) as mem:  # after the timed (warm) calls
             forward_backward()
         row["peak_extra_bytes"], row["peak_bytes"], row["memory_source"] = mem.peak_extra_bytes, mem.peak_bytes, mem.source
@@ -390,6 +285,9 @@ def bench_attention(
     materialised path's grows linearly in N (B * N^2 = tokens * N). With `batch` fixed instead,
     fused memory grows linearly and the materialised path's quadratically.
     """
+    lengths = check_arguments("attention", lengths, {
+        "tokens": (1, tokens), "heads": (1, heads), "head_dim": (1, head_dim), "batch": (1, batch),
+        "cpu_memory_cap": (1, cpu_memory_cap), "min_time": (0, min_time)})
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if backends is None:
         backends = list(attn.FUSED_BACKENDS) if device.type == "cuda" else ["flash"]
@@ -415,7 +313,7 @@ def bench_attention(
         "kind": "attention",
         "environment": environment(device),
         "settings": {"tokens": None if batch else tokens, "batch": batch, "heads": heads, "head_dim": head_dim, "dtype": str(dtype), "causal": True,
-                     "flops": "fwd = 2*B*H*N^2*d, fwd+bwd = 3.5x fwd", "cpu_memory_cap": cpu_memory_cap},
+                     "flops": "fwd = 2*B*H*N^2*d, fwd+bwd = 3x fwd (tsflash.flops)", "cpu_memory_cap": cpu_memory_cap},
         "auto": auto,  # what `attention_backend = "auto"` picks for this device, dtype and head_dim
         "rows": rows,
         "crossover": {b: {"fwdbwd_time": crossover(rows, b, "fwdbwd_s"), "fwd_time": crossover(rows, b, "fwd_s"),
@@ -500,9 +398,51 @@ def matmul_ceiling(device: torch.device, size: int, dtype: torch.dtype, min_time
     return 2.0 * size**3 / seconds
 
 
-def model_flops_per_step(n_params: int, tokens: int, n_layers: int, batch: int, n: int, d_model: int) -> float:
-    """6 * P * tokens (matmuls, fwd+bwd) + causal attention fwd+bwd: L * 3.5 * 2 * B * N^2 * d_model."""
-    return 6.0 * n_params * tokens + n_layers * 3.5 * attention_flops(batch, 1, n, d_model)
+def measure_train_step(config, n: int, batch: int, device: torch.device, steps: int, warmup: int, compile: bool,
+                       seed: int) -> dict:
+    """Seconds per full training step (forward, the model's loss, backward, clip, AdamW) of a fresh
+    model with `config` (a ModelConfig) on random (batch, n) inputs: one row, OOM recorded."""
+    from tsflash.model import CausalTransformer
+
+    cuda = device.type == "cuda"
+    torch.manual_seed(seed)
+    model = CausalTransformer(config).to(device).train()
+    if compile:  # resolve (and cache) the kernel eagerly: the checks would break the graph
+        attn.resolve_backend(config.attention_backend, device, torch.bfloat16 if cuda else torch.float32, config.head_dim)
+    step_model = torch.compile(model) if compile else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
+    x = torch.randn(batch, n, config.n_features, device=device)
+    y = torch.randint(0, 3, (batch, n), device=device)
+    row = {"n": n, "batch": batch, "tokens_per_step": batch * n, "n_params": model.n_params()}
+
+    def step():
+        with autocast(device):
+            _, loss = step_model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    try:
+        for _ in range(warmup):
+            step()
+        with PeakMemory(device) as mem:
+            step()
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync(device)
+        seconds = (time.perf_counter() - start) / steps
+        row.update(step_s=seconds, tokens_per_s=batch * n / seconds, peak_bytes=mem.peak_bytes,
+                   peak_extra_bytes=mem.peak_extra_bytes, backend=model.attention_backend_used, status="ok")
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        row.update(status="oom", error=str(exc).splitlines()[0][:200])
+    del model, step_model, opt, x, y
+    free_memory(device)
+    return row
 
 
 def bench_train(
@@ -525,8 +465,12 @@ def bench_train(
     CUDA: bf16 autocast and fused AdamW; CPU: float32. Inputs are random (the data pipeline is not
     what is measured). MFU is against a matmul ceiling measured in the same run and dtype.
     """
-    from tsflash.model import CausalTransformer, ModelConfig
+    from tsflash.model import ModelConfig
 
+    lengths = check_arguments("train", lengths, {
+        "tokens_per_step": (1, tokens_per_step), "n_features": (1, n_features), "d_model": (1, d_model),
+        "n_layers": (1, n_layers), "n_heads": (1, n_heads), "steps": (1, steps), "warmup": (0, warmup),
+        "ceiling_size": (1, ceiling_size)})
     for n in lengths:
         if tokens_per_step % n:
             raise UserError(f"--tokens-per-step={tokens_per_step} must be a multiple of every length, got N={n}")
@@ -537,49 +481,11 @@ def bench_train(
     log.info("matmul ceiling %d^3 %s: %.2f TFLOP/s", ceiling_size, dtype, ceiling / 1e12)
     rows = []
     for n in lengths:
-        batch = tokens_per_step // n
-        torch.manual_seed(seed)
         config = ModelConfig(n_features=n_features, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention_backend=backend)
-        model = CausalTransformer(config).to(device).train()
-        if compile:  # resolve (and cache) the kernel eagerly: the checks would break the graph
-            attn.resolve_backend(backend, device, dtype, d_model // n_heads)
-        step_model = torch.compile(model) if compile else model
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
-        x = torch.randn(batch, n, n_features, device=device)
-        y = torch.randint(0, 3, (batch, n), device=device)
-        row = {"n": n, "batch": batch, "tokens_per_step": tokens_per_step, "n_params": model.n_params()}
-
-        def step():
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-                _, loss = step_model(x, y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        try:
-            for _ in range(warmup):
-                step()
-            with PeakMemory(device) as mem:
-                step()
-            synchronize(device)
-            start = time.perf_counter()
-            for _ in range(steps):
-                step()
-            synchronize(device)
-            seconds = (time.perf_counter() - start) / steps
-            flops = model_flops_per_step(row["n_params"], tokens_per_step, n_layers, batch, n, d_model)
-            row.update(
-                step_s=seconds, tokens_per_s=tokens_per_step / seconds, peak_bytes=mem.peak_bytes,
-                peak_extra_bytes=mem.peak_extra_bytes, model_tflops=flops / seconds / 1e12, mfu=flops / seconds / ceiling,
-                backend=model.attention_backend_used, status="ok",
-            )
-        except Exception as exc:
-            if not is_oom(exc):
-                raise
-            row.update(status="oom", error=str(exc).splitlines()[0][:200])
-        del model, step_model, opt, x, y
-        free_memory(device)
+        row = measure_train_step(config, n, tokens_per_step // n, device, steps, warmup, compile, seed)
+        if row["status"] == "ok":
+            flops = flops_per_token(row["n_params"], n_layers, d_model, n) * tokens_per_step
+            row.update(model_tflops=flops / row["step_s"] / 1e12, mfu=flops / row["step_s"] / ceiling)
         log.info("train %s", row)
         rows.append(row)
     return {
@@ -588,7 +494,7 @@ def bench_train(
         "settings": {"tokens_per_step": tokens_per_step, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
                      "n_features": n_features, "dtype": str(dtype), "backend": backend, "steps": steps, "warmup": warmup,
                      "compile": compile, "optimizer": "AdamW" + (" (fused)" if cuda else ""),
-                     "flops": "6*P*tokens + L*3.5*2*B*N^2*d_model"},
+                     "flops": "(6*P + 6*L*d_model*N) * tokens (tsflash.flops)"},
         "ceiling": {"matmul_size": ceiling_size, "dtype": str(dtype), "tflops": ceiling / 1e12},
         "auto_choice": attn.auto_report(),
         "rows": rows,

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from tsflash.errors import UserError
+from tsflash.intervals import INTERVAL_US, US_PER_DAY
 
 FEATURE_NAMES: tuple[str, ...] = (
     "log_return",
@@ -63,7 +64,6 @@ FEATURE_NAMES: tuple[str, ...] = (
 
 REALIZED_VOL_BARS = 60  # trailing window of log_realized_vol: one hour of 1-minute bars
 _VOL_FLOOR = 1e-5  # keeps log finite on flat stretches (zero-trade bars of 2017-2018)
-_US_PER_DAY = 86_400_000_000
 
 
 def as_tensor(x, dtype: torch.dtype, device) -> torch.Tensor:
@@ -78,8 +78,6 @@ def as_tensor(x, dtype: torch.dtype, device) -> torch.Tensor:
 
 def interval_us_of(bars) -> int:
     """The bar interval in microseconds, from `bars.interval` (e.g. "1m")."""
-    from tsflash.store import INTERVAL_US  # lazy: the store is the one home of interval lengths
-
     if bars.interval not in INTERVAL_US:
         raise UserError(f"unknown bar interval {bars.interval!r}; known: {', '.join(INTERVAL_US)}")
     return INTERVAL_US[bars.interval]
@@ -147,8 +145,8 @@ def compute_features(bars, device="cpu", interval_us: int | None = None) -> torc
     taker_share = torch.where(volume > 0, taker / torch.where(volume > 0, volume, 1.0), 0.5).clamp(0.0, 1.0)
     log_trades = torch.log1p(trades)
 
-    day_angle = (t_us % _US_PER_DAY).to(f64) * (2 * math.pi / _US_PER_DAY)
-    weekday = ((t_us // _US_PER_DAY) + 3) % 7  # 1970-01-01 was a Thursday (weekday 3)
+    day_angle = (t_us % US_PER_DAY).to(f64) * (2 * math.pi / US_PER_DAY)
+    weekday = ((t_us // US_PER_DAY) + 3) % 7  # 1970-01-01 was a Thursday (weekday 3)
     week_angle = weekday.to(f64) * (2 * math.pi / 7)
 
     missing = torch.zeros_like(close)

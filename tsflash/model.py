@@ -59,6 +59,19 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
 
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the positions whose target is not -1: (B, T, C), (B, T) -> scalar.
+
+    In the logits' dtype (float32 from the model, float64 for a float64 model). An all-ignored
+    batch gives 0 with a graph, not NaN, and nothing here waits for the device (no boolean
+    indexing, no .item()): the training loop never syncs to compute its loss.
+    """
+    flat = targets.reshape(-1)  # (B*T,)
+    losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), flat.clamp_min(0), reduction="none")  # (B*T,)
+    valid = flat != -1
+    return (losses * valid).sum() / valid.sum().clamp_min(1)
+
+
 def _norm(config: ModelConfig) -> nn.Module:
     if config.norm == "rmsnorm":
         return nn.RMSNorm(config.d_model, eps=1e-6)
@@ -195,12 +208,7 @@ class CausalTransformer(nn.Module):
         logits = logits if logits.dtype == torch.float64 else logits.float()  # float32 unless a float64 model
         if targets is None:
             return logits, None
-        flat = targets.reshape(-1)  # (B*T,)
-        losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), flat.clamp_min(0), reduction="none")
-        valid = flat != -1
-        # Mean over labelled positions; an all-unlabelled batch gives 0 (with a graph), not NaN.
-        loss = (losses * valid).sum() / valid.sum().clamp_min(1)
-        return logits, loss
+        return logits, masked_cross_entropy(logits, targets)
 
     # ---- checkpoints: config travels with the weights --------------------------------------------
 

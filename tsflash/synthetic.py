@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from tsflash.errors import UserError
+from tsflash.intervals import INTERVAL_US, bars_per_day
 
 SOURCE_PREFIX = "synthetic:"
 KNOWN_SOURCES = ("random-walk",)
@@ -54,14 +55,14 @@ def random_walk_bars(
         n_bars: number of bars returned (gaps push the last bar later, they do not drop bars).
         seed: numpy Generator seed; the same seed gives identical bars.
         start: open time of the first bar (UTC; a naive datetime or ISO date is taken as UTC).
-        interval: bar interval, a key of `tsflash.store.INTERVAL_US` ("1m").
+        interval: bar interval, a key of `tsflash.intervals.INTERVAL_US` ("1m").
         daily_vol: typical standard deviation of the daily log return (0.03 ~ BTC).
         n_gaps: number of gaps, each 5 to 120 missing bars, placed away from the edges.
 
     The log return of bar t is sigma_t * e_t with e_t ~ Student-t(4) scaled to unit variance,
     sigma_t = daily_vol / sqrt(bars_per_day) * regime[day(t)] * intraday(t). E[r_t | past] = 0.
     """
-    from tsflash.store import INTERVAL_US, Bars
+    from tsflash.store import Bars  # lazy: the store pulls in pyarrow
 
     if n_bars < 2:
         raise ValueError(f"random_walk_bars: n_bars must be >= 2, got {n_bars}")
@@ -69,7 +70,7 @@ def random_walk_bars(
         raise ValueError(f"random_walk_bars: unknown interval {interval!r}; known: {', '.join(INTERVAL_US)}")
     rng = np.random.default_rng(seed)
     step_us = INTERVAL_US[interval]
-    bars_per_day = max(1, 86_400_000_000 // step_us)
+    per_day = bars_per_day(step_us)
 
     # Grid with a few gaps: bar i sits at grid offset i + (missing bars before it).
     shift = np.zeros(n_bars, dtype=np.int64)
@@ -81,7 +82,7 @@ def random_walk_bars(
     open_time = _start_us(start) + offsets * step_us  # int64 us
 
     # Volatility: slow daily regime (AR(1) in log, per day: few iterations) times an intraday profile.
-    day = offsets // bars_per_day
+    day = offsets // per_day
     n_days = int(day[-1]) + 1
     log_regime = np.empty(n_days)
     shocks = rng.normal(0.0, 0.15, n_days)
@@ -89,9 +90,9 @@ def random_walk_bars(
     for d in range(n_days):  # loop over days, not bars
         level = 0.97 * level + shocks[d]
         log_regime[d] = level
-    minute_of_day = (offsets % bars_per_day) / bars_per_day
+    minute_of_day = (offsets % per_day) / per_day
     intraday = 1.0 + 0.35 * np.cos(2 * np.pi * (minute_of_day - 0.6))
-    sigma = daily_vol / np.sqrt(bars_per_day) * np.exp(log_regime[day]) * intraday  # (n_bars,)
+    sigma = daily_vol / np.sqrt(per_day) * np.exp(log_regime[day]) * intraday  # (n_bars,)
 
     df = 4.0
     e = rng.standard_t(df, n_bars) / np.sqrt(df / (df - 2))  # unit variance, zero mean

@@ -12,6 +12,8 @@ stay inside segments and are announced by the gap features).
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import torch
 
@@ -77,6 +79,18 @@ def gather_windows(series: torch.Tensor, starts: torch.Tensor, n: int) -> torch.
     return series[idx]  # (B, n, ...)
 
 
+def check_window_length(n, where: str = "n") -> int:
+    """The engine's rule for a context length: an even integer >= 2, because `eval_windows`
+    strides by n/2 and scores the last half of each window. `where` names the caller's value.
+
+    This is the structural rule; the experiment's policy for lengths a user asks for (powers of
+    two, `tsflash.config.check_context_length`) is stricter and applied where they are read.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 2 or n % 2:
+        raise UserError(f"{where} must be an even integer >= 2, got {n!r}")
+    return int(n)
+
+
 def eval_windows(test_lo: int, test_hi: int, n: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Windows that score every test bar in [test_lo, test_hi) exactly once: (starts, score_from).
 
@@ -100,8 +114,7 @@ def eval_windows(test_lo: int, test_hi: int, n: int, device="cpu") -> tuple[torc
     Evaluation contexts may span gaps of the series: every test bar must be scored with
     history, and the gap features tell the model where bars are missing.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2 or n % 2:
-        raise UserError(f"eval window length n must be an even integer >= 2, got {n!r}")
+    n = check_window_length(n, "eval window length n")
     half = n // 2
     if test_hi <= test_lo:
         raise UserError(f"test block must be non-empty (test_lo < test_hi), got test_lo={test_lo}, test_hi={test_hi}")

@@ -1,0 +1,63 @@
+"""Walk-forward engine: prepare the data once, then train and evaluate one (N, fold, seed).
+
+The experiment asks whether the context length N changes out-of-sample performance, so N is the
+only thing that varies between runs of `run_fold`: architecture and parameter count (rotary
+positions, no per-position parameters), initial weights (seeded by `seed` only), AdamW, the
+learning-rate schedule, the number of optimizer steps, the tokens per step (batch = tokens / N),
+the target, the loss positions (a fixed FRACTION of each window) and the early-stopping rule.
+
+Stages, one module each (this package re-exports their public names):
+
+    _prepare    Prepared, prepare, FoldData, fold_data     inputs, fitted per fold on train bars only
+    _train      run_fold, lr_at, sample_starts, step_seed  the training loop, resume, early stopping
+    _evaluate   predict_range, FoldResult                  every test bar scored once; the saved cell
+    _baselines  run_baselines, lagged_features             class prior and logistic regression
+    _cost       (FoldResult.cost)                          time, tokens/s, TFLOP/s, memory, kernels
+    tsflash.flops  flops_per_token                         the one FLOPs rule (engine and bench)
+
+Data flow and leakage guards
+----------------------------
+`prepare` computes, once for all folds, the quantities that need no fitting: causal features
+(row t uses bars <= t), forward log returns fwd[t] over bars t+1..t+h (NaN across gaps), next-bar
+simple returns, gap segments and the walk-forward folds (`WalkForward`, purge >= h, so no
+training label's horizon reaches a test block). `fold_data` then fits, on the fold's TRAINING
+bars only, the feature normaliser and the flat band of the labels. Training windows lie inside
+the training range and inside one gap-free segment; test bars are scored by `eval_windows`
+(every test bar exactly once, context of N/2..N bars ending at the bar).
+
+One fold, as bars (T train, . purge, # test, - later data, never read)::
+
+    TTTTTTTTTTTTTTTTTTTTTTTTT...##########----------
+    [train windows of N bars ]   [eval windows reach back N/2 before the test block]
+
+Cost accounting (`FoldResult.cost`): see `tsflash.engine._cost`.
+"""
+
+from tsflash.engine._baselines import MAX_LOGREG_ROWS, lagged_features, run_baselines
+from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
+from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare
+from tsflash.engine._train import CHECKPOINT_FORMAT, VAL_EVALS, VAL_PATIENCE, lr_at, run_fold, sample_starts, step_seed
+from tsflash.flops import flops_per_token
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "MAX_LOGREG_ROWS",
+    "VAL_EVALS",
+    "VAL_PATIENCE",
+    "FoldData",
+    "FoldResult",
+    "Prepared",
+    "contiguous_runs",
+    "flops_per_token",
+    "fold_data",
+    "fold_result",
+    "lagged_features",
+    "lr_at",
+    "predict_range",
+    "prepare",
+    "run_baselines",
+    "run_fold",
+    "sample_starts",
+    "step_seed",
+    "validation_loss",
+]

@@ -1,0 +1,138 @@
+"""Stage 3, evaluate: score bars with a trained model (every bar exactly once), the validation
+loss for early stopping, and `FoldResult`, the saved out-of-sample record of one cell."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tsflash import atomic
+from tsflash.device import autocast
+from tsflash.engine._prepare import FoldData, Prepared
+from tsflash.errors import UserError
+from tsflash.metrics import classification_metrics, positions_from_probs, return_summary, strategy_returns
+from tsflash.windows import eval_windows, gather_windows
+
+
+@torch.no_grad()
+def predict_range(model, features: torch.Tensor, lo: int, hi: int, n: int, batch_tokens: int, device):
+    """Class probabilities for every bar in [lo, hi), each scored exactly once by `eval_windows`.
+
+    Returns (bars (M,) int64, context (M,) int64 = bars seen including the scored one, probs
+    (M, 3) float32 softmax of float32 logits), on `device`, sorted by bar; M = hi - lo.
+    """
+    device = torch.device(device)
+    starts, score_from = eval_windows(lo, hi, n, device=device)  # (W,), (W,)
+    per_batch = max(1, batch_tokens // n)
+    pos = torch.arange(n, device=device)  # (n,)
+    out_bar, out_ctx, out_prob = [], [], []
+    for i in range(0, len(starts), per_batch):
+        s = starts[i : i + per_batch]  # (B,)
+        x = gather_windows(features, s, n)  # (B, n, F)
+        with autocast(device):
+            logits, _ = model(x)
+        prob = torch.softmax(logits.float(), dim=-1)  # (B, n, 3)
+        keep = pos[None, :] >= score_from[i : i + per_batch, None]  # (B, n)
+        out_bar.append((s[:, None] + pos[None, :])[keep])
+        out_ctx.append((pos[None, :] + 1).expand_as(keep)[keep])
+        out_prob.append(prob[keep])
+    bars = torch.cat(out_bar)
+    order = torch.argsort(bars)
+    bars, ctx, probs = bars[order], torch.cat(out_ctx)[order], torch.cat(out_prob)[order]
+    expected = torch.arange(lo, hi, device=device)
+    assert len(bars) == hi - lo and bool((bars == expected).all()), "eval windows must score each bar once"
+    return bars, ctx, probs
+
+
+def validation_loss(model, fd: FoldData, features: torch.Tensor, labels: torch.Tensor, n: int, batch_tokens: int,
+                    device) -> float:
+    """Mean cross-entropy of the labelled bars of the validation tail, scored like test bars.
+
+    features, labels : the fold's inputs already on the model's `device` (FoldData's may live elsewhere).
+    """
+    lo, hi = fd.val
+    bars, _, probs = predict_range(model, features, lo, hi, n, batch_tokens, device)
+    y = labels[bars]
+    valid = y >= 0
+    nll = -torch.log(probs.gather(1, y.clamp_min(0)[:, None]).squeeze(1).clamp_min(1e-12))
+    return float((nll * valid).sum() / valid.sum().clamp_min(1))
+
+
+_ARRAYS = ("test_time", "y_true", "y_prob", "position", "gross_returns", "net_returns")
+
+
+@dataclass
+class FoldResult:
+    """Out-of-sample result of one (N, fold, seed) or baseline.
+
+    Times are int64 microseconds UTC; train_end / test_end are the open times of the LAST bar of
+    the range (inclusive). Arrays have one row per scored test bar, in time order:
+    test_time (M,) int64, y_true (M,) int8 (-1 = unlabelled), y_prob (M, 3) float32,
+    position (M,) int8, gross_returns / net_returns (M,) float64.
+    """
+
+    fold: int
+    n: int
+    seed: int
+    train_start: int
+    train_end: int
+    test_start: int
+    test_end: int
+    metrics: dict
+    test_time: np.ndarray
+    y_true: np.ndarray
+    y_prob: np.ndarray
+    position: np.ndarray
+    gross_returns: np.ndarray
+    net_returns: np.ndarray
+    cost: dict
+    flat_threshold: float
+
+    @staticmethod
+    def _paths(path) -> tuple[Path, Path]:
+        p = Path(path)
+        stem = p.with_suffix("") if p.suffix in (".npz", ".json") else p
+        return stem.with_name(stem.name + ".npz"), stem.with_name(stem.name + ".json")
+
+    def save(self, path) -> tuple[Path, Path]:
+        """Write `<path>.npz` (arrays) then `<path>.json` (the rest), each atomically."""
+        npz, js = self._paths(path)
+        with atomic.atomic_path(npz) as tmp, open(tmp, "wb") as fh:  # a handle: np.savez would append ".npz"
+            np.savez(fh, **{k: getattr(self, k) for k in _ARRAYS})
+        meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _ARRAYS}
+        atomic.write_json(js, meta)
+        return npz, js
+
+    @classmethod
+    def load(cls, path) -> FoldResult:
+        npz, js = cls._paths(path)
+        if not js.exists() or not npz.exists():
+            raise UserError(f"fold result not found: {npz} and {js} must both exist")
+        meta = json.loads(js.read_text())
+        with np.load(npz) as z:
+            arrays = {k: z[k] for k in _ARRAYS}
+        return cls(**meta, **arrays)
+
+
+def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.ndarray, cost: dict) -> FoldResult:
+    """Metrics and strategy returns of test-bar probabilities y_prob (M, 3), M = test bars in order."""
+    test = fd.test_idx
+    y_true = fd.labels[torch.as_tensor(test, device=fd.labels.device)].cpu().numpy().astype(np.int8)
+    position = positions_from_probs(y_prob)
+    next_ret = prepared.next_ret[torch.as_tensor(test, device=prepared.next_ret.device)].cpu().numpy()
+    gross, net = strategy_returns(position, next_ret, prepared.cfg.eval.fee_bps)
+    metrics = classification_metrics(y_true, y_prob)
+    metrics.update(return_summary(position, gross, net))
+    t = prepared.open_time
+    return FoldResult(
+        fold=fd.fold, n=n, seed=seed,
+        train_start=int(t[fd.train_idx[0]]), train_end=int(t[fd.train_idx[-1]]),
+        test_start=int(t[test[0]]), test_end=int(t[test[-1]]),
+        metrics=metrics, test_time=t[test].copy(), y_true=y_true, y_prob=y_prob.astype(np.float32),
+        position=position, gross_returns=gross, net_returns=net, cost=cost, flat_threshold=float(fd.flat_threshold),
+    )
