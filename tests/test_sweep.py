@@ -171,41 +171,7 @@ def test_report_command_rebuilds_without_training(finished_run, capsys):
 # arguments
 
 
-@pytest.mark.parametrize(
-    "extra, pattern",
-    [
-        (["--lengths", "0"], r"--lengths: every length must be a power of two >= 2, got 0$"),
-        (["--lengths", "abc"], r"--lengths: every length must be an integer .*got 'abc'$"),
-        (["--lengths", "512,"], r"--lengths: give comma-separated powers of two"),
-        (["--lengths", "48"], r"power of two >= 2, got 48$"),
-        (["--start", "2024-02-01", "--end", "2024-01-01"], r"--end 2024-01-01 is before --start 2024-02-01$"),
-        (["--start", "2024-13-01"], r"--start: expected a date YYYY-MM-DD, got '2024-13-01'$"),
-        (["--data", "no/such/folder"], r"--data: bar store folder not found: no/such/folder"),
-        (["--data", "synthetic:brownian"], r"--data: synthetic sources are synthetic:random-walk\[:SEED\]"),
-        (["--preset", "gpu"], r"--preset must be one of auto, full, cpu, got 'gpu'$"),
-        (["--config", "nosuch"], r"unknown preset 'nosuch'; known presets: .*default"),
-        (["--trials", "0"], r"--trials must be >= 1"),
-        (["--device", "tpu"], r"--device must be auto, cpu, cuda or cuda:K, got 'tpu'$"),
-        (["--set", "train.stepz=3"], r"unknown config key 'train.stepz'"),
-    ],
-)
-def test_bad_arguments_fail_with_one_line(extra, pattern, capsys, tmp_path):
-    argv = ["sweep", "--data", "synthetic:random-walk", "--out", str(tmp_path / "r"), *extra]
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("tsflash: error: ")
-    assert re.search(pattern, err[0]), err[0]
-    assert not (tmp_path / "r").exists()  # nothing was started
-
-
-def test_bad_argument_through_the_console_entry_point():
-    out = subprocess.run([sys.executable, "-m", "tsflash.cli", "sweep", "--lengths", "abc"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
-        "tsflash: error: --lengths: every length must be an integer (a power of two >= 2), got 'abc'"
-    ]
+# Bad arguments of every subcommand, one line and exit 2 each: tests/test_cli.py.
 
 
 def test_parse_lengths_and_overrides():
@@ -440,7 +406,7 @@ def test_a_new_run_that_fails_before_any_cell_leaves_no_folder(tmp_path, monkeyp
     store.mkdir()
     out = tmp_path / "runs" / "run"
     opts = SweepOptions(lengths=[32, 64], data=str(store), out=out, device="cpu", preset="cpu",
-                        start="2024-01-01", end="2024-01-31", precision=False, runs_root=tmp_path / "runs")
+                        start="2024-01-01", end="2024-03-31", precision=False, runs_root=tmp_path / "runs")
     with pytest.raises(UserError, match="offline\\? import a local folder instead"):
         run_sweep(opts)
     assert not out.exists()
