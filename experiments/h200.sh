@@ -32,11 +32,11 @@ BUDGET_S=${BUDGET_S:-200}
 case "${1:-}" in
   bench)
     T="timeout --signal=INT"
-    $T 150 python3 -m tsflash.cli bench attention --device cuda --lengths 256,512,1024,2048,4096,8192,16384,32768,65536,131072 --out reports/bench 2>&1 | tee "$OUT/bench-attention.log"
-    $T 90 python3 -m tsflash.cli bench attention --device cuda --batch 1 --lengths 1024,4096,16384,32768,65536,131072 --out reports/bench/attention-batch1 2>&1 | tail -20
-    $T 60 python3 -m tsflash.cli bench precision --device cuda --lengths 512,4096,32768,131072 --out reports/bench 2>&1 | tee "$OUT/bench-precision.log"
-    $T 90 python3 -m tsflash.cli bench train --device cuda --lengths 512,4096,32768,131072 --out reports/bench 2>&1 | tee "$OUT/bench-train.log"
-    $T 90 python3 -m tsflash.cli bench train --device cuda --compile --lengths 32768 --out reports/bench/train-compile 2>&1 | tail -8
+    $T 150 python3 -m tsflash.cli bench attention --device cuda --lengths 256,512,1024,2048,4096,8192,16384,32768,65536,131072 --force --out reports/bench 2>&1 | tee "$OUT/bench-attention.log"
+    $T 90 python3 -m tsflash.cli bench attention --device cuda --batch 1 --lengths 1024,4096,16384,32768,65536,131072 --force --out reports/bench/attention-batch1 2>&1 | tail -20
+    $T 60 python3 -m tsflash.cli bench precision --device cuda --lengths 512,4096,32768,131072 --force --out reports/bench 2>&1 | tee "$OUT/bench-precision.log"
+    $T 90 python3 -m tsflash.cli bench train --device cuda --lengths 512,4096,32768,131072 --force --out reports/bench 2>&1 | tee "$OUT/bench-train.log"
+    $T 90 python3 -m tsflash.cli bench train --device cuda --compile --lengths 32768 --force --out reports/bench/train-compile 2>&1 | tail -8
     $T 180 python3 benchmarks/bench_engine.py --data .carry/data --lengths 32768 --device cuda --out reports/bench 2>&1 | tee "$OUT/bench-engine.log"
     tar cf "$OUT/bench.tar" reports/bench
     ;;

@@ -111,11 +111,11 @@ def tiny_model(tmp_path, n_features=3):
 
 
 def test_capture_and_override_leave_the_model_unchanged(tmp_path):
-    from tsflash.bench import _float64_reference_copy
+    from tsflash.bench import float64_reference_copy
 
     model = CausalTransformer.load(tiny_model(tmp_path)).eval()
     x = torch.randn(2, 32, 3)
-    exact = _float64_reference_copy(model)
+    exact = float64_reference_copy(model)
     logits, (q, k, v, out) = fp8.capture_attention(exact, x.double())
     with torch.no_grad():
         assert torch.equal(logits, exact(x.double())[0])

@@ -35,12 +35,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from tsflash.config import ATTENTION_BACKENDS
 from tsflash.device import sync
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
+BACKENDS = ATTENTION_BACKENDS  # the names live in config (torch-free) so a config can be checked without torch
 FUSED_BACKENDS = ("cudnn", "flash", "efficient")  # auto's candidates, in the order tried
 # Internal, not a user choice: exact float64 attention in query chunks (the precision oracle's model path).
 REFERENCE = "reference"

@@ -144,7 +144,7 @@ def bench_precision(
         torch.manual_seed(seed)
         model = CausalTransformer(ModelConfig(n_features=n_features, attention_backend=backend)).to(device)
     model.eval()
-    reference_model = _float64_reference_copy(model)
+    reference_model = float64_reference_copy(model)
     kernel = attn.resolve_backend(backend, device, torch.bfloat16, head_dim)
     rows = []
     for n in lengths:
@@ -183,7 +183,7 @@ def bench_precision(
     }
 
 
-def _float64_reference_copy(model):
+def float64_reference_copy(model):
     """A float64 copy of `model` whose attention is the exact chunked float64 reference."""
     import copy
 

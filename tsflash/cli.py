@@ -12,7 +12,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+
+# Each cell profiles its first training step to record the attention kernel that ran; torch's
+# CPU profiler backend (kineto) would print two trace lines to stderr for it. The setting is read
+# when torch loads, so it is made here, before any command imports torch.
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 from tsflash.errors import UsageError, UserError
 

@@ -229,8 +229,8 @@ def merge_overrides(a: dict, b: dict) -> dict:
     return out
 
 
-# The known attention backends (tsflash.attention.BACKENDS, kept here without torch so that the
-# report can validate a config; tests pin the two equal).
+# The known attention backends, here without torch so that a config can be checked without it
+# (tsflash.attention.BACKENDS is this tuple).
 ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
 SCHEMES = ("expanding", "rolling")
 SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")

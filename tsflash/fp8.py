@@ -387,7 +387,7 @@ def _prepare_run(model, device, s: Fp8Settings, n_features: int) -> tuple[_Run, 
     model = model.to(device).eval()
     hd = model.config.head_dim
     rotate = s.modes != ("naive",)
-    run = _Run(model=model, reference_model=bench._float64_reference_copy(model),
+    run = _Run(model=model, reference_model=bench.float64_reference_copy(model),
                kernel=attn.resolve_backend(s.backend, device, torch.bfloat16, s.head_dim),
                model_kernel=attn.resolve_backend(model.config.attention_backend, device, torch.bfloat16, hd),
                rotation=random_hadamard(s.head_dim, s.seed) if rotate and s.inputs != ("model",) else None,

@@ -27,6 +27,7 @@ conventions of `tsflash.atomic.write_json` (indent 1, sorted keys, numpy values 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ def encode_trial_key(params: dict) -> str:
 def decode_trial_key(key: str) -> dict:
     """Inverse of `encode_trial_key` (values as printed, 4 significant digits):
     "n512-lr0.0003-wd0.05" -> {"n": 512, "lr": 0.0003, "weight_decay": 0.05}."""
-    head, *rest = key.split("-")
+    head, *rest = re.split(r"-(?=[A-Za-z_])", key)  # a "-" before a letter starts a part; "1e-05" stays whole
     if not head.startswith("n") or not head[1:].isdigit():
         raise ValueError(f"not a trial key: {key!r}")
     out: dict = {"n": int(head[1:])}

@@ -43,7 +43,6 @@ from optuna.trial import Trial
 
 from tsflash import bench, engine
 from tsflash.config import ExperimentConfig
-from tsflash.config import parse_lengths, parse_overrides  # noqa: F401 -- commands/sweep.py still imports them from here
 from tsflash.datasource import configured_bar_count, load_data
 from tsflash.errors import UserError
 from tsflash.ledger import Ledger, plan_slots, suggest_params

@@ -25,7 +25,7 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Without CUDA, --preset auto applies the reduced experiments/cpu.toml (about 15 minutes on "
         "2 cores) and says so; --preset full insists on the full config. Without --out, the newest "
-        "unfinished run folder of the same config under reports/ is resumed, else a new one is made. "
+        "unfinished run folder of the same config under runs/ is resumed, else a new one is made. "
         "The whole resolved config is checked before anything is computed or written.",
         parents=[
             options.lengths_option(None, "comma-separated context lengths, powers of two (default: the config's)"),
@@ -37,7 +37,7 @@ def register(sub) -> None:
     p.add_argument("--config", default="default", help="preset name in experiments/ or a .toml path (default: default)")
     p.add_argument("--start", type=options.date_type, help="first UTC day YYYY-MM-DD (default: the config's)")
     p.add_argument("--end", type=options.date_type, help="last UTC day YYYY-MM-DD, inclusive (default: the config's)")
-    p.add_argument("--out", type=Path, help="run folder (default: reports/<YYYYMMDD-HHMMSS>-<config hash>)")
+    p.add_argument("--out", type=Path, help="run folder (default: runs/<YYYYMMDD-HHMMSS>-<run hash>; reports/ is for published runs)")
     p.add_argument("--seed", type=options.non_negative_int,
                    help="training seed (replaces the config's seeds; also seeds synthetic data)")
     p.add_argument("--storage", help="optuna storage URL to share one study between workers, e.g. "

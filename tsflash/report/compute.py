@@ -22,7 +22,7 @@ METRICS = (
 )
 _SCORES = ("accuracy", "balanced_accuracy", "log_loss", "macro_f1", "mcc", "mean_net_return", "turnover")
 _COST_MEANS = ("epoch_seconds", "train_seconds", "eval_seconds", "tokens_per_s", "tflops", "peak_memory_bytes")
-_COST_FIRST = ("backend", "n_params", "batch_size", "steps", "tokens_per_step", "device")
+_COST_FIRST = ("backend", "backend_observed", "n_params", "batch_size", "steps", "tokens_per_step", "device")
 _DATES = ("train_start", "train_end", "test_start", "test_end")
 
 

@@ -114,7 +114,7 @@ def cost_section(nums: Numbers, figures: dict) -> dict:
     kind = memory_kind(nums.per_n)
     rows = [[label(s["series"]), fmt(s["batch_size"]), fmt(s["steps"]), fmt(s["epoch_seconds"], ".2f"),
              fmt(s["train_seconds"], ".2f"), fmt(s["tokens_per_s"], ",.0f"), fmt(s["peak_memory_bytes"] / 2**20, ",.0f"),
-             s["backend"], fmt(s["tflops"], ".3g"), s["device"]] for s in nums.per_n]
+             s["backend"], s.get("backend_observed") or "-", fmt(s["tflops"], ".3g"), s["device"]] for s in nums.per_n]
     notes = ["Means over folds (and seeds). An epoch is as many tokens as the fold has training bars."]
     if kind == "CUDA allocator":
         notes.append("Peak memory is torch.cuda.max_memory_allocated, reset per fold: what torch allocated on the GPU "
@@ -124,7 +124,9 @@ def cost_section(nums: Numbers, figures: dict) -> dict:
                      "folds included), an upper bound that cannot show the memory claim (memory flat in N with fused "
                      "attention); that needs CUDA's allocator statistics, i.e. a CUDA run.")
     header = ["configuration", "batch", "steps", "epoch (s)", "train (s)", "tokens/s", f"peak memory (MiB, {kind})",
-              "backend", "TFLOP/s", "device"]
+              "kernel forced", "kernel observed", "TFLOP/s", "device"]
+    notes.append("Kernel forced: the fused attention kernel each cell asked for; kernel observed: the kernel the "
+                 "profiler saw run on each cell's first training step (\"-\": cells from before it was recorded).")
     return {"table": _table(header, rows), "notes": notes, "figure": figures.get("cost_vs_n")}
 
 
