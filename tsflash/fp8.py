@@ -471,6 +471,7 @@ def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_
         q8, k8, v8 = (t.to(FORMATS[fmt]) for t in (q, k, v))
         for b in backends:
             calls[f"sdpa {b} {fmt}"] = (lambda b=b, q8=q8, k8=k8, v8=v8: fused_sdpa(q8, k8, v8, b))
+    fa3 = _activate_fa3()  # torch's low-precision SDPA runs only on a registered FA3 implementation
     try:
         from torch.nn.attention.experimental._scaled_dot_product_attention_quantized import (
             _scaled_dot_product_attention_quantized as quantized)
@@ -489,13 +490,31 @@ def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_
     first, why = next(iter(attempts.items()))
     found = re.search(r"dropout_p [\d.]+: (.*?) -- refusing", why["error"])
     why = (found.group(1) if found else why["error"].splitlines()[0])[:240]
-    result = {"n": n, "shape": list(shape), "torch": torch.__version__, "attempts": attempts, "runs": ok,
+    if fa3.get("activated"):
+        torch.nn.attention.restore_flash_attention_impl()
+    result = {"n": n, "shape": list(shape), "torch": torch.__version__, "fa3": fa3, "attempts": attempts, "runs": ok,
               "reason": None if ok else f"no call accepted float8 q, k, v (e.g. {first}: {why})"}
     if ok and device.type == "cuda":
         fp8_s = bench.time_call(calls[ok[0]], device, min_time)
         bf16_s = bench.time_call(lambda: fused_sdpa(q, k, v, "cudnn"), device, min_time)
         result["timing"] = {"fp8_call": ok[0], "fp8_fwd_s": fp8_s, "bf16_cudnn_fwd_s": bf16_s, "speedup": bf16_s / fp8_s}
     return result
+
+
+def _activate_fa3() -> dict:
+    """Try to activate torch's FA3 flash-attention implementation (needed by its FP8 SDPA path);
+    which implementations are registered, and the exact error if FA3 cannot be activated."""
+    import torch.nn.attention as nn_attention
+
+    if not hasattr(nn_attention, "activate_flash_attention_impl"):
+        return {"activated": False, "error": f"torch {torch.__version__} has no activate_flash_attention_impl"}
+    out = {"registered": nn_attention.list_flash_attention_impls()}
+    try:
+        nn_attention.activate_flash_attention_impl("FA3")
+        out["activated"] = True
+    except Exception as exc:  # a diagnostic: record why, never fail the bench
+        out.update(activated=False, error=f"{type(exc).__name__}: {exc}")
+    return out
 
 
 # ---- tables -------------------------------------------------------------------------------------------
