@@ -226,16 +226,17 @@ def _is_header(line: bytes) -> bool:
     return bool(first) and not first.lstrip(b"-+").isdigit() and re.fullmatch(rb"[A-Za-z_ ]+", first) is not None
 
 
-def csv_chunks(stream, name: str, symbol: str, interval: str, block_bytes: int = CSV_BLOCK_BYTES) -> Iterator[Parsed]:
+def csv_chunks(stream, name: str, symbol: str, interval: str, block_bytes: int | None = None) -> Iterator[Parsed]:
     """Parse and validate one Binance kline CSV from a binary stream, `block_bytes` at a time.
 
     `name` is used in error messages; lines are numbered 1-based in the whole file, a header line
     included. The timestamp unit (ms or us) is detected on the first row and must hold for every
-    row; order and duplicates are checked across block edges too.
+    row; order and duplicates are checked across block edges too. block_bytes: default
+    CSV_BLOCK_BYTES.
     """
     check = _ChunkValidator(name, "csv", interval)
     next_line, header, first = 1, False, None
-    for block in _blocks(stream, block_bytes):
+    for block in _blocks(stream, block_bytes or CSV_BLOCK_BYTES):
         if next_line == 1:
             block = block.removeprefix(b"\xef\xbb\xbf")  # UTF-8 BOM
             head, _, body = block.partition(b"\n")
@@ -364,23 +365,24 @@ def _canonical_columns(table: pa.Table, name: str, source: Source) -> pa.Table:
 
 
 class _ChunkValidator:
-    """`validate` over one source's chunks in order, across chunk edges: the last bar kept from the
-    previous chunk is checked again with the next one (order, repeats), then left out."""
+    """`validate` over one source's chunks in order, across chunk edges: the last row of the
+    previous chunk (as read, kept or not) is checked again with the next chunk (order, repeats;
+    the same comparisons as one whole-file `validate`), then left out of the result."""
 
     def __init__(self, name: str, kind: str, interval: str):
         self.name, self.kind, self.interval = name, kind, interval
-        self.carry: tuple[pa.Table, int] | None = None  # (last kept bar, its line or row)
+        self.carry: tuple[pa.Table, int] | None = None  # (last row read, its line or row)
 
     def __call__(self, table: pa.Table, lines: np.ndarray, symbol: str, unit: str) -> Parsed:
         table = table.cast(store.SCHEMA)
-        if self.carry is not None:
+        carried = self.carry is not None
+        if carried:
             table = pa.concat_tables([self.carry[0], table])
             lines = np.r_[self.carry[1], lines]
+        self.carry = (table.slice(table.num_rows - 1), int(lines[-1]))
         table, source, dups = validate(table, Source(self.name, self.kind, lines), self.interval)
-        if self.carry is not None:
+        if carried:  # the carried row went out (or was dropped) with the previous chunk; validate keeps row 0
             table, source = table.slice(1), Source(self.name, self.kind, source.lines[1:])
-        if table.num_rows:
-            self.carry = (table.slice(table.num_rows - 1), int(source.lines[-1]))
         return Parsed(table, source, symbol, self.interval, unit, dups)
 
 

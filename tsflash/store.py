@@ -316,6 +316,8 @@ def load_bars(
     symbol = check_symbol(symbol)
     table = read_table(root, symbol, interval, start, end)
     bars = Bars.from_table(table, symbol, interval)
+    del table  # the columns are copied out when the range spans several files or row groups:
+    pa.default_memory_pool().release_unused()  # give the decoded table back (2 GB for a 1-second year)
     if len(bars) > 1:
         d = np.diff(bars.open_time)
         if not (d > 0).all():
