@@ -274,3 +274,15 @@ def test_a_conflict_in_a_later_year_writes_no_earlier_year(tmp_path):
     with pytest.raises(UserError, match=r"conflicting duplicate bar at 2024-01-01 00:00:00"):
         store.write_year_files(tmp_path, "BTCUSDT", "1m", changed.to_table())
     assert list(store.year_files(tmp_path, "BTCUSDT", "1m")) == [2024]
+
+
+def test_a_part_that_turns_out_empty_ends_the_merge_cleanly(tmp_path):
+    """A part opened last that yields no bar (its `first` is only a bound) loses none of the bars
+    merged before it; one spanning a year without bars is handed that year and yields nothing."""
+    t = minutes("2024-06-01", 5)
+    empty = store.Part(lambda: iter([]), int(t[-1]) + 10 * MIN_US, int(t[-1]) + 20 * MIN_US, lambda i: f"row {i}")
+    res = store.merge_parts(tmp_path / "a", {("BTCUSDT", "1m"): [store.table_part(make_bars(t).to_table()), empty]})
+    assert res[("BTCUSDT", "1m")].added == {2024: 5} and len(store.load_bars(tmp_path / "a")) == 5
+    across = store.table_part(make_bars(np.r_[minutes("2023-12-31T23:58", 2), minutes("2025-01-01", 2)]).to_table())
+    res = store.merge_parts(tmp_path / "b", {("BTCUSDT", "1m"): [across]})[("BTCUSDT", "1m")]
+    assert res.added == {2023: 2, 2025: 2} and sorted(store.year_files(tmp_path / "b", "BTCUSDT", "1m")) == [2023, 2025]

@@ -13,8 +13,13 @@ line (CSV, 1-based, counting a header line) or row (Parquet, 0-based):
     taker_buy_base or trades; decreasing timestamps; conflicting duplicates (same open_time,
     different values; identical duplicates are dropped and counted); timestamps off the interval
     grid; an unreadable zip; a zip entry whose name would escape the extraction folder.
-The merge into the per-year files is `tsflash.store.write_year_files` (temp file + rename), so a
+The merge into the per-year files is `tsflash.store.merge_parts` (temp file + rename), so a
 killed import never leaves a partial file and importing the same file twice changes nothing.
+
+Streamed, so that a month of 1-second bars (2.6 M rows, ~500 MB of CSV) needs a few hundred MB,
+not gigabytes: each CSV is decompressed, parsed and validated CSV_BLOCK_BYTES at a time (the rules
+hold across block edges, with the same line numbers), staged sorted (small sources in memory,
+large ones in a temporary Parquet file), and merged into the year files a row group at a time.
 
 polars parses the CSVs; it is imported lazily, so `tsflash.store` stays polars-free.
 """
@@ -78,14 +83,15 @@ class Source:
 
 @dataclass
 class Parsed:
-    """A validated file: canonical columns (sorted, unique) plus the source of each row."""
+    """A validated chunk of one source (a CSV, or a Parquet file): canonical columns (sorted,
+    unique) plus the source of each row."""
 
     table: pa.Table
     source: Source
     symbol: str
     interval: str
     unit: str  # "ms" | "us" | "parquet"
-    duplicates: int  # identical duplicate rows dropped inside the file
+    duplicates: int  # identical duplicate rows dropped (repeats of the source's previous row)
 
 
 @dataclass
@@ -496,8 +502,8 @@ def import_paths(
 
 def _stage_file(path: Path, names: Iterator[Path], budget: list[int], symbol, interval, lo, hi, report: ImportReport):
     """Validate one file chunk by chunk and stage each of its sources, trimmed to [lo, hi] (see
-    `_StagedSource`; staging files are named by `names`); returns [((SYMBOL, interval), store.Part)], one per
-    source with bars in the range."""
+    `_StagedSource`; staging files are named by `names`); returns [((SYMBOL, interval), Part)],
+    one per source with bars in the range."""
     writer = None
     staged: list[tuple[tuple[str, str], store.Part]] = []
 

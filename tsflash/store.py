@@ -653,10 +653,12 @@ def _merge_sorted(parts: list[Part], interval_us: int, interval: str) -> Iterato
                     break
                 del bufs[i]
                 _refill(i, iters, bufs)
-        if sum(t.num_rows for t in takes) >= ROW_GROUP_SIZE or not (pending or bufs):
+        if sum(t.num_rows for t in takes) >= ROW_GROUP_SIZE:
             # steps are in time order, so repeats of one timestamp never straddle two yields
             yield _dedupe(pa.concat_tables(takes), np.concatenate(src), parts, interval_us, interval)
             takes, src = [], []
+    if takes:
+        yield _dedupe(pa.concat_tables(takes), np.concatenate(src), parts, interval_us, interval)
 
 
 def _open(parts, i, iters, bufs) -> None:
