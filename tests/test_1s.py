@@ -151,10 +151,10 @@ def test_fetch_1s_from_a_local_mirror_months_in_ms_and_us(tmp_path, capsys):
 
 
 def test_tiny_sweep_at_one_second(tmp_path):
-    """The whole sweep on 1-second random-walk bars: durations as time, four days of 86,400 bars,
+    """The whole sweep on 1-second random-walk bars: durations as time, three days of 86,400 bars,
     test blocks of a day, N = 32 (32 s) and 64; the report says so."""
     overrides = {
-        "data": {"start": "2024-01-01", "end": "2024-01-04", "max_gap_bars": "1m"},
+        "data": {"start": "2024-01-01", "end": "2024-01-03", "max_gap_bars": "1m"},
         "labels": {"horizon": "15s"},
         "splits": {"n_folds": 2, "test_days": "1d", "embargo": "2s"},
         "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -170,7 +170,7 @@ def test_tiny_sweep_at_one_second(tmp_path):
     assert (cfg["labels"]["horizon"], cfg["data"]["max_gap_bars"], cfg["splits"]["test_days"],
             cfg["splits"]["embargo"]) == (15, 60, 1, 2)  # converted to bars and days once, then saved
     data = json.loads((run / "data.json").read_text())
-    assert data["fingerprint"]["count"] == 4 * 86_400
+    assert data["fingerprint"]["count"] == 3 * 86_400
     assert [f["n_test"] for f in data["folds"]] == [86_400, 86_400]
     report = (run / "report.md").read_text()
     assert "N past 1-second bars: 32 = 32 s, 64 = 1.1 min" in report
