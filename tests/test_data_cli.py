@@ -77,6 +77,25 @@ def test_import_then_info(capsys, tmp_path, archive):
     assert json.loads(out)["gaps"] == [] and json.loads(out)["n_gaps"] == 1
 
 
+def test_import_then_info_at_one_second(capsys, tmp_path):
+    """A 1-second archive: gaps in seconds, lengths said in time, a 1s dataset beside the 1m one."""
+    bars = bars_with_gap()
+    bars.open_time = store.to_us("2025-01-01") + 1_000_000 * np.r_[0:30, 45:120].astype(np.int64)  # 15 s missing
+    p = tmp_path / "BTCUSDT-1s-2025-01-01.zip"
+    with zipfile.ZipFile(p, "w") as zf:
+        zf.writestr(p.with_suffix(".csv").name, ingest.binance_csv(store.Bars(**{c: getattr(bars, c) for c in store.COLUMNS},
+                                                                             interval="1s"), "us"))
+    root = tmp_path / "store"
+    rc, out, _ = run(capsys, "data", "import", str(p), "--root", str(root))
+    assert rc == 0 and "BTCUSDT 1s 2025: +105 bars" in out
+    rc, out, _ = run(capsys, "data", "info", "--root", str(root), "--interval", "1s")
+    assert rc == 0
+    assert "105 bars, 2025-01-01 00:00:00 .. 2025-01-01 00:01:59 UTC; 15 missing" in out
+    assert "2025-01-01 00:00:30" in out and "15s" in out and "87.500%" in out
+    rc, out, err = run(capsys, "data", "info", "--root", str(root))  # the 1m dataset is not there
+    assert rc == 2 and "no bars for BTCUSDT 1m" in err and "datasets there: BTCUSDT 1s" in err
+
+
 def test_user_errors_are_one_line_exit_2(capsys, tmp_path, archive):
     bad = tmp_path / "BTCUSDT-1m-2024-01-02.csv"
     bad.write_bytes(b"1704153600000,1,2,0.5,1.5,-3,1704153659999,1,1,0,0,0\n")

@@ -4,6 +4,7 @@ bar from a test block's start on changes no training input, normaliser, threshol
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from types import SimpleNamespace
 
@@ -104,6 +105,31 @@ def test_weekday_of_a_sunday():
     angle = 2 * math.pi * 6 / 7
     assert x[0, COL["day_of_week_sin"]].item() == pytest.approx(math.sin(angle), abs=1e-6)
     assert x[0, COL["day_of_week_cos"]].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+@pytest.mark.parametrize("interval, step_us", [("1s", 1_000_000), ("1m", MIN), ("5m", 5 * MIN), ("1h", 60 * MIN)])
+def test_calendar_and_gap_columns_are_right_at_every_interval(interval, step_us):
+    """Time of day and day of week come from each bar's own timestamp (checked against datetime),
+    never from a bar count; gap columns count missing bars of the interval."""
+    n = 400
+    start = dt.datetime(2024, 1, 7, tzinfo=dt.timezone.utc) - dt.timedelta(microseconds=n // 2 * step_us)
+    steps = np.ones(n, dtype=np.int64)
+    steps[0], steps[300] = 0, 1 + 7  # 7 bars missing before bar 300
+    bars = make_bars(n, seed=2)
+    bars.interval = interval
+    bars.open_time = int(start.timestamp()) * 1_000_000 + np.cumsum(steps) * step_us
+    x = compute_features(bars).double()
+    when = [dt.datetime.fromtimestamp(t / 1e6, dt.timezone.utc) for t in bars.open_time.tolist()]
+    day_angle = [2 * math.pi * (w.hour * 3600 + w.minute * 60 + w.second) / 86_400 for w in when]
+    week_angle = [2 * math.pi * w.weekday() / 7 for w in when]  # Monday = 0
+    np.testing.assert_allclose(x[:, COL["time_of_day_sin"]], np.sin(day_angle), atol=1e-6)
+    np.testing.assert_allclose(x[:, COL["time_of_day_cos"]], np.cos(day_angle), atol=1e-6)
+    np.testing.assert_allclose(x[:, COL["day_of_week_sin"]], np.sin(week_angle), atol=1e-6)
+    np.testing.assert_allclose(x[:, COL["day_of_week_cos"]], np.cos(week_angle), atol=1e-6)
+    assert {5, 6} <= {w.weekday() for w in when}  # across midnight, Saturday into Sunday
+    gap = x[:, COL["gap_marker"]].numpy()
+    assert gap.nonzero()[0].tolist() == [300]
+    assert x[300, COL["log_gap_bars"]].item() == pytest.approx(math.log1p(7), abs=1e-6)
 
 
 def test_realized_vol_matches_a_trailing_loop():

@@ -132,6 +132,32 @@ def test_plan_prefers_monthly_and_fills_current_month_with_dailies():
     assert [p.kind for p in fetch.plan_archives("BTCUSDT", "1m", dt.date(2020, 1, 1), dt.date(2020, 2, 29), dt.date(2024, 1, 1))] == ["monthly"] * 2
 
 
+def test_plan_at_one_second_uses_binance_1s_paths():
+    plan = fetch.plan_archives("BTCUSDT", "1s", dt.date(2024, 12, 31), dt.date(2025, 2, 2), today=dt.date(2025, 2, 3))
+    assert [p.rel for p in plan] == [
+        "data/spot/monthly/klines/BTCUSDT/1s/BTCUSDT-1s-2024-12.zip",
+        "data/spot/monthly/klines/BTCUSDT/1s/BTCUSDT-1s-2025-01.zip",
+        "data/spot/daily/klines/BTCUSDT/1s/BTCUSDT-1s-2025-02-01.zip",
+        "data/spot/daily/klines/BTCUSDT/1s/BTCUSDT-1s-2025-02-02.zip",
+    ]
+
+
+def test_a_1s_daily_archive_in_us_from_a_file_url(tmp_path):
+    """The current month's 1-second dailies (us), fetched through file:// and verified."""
+    mirror = tmp_path / "mirror"
+    day = dt.date(2025, 2, 1)
+    bars = synthetic_day(day, n=600)
+    bars.open_time = store.to_us(day.isoformat()) + 1_000_000 * np.arange(600, dtype=np.int64)
+    bars.interval = "1s"
+    publish(mirror, "data/spot/daily/klines/BTCUSDT/1s", "BTCUSDT-1s-2025-02-01", ingest.binance_csv(bars, "us"))
+    rep = fetch_quiet(interval="1s", start="2025-02-01", end="2025-02-01", root=tmp_path / "s",
+                      base_url=mirror.as_uri(), today=dt.date(2025, 2, 2))
+    assert rep.downloaded == ["data/spot/daily/klines/BTCUSDT/1s/BTCUSDT-1s-2025-02-01.zip"]
+    assert rep.imported.units == {"us": 1} and rep.imported.added == {("BTCUSDT", "1s", 2025): 600}
+    assert fetch.is_verified(tmp_path / "s" / fetch.CACHE_DIR / rep.downloaded[0])
+    assert store.fingerprint(store.load_bars(tmp_path / "s", interval="1s")) == store.fingerprint(bars)
+
+
 def test_parse_checksum():
     h = "ab" * 32
     assert fetch.parse_checksum(f"{h}  X.zip\n".encode(), "X.zip") == h

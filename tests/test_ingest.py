@@ -219,6 +219,49 @@ def test_bad_input_names_file_and_line_and_imports_nothing(tmp_path, case, conta
     assert not (tmp_path / "s").exists()  # the good file was not imported either
 
 
+@pytest.fixture
+def tiny_blocks(monkeypatch):
+    """Parse CSVs a line or two at a time, so that every rule meets a block edge."""
+    monkeypatch.setattr(ingest, "CSV_BLOCK_BYTES", 150)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_every_rule_holds_across_block_edges(tmp_path, tiny_blocks, case):
+    mutate, pattern = BAD_CASES[case]
+    path = _bad(tmp_path, mutate, "zip")
+    with pytest.raises(UserError, match=r"BTCUSDT-1m-2024-01-01\.zip:BTCUSDT-1m-2024-01-01\.csv " + pattern):
+        ingest.import_paths([path], tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("unit", ["ms", "us"])
+def test_streamed_import_equals_the_file(tmp_path, tiny_blocks, unit):
+    bars = tiny_bars(40)
+    lines = lines_of(bars, unit)
+    with_dups = lines[:7] + [lines[6], lines[6]] + lines[7:20] + [lines[19]] + lines[20:]  # repeats at block edges
+    report = ingest.import_paths([write_csv(tmp_path, with_dups, header=True)], tmp_path / "s")
+    assert report.rows == 43 and report.duplicates == 3 and report.added == {("BTCUSDT", "1m", 2024): 40}
+    assert_same(stored(tmp_path / "s"), bars)
+    # a conflicting repeat right after a block edge names both lines of the file (header = line 1)
+    clash = lines[:10] + [set_field(lines[9], "volume", 123)] + lines[10:]
+    with pytest.raises(UserError, match=r"line 12: conflicting duplicate of .* line 11: same open_time 2024-01-01 00:09:00"):
+        ingest.import_paths([write_csv(tmp_path, clash, "BTCUSDT-1m-2024-01-02.csv", header=True)], tmp_path / "t")
+
+
+def test_a_large_file_is_staged_and_merged_with_the_store(tmp_path, monkeypatch):
+    """Sources beyond the in-memory budget go through a staging Parquet file; the result is the
+    same, and a later overlapping import merges with the stored year in row groups."""
+    monkeypatch.setattr(ingest, "IN_MEMORY_ROWS", 10)
+    monkeypatch.setattr(store, "ROW_GROUP_SIZE", 16)
+    bars = tiny_bars(100)
+    lines = lines_of(bars)
+    ingest.import_paths([write_csv(tmp_path, lines[:60], "BTCUSDT-1m-2024-01-01.csv")], tmp_path / "s")
+    report = ingest.import_paths([write_csv(tmp_path, lines[40:], "BTCUSDT-1m-2024-01-02.csv")], tmp_path / "s")
+    assert report.duplicates == 20 and report.added == {("BTCUSDT", "1m", 2024): 40}
+    assert_same(stored(tmp_path / "s"), bars)
+    assert pq.ParquetFile(store.year_path(tmp_path / "s", "BTCUSDT", "1m", 2024)).metadata.num_row_groups == 7
+
+
 def test_header_line_counts_in_line_numbers(tmp_path):
     lines = lines_of(tiny_bars(5))
     lines[2] = set_field(lines[2], "close", "x")

@@ -40,6 +40,22 @@ def test_forward_returns_nan_across_a_gap_and_at_the_end():
     # bar 2's horizon spans minutes 3 and 4: the close two BARS later exists but is three minutes later
 
 
+def test_a_one_minute_horizon_on_one_second_bars():
+    """horizon = "1m" at interval 1s is 60 bars; a missing second inside the horizon means no label."""
+    from tsflash.intervals import duration_bars
+
+    sec = 1_000_000
+    h = duration_bars("1m", "1s", "labels.horizon")
+    t = np.r_[0:100, 101:200].astype(np.int64) * sec  # second 100 is missing
+    close = 100 * np.exp(np.cumsum(np.random.default_rng(1).normal(0, 1e-4, len(t))))
+    fwd = forward_log_returns(close, t, h, sec).numpy()
+    assert h == 60
+    np.testing.assert_allclose(fwd[:40], np.log(close[60:100] / close[:40]), rtol=1e-12)
+    assert np.isnan(fwd[40:100]).all()  # the minute ahead of bars 40..99 spans the missing second
+    np.testing.assert_allclose(fwd[100:139], np.log(close[160:199] / close[100:139]), rtol=1e-12)
+    assert np.isnan(fwd[139:]).all()  # past the end
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     steps=st.lists(st.sampled_from([1, 1, 1, 1, 2, 5]), min_size=1, max_size=80),

@@ -209,3 +209,80 @@ def test_store_runs_without_polars(small_store):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(len(t)), "[5]", "False"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Streamed merges (Parts): what a 1-second month needs
+
+
+def counting_part(bars: store.Bars, chunk: int, log: list, name: str) -> store.Part:
+    """A Part over `bars` in chunks of `chunk` rows that records each chunk it hands out."""
+    table = bars.to_table().append_column(store.ORIGIN, pa.array(np.arange(len(bars), dtype=np.int64)))
+
+    def chunks():
+        for lo in range(0, len(bars), chunk):
+            log.append((name, lo))
+            yield table.slice(lo, chunk)
+
+    return store.Part(chunks, int(bars.open_time[0]), int(bars.open_time[-1]), lambda i: f"{name} row {i}")
+
+
+def test_merge_parts_streams_and_opens_parts_only_when_reached(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "ROW_GROUP_SIZE", 10)
+    t = minutes("2024-05-01", 100)
+    every = make_bars(t)
+    log: list = []
+    parts = [counting_part(every.slice(60, 100), 7, log, "c"), counting_part(every.slice(0, 50), 7, log, "a"),
+             counting_part(every.slice(40, 70), 7, log, "b")]  # out of order, overlapping
+    res = store.merge_parts(tmp_path, {("BTCUSDT", "1m"): parts})[("BTCUSDT", "1m")]
+    assert res.added == {2024: 100} and res.duplicates == 10 + 10
+    assert store.fingerprint(store.load_bars(tmp_path)) == store.fingerprint(every)
+    pf = pq.ParquetFile(store.year_path(tmp_path, "BTCUSDT", "1m", 2024))
+    assert [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)] == [10] * 10
+    # part "c" (first bar at minute 60) is opened only once "a" ended and "b" reached minute 60
+    # (its third chunk, minutes 54..60): one chunk per part in memory, not whole parts
+    first_c = next(i for i, (name, _) in enumerate(log) if name == "c")
+    assert log.index(("a", 49)) < first_c and log.index(("b", 14)) < first_c < log.index(("b", 21))
+
+
+def test_repeats_that_straddle_chunks_are_still_found(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "ROW_GROUP_SIZE", 4)
+    t = minutes("2024-05-01", 6)
+    doubled = make_bars(np.repeat(t, 2))  # each bar twice, identical: chunks of 4 cut some pairs apart
+    doubled.volume, doubled.close = np.repeat(make_bars(t).volume, 2), np.repeat(make_bars(t).close, 2)
+    for name in ("open", "high", "low", "trades", "taker_buy_base"):
+        setattr(doubled, name, np.repeat(getattr(make_bars(t), name), 2))
+    r = store.write_year_files(tmp_path, "BTCUSDT", "1m", doubled.slice(1, 12).to_table())
+    assert r.added == {2024: 6} and r.duplicates == 5
+    clash = make_bars(np.repeat(t, 2))  # the second copy of each bar differs (price + 1 each row)
+    with pytest.raises(UserError, match=r"conflicting duplicate bar at 2024-05-01 00:00:00: row 0 and row 1 have"):
+        store.write_year_files(tmp_path, "BTCUSDT", "1m", clash.to_table())  # row 0 equals the stored bar
+    clash.close[0] += 0.5
+    with pytest.raises(UserError, match=r"conflicting duplicate bar at 2024-05-01 00:00:00: stored file .* and row 0"):
+        store.write_year_files(tmp_path, "BTCUSDT", "1m", clash.to_table())
+    fresh = tmp_path / "fresh"
+    with pytest.raises(UserError, match=r"conflicting duplicate bar at 2024-05-01 00:00:00: row 0 and row 1 have"):
+        store.write_year_files(fresh, "BTCUSDT", "1m", clash.to_table())
+    assert not fresh.exists()  # every check before the first write: not even the folder
+
+
+def test_a_conflict_in_a_later_year_writes_no_earlier_year(tmp_path):
+    t = minutes("2023-12-31T23:58", 4)  # two bars in 2023, two in 2024
+    store.write_year_files(tmp_path, "BTCUSDT", "1m", make_bars(t[2:]).to_table())
+    changed = make_bars(t)
+    changed.volume = changed.volume + 7.0
+    with pytest.raises(UserError, match=r"conflicting duplicate bar at 2024-01-01 00:00:00"):
+        store.write_year_files(tmp_path, "BTCUSDT", "1m", changed.to_table())
+    assert list(store.year_files(tmp_path, "BTCUSDT", "1m")) == [2024]
+
+
+def test_a_part_that_turns_out_empty_ends_the_merge_cleanly(tmp_path):
+    """A part opened last that yields no bar (its `first` is only a bound) loses none of the bars
+    merged before it; one spanning a year without bars is handed that year and yields nothing."""
+    t = minutes("2024-06-01", 5)
+    empty = store.Part(lambda: iter([]), int(t[-1]) + 10 * MIN_US, int(t[-1]) + 20 * MIN_US, lambda i: f"row {i}")
+    res = store.merge_parts(tmp_path / "a", {("BTCUSDT", "1m"): [store.table_part(make_bars(t).to_table()), empty]})
+    assert res[("BTCUSDT", "1m")].added == {2024: 5} and len(store.load_bars(tmp_path / "a")) == 5
+    across = store.table_part(make_bars(np.r_[minutes("2023-12-31T23:58", 2), minutes("2025-01-01", 2)]).to_table())
+    res = store.merge_parts(tmp_path / "b", {("BTCUSDT", "1m"): [across]})[("BTCUSDT", "1m")]
+    assert res.added == {2023: 2, 2025: 2} and sorted(store.year_files(tmp_path / "b", "BTCUSDT", "1m")) == [2023, 2025]

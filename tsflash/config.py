@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tsflash.errors import UserError
-from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day
+from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_bars, duration_days, parse_duration
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 
@@ -37,12 +37,13 @@ class DataConfig:
     end: str = "2025-06-30"  # last UTC day, inclusive
     # A training window may not bridge a gap longer than this many missing bars; shorter gaps are
     # kept (the gap marker feature tells the model) because dropping them would fragment the data.
+    # Bars, or a time such as "1h" (converted to bars of `interval` by `validate`).
     max_gap_bars: int = 60
 
 
 @dataclass
 class LabelConfig:
-    horizon: int = 15  # bars ahead; the target is the sign of the h-bar forward log return
+    horizon: int = 15  # bars ahead (or a time, "15m"); the target is the sign of the h-bar forward log return
     # Share of the training fold's labels that fall in the flat band (symmetric quantiles of
     # |forward return|), fitted on the training part of each fold only. 1/3 gives balanced classes.
     flat_fraction: float = 1 / 3
@@ -52,6 +53,7 @@ class LabelConfig:
 class SplitConfig:
     scheme: str = "expanding"  # expanding | rolling
     n_folds: int = 5
+    # Days and bars below may also be given as times ("30d", "1h"): `validate` converts them.
     test_days: int = 182  # length of each test block, in days (about six months)
     train_days: int = 0  # rolling window length in days; 0 = expanding
     purge: int = -1  # bars removed before each test block; -1 = the label horizon
@@ -158,7 +160,10 @@ def _apply(obj, overrides: dict, prefix: str = "") -> None:
             known = ", ".join(sorted(hints))
             raise UserError(f"unknown config key {full!r}; known keys here: {known}")
         current = getattr(obj, key)
-        if dataclasses.is_dataclass(current):
+        if full in DURATIONS and isinstance(value, str):  # kept as given until `validate` knows the interval
+            parse_duration(value, full)
+            setattr(obj, key, value.strip())
+        elif dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise UserError(f"config key {full}: expected a table, got {value!r}")
             _apply(current, value, prefix=f"{full}.")
@@ -306,8 +311,30 @@ FIELD_RULES: dict[str, Bound] = {
 }
 
 
+# Fields that may be given as a time ("15m", "1h", "30d"), and their unit once converted: bars of
+# data.interval, or days. Plain integers keep meaning bars or days, so older configs load as before.
+DURATIONS: dict[str, str] = {
+    "data.max_gap_bars": "bars",
+    "labels.horizon": "bars",
+    "splits.purge": "bars",
+    "splits.embargo": "bars",
+    "splits.test_days": "days",
+    "splits.train_days": "days",
+}
+
+
 def _field(cfg: ExperimentConfig, key: str):
     return functools.reduce(getattr, key.split("."), cfg)
+
+
+def _resolve_durations(cfg: ExperimentConfig) -> None:
+    """Replace every time-valued duration field by its bars (at data.interval) or days."""
+    for key, unit in DURATIONS.items():
+        value = _field(cfg, key)
+        if isinstance(value, str):
+            section, name = key.split(".")
+            as_unit = duration_bars(value, cfg.data.interval, key) if unit == "bars" else duration_days(value, key)
+            setattr(getattr(cfg, section), name, as_unit)
 
 
 def _check_fields(cfg: ExperimentConfig) -> None:
@@ -394,7 +421,9 @@ def _check_model_and_budget(cfg: ExperimentConfig) -> None:
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """Every rule of the resolved config, before anything is computed or written. Each failure is
     one UserError naming the user's key, the rule and the value: first each field's own range
-    (FIELD_RULES), then the rules between fields."""
+    (FIELD_RULES), then the rules between fields. Durations given as time ("15m") are converted to
+    bars of data.interval (or days) first, in place."""
+    _resolve_durations(cfg)
     _check_fields(cfg)
     _check_data(cfg)
     _check_splits(cfg)

@@ -19,14 +19,15 @@ log_volume_change   log_volume[t] - log_volume[t-1]; 0 at t = 0.
 taker_buy_share     taker_buy_base / volume, in [0, 1]; 0.5 (no imbalance) when volume == 0.
 log_trades          log1p(trades[t]).
 time_of_day_sin/cos sin/cos(2 pi * (seconds since 00:00 UTC) / 86400): intraday seasonality
-                    without a jump at midnight.
+                    without a jump at midnight. From the bar's timestamp, not a bar count, so
+                    it is right at any interval (1s .. 1d) and across gaps.
 day_of_week_sin/cos sin/cos(2 pi * weekday / 7), weekday 0 = Monday (UTC).
 gap_marker          1.0 if bar t comes right after one or more missing bars, else 0.0.
 log_gap_bars        log1p(number of missing bars between bar t-1 and bar t); 0 at t = 0.
 log_realized_vol    log(sqrt(mean(log_return^2 over the last REALIZED_VOL_BARS bars, t
                     included)) + 1e-5); fewer bars at the start of the series. Why: volatility
                     regimes differ by an order of magnitude across years, and a fold-wide
-                    normaliser cannot remove that; the trailing hour tells every model the
+                    normaliser cannot remove that; the trailing 60 bars tell every model the
                     current regime. Its memory (60 bars) is far below the smallest context
                     length studied (512), so it adds no long-range information that would blur
                     the comparison between context lengths.
@@ -62,7 +63,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     "log_realized_vol",
 )
 
-REALIZED_VOL_BARS = 60  # trailing window of log_realized_vol: one hour of 1-minute bars
+# Trailing window of log_realized_vol, in bars at every interval (an hour of 1-minute bars, a minute
+# of 1-second bars): in bars on purpose, so that its memory stays far below the smallest N at any
+# interval and adds no long-range information to the comparison between context lengths.
+REALIZED_VOL_BARS = 60
 _VOL_FLOOR = 1e-5  # keeps log finite on flat stretches (zero-trade bars of 2017-2018)
 
 
@@ -122,59 +126,55 @@ def compute_features(bars, device="cpu", interval_us: int | None = None) -> torc
         raise UserError(f"bars columns must have equal lengths, got {lengths}")
     f64 = torch.float64
     t_us = as_tensor(bars.open_time, torch.int64, device)  # (T,)
-    high = as_tensor(bars.high, f64, device)
     low = as_tensor(bars.low, f64, device)
-    close = as_tensor(bars.close, f64, device)
-    volume = as_tensor(bars.volume, f64, device)
-    taker = as_tensor(bars.taker_buy_base, f64, device)
-    trades = as_tensor(bars.trades, f64, device)
-
     bad = torch.nonzero(low <= 0)  # one host sync per call, not per bar: log() of a 0 price is -inf
     if len(bad):
         i = int(bad[0])
         raise UserError(
             f"prices must be > 0 for log features, got low={float(low[i])} at bar {i} (of {len(bad)} such bars)"
         )
-    log_close = torch.log(close)
-    log_return = _lag_diff(log_close)
-    log_range = torch.log(high / low)
-    span = high - low
-    close_location = torch.where(span > 0, (close - low) / torch.where(span > 0, span, 1.0), 0.5)
-    log_volume = torch.log1p(volume)
-    log_volume_change = _lag_diff(log_volume)
-    taker_share = torch.where(volume > 0, taker / torch.where(volume > 0, volume, 1.0), 0.5).clamp(0.0, 1.0)
-    log_trades = torch.log1p(trades)
+    # Each column is computed in float64 and written straight into the float32 output, so that a
+    # year of 1-second bars (31.5 M rows) holds a few float64 columns at a time, not all fourteen.
+    out = torch.empty(len(t_us), len(FEATURE_NAMES), dtype=torch.float32, device=device)  # (T, F)
+    col = {name: out[:, j] for j, name in enumerate(FEATURE_NAMES)}  # (T,) views
 
+    close = as_tensor(bars.close, f64, device)
+    log_return = _lag_diff(torch.log(close))
+    col["log_return"].copy_(log_return)
+    high = as_tensor(bars.high, f64, device)
+    col["log_range"].copy_(torch.log(high / low))
+    span = high - low
+    col["close_location"].copy_(torch.where(span > 0, (close - low) / torch.where(span > 0, span, 1.0), 0.5))
+    del high, low, close, span
+    volume = as_tensor(bars.volume, f64, device)
+    log_volume = torch.log1p(volume)
+    col["log_volume"].copy_(log_volume)
+    col["log_volume_change"].copy_(_lag_diff(log_volume))
+    taker = as_tensor(bars.taker_buy_base, f64, device)
+    col["taker_buy_share"].copy_(torch.where(volume > 0, taker / torch.where(volume > 0, volume, 1.0), 0.5).clamp(0.0, 1.0))
+    del volume, log_volume, taker
+    col["log_trades"].copy_(torch.log1p(as_tensor(bars.trades, f64, device)))
+
+    # Calendar columns from each bar's own timestamp (never from a bar count), so they are right
+    # at every interval and across gaps.
     day_angle = (t_us % US_PER_DAY).to(f64) * (2 * math.pi / US_PER_DAY)
+    col["time_of_day_sin"].copy_(torch.sin(day_angle))
+    col["time_of_day_cos"].copy_(torch.cos(day_angle))
     weekday = ((t_us // US_PER_DAY) + 3) % 7  # 1970-01-01 was a Thursday (weekday 3)
     week_angle = weekday.to(f64) * (2 * math.pi / 7)
+    col["day_of_week_sin"].copy_(torch.sin(week_angle))
+    col["day_of_week_cos"].copy_(torch.cos(week_angle))
+    del day_angle, weekday, week_angle
 
-    missing = torch.zeros_like(close)
+    missing = torch.zeros_like(log_return)
     missing[1:] = ((t_us[1:] - t_us[:-1]) // interval_us - 1).clamp_min(0).to(f64)
-    gap_marker = (missing > 0).to(f64)
-    log_gap = torch.log1p(missing)
+    col["gap_marker"].copy_((missing > 0).to(f64))
+    col["log_gap_bars"].copy_(torch.log1p(missing))
+    del missing
 
     realized_var = trailing_mean(log_return.square(), REALIZED_VOL_BARS)
-    log_vol = torch.log(realized_var.sqrt() + _VOL_FLOOR)
-
-    out = [
-        log_return,
-        log_range,
-        close_location,
-        log_volume,
-        log_volume_change,
-        taker_share,
-        log_trades,
-        torch.sin(day_angle),
-        torch.cos(day_angle),
-        torch.sin(week_angle),
-        torch.cos(week_angle),
-        gap_marker,
-        log_gap,
-        log_vol,
-    ]
-    assert len(out) == len(FEATURE_NAMES)
-    return torch.stack(out, dim=1).to(torch.float32)  # (T, F)
+    col["log_realized_vol"].copy_(torch.log(realized_var.sqrt() + _VOL_FLOOR))
+    return out
 
 
 @dataclass

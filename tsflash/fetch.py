@@ -5,10 +5,12 @@ Binance's archive (https://data.binance.vision) lays files out as
     data/spot/monthly/klines/<SYMBOL>/<INTERVAL>/<SYMBOL>-<INTERVAL>-YYYY-MM.zip
     data/spot/daily/klines/<SYMBOL>/<INTERVAL>/<SYMBOL>-<INTERVAL>-YYYY-MM-DD.zip
 
-each beside a `<zip>.CHECKSUM` holding `<sha256>  <zip name>`. A month before the current one is
-fetched as its monthly archive (one request instead of ~30); the current month, and a past month
-whose monthly archive is not published yet, is filled with daily archives up to yesterday (today's
-file does not exist until the day ends).
+each beside a `<zip>.CHECKSUM` holding `<sha256>  <zip name>`, for every interval tsflash knows,
+1-second bars included (`1s`: about 90 MB a month, 2.6 M bars; microsecond timestamps from 2025
+on, milliseconds before: the import reads both, and streams a month rather than holding it in
+memory). A month before the current one is fetched as its monthly archive (one request instead
+of ~30); the current month, and a past month whose monthly archive is not published yet, is
+filled with daily archives up to yesterday (today's file does not exist until the day ends).
 
 Downloads land in a cache inside the store, `<root>/_archive/<same layout>`, written through a
 temporary name and kept only after their SHA-256 matches the .CHECKSUM; a file already there and
@@ -186,7 +188,11 @@ def is_verified(zip_path: Path) -> bool:
         want = parse_checksum(ck.read_bytes(), zip_path.name)
     except UserError:
         return False
-    return hashlib.sha256(zip_path.read_bytes()).hexdigest() == want
+    digest = hashlib.sha256()
+    with open(zip_path, "rb") as f:  # in blocks: a 1-second month is ~90 MB
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest() == want
 
 
 def download_verified(

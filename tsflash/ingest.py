@@ -13,8 +13,13 @@ line (CSV, 1-based, counting a header line) or row (Parquet, 0-based):
     taker_buy_base or trades; decreasing timestamps; conflicting duplicates (same open_time,
     different values; identical duplicates are dropped and counted); timestamps off the interval
     grid; an unreadable zip; a zip entry whose name would escape the extraction folder.
-The merge into the per-year files is `tsflash.store.write_year_files` (temp file + rename), so a
+The merge into the per-year files is `tsflash.store.merge_parts` (temp file + rename), so a
 killed import never leaves a partial file and importing the same file twice changes nothing.
+
+Streamed, so that a month of 1-second bars (2.6 M rows, ~500 MB of CSV) needs a few hundred MB,
+not gigabytes: each CSV is decompressed, parsed and validated CSV_BLOCK_BYTES at a time (the rules
+hold across block edges, with the same line numbers), staged sorted (small sources in memory,
+large ones in a temporary Parquet file), and merged into the year files a row group at a time.
 
 polars parses the CSVs; it is imported lazily, so `tsflash.store` stays polars-free.
 """
@@ -23,7 +28,12 @@ from __future__ import annotations
 
 import logging
 import re
+import functools
+import itertools
+import tempfile
 import zipfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -48,6 +58,13 @@ _ARCHIVE_NAME = re.compile(r"^(?P<symbol>[A-Za-z0-9]+)-(?P<interval>\d+[smhd])-\
 # btcusdt-1m-2023.parquet (canonical store files)
 _STORE_NAME = re.compile(r"^(?P<symbol>[A-Za-z0-9]+)-(?P<interval>\d+[smhd])(-\d{4})?\.parquet$")
 
+# A 1-second month is about 300 MB of CSV (2.6 M rows): it is parsed, validated and staged this many
+# bytes at a time (~75,000 rows), so the memory of an import does not grow with the file.
+CSV_BLOCK_BYTES = 8 << 20
+# Small sources (a daily 1-minute archive has 1,440 rows) are kept in memory for the merge, up to
+# this many rows in all (~70 MB); larger ones are staged in temporary Parquet files.
+IN_MEMORY_ROWS = 1 << 20
+
 MS_RANGE = (10**12, 10**13)  # 13-digit epoch milliseconds: 2001-09-09 .. 2286-11-20
 US_RANGE = (10**15, 10**16)  # 16-digit epoch microseconds, same span
 
@@ -66,14 +83,15 @@ class Source:
 
 @dataclass
 class Parsed:
-    """A validated file: canonical columns (sorted, unique) plus the source of each row."""
+    """A validated chunk of one source (a CSV, or a Parquet file): canonical columns (sorted,
+    unique) plus the source of each row."""
 
     table: pa.Table
     source: Source
     symbol: str
     interval: str
     unit: str  # "ms" | "us" | "parquet"
-    duplicates: int  # identical duplicate rows dropped inside the file
+    duplicates: int  # identical duplicate rows dropped (repeats of the source's previous row)
 
 
 @dataclass
@@ -128,20 +146,23 @@ def infer_symbol_interval(path: Path, symbol: str | None, interval: str | None) 
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading one file
+# Reading one file, chunk by chunk
 
 
-def read_file(path: Path, symbol: str | None = None, interval: str | None = None) -> list[Parsed]:
-    """Parse and validate one .zip, .csv or .parquet file (a zip may hold several CSVs)."""
+def read_file(path: Path, symbol: str | None = None, interval: str | None = None) -> Iterator[Parsed]:
+    """Parse and validate one .zip, .csv or .parquet file, a chunk at a time: validated chunks of
+    each source (a zip may hold several CSVs) in file order. Memory: a chunk, not the file."""
     path = Path(path)
     sym, ivl = infer_symbol_interval(path, symbol, interval)
     if path.suffix == ".zip":
-        return [parse_csv(data, name, sym, ivl) for name, data in read_zip(path)]
-    if path.suffix == ".csv":
-        return [parse_csv(path.read_bytes(), path.name, sym, ivl)]
-    if path.suffix == ".parquet":
-        return [parse_parquet(path, sym, ivl)]
-    raise UserError(f"can import .zip, .csv or .parquet files, got {path}")
+        yield from _zip_chunks(path, sym, ivl)
+    elif path.suffix == ".csv":
+        with open(path, "rb") as f:
+            yield from csv_chunks(f, path.name, sym, ivl)
+    elif path.suffix == ".parquet":
+        yield from parquet_chunks(path, sym, ivl)
+    else:
+        raise UserError(f"can import .zip, .csv or .parquet files, got {path}")
 
 
 def safe_member_name(name: str) -> bool:
@@ -154,9 +175,13 @@ def safe_member_name(name: str) -> bool:
     return True
 
 
-def read_zip(path: Path) -> list[tuple[str, bytes]]:
-    """(display name, bytes) of each CSV in the zip; UserError for an unreadable zip or an entry
-    whose name would escape the extraction folder (zip-slip). Nothing is extracted to disk."""
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, zlib.error, NotImplementedError)
+
+
+def _zip_chunks(path: Path, symbol: str, interval: str) -> Iterator[Parsed]:
+    """Validated chunks of each CSV in the zip, decompressed as a stream (nothing is extracted to
+    disk); UserError for an unreadable zip or an entry whose name would escape the extraction
+    folder (zip-slip)."""
     try:
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
@@ -170,11 +195,25 @@ def read_zip(path: Path) -> list[tuple[str, bytes]]:
             if not members:
                 names = ", ".join(i.filename for i in infos) or "nothing"
                 raise UserError(f"{path.name}: zip must hold a .csv file, holds {names}")
-            return [(f"{path.name}:{i.filename}", zf.read(i)) for i in members]
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as exc:
+            for info in members:
+                with zf.open(info) as stream:
+                    yield from csv_chunks(stream, f"{path.name}:{info.filename}", symbol, interval)
+    except _ZIP_ERRORS as exc:
         raise UserError(f"{path.name}: unreadable zip ({exc})") from None
-    except NotImplementedError as exc:  # unsupported compression method
-        raise UserError(f"{path.name}: unreadable zip ({exc})") from None
+
+
+def _blocks(stream, block_bytes: int) -> Iterator[bytes]:
+    """Whole lines of a binary stream, about `block_bytes` at a time (the last block may lack
+    its final newline)."""
+    rest = b""
+    while data := stream.read(block_bytes):
+        data = rest + data
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield data[:cut]
+        rest = data[cut:]
+    if rest:
+        yield rest
 
 
 def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -187,53 +226,69 @@ def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return starts, ends, np.searchsorted(commas, ends) - np.searchsorted(commas, starts)
 
 
-def parse_csv(data: bytes, name: str, symbol: str, interval: str) -> Parsed:
-    """Parse and validate one Binance kline CSV (bytes); `name` is used in error messages."""
+def _is_header(line: bytes) -> bool:
+    """Does the first line of a CSV name its columns (Binance's archives usually have no header)?"""
+    first = line.split(b",", 1)[0].strip()
+    return bool(first) and not first.lstrip(b"-+").isdigit() and re.fullmatch(rb"[A-Za-z_ ]+", first) is not None
+
+
+def csv_chunks(stream, name: str, symbol: str, interval: str, block_bytes: int | None = None) -> Iterator[Parsed]:
+    """Parse and validate one Binance kline CSV from a binary stream, `block_bytes` at a time.
+
+    `name` is used in error messages; lines are numbered 1-based in the whole file, a header line
+    included. The timestamp unit (ms or us) is detected on the first row and must hold for every
+    row; order and duplicates are checked across block edges too. block_bytes: default
+    CSV_BLOCK_BYTES.
+    """
+    check = _ChunkValidator(name, "csv", interval)
+    next_line, header, first = 1, False, None
+    for block in _blocks(stream, block_bytes or CSV_BLOCK_BYTES):
+        if next_line == 1:
+            block = block.removeprefix(b"\xef\xbb\xbf")  # UTF-8 BOM
+            head, _, body = block.partition(b"\n")
+            if _is_header(head):
+                header, next_line, block = True, 2, body
+        starts, ends, commas = _line_bounds(block)
+        if len(starts) == 0:
+            continue
+        lines = np.arange(next_line, next_line + len(starts))
+        next_line += len(starts)
+        table, ot = _parse_block(block, name, lines, ends > starts, commas)
+        if first is None:
+            first = (int(ot[0]), int(lines[0]))
+        unit = _detect_unit(ot, name, lines, first)
+        scale = 1000 if unit == "ms" else 1
+        table = table.set_column(0, "open_time", pa.array(ot * scale, pa.int64()).cast(store.SCHEMA.field("open_time").type))
+        yield check(table, lines, symbol, unit)
+    if first is None:
+        raise UserError(f"{name}: file holds a header but no rows" if header else f"{name}: file holds no rows")
+
+
+def _parse_block(block: bytes, name: str, lines: np.ndarray, non_empty: np.ndarray, commas: np.ndarray):
+    """One block of whole CSV lines -> (canonical table with open_time as parsed, raw open_time)."""
     import polars as pl
 
-    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 BOM
-        data = data[3:]
-    starts, ends, commas = _line_bounds(data)
-    if len(starts) == 0:
-        raise UserError(f"{name}: file holds no rows")
-    first = data[starts[0] : ends[0]].split(b",", 1)[0].strip()
-    header = bool(first) and not first.lstrip(b"-+").isdigit() and re.fullmatch(rb"[A-Za-z_ ]+", first) is not None
-    first_line = 2 if header else 1
     n_fields = commas + 1
     bad = np.flatnonzero(n_fields != len(BINANCE_COLUMNS))
     if len(bad):
         i = int(bad[0])
         raise UserError(
-            f"{name} line {i + 1}: a Binance kline row must have {len(BINANCE_COLUMNS)} columns, "
-            f"got {int(n_fields[i]) if ends[i] > starts[i] else 0}"
+            f"{name} line {int(lines[i])}: a Binance kline row must have {len(BINANCE_COLUMNS)} columns, "
+            f"got {int(n_fields[i]) if non_empty[i] else 0}"
         )
-    body = data[starts[1]:] if header and len(starts) > 1 else (b"" if header else data)
-    lines = np.arange(first_line, first_line + len(starts) - (1 if header else 0))
-    if len(lines) == 0:
-        raise UserError(f"{name}: file holds a header but no rows")
     schema = {c: (pl.Int64 if c in INT_COLUMNS else pl.Float64) for c in BINANCE_COLUMNS}
     schema["ignore"] = pl.String
     try:
-        df = pl.read_csv(body, has_header=False, new_columns=list(BINANCE_COLUMNS), schema=schema)
+        df = pl.read_csv(block, has_header=False, new_columns=list(BINANCE_COLUMNS), schema=schema)
         failed = df.select(NUMERIC_COLUMNS).null_count().sum_horizontal().item() > 0
     except (pl.exceptions.ComputeError, pl.exceptions.SchemaError, pl.exceptions.NoDataError):
         failed = True
     if failed:
-        _raise_non_numeric(body, name, lines)
+        _raise_non_numeric(block, name, lines)
     assert df.height == len(lines), (df.height, len(lines))
-
     ot = df["open_time"].to_numpy()
-    unit = _detect_unit(ot, name, lines)
-    scale = 1000 if unit == "ms" else 1
-    table = pa.table(
-        {
-            "open_time": pa.array(ot * scale, pa.int64()).cast(store.SCHEMA.field("open_time").type),
-            **{c: df[c].to_arrow() for c in store.COLUMNS[1:]},
-        }
-    )
-    source = Source(name, "csv", lines)
-    table, source, dups = validate(table, source, interval)
-    return Parsed(table, source, symbol, interval, unit, dups)
+    table = pa.table({"open_time": pa.array(ot, pa.int64()), **{c: df[c].to_arrow() for c in store.COLUMNS[1:]}})
+    return table, ot  # open_time still in the file's unit
 
 
 def _raise_non_numeric(body: bytes, name: str, lines: np.ndarray):
@@ -256,33 +311,46 @@ def _raise_non_numeric(body: bytes, name: str, lines: np.ndarray):
     raise UserError(f"{name} line {int(lines[i])}: column {c} must be {kind}, got {value if value is not None else ''!r}")
 
 
-def _detect_unit(ot: np.ndarray, name: str, lines: np.ndarray) -> str:
+def _detect_unit(ot: np.ndarray, name: str, lines: np.ndarray, first: tuple[int, int]) -> str:
+    """"ms" or "us" for a block of open_time values; every row of the file must share the unit of
+    its first row, `first` = (open_time, line) of that row."""
     is_ms = (ot >= MS_RANGE[0]) & (ot < MS_RANGE[1])
     is_us = (ot >= US_RANGE[0]) & (ot < US_RANGE[1])
-    unit = "ms" if is_ms[0] else "us" if is_us[0] else None
+    unit = "ms" if MS_RANGE[0] <= first[0] < MS_RANGE[1] else "us" if US_RANGE[0] <= first[0] < US_RANGE[1] else None
     ok = is_ms if unit == "ms" else is_us
     if unit is None or not ok.all():
         i = 0 if unit is None else int(np.argmin(ok))
+        after = int(ot[i]) != first[0] or int(lines[i]) != first[1]
         raise UserError(
             f"{name} line {int(lines[i])}: open_time must be epoch milliseconds (13 digits) or "
             f"microseconds (16 digits), the same unit for the whole file; got {int(ot[i])}"
-            + (f" after {int(ot[0])} on line {int(lines[0])}" if i else "")
+            + (f" after {first[0]} on line {first[1]}" if unit is not None and after else "")
         )
     return unit
 
 
-def parse_parquet(path: Path, symbol: str, interval: str) -> Parsed:
-    """Read and validate a canonical Parquet file (the `store.SCHEMA` columns)."""
+def parquet_chunks(path: Path, symbol: str, interval: str) -> Iterator[Parsed]:
+    """Read and validate a canonical Parquet file (the `store.SCHEMA` columns), a row group at a time."""
     try:
-        table = pq.read_table(path)
+        pf = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise UserError(f"{path.name}: unreadable Parquet file ({exc})") from None
-    missing = [c for c in store.COLUMNS if c not in table.column_names]
+    missing = [c for c in store.COLUMNS if c not in pf.schema_arrow.names]
     if missing:
         raise UserError(
             f"{path.name}: a canonical Parquet file needs columns {', '.join(store.COLUMNS)}; missing {', '.join(missing)}"
         )
-    source = Source(path.name, "parquet", np.arange(table.num_rows))
+    check = _ChunkValidator(path.name, "parquet", interval)
+    row = 0
+    for batch in pf.iter_batches(batch_size=store.ROW_GROUP_SIZE, columns=list(store.COLUMNS)):
+        table = pa.Table.from_batches([batch])
+        lines = np.arange(row, row + table.num_rows)
+        row += table.num_rows
+        yield check(_canonical_columns(table, path.name, Source(path.name, "parquet", lines)), lines, symbol, "parquet")
+
+
+def _canonical_columns(table: pa.Table, name: str, source: Source) -> pa.Table:
+    """A Parquet chunk cast to `store.SCHEMA`; nulls and uncastable types are UserErrors."""
     cols = []
     for f in store.SCHEMA:
         c = table.column(f.name)
@@ -297,11 +365,31 @@ def parse_parquet(path: Path, symbol: str, interval: str) -> Parsed:
             else:
                 c = c.cast(f.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise UserError(f"{path.name}: column {f.name} must be {f.type}, got {c.type} ({exc})") from None
+            raise UserError(f"{name}: column {f.name} must be {f.type}, got {c.type} ({exc})") from None
         cols.append(c)
-    table = pa.Table.from_arrays(cols, schema=store.SCHEMA)
-    table, source, dups = validate(table, source, interval)
-    return Parsed(table, source, symbol, interval, "parquet", dups)
+    return pa.Table.from_arrays(cols, schema=store.SCHEMA)
+
+
+class _ChunkValidator:
+    """`validate` over one source's chunks in order, across chunk edges: the last row of the
+    previous chunk (as read, kept or not) is checked again with the next chunk (order, repeats;
+    the same comparisons as one whole-file `validate`), then left out of the result."""
+
+    def __init__(self, name: str, kind: str, interval: str):
+        self.name, self.kind, self.interval = name, kind, interval
+        self.carry: tuple[pa.Table, int] | None = None  # (last row read, its line or row)
+
+    def __call__(self, table: pa.Table, lines: np.ndarray, symbol: str, unit: str) -> Parsed:
+        table = table.cast(store.SCHEMA)
+        carried = self.carry is not None
+        if carried:
+            table = pa.concat_tables([self.carry[0], table])
+            lines = np.r_[self.carry[1], lines]
+        self.carry = (table.slice(table.num_rows - 1), int(lines[-1]))
+        table, source, dups = validate(table, Source(self.name, self.kind, lines), self.interval)
+        if carried:  # the carried row went out (or was dropped) with the previous chunk; validate keeps row 0
+            table, source = table.slice(1), Source(self.name, self.kind, source.lines[1:])
+        return Parsed(table, source, symbol, self.interval, unit, dups)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,47 +472,24 @@ def import_paths(
 
     symbol/interval override what the file names say. start/end ("YYYY-MM-DD", end inclusive)
     keep only bars in that range (fetch uses it to trim whole-month archives). Every file is
-    validated and every conflict checked before the first write.
+    validated, and every conflict with the store checked, before the first write.
+
+    Streamed: each source is validated a chunk at a time and staged, sorted, in a temporary
+    Parquet file (in the system's temporary folder, TMPDIR); `tsflash.store.merge_parts` then
+    merges the staged parts into the year files chunk by chunk.
     """
     files = expand_paths(paths)
     report = ImportReport(files=len(files))
-    groups: dict[tuple[str, str], list[Parsed]] = {}
-    for path in files:
-        for parsed in read_file(path, symbol, interval):
-            groups.setdefault((parsed.symbol, parsed.interval), []).append(parsed)
-            report.rows += parsed.table.num_rows + parsed.duplicates
-            report.duplicates += parsed.duplicates
-            report.units[parsed.unit] = report.units.get(parsed.unit, 0) + 1
     lo, hi = store.to_us(start), store.to_us(end, end=True)
-    plans = []
-    for (sym, ivl), parts in groups.items():
-        table = pa.concat_tables([p.table for p in parts]) if len(parts) > 1 else parts[0].table
-        offsets = np.cumsum([0] + [p.table.num_rows for p in parts])
-        if lo is not None or hi is not None:
-            ot = table.column("open_time").cast(pa.int64()).to_numpy()
-            keep = np.ones(len(ot), bool)
-            if lo is not None:
-                keep &= ot >= lo
-            if hi is not None:
-                keep &= ot <= hi
-            rows = np.flatnonzero(keep)
-            table = table.take(rows)
-        else:
-            rows = None
-
-        def origin(i, parts=parts, offsets=offsets, rows=rows):
-            j = int(i if rows is None else rows[i])
-            k = int(np.searchsorted(offsets, j, side="right")) - 1
-            return parts[k].source.where(j - offsets[k])
-
-        plans.append((sym, ivl, table, origin))
-    # Check every group against the store before writing any (write_year_files checks one group
-    # fully before its first write; a dry pass here covers imports that span several datasets).
-    if len(plans) > 1:
-        for sym, ivl, table, origin in plans:
-            _dry_check(root, sym, ivl, table, origin)
-    for sym, ivl, table, origin in plans:
-        result = store.write_year_files(root, sym, ivl, table, origin=origin)
+    with tempfile.TemporaryDirectory(prefix="tsflash-import-") as tmp:
+        datasets: dict[tuple[str, str], list[store.Part]] = {}
+        names = (Path(tmp) / f"part-{i}.parquet" for i in itertools.count())
+        budget = [IN_MEMORY_ROWS]
+        for path in files:
+            for key, part in _stage_file(path, names, budget, symbol, interval, lo, hi, report):
+                datasets.setdefault(key, []).append(part)
+        results = store.merge_parts(root, datasets)
+    for (sym, ivl), result in results.items():
         report.duplicates += result.duplicates
         for year, n in result.added.items():
             report.added[(sym, ivl, year)] = n
@@ -435,14 +500,89 @@ def import_paths(
     return report
 
 
-def _dry_check(root, symbol, interval, table, origin) -> None:
-    """The conflict checks of write_year_files (merge in memory against the stored years), no write."""
-    years = store.year_of(table.column("open_time").cast(pa.int64()).to_numpy())
-    existing = store.year_files(root, symbol, interval)
-    for year in np.unique(years).tolist():
-        rows = np.flatnonzero(years == year)
-        old = pq.read_table(existing[year]) if year in existing else None
-        store._merge(old, store._conform(table.take(rows)), rows, interval, origin, existing.get(year))
+def _stage_file(path: Path, names: Iterator[Path], budget: list[int], symbol, interval, lo, hi, report: ImportReport):
+    """Validate one file chunk by chunk and stage each of its sources, trimmed to [lo, hi] (see
+    `_StagedSource`; staging files are named by `names`); returns [((SYMBOL, interval), Part)],
+    one per source with bars in the range."""
+    writer = None
+    staged: list[tuple[tuple[str, str], store.Part]] = []
+
+    def close():
+        part = writer.close() if writer is not None else None
+        if part is not None:
+            staged.append(((writer.symbol, writer.interval), part))
+
+    for parsed in read_file(path, symbol, interval):
+        if writer is None or parsed.source.name != writer.name:
+            close()
+            writer = _StagedSource(next(names), parsed, budget)
+            report.units[parsed.unit] = report.units.get(parsed.unit, 0) + 1
+        report.rows += parsed.table.num_rows + parsed.duplicates
+        report.duplicates += parsed.duplicates
+        writer.write(_trim(parsed, lo, hi))
+    close()
+    return staged
+
+
+def _trim(parsed: Parsed, lo: int | None, hi: int | None) -> tuple[pa.Table, np.ndarray]:
+    """The chunk's bars with lo <= open_time <= hi, and their lines."""
+    table, lines = parsed.table, parsed.source.lines
+    if lo is None and hi is None:
+        return table, lines
+    ot = table.column("open_time").cast(pa.int64()).to_numpy()
+    a = 0 if lo is None else int(np.searchsorted(ot, lo, "left"))
+    b = len(ot) if hi is None else int(np.searchsorted(ot, hi, "right"))
+    return table.slice(a, b - a), lines[a:b]
+
+
+class _StagedSource:
+    """One source's validated bars (sorted, unique) with their lines, kept for the merge: in memory
+    when small (a daily 1-minute archive; up to `budget[0]` rows for all such sources together),
+    else in a staging Parquet file written chunk by chunk (a 1-second month)."""
+
+    def __init__(self, path: Path, first: Parsed, budget: list[int]):
+        self.path, self.name, self.kind = path, first.source.name, first.source.kind
+        self.symbol, self.interval = first.symbol, first.interval
+        self.budget, self.tables, self.writer = budget, [], None
+        self.rows, self.first, self.last = 0, None, None
+
+    def write(self, chunk: tuple[pa.Table, np.ndarray]) -> None:
+        table, lines = chunk
+        if table.num_rows == 0:
+            return
+        ot = table.column("open_time").cast(pa.int64())
+        self.first = ot[0].as_py() if self.first is None else self.first
+        self.last = ot[-1].as_py()
+        self.rows += table.num_rows
+        self.tables.append(table.append_column(store.ORIGIN, pa.array(lines, pa.int64())))
+        if self.writer is not None or self.rows > min(store.ROW_GROUP_SIZE, self.budget[0]):
+            self._spill()
+
+    def _spill(self) -> None:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, self.tables[0].schema, compression="lz4")
+        for t in self.tables:
+            self.writer.write_table(t)
+        self.tables = []
+
+    def close(self) -> store.Part | None:
+        """The staged bars as a store.Part; None when the range kept none of them."""
+        if not self.rows:
+            return None
+        if self.writer is None:
+            self.budget[0] -= self.rows
+            table = pa.concat_tables(self.tables)
+            chunks = lambda: iter([table])  # noqa: E731
+        else:
+            self.writer.close()
+            chunks = functools.partial(_parquet_tables, self.path)
+        where = "line" if self.kind == "csv" else "row"
+        return store.Part(chunks, self.first, self.last, lambda line, name=self.name: f"{name} {where} {line}")
+
+
+def _parquet_tables(path: Path) -> Iterator[pa.Table]:
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=store.ROW_GROUP_SIZE):
+        yield pa.Table.from_batches([batch])
 
 
 # ---------------------------------------------------------------------------------------------

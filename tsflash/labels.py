@@ -4,7 +4,7 @@ Conventions
 -----------
 * ``fwd[t] = log(close[t + h] / close[t])``: the return of a position opened at bar t's close and
   closed h bars later. It is defined only when bar t + h exists AND lies exactly h intervals
-  after bar t (``open_time[t + h] - open_time[t] == h * interval``), i.e. no minute inside the
+  after bar t (``open_time[t + h] - open_time[t] == h * interval``), i.e. no bar inside the
   horizon is missing; otherwise it is NaN and the bar gets no label and no loss.
 * Class indices (everywhere in tsflash): 0 = down, 1 = flat, 2 = up (``CLASS_NAMES``).
 * The flat band ``[-thr, thr]`` is fitted on a fold's TRAINING labels only: ``thr`` is the

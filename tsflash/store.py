@@ -22,7 +22,7 @@ import hashlib
 import logging
 import os  # noqa: F401 -- tests patch store.os.replace to simulate a killed write
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -316,6 +316,8 @@ def load_bars(
     symbol = check_symbol(symbol)
     table = read_table(root, symbol, interval, start, end)
     bars = Bars.from_table(table, symbol, interval)
+    del table  # the columns are copied out when the range spans several files or row groups:
+    pa.default_memory_pool().release_unused()  # give the decoded table back (2 GB for a 1-second year)
     if len(bars) > 1:
         d = np.diff(bars.open_time)
         if not (d > 0).all():
@@ -407,22 +409,28 @@ def fingerprint(bars: Bars) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # Writing
+#
+# New bars reach the year files as `Part`s: runs sorted by open_time, read chunk by chunk, so that
+# merging a month of 1-second bars (2.6 M rows) into a year file (up to 31.5 M rows) holds a few
+# chunks in memory, never the month or the year. Two passes: the first checks every conflict of
+# every dataset and year (reading only the stored row groups the new bars overlap), the second
+# streams the merged years into temporary files and renames each over its year file.
+
+ORIGIN = "origin"  # int64 column of a Part's chunks: the row's line or row number in its source
+_WRITE_OPTIONS = dict(
+    compression="zstd",
+    use_dictionary=False,
+    # sorted minute timestamps delta-encode to almost nothing (~1.6 KB a year)
+    column_encoding={"open_time": "DELTA_BINARY_PACKED", "trades": "DELTA_BINARY_PACKED"},
+    write_statistics=True,
+)
 
 
 def atomic_write_parquet(table: pa.Table, path: Path) -> None:
     """Write `table` to `path` atomically (tsflash.atomic): a killed write never leaves a partial
     file under the real name."""
     with atomic.atomic_path(path) as tmp:
-        pq.write_table(
-            table,
-            tmp,
-            compression="zstd",
-            use_dictionary=False,
-            # sorted minute timestamps delta-encode to almost nothing (~1.6 KB a year)
-            column_encoding={"open_time": "DELTA_BINARY_PACKED", "trades": "DELTA_BINARY_PACKED"},
-            row_group_size=ROW_GROUP_SIZE,
-            write_statistics=True,
-        )
+        pq.write_table(table, tmp, row_group_size=ROW_GROUP_SIZE, **_WRITE_OPTIONS)
 
 
 def _conform(table: pa.Table) -> pa.Table:
@@ -439,13 +447,50 @@ def _conform(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=SCHEMA)
 
 
+def _times(table: pa.Table) -> np.ndarray:
+    """open_time of a table as int64 microseconds (zero-copy for one chunk)."""
+    return _column_numpy(table.column("open_time").cast(pa.int64()), pa.int64())
+
+
+@dataclass
+class Part:
+    """New bars for one dataset: sorted by open_time (repeats allowed), read chunk by chunk.
+
+    chunks() yields Tables of the SCHEMA columns plus ORIGIN; describe(origin) words where a row
+    came from for error messages ("x.zip:x.csv line 12"). first/last: open_time of its first and
+    last bar (us).
+    """
+
+    chunks: Callable[[], Iterator[pa.Table]]
+    first: int
+    last: int
+    describe: Callable[[int], str]
+
+
 @dataclass
 class MergeResult:
-    """What `write_year_files` did: bars added per year, identical duplicates dropped, files written."""
+    """What a merge did: bars added per year, identical duplicates dropped, files written."""
 
     added: dict[int, int]
     duplicates: int
     written: list[Path]
+
+
+def table_part(table: pa.Table, origin: Callable[[int], str] | None = None) -> Part | None:
+    """An in-memory table (SCHEMA columns, any order) as a Part; row i is described by origin(i)
+    (default "row i"). None for an empty table."""
+    table = _conform(table)
+    if table.num_rows == 0:
+        return None
+    order = np.argsort(_times(table), kind="stable")
+    table = table.take(order).append_column(ORIGIN, pa.array(order, pa.int64()))
+    t = _times(table)
+
+    def chunks():
+        for lo in range(0, table.num_rows, ROW_GROUP_SIZE):
+            yield table.slice(lo, ROW_GROUP_SIZE)
+
+    return Part(chunks, int(t[0]), int(t[-1]), origin or (lambda i: f"row {i}"))
 
 
 def write_year_files(
@@ -460,50 +505,192 @@ def write_year_files(
     Bars whose open_time is already stored with identical values are dropped and counted; a bar
     whose open_time is stored (or repeated in `table`) with different values is a conflicting
     duplicate: UserError, and nothing is written. `origin(i)` describes row i of `table` for
-    that message (e.g. "file.zip line 12"). Every conflict check runs before the first write;
-    each year file is then replaced atomically (temp file + rename), and a year that gains no
-    bars is not rewritten, so importing the same data twice changes nothing.
+    that message (e.g. "file.zip line 12"). See `merge_parts`.
     """
+    part = table_part(table, origin)
     symbol = check_symbol(symbol)
-    interval_us = check_interval(interval)
-    table = _conform(table)
-    new = Bars.from_table(table, symbol, interval)
-    if len(new) == 0:
-        return MergeResult({}, 0, [])
-    off_grid = np.flatnonzero(new.open_time % interval_us)
+    return merge_parts(root, {(symbol, interval): [part] if part else []})[(symbol, interval)]
+
+
+def merge_parts(root: Path | str, datasets: dict[tuple[str, str], list[Part]]) -> dict[tuple[str, str], MergeResult]:
+    """Merge new bars into the per-year files: {(SYMBOL, interval): parts} -> {same: MergeResult}.
+
+    Every conflict check of every dataset and year runs before the first write; each year file is
+    then replaced atomically (temp file + rename), and a year that gains no bars is not
+    rewritten, so importing the same data twice changes nothing. Memory: a few chunks per Part
+    that overlaps another in time, whatever the size of the parts and of the year files.
+    """
+    plans = {}
+    for (symbol, interval), parts in datasets.items():
+        check_interval(interval)
+        by_year = _parts_by_year([p for p in parts if p is not None])
+        checked = {y: _merge_year(root, symbol, interval, y, ps, write=False) for y, ps in by_year.items()}
+        plans[(symbol, interval)] = (by_year, checked)
+    results = {}
+    for (symbol, interval), (by_year, checked) in plans.items():
+        added, written = {}, []
+        for year, (n_added, _) in checked.items():
+            if n_added:
+                n_written, _ = _merge_year(root, symbol, interval, year, by_year[year], write=True)
+                assert n_written == n_added, (n_written, n_added)
+                added[year] = n_added
+                written.append(year_path(root, symbol, interval, year))
+                log.info("wrote %s (+%d bars)", written[-1], n_added)
+        results[(symbol, interval)] = MergeResult(added, sum(d for _, d in checked.values()), written)
+    return results
+
+
+def _parts_by_year(parts: list[Part]) -> dict[int, list[Part]]:
+    """{year: the parts (clipped to that year) with bars in it}."""
+    out: dict[int, list[Part]] = {}
+    for p in parts:
+        y0, y1 = (int(y) for y in year_of(np.array([p.first, p.last], np.int64)))
+        for year in range(y0, y1 + 1):
+            lo, hi = max(p.first, year_start_us(year)), min(p.last, year_start_us(year + 1) - 1)
+            out.setdefault(year, []).append(_clip(p, lo, hi))
+    return dict(sorted(out.items()))
+
+
+def _clip(part: Part, lo: int, hi: int) -> Part:
+    """The rows of `part` with lo <= open_time <= hi."""
+    def chunks():
+        for c in part.chunks():
+            t = _times(c)
+            if len(t) and t[-1] >= lo and t[0] <= hi:
+                a, b = np.searchsorted(t, lo, "left"), np.searchsorted(t, hi, "right")
+                yield c.slice(int(a), int(b - a))
+
+    return Part(chunks, lo, hi, part.describe)
+
+
+def _stored_part(path: Path, lo: int | None = None, hi: int | None = None) -> Part:
+    """A stored year file as a Part (row groups overlapping [lo, hi] only, when given)."""
+    def chunks():
+        pf = pq.ParquetFile(path)
+        for i in _overlapping_row_groups(pf, lo, hi):
+            t = _conform(pf.read_row_group(i))
+            yield t.append_column(ORIGIN, pa.array(np.full(t.num_rows, -1, np.int64)))
+
+    return Part(chunks, 0, 0, lambda _: f"stored file {path}")
+
+
+def _merge_year(root, symbol, interval, year, parts, write: bool) -> tuple[int, int]:
+    """Merge `parts` (all inside `year`) with the stored year file: (bars added, identical duplicates).
+
+    write=False checks only (the stored row groups the parts overlap are read); write=True streams
+    the whole merged year into a temporary file renamed over the year file.
+    """
+    path = year_files(root, symbol, interval).get(year)
+    sources = list(parts)
+    if path is not None:
+        lo, hi = (None, None) if write else (min(p.first for p in parts), max(p.last for p in parts))
+        sources.insert(0, _stored_part(path, lo, hi))
+    merged = _merge_sorted(sources, check_interval(interval), interval)
+    if not write:
+        added = dups = 0
+        for table, src, n_dup in merged:
+            added += int((src > 0).sum()) if path is not None else table.num_rows
+            dups += n_dup
+        return added, dups
+    added = dups = 0
+    with atomic.atomic_path(year_path(root, symbol, interval, year)) as tmp:
+        with pq.ParquetWriter(tmp, SCHEMA, **_WRITE_OPTIONS) as writer:
+            pending: list[pa.Table] = []
+            n_pending = 0
+            for table, src, n_dup in merged:
+                added += int((src > 0).sum()) if path is not None else table.num_rows
+                dups += n_dup
+                pending.append(table.drop_columns([ORIGIN]))
+                n_pending += table.num_rows
+                if n_pending >= ROW_GROUP_SIZE:  # whole row groups only, so chunk sizes do not matter
+                    n_pending = _write_groups(writer, pending, final=False)
+            _write_groups(writer, pending, final=True)
+    return added, dups
+
+
+def _write_groups(writer: pq.ParquetWriter, pending: list[pa.Table], final: bool) -> int:
+    """Write the whole ROW_GROUP_SIZE groups of `pending` (everything when final); keep the rest in
+    `pending` and return its row count."""
+    if not pending:
+        return 0
+    table = pa.concat_tables(pending)
+    n = table.num_rows if final else table.num_rows - table.num_rows % ROW_GROUP_SIZE
+    if n:
+        writer.write_table(table.slice(0, n), row_group_size=ROW_GROUP_SIZE)
+    pending[:] = [table.slice(n)] if n < table.num_rows else []
+    return table.num_rows - n
+
+
+def _merge_sorted(parts: list[Part], interval_us: int, interval: str) -> Iterator[tuple[pa.Table, np.ndarray, int]]:
+    """k-way merge of sorted parts: yields (chunk sorted by open_time without repeats, part index of
+    each row, identical duplicates dropped), in time order.
+
+    Each step takes every row up to the smallest last open_time among the buffered chunks, so
+    equal timestamps always meet in one step and each step empties at least one buffer. A part is
+    opened only when the merge reaches its first bar, so parts that follow one another (daily or
+    monthly archives) hold one chunk at a time. On equal timestamps the earlier part wins (the
+    stored file first); a different value is a conflict.
+    """
+    pending = sorted(range(len(parts)), key=lambda i: (parts[i].first, i))
+    iters: dict[int, Iterator[pa.Table]] = {}
+    bufs: dict[int, pa.Table] = {}
+    takes, src = [], []  # steps gathered until a row group's worth (many small parts: few dedupes)
+    while pending or bufs:
+        if not bufs:
+            _open(parts, pending.pop(0), iters, bufs)
+            continue
+        cut = min(int(_times(b)[-1]) for b in bufs.values())
+        if pending and parts[pending[0]].first <= cut:
+            _open(parts, pending.pop(0), iters, bufs)
+            continue
+        for i in sorted(bufs):
+            while i in bufs:  # a part's next chunk may start with `cut` again: take those rows too
+                k = int(np.searchsorted(_times(bufs[i]), cut, "right"))
+                takes.append(bufs[i].slice(0, k))
+                src.append(np.full(k, i, np.int64))
+                if k < bufs[i].num_rows:
+                    bufs[i] = bufs[i].slice(k)
+                    break
+                del bufs[i]
+                _refill(i, iters, bufs)
+        if sum(t.num_rows for t in takes) >= ROW_GROUP_SIZE:
+            # steps are in time order, so repeats of one timestamp never straddle two yields
+            yield _dedupe(pa.concat_tables(takes), np.concatenate(src), parts, interval_us, interval)
+            takes, src = [], []
+    if takes:
+        yield _dedupe(pa.concat_tables(takes), np.concatenate(src), parts, interval_us, interval)
+
+
+def _open(parts, i, iters, bufs) -> None:
+    iters[i] = iter(parts[i].chunks())
+    _refill(i, iters, bufs)
+
+
+def _refill(i, iters, bufs) -> None:
+    """Next non-empty chunk of part i into bufs[i], or drop the finished part."""
+    for chunk in iters[i]:
+        if chunk.num_rows:
+            t = _times(chunk)
+            assert (np.diff(t) >= 0).all(), "a Part's chunks must be sorted by open_time"
+            bufs[i] = chunk
+            return
+    del iters[i]
+
+
+def _dedupe(table: pa.Table, src: np.ndarray, parts: list[Part], interval_us: int, interval: str):
+    """Sort one merge step by (open_time, part), drop identical repeats; a different repeat or a
+    bar off the interval grid is a UserError naming the rows' origins."""
+    cols = Bars.from_table(table, "X", interval)
+    origin = _column_numpy(table.column(ORIGIN), pa.int64())
+
+    def describe(j: int) -> str:
+        return parts[int(src[j])].describe(int(origin[j]))
+
+    off_grid = np.flatnonzero(cols.open_time % interval_us)
     if len(off_grid):
-        i = int(off_grid[0])
-        where = origin(i) if origin else f"row {i}"
-        raise UserError(f"{where}: open_time must be on the {interval} grid, got {iso(new.open_time[i])}")
-    years = year_of(new.open_time)
-    existing = year_files(root, symbol, interval)
-    plans: list[tuple[int, pa.Table, int]] = []
-    duplicates = 0
-    for year in np.unique(years).tolist():
-        rows = np.flatnonzero(years == year)
-        part = table.take(rows)
-        old = pq.read_table(existing[year]) if year in existing else None
-        merged, n_added, n_dup = _merge(old, part, rows, interval, origin, existing.get(year))
-        duplicates += n_dup
-        if n_added:
-            plans.append((year, merged, n_added))
-    written = []
-    for year, merged, _ in plans:
-        path = year_path(root, symbol, interval, year)
-        atomic_write_parquet(merged, path)
-        written.append(path)
-        log.info("wrote %s (%d bars)", path, merged.num_rows)
-    return MergeResult({y: n for y, _, n in plans}, duplicates, written)
-
-
-def _merge(old, part, rows, interval, origin, old_path) -> tuple[pa.Table, int, int]:
-    """Sorted union of `old` (stored, may be None) and `part`; (table, bars added, identical dups)."""
-    n_old = 0 if old is None else old.num_rows
-    both = part if old is None else pa.concat_tables([_conform(old), part])
-    cols = Bars.from_table(both, "X", interval)
-    # stored rows first, so a stable sort puts the stored copy of a timestamp before the new one
-    source = np.concatenate([np.full(n_old, -1, np.int64), rows]) if n_old else rows
-    order = np.argsort(cols.open_time, kind="stable")
+        j = int(off_grid[0])
+        raise UserError(f"{describe(j)}: open_time must be on the {interval} grid, got {iso(cols.open_time[j])}")
+    order = np.lexsort((src, cols.open_time))
     t = cols.open_time[order]
     dup = np.flatnonzero(t[1:] == t[:-1]) + 1  # positions (in sorted order) repeating the previous
     if len(dup):
@@ -513,24 +700,13 @@ def _merge(old, part, rows, interval, origin, old_path) -> tuple[pa.Table, int, 
             same &= v[dup] == v[dup - 1]
         if not same.all():
             k = int(dup[np.argmin(same)])
-            a, b = int(order[k - 1]), int(order[k])
-
-            def describe(j):
-                src = int(source[j])
-                if src < 0:
-                    return f"stored file {old_path}"
-                return origin(src) if origin else f"row {src}"
-
             raise UserError(
-                f"conflicting duplicate bar at {iso(t[k])}: {describe(a)} and {describe(b)} "
+                f"conflicting duplicate bar at {iso(t[k])}: {describe(order[k - 1])} and {describe(order[k])} "
                 f"have different values (identical duplicates are dropped, different ones are an error)"
             )
     keep = np.ones(len(order), bool)
     keep[dup] = False
-    merged = both.take(order[keep])
-    n_added = merged.num_rows - n_old
-    # duplicates of stored bars and repeats inside `part` are both "identical duplicates dropped"
-    return merged, n_added, len(dup)
+    return table.take(order[keep]), src[order[keep]], len(dup)
 
 
 # Dataclass field names must match SCHEMA; a cheap import-time invariant.

@@ -56,10 +56,11 @@ class Prepared:
 def prepare(cfg: ExperimentConfig, bars, device="cpu") -> Prepared:
     """Features, targets, segments and walk-forward folds for `bars` on `device` (see the package doc).
 
-    Test blocks are ``cfg.splits.test_days`` days of bars each (test_days * bars per day, e.g.
-    1440 a day at 1m), the last ending at the last bar; expanding train window, or rolling with
-    ``cfg.splits.train_days`` days; purge ``cfg.purge`` (default = label horizon), embargo
-    ``cfg.splits.embargo`` bars.
+    Test blocks are ``cfg.splits.test_days`` days of bars each (test_days * bars per day of the
+    interval: 1440 a day at 1m, 86,400 at 1s), the last ending at the last bar; expanding train
+    window, or rolling with ``cfg.splits.train_days`` days; purge ``cfg.purge`` (default = label
+    horizon), embargo ``cfg.splits.embargo`` bars. Durations given as time in the config are bars
+    and days here (`tsflash.config.validate` converted them).
     """
     device = torch.device(device)
     interval_us = interval_us_of(bars)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tsflash.intervals import bars_as_time, interval_words
 from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.figures import CAPTIONS
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import (
+    bars_and_time,
     data_source,
     fmt,
     label,
@@ -21,6 +23,7 @@ from tsflash.report.wording import (
     percent,
     plural,
     pm,
+    timed_label,
 )
 
 SECTIONS = (
@@ -57,15 +60,18 @@ def verdict_section(rd: RunData, words: dict) -> dict:
         notes.append(f"re-scored at eval.fee_bps = {cfg['eval']['fee_bps']:g} from the per-bar positions saved by "
                      f"the run `{rd.run_dir.name}` (which charged {rd.rescored_from['run_fee_bps']:g} bps); nothing "
                      "was retrained.")
-    question = (f"Question: does a causal transformer that sees a longer context (N past 1-minute bars) forecast the "
-                f"{cfg['labels']['horizon']}-bar up/flat/down direction of {rd.data.get('symbol', 'BTCUSDT')} better "
-                f"out of sample, at what cost, and does the winner survive the multiple-testing gates (Deflated "
+    interval = cfg["data"]["interval"]
+    spans = ", ".join(f"{n} = {bars_as_time(n, interval)}" for n in cfg["lengths"])
+    question = (f"Question: does a causal transformer that sees a longer context (N past {interval_words(interval)} "
+                f"bars: {spans}) forecast the up/flat/down direction of {rd.data.get('symbol', 'BTCUSDT')} over the "
+                f"next {bars_and_time(cfg['labels']['horizon'], interval)} better out of sample, at what cost, and does the winner survive the multiple-testing gates (Deflated "
                 f"Sharpe Ratio >= {cfg['selection']['min_dsr']}, PBO <= {cfg['selection']['max_pbo']})?")
     return {"question": question, "sentence": words["sentence"], "reasons": words["reasons"], "notes": notes}
 
 
 def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
     cfg, data = rd.config, rd.data
+    interval = cfg["data"]["interval"]
     fp = data.get("fingerprint", {})
     n_params = next((c["cost"].get("n_params") for c in rd.cells if c.get("cost")), None)
     sp, tr = cfg["splits"], cfg["train"]
@@ -76,14 +82,17 @@ def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
     return [
         ["data", data_source(data)],
         ["range (configured)", f"{cfg['data']['start']} .. {cfg['data']['end']} (UTC, end inclusive)"],
+        ["interval", f"{interval_words(interval)} bars ({interval}); context lengths N = "
+                     + ", ".join(f"{fmt(n)} ({bars_as_time(n, interval)})" for n in cfg["lengths"])],
         ["bars", f"{fmt(fp.get('count'))} ({fp.get('first')} .. {fp.get('last')}); {plural(data.get('n_gaps', 0), 'gap')}, "
                  f"{plural(data.get('missing_bars', 0), 'missing bar')}; windows never bridge a gap > "
-                 f"{plural(cfg['data']['max_gap_bars'], 'bar')}"],
-        ["target", f"sign of the {cfg['labels']['horizon']}-bar forward log return: up / flat / down"],
+                 f"{bars_and_time(cfg['data']['max_gap_bars'], interval)}"],
+        ["target", f"sign of the forward log return over {bars_and_time(cfg['labels']['horizon'], interval)}: "
+                   "up / flat / down"],
         ["flat band", f"symmetric |return| quantile giving {cfg['labels']['flat_fraction']:.1%} flat labels, "
                       "fitted on each fold's training bars only"],
         ["folds", f"{sp['n_folds']} {sp['scheme']} walk-forward folds, test blocks of {plural(sp['test_days'], 'day')}, "
-                  f"purge {plural(purge, 'bar')}, embargo {plural(sp['embargo'], 'bar')}"],
+                  f"purge {bars_and_time(purge, interval)}, embargo {plural(sp['embargo'], 'bar')}"],
         ["fees", f"{cfg['eval']['fee_bps']} bps per unit of turnover; position +1/0/-1 from the predicted class, "
                  "held one bar"],
         ["model", f"causal transformer, d_model {cfg['model']['d_model']}, {plural(cfg['model']['n_layers'], 'layer')}, "
@@ -110,9 +119,14 @@ def setup_section(rd: RunData, nums: Numbers) -> dict:
                              "flat band |r|"], folds)}
 
 
-def cost_section(nums: Numbers, figures: dict) -> dict:
+def _label(key: str, interval: str | None) -> str:
+    """A configuration's label, with N also as time when the bar interval is known."""
+    return timed_label(key, interval) if interval else label(key)
+
+
+def cost_section(nums: Numbers, figures: dict, interval: str | None = None) -> dict:
     kind = memory_kind(nums.per_n)
-    rows = [[label(s["series"]), fmt(s["batch_size"]), fmt(s["steps"]), fmt(s["epoch_seconds"], ".2f"),
+    rows = [[_label(s["series"], interval), fmt(s["batch_size"]), fmt(s["steps"]), fmt(s["epoch_seconds"], ".2f"),
              fmt(s["train_seconds"], ".2f"), fmt(s["tokens_per_s"], ",.0f"), fmt(s["peak_memory_bytes"] / 2**20, ",.0f"),
              s["backend"], s.get("backend_observed") or "-", fmt(s["tflops"], ".3g"), s["device"]] for s in nums.per_n]
     notes = ["Means over folds (and seeds). An epoch is as many tokens as the fold has training bars."]
@@ -130,9 +144,9 @@ def cost_section(nums: Numbers, figures: dict) -> dict:
     return {"table": _table(header, rows), "notes": notes, "figure": figures.get("cost_vs_n")}
 
 
-def benefit_section(nums: Numbers, figures: dict) -> dict:
+def benefit_section(nums: Numbers, figures: dict, interval: str | None = None) -> dict:
     head = ["configuration"] + [t for _, t, _ in METRICS] + ["folds"]
-    body = [[label(s["series"])] + [pm(s[m], s[f"{m}_std"]) for m, _, _ in METRICS] + [s["n_folds"]]
+    body = [[_label(s["series"], interval)] + [pm(s[m], s[f"{m}_std"]) for m, _, _ in METRICS] + [s["n_folds"]]
             for s in nums.per_n]
     body += [[f"baseline: {label(k)}"] + [pm(b[m], b[f"{m}_std"]) for m, _, _ in METRICS] + [b["n_folds"]]
              for k, b in nums.baselines.items()]
@@ -142,13 +156,13 @@ def benefit_section(nums: Numbers, figures: dict) -> dict:
             "figures": [f for f in (figures.get("benefit_vs_n"), figures.get("equity")) if f]}
 
 
-def _candidate_rows(nums: Numbers) -> list[list]:
+def _candidate_rows(nums: Numbers, interval: str | None = None) -> list[list]:
     sel = nums.selection
     selected = sel.verdict.selected
     out = []
     for r in sel.candidates:
         role = "selected (highest Sharpe/day)" if r["key"] == selected else "candidate"
-        out.append([label(r["key"]), fmt(r["n_periods"]), pct_per_day(r["mean"]), percent(r["total"]),
+        out.append([_label(r["key"], interval), fmt(r["n_periods"]), pct_per_day(r["mean"]), percent(r["total"]),
                     fmt(nums.series_stats[r["key"]]["gross_sharpe"]), fmt(r["sharpe"]), fmt(r["sharpe_annual"], ".2f"),
                     fmt(r["psr"], ".3f"), fmt(r["dsr"], ".3f"), fmt(r.get("sr0")), fmt(sel.n_trials),
                     fmt(sel.sr_variance, ".3g"), role])
@@ -194,7 +208,7 @@ def selection_section(rd: RunData, nums: Numbers, words: dict, figures: dict) ->
               "Sharpe/yr", "PSR(0)", "DSR", "SR0/day", "trials", "V[SR] (per-day Sharpe)", "role"]
     p = sel.verdict.pbo_result
     notes = [n for n in [prior_note(nums)] if n] + [f"Note: {n}" for n in words["notes"]]
-    return {"intro": intro, "table": _table(header, _candidate_rows(nums)), "notes": notes,
+    return {"intro": intro, "table": _table(header, _candidate_rows(nums, rd.config["data"]["interval"])), "notes": notes,
             "pbo": _pbo_text(p) if p is not None else "PBO: not computable (see the reasons above).",
             "figure": figures.get("pbo"), "gates": [f"gate: {r}" for r in words["reasons"]]}
 
@@ -244,8 +258,8 @@ def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[st
         "headings": SECTIONS,
         "verdict": verdict_section(rd, words),
         "setup": setup_section(rd, nums),
-        "cost": cost_section(nums, figures),
-        "benefit": benefit_section(nums, figures),
+        "cost": cost_section(nums, figures, cfg["data"]["interval"]),
+        "benefit": benefit_section(nums, figures, cfg["data"]["interval"]),
         "selection": selection_section(rd, nums, words, figures),
         "precision": precision_section(rd.precision),
         "reproducibility": reproducibility_section(rd),

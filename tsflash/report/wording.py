@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from tsflash.intervals import bars_as_time
 from tsflash.runfolder import BASELINE_PREFIX, decode_trial_key, is_baseline
 from tsflash.selection import Reason, Verdict
 
@@ -69,6 +70,20 @@ def label(key: str) -> str:
         return key[len(BASELINE_PREFIX):]
     params = decode_trial_key(key)
     return " ".join([f"N={params.pop('n')}"] + [f"{k}={v:g}" for k, v in params.items()])
+
+
+def timed_label(key: str, interval: str) -> str:
+    """`label` with the context length also as time at the bar interval: "n32768" at "1s" ->
+    "N=32768 (9.1 h)"; baselines unchanged."""
+    if is_baseline(key):
+        return label(key)
+    n = decode_trial_key(key)["n"]
+    return label(key).replace(f"N={n}", f"N={n} ({bars_as_time(n, interval)})", 1)
+
+
+def bars_and_time(n: int, interval: str, word: str = "bar") -> str:
+    """"15 bars (15 min)": a count of bars with the time it spans at the interval."""
+    return f"{plural(n, word)} ({bars_as_time(n, interval)})"
 
 
 def data_source(data: dict) -> str:
