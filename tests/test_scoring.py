@@ -14,11 +14,12 @@ DAY = 86_400_000_000
 
 def test_seed_portfolio_is_the_equal_weight_portfolio():
     t = np.arange(4, dtype=np.int64)
-    a = BarReturns(t, np.array([0.1, 0.2, 0.3, 0.4]), np.array([1.0, 1.0, 1.0, 1.0]))
-    b = BarReturns(t, np.array([0.3, 0.0, -0.3, 0.0]), np.array([0.0, 2.0, 0.0, 2.0]))
-    times, net, gross = seed_portfolio([a, b])
+    a = BarReturns(t, np.array([0.1, 0.2, 0.3, 0.4]), np.array([1.0, 1.0, 1.0, 1.0]), np.array([1.0, 0, 0, 0]))
+    b = BarReturns(t, np.array([0.3, 0.0, -0.3, 0.0]), np.array([0.0, 2.0, 0.0, 2.0]), np.array([1.0, 2, 0, 1]))
+    times, net, gross, turnover = seed_portfolio([a, b])
     assert times is t
     assert net == pytest.approx([0.2, 0.1, 0.0, 0.2]) and gross == pytest.approx([0.5, 1.5, 0.5, 1.5])
+    assert turnover == pytest.approx([1.0, 1.0, 0.0, 0.5])  # each seed pays its own fees
     one = seed_portfolio([a])
     assert np.array_equal(one.net, a.net) and np.array_equal(one.gross, a.gross)
     with pytest.raises(UserError, match=r"at least one seed"):
@@ -26,8 +27,8 @@ def test_seed_portfolio_is_the_equal_weight_portfolio():
 
 
 def test_daily_series_orders_folds_and_compounds():
-    late = BarReturns(np.array([2 * DAY, 2 * DAY + 60_000_000]), np.array([0.1, 0.1]), np.array([0.2, 0.0]))
-    early = BarReturns(np.array([0, DAY]), np.array([0.01, -0.02]), np.array([0.0, 0.0]))
+    late = BarReturns(np.array([2 * DAY, 2 * DAY + 60_000_000]), np.array([0.1, 0.1]), np.array([0.2, 0.0]), np.zeros(2))
+    early = BarReturns(np.array([0, DAY]), np.array([0.01, -0.02]), np.array([0.0, 0.0]), np.zeros(2))
     d = daily_series([late, early])
     assert d["days"].astype(str).tolist() == ["1970-01-01", "1970-01-02", "1970-01-03"]
     assert d["net"] == pytest.approx([0.01, -0.02, 1.1 * 1.1 - 1]) and d["gross"] == pytest.approx([0.0, 0.0, 0.2])
