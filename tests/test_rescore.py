@@ -88,7 +88,8 @@ def test_a_higher_fee_costs_more(run, tmp_path):
 
 def test_keys_that_need_retraining_are_refused(run):
     with pytest.raises(UserError, match=r"report --set train.steps: only scoring keys can change without retraining "
-                                        r"\(eval.fee_bps\); train.steps changes the trained models"):
+                                        r"\(eval.entry_threshold, eval.fee_bps, eval.strategy\); train.steps changes "
+                                        r"the trained models"):
         build_report(run, overrides={"train": {"steps": 5}})
     with pytest.raises(UserError, match=r"report --set eval.fee_bps: must be a number >= 0 \(basis points\), got -1"):
         check_overrides({"eval.fee_bps": -1})
@@ -125,3 +126,28 @@ def test_a_run_without_per_bar_cells_cannot_be_rescored(tmp_path):
                                         r".*published/cells/.*\.npz is missing \(a published run does not commit"):
         build_report(run, overrides={"eval.fee_bps": 2})
     assert not (run / "rescored").exists()
+
+
+def test_the_trading_rule_is_rescored_too(run, tmp_path):
+    """The tiny run was scored under the horizon rule (the default); the one-bar rule and a fixed
+    entry threshold re-score the same cells without training."""
+    res = json.loads((run / "results.json").read_text())
+    assert res["setup"]["config"]["eval"]["strategy"] == "horizon"
+    q = json.loads((run / "questions.json").read_text())["trading"]
+    assert q["strategy"] == "horizon" and q["horizon"] == 15
+    assert all("argmax (no validation predictions)" in r["sources"] for r in q["rows"])  # no validation tail
+    md, _ = build_report(run, overrides={"eval.strategy": "one-bar"})
+    assert md.parent == run / "rescored" / "one-bar"
+    one_bar = json.loads((md.parent / "questions.json").read_text())["trading"]
+    assert one_bar["strategy"] == "one-bar" and all(r["sources"] == ["one-bar"] for r in one_bar["rows"])
+    # the one-bar rule re-scored is the engine's own path: its turnover is the cells' metrics
+    cells = [json.loads(p.read_text()) for p in (run / "cells" / "n32").glob("*.cell.json")]
+    n32 = next(r for r in one_bar["rows"] if r["series"] == "n32")
+    assert n32["turnover"] == pytest.approx(np.mean([c["metrics"]["turnover"] for c in cells]))
+    assert n32["turnover"] > next(r for r in q["rows"] if r["series"] == "n32")["turnover"]  # holding h bars trades less
+    strict = build_report(run, overrides={"eval.entry_threshold": 0.99}, out_dir=tmp_path / "strict")[0].parent
+    rows = json.loads((strict / "questions.json").read_text())["trading"]["rows"]
+    assert all(r["turnover"] == 0 and r["sources"] == ["fixed"] for r in rows)  # nothing clears 0.99
+    assert "Trading rule: horizon: 15 overlapping sub-portfolios" in (strict / "report.md").read_text()
+    with pytest.raises(UserError, match=r"report --set eval.strategy must be one of one-bar, horizon, got 'weekly'"):
+        check_overrides({"eval.strategy": "weekly"})

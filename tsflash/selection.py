@@ -569,7 +569,8 @@ def diebold_mariano(loss_a, loss_b, lag: int, *, hln: bool = False) -> DMResult:
         return DMResult(statistic=stat, pvalue=1.0 if mean == 0.0 else 0.0, mean_diff=mean, se=0.0)
     stat = mean / se
     if not hln:
-        return DMResult(statistic=stat, pvalue=min(1.0, 2.0 * _NORMAL.cdf(-abs(stat))), mean_diff=mean, se=se)
+        # 2 * (1 - Phi(|z|)) = erfc(|z| / sqrt 2), accurate far in the tail (NormalDist.cdf rounds it to 0)
+        return DMResult(statistic=stat, pvalue=math.erfc(abs(stat) / math.sqrt(2.0)), mean_diff=mean, se=se)
     from scipy import stats  # only for the t distribution of the corrected statistic
 
     h = lag + 1

@@ -58,7 +58,7 @@ def verdict_section(rd: RunData, words: dict) -> dict:
     if rd.rescored_from:
         notes.append(f"re-scored at eval.fee_bps = {cfg['eval']['fee_bps']:g} from the per-bar positions saved by "
                      f"the run `{rd.run_dir.name}` (which charged {rd.rescored_from['run_fee_bps']:g} bps); nothing "
-                     "was retrained.")
+                     f"was retrained. Trading rule: {Strategy.from_config(cfg).describe()}.")
     question = (f"Two questions, answered separately. 1. Forecasting: does a causal transformer that sees a longer "
                 f"context (N past {cfg['data']['interval']} bars) forecast the {cfg['labels']['horizon']}-bar "
                 f"up/flat/down move of {rd.data.get('symbol', 'BTCUSDT')} better out of sample (paired tests on the "
