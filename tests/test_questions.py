@@ -146,7 +146,7 @@ def test_loss_sums_are_kept_and_read_back_without_the_cells(tmp_path):
         assert a["mean_diff"] == pytest.approx(b["mean_diff"], rel=1e-12) and a["p_holm"] == pytest.approx(b["p_holm"])
     (run / LOSS_FILE).unlink()
     text = build_report(run)[0].read_text()
-    assert "Not tested: this run folder has neither its per-bar cells" in text
+    assert "Not tested: this run folder has neither its per-day loss sums" in text
     assert json.loads((run / "questions.json").read_text())["forecast"]["available"] is False
 
 
@@ -156,7 +156,7 @@ def test_the_published_run_says_what_it_cannot_compute(tmp_path):
     run = tmp_path / "h200"
     shutil.copytree(PUBLISHED, run)
     text = build_report(run)[0].read_text()
-    assert "**Question 1 (forecasting): Not tested: this run folder has neither its per-bar cells" in text
+    assert "**Question 1 (forecasting): Not tested: this run folder has neither its per-day loss sums" in text
     assert "N=512 has the lowest log-loss of the context lengths in 3 of 5 folds" in text
     assert "| N=512 | 0.5265 |" in text  # the directional hit rate from the committed confusion matrices
     assert "**Question 2 (trading): No: no candidate makes money after fees." in text

@@ -151,3 +151,29 @@ def test_the_trading_rule_is_rescored_too(run, tmp_path):
     assert "Trading rule: horizon: 15 overlapping sub-portfolios" in (strict / "report.md").read_text()
     with pytest.raises(UserError, match=r"report --set eval.strategy must be one of one-bar, horizon, got 'weekly'"):
         check_overrides({"eval.strategy": "weekly"})
+
+
+def test_the_sweep_keeps_the_per_day_loss_sums_of_its_forecasts(run):
+    """Question 1's paired tests read the sweep's compact loss sums (forecasts/*.npz): the same
+    numbers as from the per-bar cells, for each seed and the two seeds' ensemble."""
+    from tsflash.report.compute import forecast_question, losses_from_cells, losses_from_sweep
+    from tsflash.report.rundata import load_run
+
+    rd = load_run(run)
+    names = ["n32", "n64", "baseline-logreg", "baseline-prior", "baseline-volatility"]
+    assert sorted(p.stem for p in (run / "forecasts").glob("*.npz")) == sorted(names)
+    sweep, cells = losses_from_sweep(rd, names), losses_from_cells(rd)
+
+    def keyed(t):
+        order = np.lexsort((t["day"], t["fold"], t["member"].astype(str), t["series"].astype(str)))
+        return {k: v[order] for k, v in t.items()}
+
+    a, b = keyed(sweep), keyed(cells)
+    assert set(a["member"]) == {"seed0", "seed1", "ensemble"}
+    for k in ("series", "member", "fold", "day"):
+        assert np.array_equal(a[k].astype(str), b[k].astype(str)), k
+    for k in set(a) - {"series", "member", "fold", "day"}:
+        assert np.allclose(a[k], b[k], rtol=1e-12, atol=0), k
+    fq = forecast_question(rd, ["n32", "n64"])
+    assert fq.available and fq.source.startswith("the sweep's per-day loss sums")
+    assert fq.answer in ("better", "no better", "worse") and set(fq.comparisons[0].seed_diffs) == {"seed0", "seed1"}

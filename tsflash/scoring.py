@@ -1,5 +1,6 @@
 """Scoring at a fee: per-bar net returns under a trading rule, seed portfolios, daily series and
-the trial's value. Torch-free.
+the trial's value; and the per-day loss sums of the forecasts (question 1's paired tests).
+Torch-free.
 
 Fees are applied here, at scoring time (`tsflash.metrics.apply_fees`), from what every cell
 saves: its per-bar positions and gross returns under the one-bar rule, and its probabilities and
@@ -17,11 +18,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tsflash import atomic
 from tsflash.errors import UserError
-from tsflash.metrics import apply_fees
+from tsflash.metrics import DAILY_SUMS, apply_fees, daily_loss_sums
 from tsflash.runfolder import BASELINE_PREFIX, RunFolder, is_baseline, read_json
 from tsflash.selection import SelectionInputError, daily_returns, sharpe
-from tsflash.strategy import Strategy, break_even_fee, horizon_path, turnover
+from tsflash.strategy import Strategy, break_even_fee, horizon_path, stored, turnover
 
 ONE_BAR = Strategy(kind="one-bar")
 # The cell arrays the scoring reads (FoldResult attributes, or the keys of its .npz).
@@ -164,3 +166,73 @@ def series_from_cells(folder: RunFolder, name: str, n_folds: int, seeds: list[in
         parts = [seed_portfolio([cell_returns(folder.cell_stem(name, k, s), fee_bps, strategy) for s in seeds])
                  for k in range(n_folds)]
     return daily_series(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-day loss sums of the forecasts: what question 1's paired tests need, kept small
+
+
+ENSEMBLE = "ensemble"  # member name of a configuration's seed ensemble (and of a baseline's one forecast)
+LOSS_KEYS = ("series", "member", "fold", "day")  # the key columns of a loss table; then DAILY_SUMS
+FORECASTS_DIR = "forecasts"  # <run>/forecasts/<series>.npz, written by the sweep per trial and baseline
+
+
+def fold_losses(name: str, fold: int, forecasts: list[Mapping], members: list[str] | None = None) -> dict:
+    """The loss table of one series on one fold: per UTC day, `tsflash.metrics.daily_loss_sums`.
+
+    forecasts : the fold's cell arrays (test_time, y_true, y_prob), one per member; all score the
+        same bars. With `members` (e.g. ["seed0", "seed1"], one per forecast) each member gets its
+        rows and the seed ensemble (the mean of their probabilities per bar) gets ENSEMBLE rows;
+        without, the one forecast is the ENSEMBLE. Probabilities are read at their stored float16
+        precision, so a fresh cell and a reloaded one give the same sums.
+    Returns {column: (R,) array}: series and member (str), fold (int64), day (datetime64[D]) and
+    the float64 DAILY_SUMS.
+    """
+    probs = [stored(f["y_prob"]) for f in forecasts]
+    t, y = forecasts[0]["test_time"], forecasts[0]["y_true"]
+    labelled = list(zip(members, probs)) if members else []
+    labelled.append((ENSEMBLE, np.mean(probs, axis=0)))  # (M, 3)
+    parts = []
+    for member, p in labelled:
+        sums = daily_loss_sums(t, y, p)
+        d = len(sums["days"])
+        parts.append({"series": np.full(d, name), "member": np.full(d, member), "fold": np.full(d, fold, np.int64),
+                      "day": sums["days"]} | {k: sums[k] for k in DAILY_SUMS})
+    return concat_losses(parts)
+
+
+def concat_losses(parts: list[dict]) -> dict:
+    parts = [p for p in parts if p]
+    return {k: np.concatenate([p[k] for p in parts]) for k in (*LOSS_KEYS, *DAILY_SUMS)} if parts else {}
+
+
+def losses_path(folder: RunFolder, name: str) -> Path:
+    """<run>/forecasts/<name>.npz: the loss table of one trial key or baseline-<name>."""
+    return folder.root / FORECASTS_DIR / f"{name}.npz"
+
+
+def write_losses(folder: RunFolder, name: str, table: dict) -> Path:
+    path = losses_path(folder, name)
+    arrays = {k: np.asarray(table[k]).astype(str) for k in ("series", "member")}
+    arrays |= {"fold": table["fold"], "day": table["day"].astype("datetime64[D]").astype(np.int64)}
+    arrays |= {k: table[k] for k in DAILY_SUMS}
+    with atomic.atomic_path(path) as tmp, open(tmp, "wb") as fh:  # a handle: np.savez would append ".npz"
+        np.savez(fh, **arrays)
+    return path
+
+
+def read_losses(folder: RunFolder, name: str) -> dict | None:
+    """The loss table `write_losses` wrote for `name`, or None when there is none."""
+    path = losses_path(folder, name)
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        out = {k: z[k].astype(object) for k in ("series", "member")}
+        out |= {"fold": z["fold"].astype(np.int64), "day": z["day"].astype("datetime64[D]")}
+        return out | {k: z[k].astype(np.float64) for k in DAILY_SUMS}
+
+
+def baseline_losses(folder: RunFolder, base: str, n_folds: int) -> dict:
+    """The loss table of baseline `base` from its per-fold cells (their .npz must be present)."""
+    return concat_losses([fold_losses(BASELINE_PREFIX + base, k, [cell_arrays(folder.baseline_stem(k, base))])
+                          for k in range(n_folds)])

@@ -56,7 +56,8 @@ from tsflash.provenance import mark_complete, write_data_json, write_run_json
 from tsflash.report import build_report
 from tsflash.runfolder import RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json
 from tsflash.scoring import (
-    cell_returns, daily_series, daily_sharpe, objective_value, result_arrays, scored_arrays, seed_portfolio,
+    baseline_losses, cell_returns, concat_losses, daily_series, daily_sharpe, fold_losses, objective_value,
+    result_arrays, scored_arrays, seed_portfolio, write_losses,
 )
 from tsflash.strategy import Strategy
 from tsflash.store import iso
@@ -210,9 +211,11 @@ class Objective:
         log.info("trial %s (slot %s): %d of %d cells to do, about %s", key, slot, to_do,
                  self.n_folds * len(cfg.train.seeds),
                  format_seconds(self.progress.estimate([model_work(cfg, params["n"], self.model_params)] * to_do)))
-        parts, result_paths = [], []
+        parts, result_paths, losses = [], [], []
         for k in range(self.n_folds):
             per_seed = [self._cell(trial, params, key, k, seed) for seed in cfg.train.seeds]
+            losses.append(fold_losses(key, k, [result_arrays(r) for r in per_seed],
+                                      [f"seed{s}" for s in cfg.train.seeds]))
             result_paths += [self.folder.relative(self.folder.cell_stem(key, k, s)) for s in cfg.train.seeds]
             fold = seed_portfolio([scored_arrays(result_arrays(r), self.strategy, self.fee)[0] for r in per_seed])
             parts.append(fold)
@@ -221,6 +224,7 @@ class Objective:
             trial.set_user_attr(f"fold{k}_metrics", {m: per_seed[0].metrics[m] for m in CLASSIFICATION})
         daily = daily_series(parts)
         path = self.folder.write_series(key, **daily)
+        write_losses(self.folder, key, concat_losses(losses))  # question 1's paired tests read these
         trial.set_user_attr("result_paths", result_paths)
         trial.set_user_attr("daily_returns_path", self.folder.relative(path))
         trial.set_user_attr("daily_sharpe_defined", bool(np.std(daily["net"]) > 0))
@@ -283,6 +287,7 @@ class Objective:
                 parts = [cell_returns(folder.baseline_stem(k, name), self.fee, self.strategy)
                          for k in range(self.n_folds)]
                 folder.write_series(series, **daily_series(parts))
+                write_losses(folder, series, baseline_losses(folder, name, self.n_folds))
 
     def _summary(self, res: engine.FoldResult, *, kind: str, key: str, name: str, params: dict, fold: int,
                  seed: int | None, stem: Path) -> dict:

@@ -27,10 +27,12 @@ per-bar log-loss and on the direction score, a Diebold-Mariano test
   Holm-adjusted 5 %: "better" when some longer N has a significantly lower loss on either score
   and none a significantly higher one, "worse" the reverse, "no better" otherwise (a mix of
   both is reported as "no better", with the mix named).
-- The per-day loss sums come from the per-bar cells (cells/**/*.npz) and are written beside the
-  report as forecast_daily.parquet; a run folder without its cells (a published one) is read
-  from that file, and without it the report says the paired tests cannot be computed and shows
-  the fold-level differences from the cell summaries instead.
+- The per-day loss sums (`tsflash.scoring.fold_losses`) are written by the sweep per trial and
+  baseline (forecasts/*.npz, small: they survive where the per-bar cells are not kept), else
+  computed from the per-bar cells (cells/**/*.npz); the report writes them beside itself as
+  forecast_daily.parquet, and reads that file when neither is there. Without any, the report
+  says the paired tests cannot be computed and shows the fold-level differences from the cell
+  summaries instead.
 
 Question 2, trading: is any of it tradable after multiple testing? The candidates' daily net
 returns under the run's trading rule (`tsflash.strategy`) go through the DSR and PBO gates
@@ -50,10 +52,10 @@ import numpy as np
 
 from tsflash import selection as sel
 from tsflash.intervals import INTERVAL_US, bars_per_day
-from tsflash.metrics import DAILY_SUMS, daily_loss_sums, hit_rate_from_confusion
+from tsflash.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.report.rundata import RunData
 from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
-from tsflash.scoring import cell_arrays
+from tsflash.scoring import ENSEMBLE, FORECASTS_DIR, cell_arrays, concat_losses, fold_losses, read_losses
 from tsflash.strategy import Strategy
 
 PERIODS_PER_YEAR = 365.0  # daily returns; BTC trades every day
@@ -145,7 +147,6 @@ def series_stats(rd: RunData, name: str) -> dict:
 # The two questions
 
 LOSS_FILE = "forecast_daily.parquet"  # per (series, member, fold, day) loss sums, beside the report
-ENSEMBLE = "ensemble"  # member name of a configuration's seed ensemble (and of every baseline)
 LOGREG = baseline_series_name("logreg")
 PRIOR = baseline_series_name("prior")
 VOLATILITY = baseline_series_name("volatility")
@@ -153,26 +154,21 @@ ALPHA = 0.05  # family-wise level of the Holm-adjusted tests
 _Z = NormalDist().inv_cdf(0.975)
 # score -> (column of summed losses, column of the bar count it is averaged over)
 SCORES = {"log_loss": ("log_loss", "n_labelled"), "direction": ("direction_loss", "n_moves")}
-_KEYS = ("series", "member", "fold", "day")
 
 
 # ---------------------------------------------------------------------------------------------
 # The per-day loss table: columns series, member, fold, day and tsflash.metrics.DAILY_SUMS
 
 
-def _rows(series: str, member: str, fold: int, sums: dict) -> dict:
-    d = len(sums["days"])
-    return {"series": np.array([series] * d, dtype=object), "member": np.array([member] * d, dtype=object),
-            "fold": np.full(d, fold, dtype=np.int64), "day": sums["days"]} | {k: sums[k] for k in DAILY_SUMS}
-
-
-def _concat(parts: list[dict]) -> dict:
-    return {k: np.concatenate([p[k] for p in parts]) for k in (*_KEYS, *DAILY_SUMS)} if parts else {}
+def losses_from_sweep(rd: RunData, names: list[str]) -> dict | None:
+    """The loss tables the sweep wrote per trial and baseline (forecasts/*.npz); None when any is missing."""
+    tables = [read_losses(rd.folder, name) for name in names]
+    return concat_losses(tables) if names and all(t is not None for t in tables) else None
 
 
 def losses_from_cells(rd: RunData) -> dict | None:
-    """The per-day loss table of every configuration (seed ensemble and each seed) and baseline,
-    from the per-bar cells; None when any cell's .npz is missing."""
+    """The loss table of every configuration (each seed and the seed ensemble) and baseline, from
+    the per-bar cells; None when any cell's .npz is missing."""
     folder, parts = rd.folder, []
     groups: dict[tuple[str, int], list[int]] = {}
     for c in rd.cells:
@@ -182,21 +178,16 @@ def losses_from_cells(rd: RunData) -> dict | None:
     if not stems or not all(RunFolder.cell_npz(s).exists() for s in stems):
         return None
     for (key, fold), seeds in sorted(groups.items()):
-        probs = []
-        for seed in sorted(seeds):
-            a = cell_arrays(folder.cell_stem(key, fold, seed))
-            probs.append(a["y_prob"].astype(np.float64))
-            parts.append(_rows(key, f"seed{seed}", fold, daily_loss_sums(a["test_time"], a["y_true"], probs[-1])))
-        ensemble = np.mean(probs, axis=0)  # (M, 3) the seeds' probabilities averaged per bar
-        parts.append(_rows(key, ENSEMBLE, fold, daily_loss_sums(a["test_time"], a["y_true"], ensemble)))
+        seeds = sorted(seeds)
+        parts.append(fold_losses(key, fold, [cell_arrays(folder.cell_stem(key, fold, s)) for s in seeds],
+                                 [f"seed{s}" for s in seeds]))
     for b in rd.baselines:
-        a = cell_arrays(folder.baseline_stem(b["fold"], b["name"]))
-        sums = daily_loss_sums(a["test_time"], a["y_true"], a["y_prob"].astype(np.float64))
-        parts.append(_rows(baseline_series_name(b["name"]), ENSEMBLE, b["fold"], sums))
-    return _concat(parts)
+        parts.append(fold_losses(baseline_series_name(b["name"]), b["fold"],
+                                 [cell_arrays(folder.baseline_stem(b["fold"], b["name"]))]))
+    return concat_losses(parts)
 
 
-def write_losses(table: dict, path: Path) -> Path:
+def write_table(table: dict, path: Path) -> Path:
     """The loss table as Parquet (atomically), days as date32."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -211,7 +202,8 @@ def write_losses(table: dict, path: Path) -> Path:
     return path
 
 
-def read_losses(path: Path) -> dict | None:
+def read_table(path: Path) -> dict | None:
+    """The loss table `write_table` wrote, or None when `path` does not exist."""
     if not path.exists():
         return None
     import pyarrow.parquet as pq
@@ -224,15 +216,17 @@ def read_losses(path: Path) -> dict | None:
 
 
 def load_losses(rd: RunData) -> tuple[dict | None, str]:
-    """(loss table or None, where it came from: "per-bar cells" or LOSS_FILE, or why it is missing)."""
-    table = losses_from_cells(rd)
-    if table is not None:
-        return table, "per-bar cells"
-    table = read_losses(rd.run_dir / LOSS_FILE)
-    if table is not None:
-        return table, LOSS_FILE
-    return None, (f"this run folder has neither its per-bar cells (cells/**/*.npz) nor their per-day loss sums "
-                  f"({LOSS_FILE})")
+    """(loss table or None, where it came from, or why it is missing): the sweep's per-trial loss
+    files (forecasts/*.npz), else the per-bar cells, else LOSS_FILE beside the report."""
+    names = [*rd.trial_keys, *sorted({baseline_series_name(b["name"]) for b in rd.baselines})]
+    for table, source in ((lambda: losses_from_sweep(rd, names), f"the sweep's per-day loss sums ({FORECASTS_DIR}/)"),
+                          (lambda: losses_from_cells(rd), "per-bar cells"),
+                          (lambda: read_table(rd.run_dir / LOSS_FILE), LOSS_FILE)):
+        found = table()
+        if found is not None:
+            return found, source
+    return None, (f"this run folder has neither its per-day loss sums ({FORECASTS_DIR}/ or {LOSS_FILE}) nor its "
+                  "per-bar cells (cells/**/*.npz)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 from tsflash import atomic
-from tsflash.report.compute import LOGREG, LOSS_FILE, PERIODS_PER_YEAR, Numbers, write_losses
+from tsflash.report.compute import LOGREG, LOSS_FILE, PERIODS_PER_YEAR, Numbers, write_table
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import (
     SCORE_NAMES,
@@ -170,7 +170,7 @@ def write_outputs(rd: RunData, nums: Numbers, words: dict, out_dir: Path) -> dic
 
     fq = nums.forecast
     if fq.table is not None and (fq.source != LOSS_FILE or Path(out_dir).resolve() != rd.run_dir.resolve()):
-        write_losses(fq.table, out_dir / LOSS_FILE)
+        write_table(fq.table, out_dir / LOSS_FILE)
     atomic.write_json(out_dir / RESULTS_FILE, clean(results(nums, words)))
     if not fq.comparisons:
         return None
