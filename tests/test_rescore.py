@@ -113,7 +113,11 @@ def test_the_noise_control_trains_each_seed_once_and_rescores(run, tmp_path):
     assert len(json.loads((seed0 / "run.json").read_text())["invocations"]) == 1  # no second training
     zero = json.loads((seed0 / "rescored" / "fee-0bps" / "results.json").read_text())
     assert zero["setup"]["config"]["eval"]["fee_bps"] == 0.0
-    assert {k: v for k, v in rows[1].items() if k not in ("seconds", "git_commit")} == nc.row_from_results(zero, 0.0, 0)
+    zero_q = json.loads((seed0 / "rescored" / "fee-0bps" / "questions.json").read_text())
+    assert {k: v for k, v in rows[1].items() if k not in ("seconds", "git_commit")} == nc.row_from_results(zero, 0.0, 0,
+                                                                                                          zero_q)
+    assert rows[0]["q1_available"] and rows[0]["q1_answer"] == rows[1]["q1_answer"]  # forecasts do not pay fees
+    assert rows[0]["q2_strategy"] == "horizon"
     five = json.loads((seed0 / "results.json").read_text())
     assert rows[0]["dsr"] == five["verdict"]["dsr"] and rows[0]["candidate_sharpes"] != rows[1]["candidate_sharpes"]
     assert list(nc.summarize(rows)["by_fee"]) == ["5", "0"]
