@@ -118,8 +118,9 @@ def test_t_statistic(nc):
 
 def fake_questions(answer, passed, none_profitable, available=True) -> dict:
     return {"forecast": {"available": available, "answer": answer if available else None, "shortest": "n32",
-                         "comparisons": [{"reference": "n32", "p_holm": 0.4}, {"reference": "n32", "p_holm": 0.03},
-                                         {"reference": "baseline-logreg", "p_holm": 0.001}]},
+                         "comparisons": [{"reference": "n32", "score": "direction", "p_holm": 0.4},
+                                         {"reference": "n32", "score": "log_loss", "p_holm": 0.03},
+                                         {"reference": "baseline-logreg", "score": "direction", "p_holm": 0.001}]},
             "trading": {"strategy": "horizon", "none_profitable": none_profitable, "n_profitable": 0, "passed": passed,
                         "n_effective": 1.5, "dsr_effective": 0.2, "min_sharpe_annual": 3.1}}
 
@@ -128,6 +129,7 @@ def test_rows_carry_both_answers(nc):
     row = nc.row_from_results(fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.5, 0.4), 0, 1,
                               fake_questions("better", False, True))
     assert row["q1_answer"] == "better" and row["q1_min_holm_p"] == 0.03  # against the shortest N only
+    assert row["q1_direction_differs"] is False  # the direction comparison with the shortest N has Holm p 0.4
     assert row["q2_none_profitable"] is True and row["q2_strategy"] == "horizon" and row["q2_n_effective"] == 1.5
     bare = nc.row_from_results(fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.5, 0.4), 0, 1)
     assert bare["q1_available"] is False and bare["q1_answer"] is None
@@ -135,7 +137,7 @@ def test_rows_carry_both_answers(nc):
 
 def test_false_positive_bounds_with_exact_intervals(nc):
     rows = []
-    answers = ["no better", "no better", "worse", "no better", "no better"]
+    answers = ["no better", "no better", "better", "worse", "no better"]
     for seed, answer in enumerate(answers):
         for fee in (5, 0):
             res = fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.97 if (fee == 0 and seed == 1) else 0.1, 0.3)
@@ -143,6 +145,8 @@ def test_false_positive_bounds_with_exact_intervals(nc):
     q = nc.summarize(rows)["questions"]
     f = q["forecast"]
     assert (f["false_positives"], f["runs"], f["not_tested"]) == (1, 5, 0)  # counted once per seed, not per fee
+    assert f["answers"] == {"better": 1, "no better": 3, "worse": 1}  # "worse" is a "no"
+    assert q["direction"]["false_positives"] == 0 and q["direction"]["bound95"] == pytest.approx(1 - 0.025 ** 0.2)
     lo, hi = f["exact95"]
     assert lo == pytest.approx(1 - 0.975 ** 0.2, rel=1e-9) and hi == pytest.approx(0.7164179, rel=1e-5)
     assert f["bound95"] == hi
@@ -153,9 +157,11 @@ def test_false_positive_bounds_with_exact_intervals(nc):
     assert nc.exact_interval(0, 0) == (0.0, 1.0)
     md = nc.render_markdown(nc.summarize(rows))
     assert "## The two questions" in md
-    assert ('Question 1 (forecasting): question 1 answers "better" or "worse" (paired tests, Holm 5 %): 1 of 5 runs, '
-            "rate 20%, exact 95 % interval [0.5%, 71.6%]: the false-positive rate at this size is at most 71.6%") in md
-    assert "| 0 | 2 | worse | 0.030 | fail | False | 1.50 | 3.10 |" in md
+    assert ('Question 1 (forecasting): question 1 answers "better" (paired tests against the shortest N, Holm 5 %): '
+            "1 of 5 runs, rate 20%, exact 95 % interval [0.5%, 71.6%]: the false-positive rate at this size is at most "
+            "71.6%") in md
+    assert "Question 1, the direction alone: a longer N differs from the shortest N on the direction score" in md
+    assert "| 0 | 2 | better | no | 0.030 | fail | False | 1.50 | 3.10 |" in md
 
 
 def test_the_full_size_arm_runs_the_default_protocol(nc, tmp_path):
