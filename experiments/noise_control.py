@@ -405,6 +405,9 @@ def render_markdown(summary: dict, meta: dict | None = None) -> str:
             lines += ["```", meta["command"], "```", ""]
         if meta.get("sweep_command"):
             lines += ["Each sweep (SEED filled in), trained once per seed:", "", "```", meta["sweep_command"], "```", ""]
+        if meta.get("full_size_command") and not str(meta.get("arm", "")).startswith("full"):
+            lines += ["The full-size arm (the default protocol on a GPU; resumable, run it until it writes its "
+                      "summary):", "", "```", meta["full_size_command"], "```", ""]
         if meta.get("rescored_fees_bps"):
             fees = ", ".join(f"{f:g}" for f in meta["rescored_fees_bps"])
             lines += [f"The other fee settings ({fees} bps) re-score each seed's run from its saved per-bar "
