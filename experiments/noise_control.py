@@ -1,29 +1,53 @@
-"""The noise control (issue 6, deliverable 7): `tsflash sweep` on seeded random walks must fail the gates.
+"""The noise control at the two-questions protocol: on seeded random walks, `tsflash sweep` must
+answer "no" to both questions (issue 11, item 8; first written for issue 6).
 
 Runs the sweep CLI (`python -m tsflash.cli sweep`, one process at a time) on
-`--data synthetic:random-walk:SEED` for SEED = 0 .. K-1, once per seed at the first fee setting,
-with a small, fast configuration (`--preset cpu` plus `--set` overrides). The other fee settings
-(default 5 bps, then 0 bps) re-score the same trained run from its saved per-bar positions
-(`tsflash.report.build_report(run, overrides={"eval.fee_bps": fee})`): fees never change what is
-trained, so no seed is trained twice. It reads each setting's results.json and writes
+`--data synthetic:random-walk:SEED` for SEED = 0 .. K-1, once per seed at the first fee setting.
+The CPU arm (the default) uses a small, fast configuration (`--preset cpu` plus `--set`
+overrides); the full-size arm (`--full`, on a GPU) runs the default protocol unchanged. The
+other fee settings (default 5 bps, then 0 bps) re-score the same trained run from its saved
+cells (`tsflash.report.build_report(run, overrides={"eval.fee_bps": fee})`): fees never change
+what is trained, so no seed is trained twice. It reads each setting's results.json and
+questions.json and writes
 
-    reports/noise-control/summary.json   every run's verdict and the pass rates (machine-readable)
-    reports/noise-control/summary.md     the same as tables, with the gate rule and nominal rates
+    <out>/summary.json   every run's answers and the rates (machine-readable)
+    <out>/summary.md     the same as tables, with the rules, the nominal rates and the bounds
 
-The bars are a driftless random walk, so the sign of future returns is unpredictable by
-construction: the selected context length should pass the DSR gate at about its nominal
-false-positive rate (about 1 - min_dsr = 5%) or less, and both gates at most that often. At 5 bps
-every strategy loses to fees, so that setting fails trivially; 0 bps is the setting that tests
-the gates. Each sweep writes its run folder under a scratch folder (a temporary one, removed at
-the end, unless --workdir is given; a --workdir keeps the run folders and a rerun reuses the
-finished ones), and each re-scored setting a folder `rescored/fee-<x>bps` inside it.
+(<out> = reports/noise-control by default.) The bars are a driftless random walk, so nothing is
+predictable by construction:
 
-The statistics come from scipy.stats: the Wilson interval (`binomtest(...).proportion_ci`), the
-binomial tail (`binomtest(..., alternative="greater")`) and the t statistic (`ttest_1samp`).
+- Question 1 (forecasting, paired Diebold-Mariano tests of each N against the shortest N,
+  Holm-adjusted at 5 %; fee-independent, so counted once per seed). The walk's SIGN is
+  unpredictable, but the SIZE of its moves is partly forecastable (its volatility clusters,
+  tsflash.synthetic), so the log-loss can truly differ between N (a model that learned the
+  volatility less well is truly worse). Two counts: a run answering "better" (the "yes" that the
+  control must not give), and the clean false positive, a run in which some longer N differs
+  from the shortest N on the direction score (up-vs-down log-loss) at Holm 5 %: no context can
+  hold information about the sign, so Holm's family-wise error rate bounds this at 5 %.
+- Question 2 (trading): passing the DSR gate is a false positive at a nominal rate of about
+  1 - min_dsr = 5 %, and passing both gates at most that often. At 5 bps every strategy loses to
+  fees, so that setting fails trivially; 0 bps is the setting that tests the gates.
 
-    python experiments/noise_control.py                     # K = 10 seeds x {5, 0} bps
+Each false-positive rate is stated with its exact 95 % (Clopper-Pearson) interval, whose upper
+end is the bound this many runs can give: with 0 of K false positives, 1 - 0.025^(1/K).
+
+Each sweep writes its run folder under a scratch folder (a temporary one, removed at the end,
+unless --workdir is given; a --workdir keeps the run folders and a rerun reuses the finished
+ones and resumes unfinished ones), and each re-scored setting a folder `rescored/fee-<x>bps`
+inside it. The statistics come from scipy.stats: the Wilson and Clopper-Pearson intervals
+(`binomtest(...).proportion_ci`), the binomial tail (`binomtest(..., alternative="greater")`)
+and the t statistic (`ttest_1samp`).
+
+    python experiments/noise_control.py                     # CPU arm: K = 10 seeds x {5, 0} bps
     python experiments/noise_control.py --seeds 8 --fees 0  # 8 seeds at 0 bps only
     python experiments/noise_control.py --workdir /tmp/nc --set train.steps=24
+
+The full-size arm on the H200 (`FULL_SIZE_COMMAND`; resumable: run it again until it writes the
+summary; each invocation stops starting trials after --time-budget seconds):
+
+    python experiments/noise_control.py --full --seeds 1 --device cuda --fees 5,0 \
+        --lengths 512,4096,32768 --time-budget 420 --workdir runs/noise-full \
+        --out reports/controls/random-walk
 """
 
 from __future__ import annotations
@@ -52,6 +76,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash, the one the sweeps run (`python -m` from REPO)
 DEFAULT_OUT = Path("reports") / "noise-control"  # relative to the repository root
+FULL_SIZE_COMMAND = ("python experiments/noise_control.py --full --seeds 1 --device cuda --fees 5,0 "
+                     "--lengths 512,4096,32768 --time-budget 420 --workdir runs/noise-full "
+                     "--out reports/controls/random-walk")
 
 # The small CPU configuration: ~20 s per sweep on one CPU thread. `--preset cpu` first, then these.
 DEFAULT_LENGTHS = "32,64,128,256"
@@ -104,8 +131,30 @@ def _num(x) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def row_from_results(results: dict, fee_bps: float, seed: int) -> dict:
-    """One summary row from a run's results.json (tsflash.report): the verdict and the selected candidate."""
+def question_fields(questions: dict | None) -> dict:
+    """The two answers from a run's questions.json (tsflash.report.questions); None where absent."""
+    q1 = (questions or {}).get("forecast") or {}
+    q2 = (questions or {}).get("trading") or {}
+    shortest = q1.get("shortest")
+    vs = [c for c in q1.get("comparisons") or [] if c.get("reference") == shortest]
+    direction = [_num(c.get("p_holm")) for c in vs if c.get("score") == "direction"]
+    return {
+        "q1_available": bool(q1.get("available", False)),
+        "q1_answer": q1.get("answer"),
+        "q1_min_holm_p": min((_num(c.get("p_holm")) for c in vs if _num(c.get("p_holm")) is not None), default=None),
+        "q1_direction_differs": any(p is not None and p <= 0.05 for p in direction),
+        "q2_strategy": q2.get("strategy"),
+        "q2_none_profitable": q2.get("none_profitable"),
+        "q2_n_profitable": q2.get("n_profitable"),
+        "q2_n_effective": _num(q2.get("n_effective")),
+        "q2_dsr_effective": _num(q2.get("dsr_effective")),
+        "q2_min_sharpe_annual": _num(q2.get("min_sharpe_annual")),
+    }
+
+
+def row_from_results(results: dict, fee_bps: float, seed: int, questions: dict | None = None) -> dict:
+    """One summary row from a run's results.json and questions.json (tsflash.report): the gates'
+    verdict, the selected candidate and the two questions' answers."""
     v = results.get("verdict") or {}
     sel = results.get("selection") or {}
     cands = sel.get("candidates") or []
@@ -133,7 +182,7 @@ def row_from_results(results: dict, fee_bps: float, seed: int) -> dict:
         "max_pbo": _num(v.get("max_pbo", sel.get("max_pbo"))),
         "candidate_sharpes": {c.get("key"): _num(c.get("sharpe")) for c in cands},
         "reasons": list(v.get("reasons") or []),
-    }
+    } | question_fields(questions)
 
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -149,6 +198,49 @@ def binom_tail(k: int, n: int, p: float) -> float:
     if k <= 0:
         return 1.0
     return float(stats.binomtest(k, n, p, alternative="greater").pvalue)
+
+
+def exact_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson (exact) interval of a binomial proportion k / n ((0, 1) when n = 0); its
+    upper end is the false-positive bound that n runs give."""
+    if n <= 0:
+        return 0.0, 1.0
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def false_positives(k: int, n: int, nominal: float | None, what: str) -> dict:
+    """A false-positive rate with its exact 95 % interval and the bound it gives."""
+    lo, hi = exact_interval(k, n)
+    out = {"what": what, "false_positives": k, "runs": n, "rate": (k / n) if n else None,
+           "exact95": [lo, hi], "bound95": hi, "nominal": nominal}
+    if nominal is not None and n:
+        out["p_value_at_nominal"] = binom_tail(k, n, nominal)
+    return out
+
+
+def question_rates(rows: list[dict], alpha: float = 0.05) -> dict:
+    """The two questions' false positives over the finished runs: question 1 once per seed (it
+    does not depend on the fee), question 2 per fee setting (a pass of both gates)."""
+    ok = [r for r in rows if r.get("ok")]
+    per_seed = {}
+    for r in ok:
+        if r.get("q1_available"):
+            per_seed.setdefault(r["seed"], r)
+    q1 = list(per_seed.values())
+    out = {"forecast": false_positives(sum(r.get("q1_answer") == "better" for r in q1), len(q1), alpha,
+                                       'question 1 answers "better" (paired tests against the shortest N, Holm 5 %)'),
+           "direction": false_positives(sum(bool(r.get("q1_direction_differs")) for r in q1), len(q1), alpha,
+                                        "a longer N differs from the shortest N on the direction score (Holm 5 %)")}
+    out["forecast"]["not_tested"] = len({r["seed"] for r in ok}) - len(q1)
+    out["forecast"]["answers"] = {a: sum(r.get("q1_answer") == a for r in q1) for a in ("better", "no better", "worse")}
+    out["trading"] = {}
+    for fee in sorted({float(r["fee_bps"]) for r in ok}, reverse=True):
+        rs = [r for r in ok if float(r["fee_bps"]) == fee]
+        out["trading"][f"{fee:g}"] = false_positives(sum(r["passed"] for r in rs), len(rs), alpha,
+                                                     f"question 2 passes both gates at {fee:g} bps") | {
+            "none_profitable": sum(bool(r.get("q2_none_profitable")) for r in rs)}
+    return out
 
 
 def t_statistic(xs: list[float]) -> float | None:
@@ -207,6 +299,7 @@ def summarize(rows: list[dict], min_dsr: float = 0.95, max_pbo: float = 0.5) -> 
         "nominal_note": NOMINAL_NOTE,
         "runs": total_ok,
         "by_fee": by_fee,
+        "questions": question_rates(rows),
         "rows": sorted(rows, key=lambda r: (-float(r["fee_bps"]), r["seed"])),
     }
 
@@ -224,6 +317,46 @@ def _pct(rate: dict) -> str:
         return "n/a"
     lo, hi = rate["wilson95"]
     return f"{rate['passes']}/{rate['runs']} = {rate['rate']:.0%} [{lo:.0%}, {hi:.0%}]"
+
+
+def _bound(fp: dict) -> str:
+    if not fp["runs"]:
+        return f"{fp['what']}: no run to count."
+    lo, hi = fp["exact95"]
+    return (f"{fp['what']}: {fp['false_positives']} of {fp['runs']} runs, rate {fp['rate']:.0%}, exact 95 % interval "
+            f"[{lo:.1%}, {hi:.1%}]: the false-positive rate at this size is at most {hi:.1%} (95 % confidence; "
+            f"nominal {fp['nominal']:.0%}).")
+
+
+def question_lines(summary: dict) -> list[str]:
+    """The two questions' answers and their false-positive bounds, as Markdown lines."""
+    q = summary.get("questions")
+    if not q:
+        return []
+    f = q["forecast"]
+    answers = ", ".join(f"{v} {k!r}" for k, v in f.get("answers", {}).items())
+    lines = ["## The two questions", "", "Question 1 (forecasting): " + _bound(f) + f" Answers: {answers}.",
+             "", "Question 1, the direction alone: " + _bound(q["direction"])
+             + " The sign of a random walk cannot be forecast, so this is the clean false positive; the log-loss "
+               "can truly differ between N through the volatility part, which the walk makes partly forecastable "
+               "(a \"worse\" answer there is a real difference in training, not a false positive)."]
+    if f.get("not_tested"):
+        lines[1] += f" ({f['not_tested']} run(s) without paired tests are not counted.)"
+    for fee in q["trading"].values():
+        lines += ["", "Question 2 (trading): " + _bound(fee)
+                  + f" In {fee['none_profitable']} of {fee['runs']} runs no candidate made money after fees."]
+    lines += ["", "| fee (bps) | seed | question 1 answer | direction differs | smallest Holm p vs the shortest N "
+              "| question 2: gates | none profitable | effective trials | smallest passing Sharpe/yr |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    yn = {True: "yes", False: "no"}
+    for r in summary["rows"]:
+        if r.get("ok"):
+            lines.append(f"| {r['fee_bps']:g} | {r['seed']} | {r.get('q1_answer') or 'not tested'} "
+                         f"| {yn[bool(r.get('q1_direction_differs'))]} "
+                         f"| {_f(r.get('q1_min_holm_p'))} | {'pass' if r['passed'] else 'fail'} "
+                         f"| {r.get('q2_none_profitable')} | {_f(r.get('q2_n_effective'), '.2f')} "
+                         f"| {_f(r.get('q2_min_sharpe_annual'), '.2f')} |")
+    return lines + [""]
 
 
 def render_markdown(summary: dict, meta: dict | None = None) -> str:
@@ -260,6 +393,7 @@ def render_markdown(summary: dict, meta: dict | None = None) -> str:
         lines.append(f"| {r['fee_bps']:g} | {r['seed']} | {r.get('selected_label') or r.get('selected')} "
                      f"| {_f(r['sharpe'], '.4f')} | {_f(r['dsr'])} | {_f(r['pbo'])} "
                      f"| {yn[r['passes_dsr']]} | {yn[r['passes_pbo']]} | {yn[r['passed']]} |")
+    lines += ["", *question_lines(summary)]
     lines += ["", "## The rule", "", summary["gate_rule"], "", summary["nominal_note"], "",
               "The last column of the first table is a leakage check: every candidate's daily net Sharpe "
               "ratio has mean 0 on noise (the selected one's does not: it is the maximum of several), so a "
@@ -271,6 +405,9 @@ def render_markdown(summary: dict, meta: dict | None = None) -> str:
             lines += ["```", meta["command"], "```", ""]
         if meta.get("sweep_command"):
             lines += ["Each sweep (SEED filled in), trained once per seed:", "", "```", meta["sweep_command"], "```", ""]
+        if meta.get("full_size_command") and not str(meta.get("arm", "")).startswith("full"):
+            lines += ["The full-size arm (the default protocol on a GPU; resumable, run it until it writes its "
+                      "summary):", "", "```", meta["full_size_command"], "```", ""]
         if meta.get("rescored_fees_bps"):
             fees = ", ".join(f"{f:g}" for f in meta["rescored_fees_bps"])
             lines += [f"The other fee settings ({fees} bps) re-score each seed's run from its saved per-bar "
@@ -292,10 +429,17 @@ def render_markdown(summary: dict, meta: dict | None = None) -> str:
 
 
 def sweep_argv(seed: int, fee_bps: float, run_dir: Path, args) -> list[str]:
-    argv = [sys.executable, "-m", "tsflash.cli", "sweep", "--preset", "cpu", "--device", args.device,
-            "--data", f"synthetic:random-walk:{seed}", "--lengths", args.lengths,
-            "--start", args.start, "--end", args.end, "--out", str(run_dir), "--no-precision"]
-    for item in [*DEFAULT_OVERRIDES, *args.overrides, f"eval.fee_bps={fee_bps:g}"]:
+    """The sweep command of one seed: the CPU arm's small configuration, or with --full the default
+    protocol at full size (its preset, data range and lengths as given)."""
+    full = getattr(args, "full", False)
+    argv = [sys.executable, "-m", "tsflash.cli", "sweep", "--preset", "full" if full else "cpu",
+            "--device", args.device, "--data", f"synthetic:random-walk:{seed}", "--lengths", args.lengths,
+            "--out", str(run_dir), "--no-precision"]
+    if not full:
+        argv += ["--start", args.start, "--end", args.end]
+    if getattr(args, "time_budget", None):
+        argv += ["--time-budget", f"{args.time_budget:g}"]
+    for item in [*([] if full else DEFAULT_OVERRIDES), *args.overrides, f"eval.fee_bps={fee_bps:g}"]:
         argv += ["--set", item]
     return argv
 
@@ -322,6 +466,9 @@ def train_one(seed: int, fee_bps: float, workdir: Path, args) -> tuple[Path, str
         env |= {var: str(args.threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     with open(run_dir / "noise-control-stdout.txt", "w") as fh:
         proc = subprocess.run(argv, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if proc.returncode == 0 and not _is_finished(run_dir):
+        log.warning("seed %d: the sweep stopped at --time-budget before finishing; run the same command again", seed)
+        return run_dir, "unfinished (time budget): run the same command again to resume"
     if proc.returncode != 0 or not (run_dir / "results.json").exists():
         tail = (run_dir / "noise-control-stdout.txt").read_text().splitlines()[-5:]
         log.error("seed %d: sweep failed (exit %d): %s", seed, proc.returncode, " | ".join(tail))
@@ -338,7 +485,9 @@ def score_one(run_dir: Path, seed: int, fee_bps: float, run_fee_bps: float) -> d
 
         results_path = build_report(run_dir, overrides={"eval.fee_bps": fee_bps})[0].parent / "results.json"
     results = json.loads(results_path.read_text())
-    row = row_from_results(results, fee_bps, seed)
+    questions_path = results_path.parent / "questions.json"
+    questions = json.loads(questions_path.read_text()) if questions_path.exists() else None
+    row = row_from_results(results, fee_bps, seed, questions)
     row["git_commit"] = (results.get("reproducibility") or {}).get("git_commit")
     log.info("fee %g bps, seed %d: selected %s, daily Sharpe %s, DSR %s, PBO %s -> %s", fee_bps, seed,
              row["selected_label"], _f(row["sharpe"], ".4f"), _f(row["dsr"]), _f(row["pbo"]),
@@ -378,6 +527,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="sweep device (default cpu)")
     p.add_argument("--threads", type=int, default=1,
                    help="OMP/MKL threads of each sweep process; 0 leaves the environment alone (default 1)")
+    p.add_argument("--full", action="store_true",
+                   help="the full-size arm: the default protocol and data range (--preset full, no CPU overrides); "
+                        "for a GPU")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="passed to each sweep: start no new trial after this many seconds (resume by rerunning)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="extra sweep config override, after the built-in ones (repeatable)")
     p.add_argument("--workdir", type=Path, help="keep run folders here (default: a temporary folder, removed at the end)")
@@ -406,8 +560,10 @@ def _meta(argv: list[str] | None, args, fees: list[float], seeds: list[int], sta
         "seeds": seeds,
         "fees_bps": fees,
         "lengths": args.lengths,
-        "range": [args.start, args.end],
-        "overrides": [*DEFAULT_OVERRIDES, *args.overrides],
+        "range": None if args.full else [args.start, args.end],
+        "arm": "full size (default protocol)" if args.full else "CPU (small configuration)",
+        "full_size_command": FULL_SIZE_COMMAND,
+        "overrides": [*([] if args.full else DEFAULT_OVERRIDES), *args.overrides],
         "git_commit": next((r.get("git_commit") for r in rows if r.get("ok") and r.get("git_commit")), None),
         "machine": f"{platform.machine()}, {os.cpu_count()} logical cores, {args.threads or 'default'} thread(s) per sweep",
     }
@@ -435,6 +591,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if temp:
             shutil.rmtree(workdir, ignore_errors=True)
+    unfinished = sorted(r["seed"] for r in rows if str(r.get("error", "")).startswith("unfinished"))
+    if unfinished:  # a resumable full-size arm: keep the last summary until every seed has finished
+        log.warning("seed(s) %s unfinished (time budget): run the same command again; no summary written", unfinished)
+        return 3
     ok = [r for r in rows if r.get("ok")]
     summary = summarize(rows, min_dsr=next((r["min_dsr"] for r in ok if r.get("min_dsr") is not None), 0.95),
                         max_pbo=next((r["max_pbo"] for r in ok if r.get("max_pbo") is not None), 0.5))
@@ -445,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     atomic.write_text(out_dir / "summary.md", render_markdown(summary, meta))
     for fee in summary["by_fee"].values():
         log.info("fee %g bps: DSR %s, PBO %s, both %s", fee["fee_bps"], _pct(fee["dsr"]), _pct(fee["pbo"]), _pct(fee["both"]))
+    log.info("%s", _bound(summary["questions"]["forecast"]))
+    log.info("%s", _bound(summary["questions"]["direction"]))
     log.info("wrote %s and %s in %.0f s", out_dir / "summary.json", out_dir / "summary.md", meta["runtime_s"])
     return 1 if any(not r.get("ok") for r in rows) else 0
 

@@ -110,3 +110,66 @@ def test_t_statistic(nc):
     m, s = sum(xs) / 4, math.sqrt(sum((x - sum(xs) / 4) ** 2 for x in xs) / 3)
     assert nc.t_statistic(xs) == pytest.approx(m / (s / 2), rel=1e-12)
     assert nc.t_statistic([0.1]) is None and nc.t_statistic([0.2, 0.2]) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the two questions
+
+
+def fake_questions(answer, passed, none_profitable, available=True) -> dict:
+    return {"forecast": {"available": available, "answer": answer if available else None, "shortest": "n32",
+                         "comparisons": [{"reference": "n32", "score": "direction", "p_holm": 0.4},
+                                         {"reference": "n32", "score": "log_loss", "p_holm": 0.03},
+                                         {"reference": "baseline-logreg", "score": "direction", "p_holm": 0.001}]},
+            "trading": {"strategy": "horizon", "none_profitable": none_profitable, "n_profitable": 0, "passed": passed,
+                        "n_effective": 1.5, "dsr_effective": 0.2, "min_sharpe_annual": 3.1}}
+
+
+def test_rows_carry_both_answers(nc):
+    row = nc.row_from_results(fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.5, 0.4), 0, 1,
+                              fake_questions("better", False, True))
+    assert row["q1_answer"] == "better" and row["q1_min_holm_p"] == 0.03  # against the shortest N only
+    assert row["q1_direction_differs"] is False  # the direction comparison with the shortest N has Holm p 0.4
+    assert row["q2_none_profitable"] is True and row["q2_strategy"] == "horizon" and row["q2_n_effective"] == 1.5
+    bare = nc.row_from_results(fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.5, 0.4), 0, 1)
+    assert bare["q1_available"] is False and bare["q1_answer"] is None
+
+
+def test_false_positive_bounds_with_exact_intervals(nc):
+    rows = []
+    answers = ["no better", "no better", "better", "worse", "no better"]
+    for seed, answer in enumerate(answers):
+        for fee in (5, 0):
+            res = fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.97 if (fee == 0 and seed == 1) else 0.1, 0.3)
+            rows.append(nc.row_from_results(res, fee, seed, fake_questions(answer, fee == 0 and seed == 1, fee == 5)))
+    q = nc.summarize(rows)["questions"]
+    f = q["forecast"]
+    assert (f["false_positives"], f["runs"], f["not_tested"]) == (1, 5, 0)  # counted once per seed, not per fee
+    assert f["answers"] == {"better": 1, "no better": 3, "worse": 1}  # "worse" is a "no"
+    assert q["direction"]["false_positives"] == 0 and q["direction"]["bound95"] == pytest.approx(1 - 0.025 ** 0.2)
+    lo, hi = f["exact95"]
+    assert lo == pytest.approx(1 - 0.975 ** 0.2, rel=1e-9) and hi == pytest.approx(0.7164179, rel=1e-5)
+    assert f["bound95"] == hi
+    zero = q["trading"]["0"]
+    assert zero["false_positives"] == 1 and zero["none_profitable"] == 0 and q["trading"]["5"]["none_profitable"] == 5
+    # 0 of K: the exact upper bound is 1 - 0.025^(1/K)
+    assert nc.exact_interval(0, 10) == pytest.approx((0.0, 1 - 0.025 ** 0.1), rel=1e-9)
+    assert nc.exact_interval(0, 0) == (0.0, 1.0)
+    md = nc.render_markdown(nc.summarize(rows))
+    assert "## The two questions" in md
+    assert ('Question 1 (forecasting): question 1 answers "better" (paired tests against the shortest N, Holm 5 %): '
+            "1 of 5 runs, rate 20%, exact 95 % interval [0.5%, 71.6%]: the false-positive rate at this size is at most "
+            "71.6%") in md
+    assert "Question 1, the direction alone: a longer N differs from the shortest N on the direction score" in md
+    assert "| 0 | 2 | better | no | 0.030 | fail | False | 1.50 | 3.10 |" in md
+
+
+def test_the_full_size_arm_runs_the_default_protocol(nc, tmp_path):
+    args = nc._parser().parse_args(["--full", "--device", "cuda", "--lengths", "512,4096,32768", "--time-budget", "420"])
+    argv = nc.sweep_argv(3, 5.0, tmp_path / "seed3", args)
+    assert argv[argv.index("--preset") + 1] == "full" and "--start" not in argv
+    assert argv[argv.index("--time-budget") + 1] == "420" and argv[argv.index("--data") + 1] == "synthetic:random-walk:3"
+    assert not set(nc.DEFAULT_OVERRIDES) & set(argv)
+    small = nc.sweep_argv(3, 5.0, tmp_path / "seed3", nc._parser().parse_args([]))
+    assert small[small.index("--preset") + 1] == "cpu" and "splits.n_folds=2" in small
+    assert nc._parser().parse_args(nc.FULL_SIZE_COMMAND.split()[2:]).full  # the documented command parses

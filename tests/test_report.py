@@ -91,7 +91,8 @@ def test_report_files_sections_and_self_contained_html(tmp_path):
     text = md.read_text()
     heads = re.findall(r"^## (.+)$", text, flags=re.M)
     assert heads == list(SECTIONS)
-    assert text.index("Verdict:") < text.index("## Setup")  # the answer comes first
+    # both answers come first
+    assert text.index("Question 1 (forecasting):") < text.index("Question 2 (trading):") < text.index("## Setup")
     for name in ("cost_vs_n", "benefit_vs_n", "equity", "pbo"):
         assert (run / "figures" / f"{name}.png").stat().st_size > 5000
         assert f"figures/{name}.png" in text
@@ -130,13 +131,29 @@ def test_selection_uses_the_ledger_and_daily_returns(tmp_path):
 
 
 def test_noise_fails_and_a_clear_edge_passes(tmp_path):
-    noise = build_report(make_run(tmp_path, drift=0.0))[0].read_text()
-    assert "**Verdict: No: no context length passes both gates" in noise
+    noise = build_report(make_run(tmp_path, drift=0.0, seed=1))[0].read_text()
+    assert "**Question 2 (trading): No: no context length passes both gates" in noise
     edge_run = make_run(tmp_path, drift=0.004)
     edge = build_report(edge_run)[0].read_text()
-    assert "**Verdict: Yes: N=64 passes both gates" in edge
+    assert "**Question 2 (trading): Yes: N=64 passes both gates" in edge
     v = json.loads((edge_run / "results.json").read_text())["verdict"]
     assert v["selected"] == "n64" and v["passed"] and v["dsr"] >= 0.95 and v["pbo"] <= 0.5
+
+
+def test_when_every_candidate_loses_no_best_one_is_named(tmp_path):
+    """Seed 0's four noise candidates all have a negative mean daily net return: the verdict says
+    that no candidate makes money instead of naming the highest-Sharpe loser."""
+    run = make_run(tmp_path, drift=0.0, seed=0)
+    rd = load_run(run)
+    assert all(rd.series[k].net.mean() < 0 for k in rd.trial_keys)
+    text = build_report(run)[0].read_text()
+    verdict = re.search(r"^\*\*Question 2 \(trading\): (.*)\*\*$", text, flags=re.M).group(1)
+    assert verdict.startswith("No: no candidate makes money after fees. Every context length's mean daily net "
+                              "return is negative at 5 bps under the horizon rule (")
+    assert "N=" not in verdict and "best" not in verdict  # no candidate is singled out
+    assert "- No candidate passes, and none makes money after fees." in text
+    q = json.loads((run / "questions.json").read_text())["trading"]
+    assert q["none_profitable"] is True and q["n_profitable"] == 0 and q["passed"] is False
 
 
 def test_single_candidate_is_not_judged_by_pbo(tmp_path):

@@ -112,9 +112,11 @@ def test_markdown_and_html_show_the_same_context(tmp_path):
     rd = load_run(run)
     nums = compute(rd)
     ctx = build_context(rd, nums, sentences(nums), {}, run)
-    texts = [ctx["verdict"]["sentence"], *ctx["verdict"]["reasons"], ctx["selection"]["intro"], ctx["selection"]["pbo"]]
-    for section in ("setup", "cost", "benefit", "selection", "precision", "reproducibility"):
-        for key in ("summary", "folds", "table"):
+    texts = [ctx["verdict"]["sentence"], ctx["verdict"]["forecast"], *ctx["verdict"]["reasons"],
+             ctx["selection"]["intro"], ctx["selection"]["pbo"], ctx["forecast"]["sentence"], *ctx["forecast"]["notes"],
+             ctx["trading"]["intro"], *ctx["trading"]["notes"]]
+    for section in ("setup", "cost", "benefit", "forecast", "trading", "selection", "precision", "reproducibility"):
+        for key in ("summary", "folds", "table", "paired", "decomposition", "fold_level"):
             t = ctx[section].get(key)
             if t:
                 texts += [c for row in [t["header"], *t["rows"]] for c in row if c]

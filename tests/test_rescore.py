@@ -88,7 +88,8 @@ def test_a_higher_fee_costs_more(run, tmp_path):
 
 def test_keys_that_need_retraining_are_refused(run):
     with pytest.raises(UserError, match=r"report --set train.steps: only scoring keys can change without retraining "
-                                        r"\(eval.fee_bps\); train.steps changes the trained models"):
+                                        r"\(eval.entry_threshold, eval.fee_bps, eval.strategy\); train.steps changes "
+                                        r"the trained models"):
         build_report(run, overrides={"train": {"steps": 5}})
     with pytest.raises(UserError, match=r"report --set eval.fee_bps: must be a number >= 0 \(basis points\), got -1"):
         check_overrides({"eval.fee_bps": -1})
@@ -112,7 +113,11 @@ def test_the_noise_control_trains_each_seed_once_and_rescores(run, tmp_path):
     assert len(json.loads((seed0 / "run.json").read_text())["invocations"]) == 1  # no second training
     zero = json.loads((seed0 / "rescored" / "fee-0bps" / "results.json").read_text())
     assert zero["setup"]["config"]["eval"]["fee_bps"] == 0.0
-    assert {k: v for k, v in rows[1].items() if k not in ("seconds", "git_commit")} == nc.row_from_results(zero, 0.0, 0)
+    zero_q = json.loads((seed0 / "rescored" / "fee-0bps" / "questions.json").read_text())
+    assert {k: v for k, v in rows[1].items() if k not in ("seconds", "git_commit")} == nc.row_from_results(zero, 0.0, 0,
+                                                                                                          zero_q)
+    assert rows[0]["q1_available"] and rows[0]["q1_answer"] == rows[1]["q1_answer"]  # forecasts do not pay fees
+    assert rows[0]["q2_strategy"] == "horizon"
     five = json.loads((seed0 / "results.json").read_text())
     assert rows[0]["dsr"] == five["verdict"]["dsr"] and rows[0]["candidate_sharpes"] != rows[1]["candidate_sharpes"]
     assert list(nc.summarize(rows)["by_fee"]) == ["5", "0"]
@@ -125,3 +130,54 @@ def test_a_run_without_per_bar_cells_cannot_be_rescored(tmp_path):
                                         r".*published/cells/.*\.npz is missing \(a published run does not commit"):
         build_report(run, overrides={"eval.fee_bps": 2})
     assert not (run / "rescored").exists()
+
+
+def test_the_trading_rule_is_rescored_too(run, tmp_path):
+    """The tiny run was scored under the horizon rule (the default); the one-bar rule and a fixed
+    entry threshold re-score the same cells without training."""
+    res = json.loads((run / "results.json").read_text())
+    assert res["setup"]["config"]["eval"]["strategy"] == "horizon"
+    q = json.loads((run / "questions.json").read_text())["trading"]
+    assert q["strategy"] == "horizon" and q["horizon"] == 15
+    assert all("argmax (no validation predictions)" in r["sources"] for r in q["rows"])  # no validation tail
+    md, _ = build_report(run, overrides={"eval.strategy": "one-bar"})
+    assert md.parent == run / "rescored" / "one-bar"
+    one_bar = json.loads((md.parent / "questions.json").read_text())["trading"]
+    assert one_bar["strategy"] == "one-bar" and all(r["sources"] == ["one-bar"] for r in one_bar["rows"])
+    # the one-bar rule re-scored is the engine's own path: its turnover is the cells' metrics
+    cells = [json.loads(p.read_text()) for p in (run / "cells" / "n32").glob("*.cell.json")]
+    n32 = next(r for r in one_bar["rows"] if r["series"] == "n32")
+    assert n32["turnover"] == pytest.approx(np.mean([c["metrics"]["turnover"] for c in cells]))
+    assert n32["turnover"] > next(r for r in q["rows"] if r["series"] == "n32")["turnover"]  # holding h bars trades less
+    strict = build_report(run, overrides={"eval.entry_threshold": 0.99}, out_dir=tmp_path / "strict")[0].parent
+    rows = json.loads((strict / "questions.json").read_text())["trading"]["rows"]
+    assert all(r["turnover"] == 0 and r["sources"] == ["fixed"] for r in rows)  # nothing clears 0.99
+    assert "Trading rule: horizon: 15 overlapping sub-portfolios" in (strict / "report.md").read_text()
+    with pytest.raises(UserError, match=r"report --set eval.strategy must be one of one-bar, horizon, got 'weekly'"):
+        check_overrides({"eval.strategy": "weekly"})
+
+
+def test_the_sweep_keeps_the_per_day_loss_sums_of_its_forecasts(run):
+    """Question 1's paired tests read the sweep's compact loss sums (forecasts/*.npz): the same
+    numbers as from the per-bar cells, for each seed and the two seeds' ensemble."""
+    from tsflash.report.compute import forecast_question, losses_from_cells, losses_from_sweep
+    from tsflash.report.rundata import load_run
+
+    rd = load_run(run)
+    names = ["n32", "n64", "baseline-logreg", "baseline-prior", "baseline-volatility"]
+    assert sorted(p.stem for p in (run / "forecasts").glob("*.npz")) == sorted(names)
+    sweep, cells = losses_from_sweep(rd, names), losses_from_cells(rd)
+
+    def keyed(t):
+        order = np.lexsort((t["day"], t["fold"], t["member"].astype(str), t["series"].astype(str)))
+        return {k: v[order] for k, v in t.items()}
+
+    a, b = keyed(sweep), keyed(cells)
+    assert set(a["member"]) == {"seed0", "seed1", "ensemble"}
+    for k in ("series", "member", "fold", "day"):
+        assert np.array_equal(a[k].astype(str), b[k].astype(str)), k
+    for k in set(a) - {"series", "member", "fold", "day"}:
+        assert np.allclose(a[k], b[k], rtol=1e-12, atol=0), k
+    fq = forecast_question(rd, ["n32", "n64"])
+    assert fq.available and fq.source.startswith("the sweep's per-day loss sums")
+    assert fq.answer in ("better", "no better", "worse") and set(fq.comparisons[0].seed_diffs) == {"seed0", "seed1"}

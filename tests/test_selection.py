@@ -561,3 +561,204 @@ def test_select_run_aligns_drops_and_reduces_blocks():
     few = select_run({"n32": series["n32"], "n128": series["n128"]}, [])
     assert few.verdict.reasons == (Reason.TOO_FEW_CANDIDATES, Reason.NOT_PASSED) and few.verdict.selected == "n32"
     assert select_run({}, []).verdict.reasons == (Reason.NO_CANDIDATE, Reason.NOT_PASSED)
+
+
+# --------------------------------------------------------------------------------------------
+# paired forecast tests: Diebold-Mariano and Holm
+
+from tsflash.selection import (  # noqa: E402
+    DMResult,
+    diebold_mariano,
+    effective_trials,
+    holm,
+    min_passing_sharpe,
+    newey_west_variance,
+    select_run,
+)
+
+
+def _dm_naive(a, b, lag):
+    """The statistic as the issue writes it, one Python loop per term (the O(T * lag) reference)."""
+    d = [x - y for x, y in zip(a, b)]
+    t = len(d)
+    mean = sum(d) / t
+
+    def g(k):
+        return sum((d[i] - mean) * (d[i - k] - mean) for i in range(k, t)) / t
+
+    s = g(0) + 2 * sum((1 - k / (lag + 1)) * g(k) for k in range(1, lag + 1))
+    stat = mean / math.sqrt(s / t)
+    return stat, 2 * (1 - scipy_stats.norm.cdf(abs(stat))), mean, math.sqrt(s / t)
+
+
+@pytest.mark.parametrize("lag", [0, 1, 5, 17])
+def test_diebold_mariano_matches_a_naive_loop(lag):
+    rng = np.random.default_rng(lag)
+    a = rng.normal(1.0, 0.3, 300) + 0.3 * np.sin(np.arange(300) / 7)  # autocorrelated losses
+    b = a + rng.normal(0.02, 0.2, 300)
+    r = diebold_mariano(a, b, lag)
+    stat, p, mean, se = _dm_naive(a.tolist(), b.tolist(), lag)
+    assert isinstance(r, DMResult)
+    assert r.statistic == pytest.approx(stat, rel=1e-10) and r.pvalue == pytest.approx(p, rel=1e-8, abs=1e-15)
+    assert r.mean_diff == pytest.approx(mean, rel=1e-12) and r.se == pytest.approx(se, rel=1e-10)
+    swapped = diebold_mariano(b, a, lag)
+    assert swapped.statistic == pytest.approx(-r.statistic) and swapped.pvalue == pytest.approx(r.pvalue)
+
+
+def test_diebold_mariano_worked_example_by_hand():
+    """d = [1, 3, 2, 4, 0]: mean 2, e = [-1, 1, 0, 2, -2], T = 5.
+    g0 = (1 + 1 + 0 + 4 + 4) / 5 = 2; g1 = (-1 + 0 + 0 - 4) / 5 = -1; g2 = (0 + 2 + 0) / 5 = 0.4.
+    lag 0: S = 2, se = sqrt(2/5), stat = sqrt(10).
+    lag 1: S = 2 + 2 * (1/2) * (-1) = 1, se = sqrt(1/5), stat = sqrt(20).
+    lag 2: S = 2 + 2 * ((2/3) * (-1) + (1/3) * 0.4) = 14/15, stat = 2 / sqrt(14/75)."""
+    a, b = [1, 3, 2, 4, 0], [0, 0, 0, 0, 0]
+    for lag, s in [(0, 2.0), (1, 1.0), (2, 14 / 15)]:
+        r = diebold_mariano(a, b, lag)
+        assert newey_west_variance(np.array(a, float), lag) == pytest.approx(s, rel=1e-14)
+        assert r.mean_diff == 2.0 and r.se == pytest.approx(math.sqrt(s / 5), rel=1e-14)
+        assert r.statistic == pytest.approx(2 / math.sqrt(s / 5), rel=1e-14)
+        assert r.pvalue == pytest.approx(2 * scipy_stats.norm.sf(2 / math.sqrt(s / 5)), rel=1e-9)
+    assert diebold_mariano(a, b, 0).statistic == pytest.approx(math.sqrt(10))
+    assert diebold_mariano(a, b, 1).pvalue == pytest.approx(7.744216e-06, rel=1e-5)  # 2 * (1 - Phi(sqrt(20)))
+
+
+def test_diebold_mariano_hln_correction():
+    """HLN (1997): statistic * sqrt((T + 1 - 2h + h(h-1)/T) / T), h = lag + 1, p from t(T - 1).
+    Worked example above, lag 1 (h = 2): factor sqrt((5 + 1 - 4 + 2/5) / 5) = sqrt(0.48), so the
+    statistic is sqrt(20 * 0.48) = sqrt(9.6)."""
+    r = diebold_mariano([1, 3, 2, 4, 0], [0] * 5, 1, hln=True)
+    assert r.statistic == pytest.approx(math.sqrt(9.6), rel=1e-14)
+    assert r.pvalue == pytest.approx(2 * scipy_stats.t.sf(math.sqrt(9.6), 4), rel=1e-12)
+    assert r.se == diebold_mariano([1, 3, 2, 4, 0], [0] * 5, 1).se  # the correction leaves se alone
+    plain = diebold_mariano([1, 3, 2, 4, 0], [0] * 5, 1)
+    assert r.pvalue > plain.pvalue  # smaller statistic, heavier tails: more conservative
+
+
+def test_diebold_mariano_size_on_equal_forecasts():
+    """Two equally good forecasts whose loss difference is MA(h-1) (overlapping h-bar sums):
+    rejections at 5 % near 5 % once the lag is a few times h; with lag = h exactly, the Bartlett
+    weights under-count the overlap and the test rejects about twice as often (measured: 10 %),
+    which is why the report tests daily aggregates, where the horizon is a fraction of a day."""
+    rng = np.random.default_rng(11)
+    h, t = 5, 2000
+    rejections = {h: 0, 3 * h: 0}
+    for _ in range(400):
+        eps = rng.standard_normal(t + h)
+        d = np.convolve(eps, np.ones(h), "valid")[:t]
+        for lag in rejections:
+            rejections[lag] += diebold_mariano(d, np.zeros(t), lag).pvalue < 0.05
+    assert 0.02 <= rejections[3 * h] / 400 <= 0.085
+    assert rejections[h] > rejections[3 * h]
+
+
+def test_diebold_mariano_identical_and_constant_differences():
+    same = diebold_mariano([0.3, 0.5, 0.1], [0.3, 0.5, 0.1], 1)
+    assert (same.statistic, same.pvalue, same.mean_diff, same.se) == (0.0, 1.0, 0.0, 0.0)
+    const = diebold_mariano([1.1, 1.2, 1.3], [1.0, 1.1, 1.2], 0)
+    assert const.statistic == math.inf and const.pvalue == 0.0
+
+
+def test_diebold_mariano_bad_inputs_raise_one_clear_error():
+    with pytest.raises(SelectionInputError, match=r"loss_a and loss_b must have the same length, got 3 and 2"):
+        diebold_mariano([1, 2, 3], [1, 2], 0)
+    with pytest.raises(SelectionInputError, match=r"losses must be finite \(no NaN or inf\), got 1 non-finite pair\(s\), "
+                                                  r"first at index 1"):
+        diebold_mariano([1, float("nan"), 3], [1, 2, 3], 0)
+    with pytest.raises(SelectionInputError, match=r"lag must be an integer with 0 <= lag < T=3, got lag=-1"):
+        diebold_mariano([1, 2, 3], [3, 2, 1], -1)
+    with pytest.raises(SelectionInputError, match=r"lag must be an integer with 0 <= lag < T=3, got lag=3"):
+        diebold_mariano([1, 2, 3], [3, 2, 1], 3)
+    with pytest.raises(SelectionInputError, match=r"lag must be an integer .* got lag=1.5"):
+        diebold_mariano([1, 2, 3], [3, 2, 1], 1.5)
+    with pytest.raises(SelectionInputError, match=r"needs at least 2 paired losses, got 1"):
+        diebold_mariano([1], [2], 0)
+    with pytest.raises(SelectionInputError, match=r"must be 1-D"):
+        diebold_mariano([[1, 2]], [[1, 2]], 0)
+    with pytest.raises(UserError):  # the CLI prints it as one line
+        diebold_mariano([1, 2], [1], 0)
+
+
+def test_holm_textbook_cases():
+    # Wikipedia's Holm-Bonferroni example: p = 0.01, 0.04, 0.03, 0.005 at alpha 0.05 rejects H1 and H4.
+    adj = holm([0.01, 0.04, 0.03, 0.005])
+    assert adj == pytest.approx([0.03, 0.06, 0.06, 0.02], abs=1e-15)
+    assert (adj <= 0.05).tolist() == [True, False, False, True]
+    # step-down monotonicity: 4 * 0.01 = 0.04 > 3 * 0.012 = 0.036 is raised to 0.04
+    assert holm([0.01, 0.012, 0.5]) == pytest.approx([0.03, 0.03, 0.5])
+    assert holm([0.01, 0.011, 0.02, 0.9]) == pytest.approx([0.04, 0.04, 0.04, 0.9])
+    assert holm([0.4, 0.6]) == pytest.approx([0.8, 0.8])  # 2 * 0.4, then max(0.8, 0.6)
+    assert holm([0.3, 0.9]).tolist() == [0.6, 0.9]
+    assert holm([0.7, 0.8]).tolist() == [1.0, 1.0]  # capped at 1
+    assert holm([0.02]).tolist() == [0.02] and holm([]).size == 0
+    assert holm([0.05, 0.05]).tolist() == [0.1, 0.1]  # ties
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=12))
+def test_holm_properties(ps):
+    p = np.array(ps)
+    adj = holm(p)
+    order = np.argsort(p, kind="stable")
+    assert np.all(adj >= p - 1e-15) and np.all(adj <= 1.0)
+    assert np.all(np.diff(adj[order]) >= -1e-15)  # monotone in the raw p-values
+    assert np.all(adj <= np.minimum(1, len(p) * p) + 1e-15)  # never above Bonferroni
+
+
+def test_holm_bad_inputs():
+    with pytest.raises(SelectionInputError, match=r"p-values must be in \[0, 1\], got \[1.5\]"):
+        holm([0.1, 1.5])
+    with pytest.raises(SelectionInputError, match=r"p-values must be in \[0, 1\], got \[nan\]"):
+        holm([float("nan")])
+
+
+# --------------------------------------------------------------------------------------------
+# effective number of trials and power
+
+
+def test_effective_trials_counts_groups_of_correlated_trials():
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((2000, 3))
+    assert effective_trials(z).n_effective == pytest.approx(3, abs=0.02)  # independent: K
+    copies = np.column_stack([z[:, 0], z[:, 0] * 2 + 1, -z[:, 0], z[:, 0]])
+    assert effective_trials(copies).n_effective == pytest.approx(1.0)  # copies and mirror images: 1
+    groups = z[:, [0, 0, 1, 1, 2, 2]] + 1e-3 * rng.standard_normal((2000, 6))
+    e = effective_trials(groups)
+    assert e.n_effective == pytest.approx(3, abs=0.01) and e.n_columns == 6
+    assert e.eigenvalues.sum() == pytest.approx(6) and np.all(np.diff(e.eigenvalues) <= 0)
+    # participation ratio by hand: R = [[1, r], [r, 1]] -> 4 / (2 + 2 r^2)
+    r = np.corrcoef(z[:, 0], z[:, 0] + z[:, 1])[0, 1]
+    assert effective_trials(np.column_stack([z[:, 0], z[:, 0] + z[:, 1]])).n_effective == pytest.approx(
+        4 / (2 + 2 * r * r))
+    with pytest.raises(SelectionInputError, match=r"constant column\(s\) \[1\]"):
+        effective_trials(np.column_stack([z[:, 0], np.ones(2000)]))
+
+
+@pytest.mark.parametrize("t, sr0, skew, kurt", [(100, 0.0, 0.0, 3.0), (911, 0.1013, -0.5, 6.0), (50, -0.2, 0.3, 4.0)])
+def test_min_passing_sharpe_inverts_psr(t, sr0, skew, kurt):
+    sr = min_passing_sharpe(t, sr0, confidence=0.95, skew=skew, kurtosis=kurt)
+    assert sr > sr0
+    assert psr(sr, sr0, t=t, skew=skew, kurtosis=kurt) == pytest.approx(0.95, abs=1e-10)
+    assert psr(sr * 0.99 if sr > 0 else sr * 1.01, sr0, t=t, skew=skew, kurtosis=kurt) < 0.95
+    with pytest.raises(SelectionInputError, match=r"confidence must be in \(0.5, 1\), got 0.4"):
+        min_passing_sharpe(t, sr0, confidence=0.4)
+
+
+def test_select_run_reports_effective_trials_power_and_profitable_candidates():
+    rng = np.random.default_rng(5)
+    days = np.arange(np.datetime64("2024-01-01"), np.datetime64("2024-01-01") + 400)
+    common = rng.normal(0, 0.01, 400)
+    series = {f"n{2 ** (5 + i)}": (days, common + rng.normal(0.0002 * i, 0.002, 400)) for i in range(4)}
+    trials = [{"state": "COMPLETE", "slot": f"{k}/0", "key": k, "value": sharpe(r)} for k, (_, r) in series.items()]
+    out = select_run(series, trials, n_blocks=8)
+    d = out.deflation
+    assert out.n_profitable == sum(r.mean() > 0 for _, r in series.values())
+    assert 1.0 <= d.effective.n_effective < 1.5  # one common factor dominates
+    assert d.n_trials_effective == 1 and d.dsr_effective.n_trials == 1 and d.dsr_effective.sr0 == 0.0
+    assert d.dsr_effective.dsr >= out.verdict.dsr  # fewer trials, a lower bar
+    assert d.t == 400 and psr(d.min_sharpe, out.verdict.sr0, t=400) == pytest.approx(0.95)
+    assert d.min_sharpe_effective < d.min_sharpe
+    sel_x = series[out.verdict.selected][1]
+    if sharpe(sel_x) > out.verdict.sr0:
+        assert psr(sel_x, out.verdict.sr0) < 0.95 or d.min_trl <= 400
+    else:
+        assert d.min_trl == math.inf

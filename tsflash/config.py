@@ -95,6 +95,10 @@ class EvalConfig:
     fee_bps: float = 5.0  # cost per unit of turnover (position change of 1), in basis points
     baseline_lags: int = 16  # logistic-regression baseline sees the last k bars' features
     batch_tokens: int = 262144  # evaluation forward pass size
+    # The trading rule scored (tsflash.strategy): "horizon" holds each decision for labels.horizon
+    # bars, as the label looks ahead; "one-bar" re-decides every bar. Applied at scoring time.
+    strategy: str = "horizon"
+    entry_threshold: float = -1.0  # -1: fitted per cell on the validation tail; else fixed in [0, 1)
 
 
 @dataclass
@@ -238,6 +242,8 @@ def merge_overrides(a: dict, b: dict) -> dict:
 # (tsflash.attention.BACKENDS is this tuple).
 ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
 SCHEMES = ("expanding", "rolling")
+STRATEGIES = ("one-bar", "horizon")  # eval.strategy (tsflash.strategy)
+ENTRY_FIT = -1.0  # eval.entry_threshold: fit the entry threshold on the validation tail
 SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
 
 
@@ -353,6 +359,16 @@ def _check_fields(cfg: ExperimentConfig) -> None:
         check_context_length(n, "lengths")
 
 
+def check_strategy(kind, threshold, where: str = "eval") -> None:
+    """The rules of eval.strategy and eval.entry_threshold (`where` names the user's key prefix)."""
+    if kind not in STRATEGIES:
+        raise UserError(f"{where}.strategy must be one of {', '.join(STRATEGIES)}, got {kind!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
+            threshold == ENTRY_FIT or 0.0 <= threshold < 1.0):
+        raise UserError(f"{where}.entry_threshold must be -1 (fitted on the validation tail) or in [0, 1), "
+                        f"got {threshold!r}")
+
+
 def _check_data(cfg: ExperimentConfig) -> None:
     check_symbol(cfg.data.symbol, "data.symbol")
     if cfg.data.interval not in INTERVAL_US:
@@ -428,6 +444,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _check_data(cfg)
     _check_splits(cfg)
     _check_model_and_budget(cfg)
+    check_strategy(cfg.eval.strategy, cfg.eval.entry_threshold)
     return cfg
 
 

@@ -67,6 +67,13 @@ __all__ = [
     "DSRResult",
     "deflated_sharpe",
     "min_track_record_length",
+    "min_passing_sharpe",
+    "DMResult",
+    "diebold_mariano",
+    "newey_west_variance",
+    "holm",
+    "EffectiveTrials",
+    "effective_trials",
     "PBOResult",
     "pbo_cscv",
     "daily_returns",
@@ -75,6 +82,8 @@ __all__ = [
     "Verdict",
     "complete_trials",
     "RunSelection",
+    "Deflation",
+    "deflation",
     "select_run",
 ]
 
@@ -439,6 +448,206 @@ def min_track_record_length(
     v = _sr_variance_term(sr, sk, ku)
     z = _NORMAL.inv_cdf(confidence)
     return 1.0 + v * (z / (sr - sr_star)) ** 2
+
+
+def min_passing_sharpe(t: float, sr0: float, *, confidence: float = 0.95, skew: float = 0.0,
+                       kurtosis: float = 3.0) -> float:
+    """Smallest per-period Sharpe ratio SR whose PSR(sr0) reaches `confidence` over `t` returns:
+    the power of the DSR gate (what a "no" rules out).
+
+    Solves (SR - SR0)**2 * (T - 1) = z**2 * (1 - skew*SR + (kurtosis - 1)/4 * SR**2), z =
+    Phi^-1(confidence), for its larger root (SR > SR0): the quadratic
+    A SR**2 + B SR + C = 0 with A = (T - 1) - z**2 (kurtosis - 1)/4, B = z**2 skew - 2 (T - 1) SR0,
+    C = (T - 1) SR0**2 - z**2. It is the inverse of `psr` in SR: psr(result, sr0, t=t, skew=skew,
+    kurtosis=kurtosis) == confidence. Per period; kurtosis raw (normal = 3, the default).
+
+    >>> round(min_passing_sharpe(1001, 0.0), 6)   # normal returns, SR0 = 0: about z / sqrt(T - 1)
+    0.05205
+    """
+    if not (0.5 < confidence < 1.0):
+        raise SelectionInputError(f"confidence must be in (0.5, 1), got {confidence}")
+    if not (math.isfinite(t) and t > 1):
+        raise SelectionInputError(f"t (number of returns) must be > 1, got {t}")
+    if not math.isfinite(sr0):
+        raise SelectionInputError(f"sr0 must be finite, got {sr0}")
+    _check_kurtosis(skew, kurtosis)
+    z2 = _NORMAL.inv_cdf(confidence) ** 2
+    a = (t - 1.0) - z2 * (kurtosis - 1.0) / 4.0
+    b = z2 * skew - 2.0 * (t - 1.0) * sr0
+    c = (t - 1.0) * sr0 * sr0 - z2
+    disc = b * b - 4.0 * a * c
+    if a <= 0 or disc < 0:
+        raise SelectionInputError(
+            f"no Sharpe ratio reaches PSR(sr0) = {confidence} with t={t} returns (kurtosis={kurtosis}): "
+            "the track record is too short"
+        )
+    return (-b + math.sqrt(disc)) / (2.0 * a)
+
+
+# --------------------------------------------------------------------------------------------
+# paired forecast comparison: Diebold-Mariano and Holm
+
+
+@dataclass(frozen=True)
+class DMResult:
+    """Diebold-Mariano test of equal expected loss (see `diebold_mariano`)."""
+
+    statistic: float  # mean_diff / se (times the HLN factor with hln=True)
+    pvalue: float  # two-sided
+    mean_diff: float  # mean of loss_a - loss_b (negative: a has the lower loss)
+    se: float  # Newey-West standard error of mean_diff, sqrt(S / T)
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _paired_losses(loss_a, loss_b, lag) -> tuple[np.ndarray, int]:
+    a = np.asarray(loss_a, dtype=np.float64)
+    b = np.asarray(loss_b, dtype=np.float64)
+    if a.ndim != 1 or b.ndim != 1:
+        raise SelectionInputError(f"loss_a and loss_b must be 1-D, got shapes {a.shape} and {b.shape}")
+    if a.shape != b.shape:
+        raise SelectionInputError(f"loss_a and loss_b must have the same length, got {a.size} and {b.size}")
+    if a.size < 2:
+        raise SelectionInputError(f"the Diebold-Mariano test needs at least 2 paired losses, got {a.size}")
+    bad = ~(np.isfinite(a) & np.isfinite(b))
+    if bad.any():
+        raise SelectionInputError(
+            f"losses must be finite (no NaN or inf), got {int(bad.sum())} non-finite pair(s), first at index "
+            f"{int(np.flatnonzero(bad)[0])}"
+        )
+    if isinstance(lag, bool) or not float(lag).is_integer() or not 0 <= lag < a.size:
+        raise SelectionInputError(f"lag must be an integer with 0 <= lag < T={a.size}, got lag={lag}")
+    return a - b, int(lag)
+
+
+def newey_west_variance(x, lag: int) -> float:
+    """Long-run variance S = g0 + 2 * sum_{k=1..lag} (1 - k/(lag+1)) * g_k of a 1-D series, with
+    autocovariances g_k = (1/T) * sum_{t>k} (x_t - mean)(x_{t-k} - mean) (Newey & West 1987:
+    Bartlett weights, so S >= 0). `lag` must satisfy 0 <= lag < T."""
+    x = np.asarray(x, dtype=np.float64)
+    e = x - x.mean()
+    t = e.size
+    s = float(e @ e) / t
+    for k in range(1, lag + 1):  # O(T * lag), each term one vectorised dot product
+        s += 2.0 * (1.0 - k / (lag + 1.0)) * float(e[k:] @ e[:-k]) / t
+    return max(s, 0.0)
+
+
+def diebold_mariano(loss_a, loss_b, lag: int, *, hln: bool = False) -> DMResult:
+    """Diebold-Mariano (1995) test that two forecasts of the same targets have equal expected loss.
+
+    d_t = loss_a[t] - loss_b[t], t = 1..T (the two forecasts of the SAME target, paired):
+
+        statistic = mean(d) / sqrt(S / T)
+        S   = g0 + 2 * sum_{k=1..lag} (1 - k / (lag + 1)) * g_k            (Newey-West, Bartlett)
+        g_k = (1/T) * sum_{t>k} (d_t - mean(d)) (d_{t-k} - mean(d))
+
+    with a two-sided p-value from the standard normal. Use lag >= the forecast horizon minus one
+    (losses of h-step forecasts overlap for h - 1 steps); here, lag >= the label horizon.
+
+    hln=True applies the Harvey, Leybourne & Newbold (1997) small-sample correction: the
+    statistic is multiplied by sqrt((T + 1 - 2h + h(h - 1)/T) / T) with h = lag + 1, and the
+    p-value comes from Student's t with T - 1 degrees of freedom (`se` stays the Newey-West one).
+
+    Identical losses (S = 0 and mean 0) give statistic 0 and p-value 1; a constant non-zero
+    difference gives an infinite statistic and p-value 0.
+
+    Raises `SelectionInputError` (one line) for lengths that differ, NaN/inf, T < 2 or a lag
+    outside 0 <= lag < T.
+
+    >>> r = diebold_mariano([1, 3, 2, 4, 0], [0, 0, 0, 0, 0], lag=1)   # S = 1, worked in the tests
+    >>> round(r.statistic ** 2, 9), round(r.se ** 2, 9)
+    (20.0, 0.2)
+    """
+    d, lag = _paired_losses(loss_a, loss_b, lag)
+    t = d.size
+    mean = float(d.mean())
+    se = math.sqrt(newey_west_variance(d, lag) / t)
+    if se <= _REL_STD_FLOOR * max(float(np.abs(d).max()), 1e-300):
+        stat = 0.0 if mean == 0.0 else math.copysign(math.inf, mean)
+        return DMResult(statistic=stat, pvalue=1.0 if mean == 0.0 else 0.0, mean_diff=mean, se=0.0)
+    stat = mean / se
+    if not hln:
+        # 2 * (1 - Phi(|z|)) = erfc(|z| / sqrt 2), accurate far in the tail (NormalDist.cdf rounds it to 0)
+        return DMResult(statistic=stat, pvalue=math.erfc(abs(stat) / math.sqrt(2.0)), mean_diff=mean, se=se)
+    from scipy import stats  # only for the t distribution of the corrected statistic
+
+    h = lag + 1
+    stat *= math.sqrt(max(0.0, (t + 1 - 2 * h + h * (h - 1) / t) / t))
+    return DMResult(statistic=stat, pvalue=float(2.0 * stats.t.sf(abs(stat), t - 1)), mean_diff=mean, se=se)
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm-Bonferroni step-down adjusted p-values, in the order given.
+
+    With p_(1) <= ... <= p_(m) sorted: adjusted p_(i) = max_{j <= i} min(1, (m - j + 1) * p_(j)),
+    so the adjusted values are monotone in the raw ones and capped at 1; rejecting where the
+    adjusted p <= alpha is Holm's procedure at family-wise error rate alpha (Holm 1979).
+
+    >>> holm([0.01, 0.04, 0.03, 0.005]).round(3).tolist()   # Wikipedia's example: reject 1st, 4th
+    [0.03, 0.06, 0.06, 0.02]
+    """
+    p = np.asarray(pvalues, dtype=np.float64)
+    if p.ndim != 1:
+        raise SelectionInputError(f"holm needs a 1-D array of p-values, got shape {p.shape}")
+    bad = ~(np.isfinite(p) & (p >= 0) & (p <= 1))
+    if bad.any():
+        raise SelectionInputError(f"p-values must be in [0, 1], got {p[bad][:5].tolist()}")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adjusted
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# effective number of trials
+
+
+@dataclass
+class EffectiveTrials:
+    """Effective number of independent trials among correlated ones (see `effective_trials`)."""
+
+    n_effective: float  # in [1, n_columns]
+    n_columns: int
+    eigenvalues: np.ndarray  # (K,) of the correlation matrix, largest first
+    method: str = "participation ratio of the correlation matrix's eigenvalues, (sum l)^2 / sum l^2"
+
+    def to_dict(self) -> dict:
+        return {"n_effective": self.n_effective, "n_columns": self.n_columns,
+                "eigenvalues": self.eigenvalues.tolist(), "method": self.method}
+
+
+def effective_trials(returns) -> EffectiveTrials:
+    """Effective number of independent trials from the trials' (T, K) return matrix.
+
+    Method: the participation ratio of the eigenvalues l_i of the K x K correlation matrix R of
+    the columns, N_eff = (sum l_i)**2 / sum l_i**2 = K**2 / ||R||_F**2. It is K for uncorrelated
+    trials, 1 for perfectly (or perfectly anti-) correlated ones, and k for k uncorrelated groups
+    of equal size whose members are identical; in between it counts how many directions the
+    trials' returns really span. With finite T, sample correlations of independent trials pull it slightly below K
+    (about K / (1 + (K - 1) / T)).
+
+    >>> h = np.array([[1, 1], [1, -1], [-1, 1], [-1, -1]])   # two uncorrelated columns
+    >>> round(effective_trials(h[:, [0, 0, 1, 1]]).n_effective, 6)  # each twice: 2 groups
+    2.0
+    """
+    x = _returns_array(returns, name="returns", ndim=2)
+    k = x.shape[1]
+    if k < 1:
+        raise SelectionInputError("effective_trials needs at least one column, got 0")
+    sd = x.std(axis=0)
+    const = sd <= _REL_STD_FLOOR * np.abs(x).max(axis=0)
+    if np.any(const):
+        raise SelectionInputError(
+            f"effective_trials needs columns with non-zero variance, got constant column(s) {np.flatnonzero(const).tolist()}"
+        )
+    r = np.corrcoef(x, rowvar=False).reshape(k, k)
+    lam = np.sort(np.clip(np.linalg.eigvalsh(r), 0.0, None))[::-1]
+    n_eff = float(k * k / np.sum(r * r))
+    return EffectiveTrials(n_effective=min(max(n_eff, 1.0), float(k)), n_columns=k, eigenvalues=lam)
 
 
 # --------------------------------------------------------------------------------------------
@@ -899,6 +1108,52 @@ class RunSelection:
     n_blocks: int  # CSCV blocks configured
     n_blocks_used: int | None  # fewer when the common days are fewer; None when the gates were not tried
     dropped: list[str]  # candidates left out of the gates (no daily Sharpe ratio)
+    n_profitable: int = 0  # candidates whose mean daily net return is > 0
+    deflation: Deflation | None = None  # effective trials, DSR with them, power (when the gates ran)
+
+
+@dataclass
+class Deflation:
+    """What the DSR gate rules out, and the DSR with the effective number of trials.
+
+    The gated candidates' daily net returns give `effective` (see `effective_trials`); scaled to
+    the whole ledger (n_trials / candidates; trials without a series are taken as correlated as
+    the candidates) and rounded to an integer >= 1, it is `n_trials_effective`, the count of the
+    selected candidate's second DSR (same V[SR]). The gate itself uses the raw count. Power: the
+    smallest per-period Sharpe ratio that passes the DSR gate over these `t` periods with normal
+    returns (`min_passing_sharpe`), with the raw and the effective count; `min_trl`: periods the
+    selected candidate's record needs for PSR(SR0) >= min_dsr (inf when its SR <= SR0).
+    """
+
+    effective: EffectiveTrials
+    n_trials_effective: int
+    dsr_effective: DSRResult
+    t: int
+    confidence: float
+    min_sharpe: float | None  # per period, raw count; None when min_dsr <= 0.5 (no finite bound)
+    min_sharpe_effective: float | None
+    min_trl: float
+
+
+def _min_passing(t: int, sr0: float, confidence: float) -> float | None:
+    try:
+        return min_passing_sharpe(t, sr0, confidence=confidence)
+    except SelectionInputError:
+        return None
+
+
+def deflation(mat: np.ndarray, selected: int, v: Verdict) -> Deflation:
+    """`Deflation` of a gate verdict `v` over the gated candidates' (T, K) returns `mat`."""
+    eff = effective_trials(mat)
+    n_eff = max(1, round(eff.n_effective * v.n_trials / mat.shape[1]))
+    x = mat[:, selected]
+    d_eff = deflated_sharpe(x, n_trials=n_eff, sr_variance=v.dsr_result.sr_variance if n_eff > 1 else None)
+    t = mat.shape[0]
+    trl = (min_track_record_length(x, v.sr0, confidence=v.min_dsr) if v.sharpe > v.sr0 and v.min_dsr > 0
+           else math.inf)
+    return Deflation(effective=eff, n_trials_effective=n_eff, dsr_effective=d_eff, t=t, confidence=v.min_dsr,
+                     min_sharpe=_min_passing(t, v.sr0, v.min_dsr),
+                     min_sharpe_effective=_min_passing(t, d_eff.sr0, v.min_dsr), min_trl=trl)
 
 
 def _aligned(series: Mapping[str, tuple]) -> tuple[np.ndarray, np.ndarray]:
@@ -975,6 +1230,7 @@ def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = 0.95, ma
     errors = {k: _sharpe_error(mat[:, j]) for j, k in enumerate(keys)}
     usable = [k for k in keys if errors[k] is None]
     out.dropped = [k for k in keys if errors[k] is not None]
+    out.n_profitable = int(np.sum(mat.mean(axis=0) > 0)) if len(mat) else 0
     reason, error = Reason.TOO_FEW_CANDIDATES, None
     if len(usable) >= 2:
         t = mat.shape[0]
@@ -988,6 +1244,8 @@ def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = 0.95, ma
             by_name = {r["name"]: r | {"key": r["name"]} for r in v.table}
             out.candidates = [by_name.get(k) or _undefined_row(k, mat[:, j], errors[k]) for j, k in enumerate(keys)]
             out.verdict = v
+            gated = mat[:, [keys.index(k) for k in usable]]
+            out.deflation = deflation(gated, usable.index(v.selected), v)
             return out
     out.candidates = [_row_without_gate(k, mat[:, j], n_trials, ledger, periods_per_year) for j, k in enumerate(keys)]
     sharpes = {r["key"]: r["sharpe"] for r in out.candidates if r["key"] in usable}

@@ -55,7 +55,11 @@ from tsflash.progress import (
 from tsflash.provenance import mark_complete, write_data_json, write_run_json
 from tsflash.report import build_report
 from tsflash.runfolder import RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json
-from tsflash.scoring import bar_returns, cell_returns, daily_series, daily_sharpe, objective_value, seed_portfolio
+from tsflash.scoring import (
+    baseline_losses, cell_returns, concat_losses, daily_series, daily_sharpe, fold_losses, objective_value,
+    result_arrays, scored_arrays, seed_portfolio, write_losses,
+)
+from tsflash.strategy import Strategy
 from tsflash.store import iso
 
 log = logging.getLogger(__name__)
@@ -188,6 +192,7 @@ class Objective:
         self.prepared, self.ledger, self.progress = prepared, ledger, progress
         self.model_params = model_params  # parameters of the model, for the cost estimates
         self.fee = plan.cfg.eval.fee_bps
+        self.strategy = Strategy.from_config(plan.cfg.to_dict())  # the trading rule scored (tsflash.strategy)
         self.n_folds = len(prepared.folds)
         self._fold_inputs: dict[int, engine.FoldData] = {}
 
@@ -206,17 +211,20 @@ class Objective:
         log.info("trial %s (slot %s): %d of %d cells to do, about %s", key, slot, to_do,
                  self.n_folds * len(cfg.train.seeds),
                  format_seconds(self.progress.estimate([model_work(cfg, params["n"], self.model_params)] * to_do)))
-        parts, result_paths = [], []
+        parts, result_paths, losses = [], [], []
         for k in range(self.n_folds):
             per_seed = [self._cell(trial, params, key, k, seed) for seed in cfg.train.seeds]
+            losses.append(fold_losses(key, k, [result_arrays(r) for r in per_seed],
+                                      [f"seed{s}" for s in cfg.train.seeds]))
             result_paths += [self.folder.relative(self.folder.cell_stem(key, k, s)) for s in cfg.train.seeds]
-            fold = seed_portfolio([bar_returns(r.test_time, r.position, r.gross_returns, self.fee) for r in per_seed])
+            fold = seed_portfolio([scored_arrays(result_arrays(r), self.strategy, self.fee)[0] for r in per_seed])
             parts.append(fold)
             if np.isfinite(fold_sr := daily_sharpe(fold)):
                 trial.report(fold_sr, step=k)
             trial.set_user_attr(f"fold{k}_metrics", {m: per_seed[0].metrics[m] for m in CLASSIFICATION})
         daily = daily_series(parts)
         path = self.folder.write_series(key, **daily)
+        write_losses(self.folder, key, concat_losses(losses))  # question 1's paired tests read these
         trial.set_user_attr("result_paths", result_paths)
         trial.set_user_attr("daily_returns_path", self.folder.relative(path))
         trial.set_user_attr("daily_sharpe_defined", bool(np.std(daily["net"]) > 0))
@@ -276,8 +284,10 @@ class Objective:
         for name in read_json(folder.baseline_marker(0))["baselines"]:
             series = baseline_series_name(name)
             if not folder.series_path(series).exists():
-                parts = [cell_returns(folder.baseline_stem(k, name), self.fee) for k in range(self.n_folds)]
+                parts = [cell_returns(folder.baseline_stem(k, name), self.fee, self.strategy)
+                         for k in range(self.n_folds)]
                 folder.write_series(series, **daily_series(parts))
+                write_losses(folder, series, baseline_losses(folder, name, self.n_folds))
 
     def _summary(self, res: engine.FoldResult, *, kind: str, key: str, name: str, params: dict, fold: int,
                  seed: int | None, stem: Path) -> dict:
@@ -290,8 +300,9 @@ class Objective:
             "seed": None if seed is None else int(seed),
             "train_start": iso(res.train_start), "train_end": iso(res.train_end),
             "test_start": iso(res.test_start), "test_end": iso(res.test_end),
-            "metrics": dict(res.metrics),  # its mean_net_return is at fee_bps
+            "metrics": dict(res.metrics),  # its mean_net_return is at fee_bps, under the one-bar rule
             "fee_bps": self.fee,
+            "strategy": scored_arrays(result_arrays(res), self.strategy, self.fee)[1],  # the rule scored, at fee_bps
             "cost": dict(res.cost or {}),
             "flat_threshold": float(res.flat_threshold),
             "n_bars": int(len(res.test_time)),

@@ -1,5 +1,6 @@
-"""Stage 4, baselines: the class prior and a logistic regression on the same fold, test bars,
-metrics and returns as the transformer, fitted on the same rows."""
+"""Stage 4, baselines: the class prior, a logistic regression and its direction-blind twin (the
+volatility baseline) on the same fold, test bars, metrics and returns as the transformer, fitted
+on the same rows."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from tsflash.engine._evaluate import FoldResult, fold_result
 from tsflash.engine._prepare import FoldData, Prepared, fold_data
 from tsflash.errors import UserError
+from tsflash.features import FEATURE_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +31,62 @@ def lagged_features(features: torch.Tensor, rows: np.ndarray, k: int, chunk: int
     return np.concatenate(out) if out else np.empty((0, k * features.shape[1]), dtype=np.float32)
 
 
+# The features whose sign carries the direction of a move: mirroring the price path (every
+# return negated) negates log_return and reflects close_location and taker_buy_share about their
+# centre. The volatility baseline sees them only as |normalised value|, so it cannot tell up from down.
+DIRECTIONAL_FEATURES = ("log_return", "close_location", "taker_buy_share")
+
+
+def direction_blind(x: np.ndarray, k: int) -> np.ndarray:
+    """Lagged features (rows, k * F) with the DIRECTIONAL_FEATURES of every lag as absolute values
+    (the normalised features are centred on their training mean, so |z| is the size of the move)."""
+    directional = np.isin(np.array(FEATURE_NAMES), DIRECTIONAL_FEATURES)  # (F,)
+    cols = np.tile(directional, k)  # (k * F,) oldest lag first, as lagged_features lays them out
+    assert cols.shape[0] == x.shape[1], "lagged features must have k * len(FEATURE_NAMES) columns"
+    out = x.copy()
+    out[:, cols] = np.abs(out[:, cols])
+    return out
+
+
+def _logreg(fd: FoldData, rows: np.ndarray, y: np.ndarray, k: int, transform, name: str) -> tuple:
+    """(test probabilities (M, 3), validation-tail probabilities (V, 3) or None) of a logistic
+    regression on transform(lagged features) of `rows`."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
+    # C=0.01 and tol=1e-3: on 1-minute features the fit at C=1 needs hundreds of lbfgs iterations
+    # (minutes per fold) for the same test accuracy; the stronger penalty converges in tens.
+    clf = LogisticRegression(C=0.01, tol=1e-3, max_iter=200)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a baseline that stops at max_iter is still a baseline
+        clf.fit(transform(lagged_features(fd.features, rows, k)), y[rows])
+
+    def predict(idx: np.ndarray) -> np.ndarray:
+        probs = np.zeros((len(idx), 3), dtype=np.float32)
+        probs[:, clf.classes_] = clf.predict_proba(transform(lagged_features(fd.features, idx, k))).astype(np.float32)
+        return probs
+
+    val = predict(np.arange(*fd.val)) if fd.val is not None else None
+    log.info("fold %d: %s baseline on %d rows x %d features in %.1f s", fd.fold, name, len(rows),
+             k * fd.features.shape[1], time.perf_counter() - t0)
+    return predict(fd.test_idx), val
+
+
 def run_baselines(prepared: Prepared, fold: int, fold_inputs: FoldData | None = None) -> dict[str, FoldResult]:
-    """The class prior and a logistic regression on the same fold, test bars, metrics and returns.
+    """The class prior and two logistic regressions on the same fold, test bars, metrics and returns.
 
     prior : class frequencies of the labelled training bars as every test bar's probabilities
         (prediction = the majority class, so the strategy holds one constant position).
     logreg : multinomial logistic regression (scikit-learn, lbfgs) on the normalised features
         of the last k = cfg.eval.baseline_lags bars; trained on at most 200,000 labelled training
         bars drawn with a fixed seed. `n` of its result is k.
+    volatility : the same regression, direction-blind: the DIRECTIONAL_FEATURES enter as absolute
+        values (`direction_blind`), so it can forecast how likely a move is but not its sign
+        (beyond the class frequencies). What the transformer adds over it is direction.
+    Each also scores the fold's validation tail when there is one (kept for the horizon
+    strategy's entry threshold, tsflash.strategy).
     """
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
-
     cfg = prepared.cfg
     fd = fold_inputs if fold_inputs is not None else fold_data(prepared, fold)
     k = cfg.eval.baseline_lags
@@ -55,25 +101,16 @@ def run_baselines(prepared: Prepared, fold: int, fold_inputs: FoldData | None = 
     out = {}
 
     counts = np.bincount(y_all[train], minlength=3).astype(np.float64)
-    prior = counts / counts.sum()
-    probs = np.tile(prior.astype(np.float32), (len(fd.test_idx), 1))
-    out["prior"] = fold_result(prepared, fd, 0, 0, probs, {})
+    prior = (counts / counts.sum()).astype(np.float32)
+    val_prior = np.tile(prior, (fd.val[1] - fd.val[0], 1)) if fd.val is not None else None
+    out["prior"] = fold_result(prepared, fd, 0, 0, np.tile(prior, (len(fd.test_idx), 1)), {}, val_prob=val_prior)
 
     rows = train[train >= k - 1]
     if len(rows) > MAX_LOGREG_ROWS:
         rows = np.sort(np.random.default_rng(0).choice(rows, MAX_LOGREG_ROWS, replace=False))
     if fd.test_lo < k - 1:
         raise UserError(f"fold {fold}: logistic baseline needs k-1={k - 1} bars before the test block, got {fd.test_lo}")
-    # C=0.01 and tol=1e-3: on 1-minute features the fit at C=1 needs hundreds of lbfgs iterations
-    # (minutes per fold) for the same test accuracy; the stronger penalty converges in tens.
-    clf = LogisticRegression(C=0.01, tol=1e-3, max_iter=200)
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # a baseline that stops at max_iter is still a baseline
-        clf.fit(lagged_features(fd.features, rows, k), y_all[rows])
-    probs = np.zeros((len(fd.test_idx), 3), dtype=np.float32)
-    probs[:, clf.classes_] = clf.predict_proba(lagged_features(fd.features, fd.test_idx, k)).astype(np.float32)
-    log.info("fold %d: logistic baseline on %d rows x %d features in %.1f s", fold, len(rows), k * fd.features.shape[1],
-             time.perf_counter() - t0)
-    out["logreg"] = fold_result(prepared, fd, k, 0, probs, {})
+    for name, transform in (("logreg", lambda x: x), ("volatility", lambda x: direction_blind(x, k))):
+        probs, val = _logreg(fd, rows, y_all, k, transform, name)
+        out[name] = fold_result(prepared, fd, k, 0, probs, {}, val_prob=val)
     return out

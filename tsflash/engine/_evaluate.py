@@ -15,7 +15,13 @@ from tsflash import atomic
 from tsflash.device import autocast
 from tsflash.engine._prepare import FoldData, Prepared
 from tsflash.errors import UserError
-from tsflash.metrics import classification_metrics, positions_from_probs, return_summary, strategy_returns
+from tsflash.metrics import (
+    classification_metrics,
+    direction_metrics,
+    positions_from_probs,
+    return_summary,
+    strategy_returns,
+)
 from tsflash.windows import eval_windows, gather_windows
 
 
@@ -64,6 +70,14 @@ def validation_loss(model, fd: FoldData, features: torch.Tensor, labels: torch.T
 
 
 _ARRAYS = ("test_time", "y_true", "y_prob", "position", "gross_returns", "net_returns")
+# Optional arrays (a cell saved before they existed loads them empty): what re-scoring under the
+# horizon strategy needs (tsflash.strategy), and the validation tail its entry threshold is fitted on.
+_OPTIONAL = ("next_ret", "val_time", "val_prob", "val_next_ret")
+_FLOAT16 = ("y_prob", "val_prob")  # stored as float16 (half the size; every score reads them back)
+
+
+def _empty(*shape, dtype=np.float64):
+    return lambda: np.empty((0, *shape), dtype=dtype)
 
 
 @dataclass
@@ -73,7 +87,11 @@ class FoldResult:
     Times are int64 microseconds UTC; train_end / test_end are the open times of the LAST bar of
     the range (inclusive). Arrays have one row per scored test bar, in time order:
     test_time (M,) int64, y_true (M,) int8 (-1 = unlabelled), y_prob (M, 3) float32,
-    position (M,) int8, gross_returns / net_returns (M,) float64.
+    position (M,) int8, gross_returns / net_returns (M,) float64 (the one-bar rule), next_ret (M,)
+    float64 (the bar after each test bar). The validation tail, when the fold has one and its
+    probabilities were given: val_time (V,) int64, val_prob (V, 3) float32, val_next_ret (V,).
+
+    On disk (`save`) the probabilities are float16; `load` returns them as float32.
     """
 
     fold: int
@@ -92,6 +110,10 @@ class FoldResult:
     net_returns: np.ndarray
     cost: dict
     flat_threshold: float
+    next_ret: np.ndarray = dataclasses.field(default_factory=_empty())
+    val_time: np.ndarray = dataclasses.field(default_factory=_empty(dtype=np.int64))
+    val_prob: np.ndarray = dataclasses.field(default_factory=_empty(3, dtype=np.float32))
+    val_next_ret: np.ndarray = dataclasses.field(default_factory=_empty())
 
     @staticmethod
     def _paths(path) -> tuple[Path, Path]:
@@ -102,9 +124,11 @@ class FoldResult:
     def save(self, path) -> tuple[Path, Path]:
         """Write `<path>.npz` (arrays) then `<path>.json` (the rest), each atomically."""
         npz, js = self._paths(path)
+        arrays = {k: getattr(self, k) for k in (*_ARRAYS, *_OPTIONAL)}
+        arrays |= {k: np.asarray(arrays[k]).astype(np.float16) for k in _FLOAT16}
         with atomic.atomic_path(npz) as tmp, open(tmp, "wb") as fh:  # a handle: np.savez would append ".npz"
-            np.savez(fh, **{k: getattr(self, k) for k in _ARRAYS})
-        meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _ARRAYS}
+            np.savez(fh, **arrays)
+        meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in arrays}
         atomic.write_json(js, meta)
         return npz, js
 
@@ -115,18 +139,37 @@ class FoldResult:
             raise UserError(f"fold result not found: {npz} and {js} must both exist")
         meta = json.loads(js.read_text())
         with np.load(npz) as z:
-            arrays = {k: z[k] for k in _ARRAYS}
+            arrays = {k: z[k] for k in (*_ARRAYS, *_OPTIONAL) if k in z.files}
+        arrays |= {k: arrays[k].astype(np.float32) for k in _FLOAT16 if k in arrays}
         return cls(**meta, **arrays)
 
 
-def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.ndarray, cost: dict) -> FoldResult:
-    """Metrics and strategy returns of test-bar probabilities y_prob (M, 3), M = test bars in order."""
+def _validation_arrays(prepared: Prepared, fd: FoldData, val_prob: np.ndarray | None) -> dict:
+    """val_time, val_prob, val_next_ret of the fold's validation tail (nothing without one)."""
+    if val_prob is None or fd.val is None:
+        return {}
+    lo, hi = fd.val
+    if len(val_prob) != hi - lo:
+        raise UserError(f"fold {fd.fold}: val_prob has {len(val_prob)} rows for a validation tail of {hi - lo} bars")
+    return {"val_time": prepared.open_time[lo:hi].copy(), "val_prob": np.asarray(val_prob, dtype=np.float32),
+            "val_next_ret": prepared.next_ret[lo:hi].cpu().numpy().astype(np.float64)}
+
+
+def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.ndarray, cost: dict,
+                val_prob: np.ndarray | None = None) -> FoldResult:
+    """Metrics and strategy returns of test-bar probabilities y_prob (M, 3), M = test bars in order.
+
+    val_prob : (V, 3) probabilities of the fold's validation tail `fd.val` in bar order, when the
+        caller scored it; kept with the cell so that the horizon strategy's entry threshold can
+        be fitted on it (tsflash.strategy), never on test bars.
+    """
     test = fd.test_idx
     y_true = fd.labels[torch.as_tensor(test, device=fd.labels.device)].cpu().numpy().astype(np.int8)
     position = positions_from_probs(y_prob)
     next_ret = prepared.next_ret[torch.as_tensor(test, device=prepared.next_ret.device)].cpu().numpy()
     gross, net = strategy_returns(position, next_ret, prepared.cfg.eval.fee_bps)
     metrics = classification_metrics(y_true, y_prob)
+    metrics.update(direction_metrics(y_true, y_prob))
     metrics.update(return_summary(position, gross, net))
     t = prepared.open_time
     return FoldResult(
@@ -135,4 +178,5 @@ def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.
         test_start=int(t[test[0]]), test_end=int(t[test[-1]]),
         metrics=metrics, test_time=t[test].copy(), y_true=y_true, y_prob=y_prob.astype(np.float32),
         position=position, gross_returns=gross, net_returns=net, cost=cost, flat_threshold=float(fd.flat_threshold),
+        next_ret=np.asarray(next_ret, dtype=np.float64), **_validation_arrays(prepared, fd, val_prob),
     )

@@ -1,17 +1,62 @@
 """The report's numbers, computed once from a `RunData`: fold table, per-configuration summaries,
 the run's selection (through `tsflash.selection.select_run`, the one place the DSR and PBO of a
-run are computed) and the baselines' daily statistics. No formatting here."""
+run are computed), the baselines' daily statistics and the two questions' numbers. No
+formatting here.
+
+The two questions, answered separately (the sentences are in wording.py, the sections in
+questions.py):
+
+Question 1, forecasting: does a longer context forecast the label better? Paired tests on the
+same test bars: for each N against the shortest N and against the logistic baseline, on the
+per-bar log-loss and on the direction score, a Diebold-Mariano test
+(`tsflash.selection.diebold_mariano`), Holm-adjusted across all comparisons (`selection.holm`).
+
+- Forecasts: the seed ensemble per N (the mean of its seeds' probabilities for each bar): the
+  question is about what N lets the model learn, not about one initialisation; each seed alone
+  gives the per-seed signs.
+- Scores: the 3-class log-loss of each labelled bar, and the direction score, the up-vs-down
+  log-loss on every bar whose outcome moved (`tsflash.metrics.bar_losses`: a proper score on a
+  bar set that depends on the outcome only, so both forecasts are scored on the same bars).
+- The test runs on UTC days: each day's summed loss difference, divided by the mean number of
+  scored bars per day, so that the mean of the daily values is exactly the per-bar mean
+  difference. Days make the Newey-West variance robust to dependence much longer than the
+  label's overlap (volatility clusters for hours); the lag is the larger of the horizon in days
+  (rounded up: lag >= horizon) and Newey-West's rule floor(4 (T/100)^(2/9)) for T days. The 95 %
+  interval is mean +- 1.96 se.
+- The answer ("better", "no better", "worse") uses the comparisons with the shortest N only, at
+  Holm-adjusted 5 %: "better" when some longer N has a significantly lower loss on either score
+  and none a significantly higher one, "worse" the reverse, "no better" otherwise (a mix of
+  both is reported as "no better", with the mix named).
+- The per-day loss sums (`tsflash.scoring.fold_losses`) are written by the sweep per trial and
+  baseline (forecasts/*.npz, small: they survive where the per-bar cells are not kept), else
+  computed from the per-bar cells (cells/**/*.npz); the report writes them beside itself as
+  forecast_daily.parquet, and reads that file when neither is there. Without any, the report
+  says the paired tests cannot be computed and shows the fold-level differences from the cell
+  summaries instead.
+
+Question 2, trading: is any of it tradable after multiple testing? The candidates' daily net
+returns under the run's trading rule (`tsflash.strategy`) go through the DSR and PBO gates
+(`selection.select_run`); here, per candidate and baseline, the mean gross and net returns per
+bar, the turnover and the break-even fee, pooled over folds from the cells' summaries (seeds as
+one equal-weight portfolio, as the sweep scores them), and whether any candidate makes money.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
 from tsflash import selection as sel
+from tsflash.intervals import INTERVAL_US, bars_per_day
+from tsflash.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.report.rundata import RunData
-from tsflash.runfolder import baseline_series_name
+from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
+from tsflash.scoring import ENSEMBLE, FORECASTS_DIR, cell_arrays, concat_losses, fold_losses, read_losses
+from tsflash.strategy import Strategy
 
 PERIODS_PER_YEAR = 365.0  # daily returns; BTC trades every day
 METRICS = (
@@ -21,6 +66,8 @@ METRICS = (
     ("mcc", "MCC", "higher"),
 )
 _SCORES = ("accuracy", "balanced_accuracy", "log_loss", "macro_f1", "mcc", "mean_net_return", "turnover")
+# Direction apart from volatility (tsflash.metrics.direction_metrics); NaN in cells saved before them.
+_DIRECTION = ("direction_hit_rate", "direction_log_loss", "move_log_loss", "direction_log_loss_moves")
 _COST_MEANS = ("epoch_seconds", "train_seconds", "eval_seconds", "tokens_per_s", "tflops", "peak_memory_bytes")
 _COST_FIRST = ("backend", "backend_observed", "n_params", "batch_size", "steps", "tokens_per_step", "device")
 _DATES = ("train_start", "train_end", "test_start", "test_end")
@@ -38,7 +85,7 @@ def fold_table(rd: RunData) -> list[dict]:
         groups.setdefault((c["key"], c["fold"]), []).append(c)
     for (key, fold), cs in sorted(groups.items(), key=lambda kv: (kv[1][0]["n"], kv[0])):
         row = {"series": key, "kind": "model", "n": cs[0]["n"], "fold": fold, "n_seeds": len(cs)}
-        row |= {m: float(np.mean([_nan(c["metrics"].get(m)) for c in cs])) for m in _SCORES}
+        row |= {m: float(np.mean([_nan(c["metrics"].get(m)) for c in cs])) for m in (*_SCORES, *_DIRECTION)}
         row["n_scored"] = int(cs[0]["metrics"].get("n_scored", 0))
         row |= {m: float(np.mean([_nan(c["cost"].get(m)) for c in cs])) for m in _COST_MEANS}
         row |= {m: cs[0]["cost"].get(m) for m in _COST_FIRST}
@@ -48,7 +95,7 @@ def fold_table(rd: RunData) -> list[dict]:
     for c in sorted(rd.baselines, key=lambda c: (c["name"], c["fold"])):
         row = {"series": baseline_series_name(c["name"]), "kind": "baseline", "n": None, "fold": c["fold"],
                "n_seeds": 1}
-        row |= {m: _nan(c["metrics"].get(m)) for m in _SCORES}
+        row |= {m: _nan(c["metrics"].get(m)) for m in (*_SCORES, *_DIRECTION)}
         row["n_scored"] = int(c["metrics"].get("n_scored", 0))
         row |= {k: c[k] for k in _DATES}
         row["flat_threshold"] = c["flat_threshold"]
@@ -96,6 +143,367 @@ def series_stats(rd: RunData, name: str) -> dict:
             "sharpe": sr, "sharpe_annual": sr * math.sqrt(PERIODS_PER_YEAR), "gross_sharpe": _sharpe_or_nan(s.gross)}
 
 
+# ---------------------------------------------------------------------------------------------
+# The two questions
+
+LOSS_FILE = "forecast_daily.parquet"  # per (series, member, fold, day) loss sums, beside the report
+LOGREG = baseline_series_name("logreg")
+PRIOR = baseline_series_name("prior")
+VOLATILITY = baseline_series_name("volatility")
+ALPHA = 0.05  # family-wise level of the Holm-adjusted tests
+_Z = NormalDist().inv_cdf(0.975)
+# score -> (column of summed losses, column of the bar count it is averaged over)
+SCORES = {"log_loss": ("log_loss", "n_labelled"), "direction": ("direction_loss", "n_moves")}
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-day loss table: columns series, member, fold, day and tsflash.metrics.DAILY_SUMS
+
+
+def losses_from_sweep(rd: RunData, names: list[str]) -> dict | None:
+    """The loss tables the sweep wrote per trial and baseline (forecasts/*.npz); None when any is missing."""
+    tables = [read_losses(rd.folder, name) for name in names]
+    return concat_losses(tables) if names and all(t is not None for t in tables) else None
+
+
+def losses_from_cells(rd: RunData) -> dict | None:
+    """The loss table of every configuration (each seed and the seed ensemble) and baseline, from
+    the per-bar cells; None when any cell's .npz is missing."""
+    folder, parts = rd.folder, []
+    groups: dict[tuple[str, int], list[int]] = {}
+    for c in rd.cells:
+        groups.setdefault((c["key"], c["fold"]), []).append(c["seed"])
+    stems = [folder.cell_stem(k, f, s) for (k, f), seeds in groups.items() for s in seeds]
+    stems += [folder.baseline_stem(b["fold"], b["name"]) for b in rd.baselines]
+    if not stems or not all(RunFolder.cell_npz(s).exists() for s in stems):
+        return None
+    for (key, fold), seeds in sorted(groups.items()):
+        seeds = sorted(seeds)
+        parts.append(fold_losses(key, fold, [cell_arrays(folder.cell_stem(key, fold, s)) for s in seeds],
+                                 [f"seed{s}" for s in seeds]))
+    for b in rd.baselines:
+        parts.append(fold_losses(baseline_series_name(b["name"]), b["fold"],
+                                 [cell_arrays(folder.baseline_stem(b["fold"], b["name"]))]))
+    return concat_losses(parts)
+
+
+def write_table(table: dict, path: Path) -> Path:
+    """The loss table as Parquet (atomically), days as date32."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tsflash import atomic
+
+    cols = {k: pa.array(table[k].tolist(), type=pa.string()) for k in ("series", "member")}
+    cols |= {"fold": pa.array(table["fold"], type=pa.int64()), "day": pa.array(table["day"].astype("datetime64[D]"))}
+    cols |= {k: pa.array(table[k], type=pa.float64()) for k in DAILY_SUMS}
+    with atomic.atomic_path(path) as tmp:
+        pq.write_table(pa.table(cols), tmp)
+    return path
+
+
+def read_table(path: Path) -> dict | None:
+    """The loss table `write_table` wrote, or None when `path` does not exist."""
+    if not path.exists():
+        return None
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path)
+    out = {k: np.array(t.column(k).to_pylist(), dtype=object) for k in ("series", "member")}
+    out["fold"] = t.column("fold").to_numpy().astype(np.int64)
+    out["day"] = t.column("day").to_numpy().astype("datetime64[D]")
+    return out | {k: t.column(k).to_numpy().astype(np.float64) for k in DAILY_SUMS}
+
+
+def load_losses(rd: RunData) -> tuple[dict | None, str]:
+    """(loss table or None, where it came from, or why it is missing): the sweep's per-trial loss
+    files (forecasts/*.npz), else the per-bar cells, else LOSS_FILE beside the report."""
+    names = [*rd.trial_keys, *sorted({baseline_series_name(b["name"]) for b in rd.baselines})]
+    for table, source in ((lambda: losses_from_sweep(rd, names), f"the sweep's per-day loss sums ({FORECASTS_DIR}/)"),
+                          (lambda: losses_from_cells(rd), "per-bar cells"),
+                          (lambda: read_table(rd.run_dir / LOSS_FILE), LOSS_FILE)):
+        found = table()
+        if found is not None:
+            return found, source
+    return None, (f"this run folder has neither its per-day loss sums ({FORECASTS_DIR}/ or {LOSS_FILE}) nor its "
+                  "per-bar cells (cells/**/*.npz)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Question 1: paired tests
+
+
+@dataclass
+class Paired:
+    """One comparison: `series` minus `reference` on `score` (negative: series forecasts better)."""
+
+    series: str
+    reference: str
+    score: str  # a key of SCORES
+    mean_diff: float  # per bar
+    se: float
+    lo: float  # 95 % interval
+    hi: float
+    statistic: float
+    pvalue: float
+    lag: int  # Newey-West lag, in days
+    n_days: int
+    fold_diffs: list[float]  # per-bar mean difference within each fold
+    seed_diffs: dict[str, float]  # per seed (the series' seed against the reference's same seed or the baseline)
+    p_holm: float = math.nan
+
+    @property
+    def significant(self) -> bool:
+        return self.p_holm <= ALPHA
+
+
+def paired_lag(horizon_bars: int, per_day: int, n_days: int) -> int:
+    """Lag in days: >= the label horizon in days (rounded up) and >= floor(4 (T/100)^(2/9)), < T."""
+    return max(0, min(n_days - 1, max(math.ceil(horizon_bars / per_day), math.floor(4 * (n_days / 100) ** (2 / 9)))))
+
+
+def _select(table: dict, series: str, member: str) -> dict:
+    m = (table["series"] == series) & (table["member"] == member)
+    order = np.lexsort((table["fold"][m], table["day"][m]))
+    return {k: v[m][order] for k, v in table.items()}
+
+
+def _by_day(rows: dict, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """(days (D,), per-day sums of `col` over folds)."""
+    days, inv = np.unique(rows["day"], return_inverse=True)
+    return days, np.bincount(inv, weights=rows[col], minlength=len(days))
+
+
+def _mean_diff(a: dict, b: dict, s_col: str, n_col: str, mask=None) -> float:
+    mask = np.ones(len(a["day"]), bool) if mask is None else mask
+    n = a[n_col][mask].sum()
+    return float((a[s_col][mask].sum() - b[s_col][mask].sum()) / n) if n > 0 else math.nan
+
+
+def paired(table: dict, series: str, reference: str, score: str, horizon: int, per_day: int,
+           seeds: list[str]) -> Paired | None:
+    """The DM comparison of `series` against `reference` (seed ensembles) on `score`; None when
+    either is missing from the table or they do not cover the same (fold, day) rows."""
+    s_col, n_col = SCORES[score]
+    a, b = _select(table, series, ENSEMBLE), _select(table, reference, ENSEMBLE)
+    if not len(a["day"]) or len(a["day"]) != len(b["day"]) or not (
+            np.array_equal(a["day"], b["day"]) and np.array_equal(a["fold"], b["fold"])):
+        return None
+    days, n = _by_day(a, n_col)
+    keep = n > 0
+    scale = n[keep].mean()
+    loss_a, loss_b = _by_day(a, s_col)[1][keep] / scale, _by_day(b, s_col)[1][keep] / scale
+    if len(loss_a) < 2:
+        return None
+    lag = paired_lag(horizon, per_day, len(loss_a))
+    dm = sel.diebold_mariano(loss_a, loss_b, lag)
+    folds = [_mean_diff(a, b, s_col, n_col, a["fold"] == f) for f in np.unique(a["fold"])]
+    seed_diffs = {}
+    for s in seeds:
+        sa = _select(table, series, s)
+        sb = _select(table, reference, ENSEMBLE if is_baseline(reference) else s)
+        if len(sa["day"]) and len(sa["day"]) == len(sb["day"]):
+            seed_diffs[s] = _mean_diff(sa, sb, s_col, n_col)
+    return Paired(series, reference, score, dm.mean_diff, dm.se, dm.mean_diff - _Z * dm.se, dm.mean_diff + _Z * dm.se,
+                  dm.statistic, dm.pvalue, lag, len(loss_a), folds, seed_diffs)
+
+
+def _answer(vs_shortest: list[Paired]) -> tuple[str, bool]:
+    """("better" | "no better" | "worse", mixed) from the comparisons with the shortest N."""
+    better = any(p.significant and p.mean_diff < 0 for p in vs_shortest)
+    worse = any(p.significant and p.mean_diff > 0 for p in vs_shortest)
+    if better and not worse:
+        return "better", False
+    if worse and not better:
+        return "worse", False
+    return "no better", better and worse
+
+
+# ---------------------------------------------------------------------------------------------
+# Question 1: direction apart from volatility, and what the summaries alone allow
+
+
+def decomposition(table: dict, names: list[str]) -> list[dict]:
+    """Per series (seed ensemble): the log-loss, its flat-vs-move and up-vs-down parts per labelled
+    bar (log_loss = move + direction), the direction score, and the skill over the class prior
+    split into its volatility and direction parts (direction_share = direction / total skill)."""
+    out = {}
+    for name in names:
+        r = _select(table, name, ENSEMBLE)
+        if not len(r["day"]):
+            continue
+        n, moves, both = r["n_labelled"].sum(), r["n_moves"].sum(), r["n_both"].sum()
+        out[name] = {"series": name, "log_loss": r["log_loss"].sum() / n, "move_part": r["move_loss"].sum() / n,
+                     "direction_part": r["direction_loss"].sum() / n,
+                     "direction_log_loss_moves": r["direction_loss"].sum() / moves if moves else math.nan,
+                     "direction_error_moves": r["direction_error"].sum() / moves if moves else math.nan,
+                     "hit_rate": r["both_hits"].sum() / both if both else math.nan,
+                     "direction_log_loss": r["both_direction_loss"].sum() / both if both else math.nan,
+                     "n_direction": int(both)}
+    prior = out.get(PRIOR)
+    for row in out.values():
+        if prior is None:
+            row |= {"skill": math.nan, "skill_move": math.nan, "skill_direction": math.nan, "direction_share": math.nan}
+            continue
+        row["skill"] = prior["log_loss"] - row["log_loss"]
+        row["skill_move"] = prior["move_part"] - row["move_part"]
+        row["skill_direction"] = prior["direction_part"] - row["direction_part"]
+        row["direction_share"] = row["skill_direction"] / row["skill"] if row["skill"] > 0 else math.nan
+    return [out[n] for n in names if n in out]
+
+
+def _fold_metric(rd: RunData, series: str, metric: str) -> dict[int, float]:
+    """{fold: the metric averaged over seeds} from the cell summaries."""
+    cells = [c for c in rd.cells if c["key"] == series] or [
+        b for b in rd.baselines if baseline_series_name(b["name"]) == series]
+    folds: dict[int, list[float]] = {}
+    for c in cells:
+        v = c["metrics"].get(metric)
+        folds.setdefault(c["fold"], []).append(math.nan if v is None else float(v))
+    return {f: float(np.mean(v)) for f, v in sorted(folds.items())}
+
+
+def fold_level(rd: RunData, names: list[str], references: list[str]) -> list[dict]:
+    """What the summaries allow without per-bar forecasts: per series, the fold-mean log-loss
+    difference to each reference fold by fold (descriptive: no paired test), and the directional
+    hit rate from the pooled confusion matrices."""
+    rows = []
+    for name in names:
+        conf = np.zeros((3, 3))
+        for c in [c for c in rd.cells if c["key"] == name] or [
+                b for b in rd.baselines if baseline_series_name(b["name"]) == name]:
+            conf += np.asarray(c["metrics"].get("confusion", np.zeros((3, 3))), dtype=float)
+        row = {"series": name, "hit_rate": hit_rate_from_confusion(conf), "diffs": {}}
+        mine = _fold_metric(rd, name, "log_loss")
+        for ref in references:
+            theirs = _fold_metric(rd, ref, "log_loss")
+            if ref != name and theirs:
+                row["diffs"][ref] = [mine[f] - theirs[f] for f in mine if f in theirs]
+        rows.append(row)
+    return rows
+
+
+@dataclass
+class ForecastQuestion:
+    """Question 1's numbers: the paired comparisons (Holm-adjusted), the answer, the direction
+    and volatility decomposition, or why the paired tests could not be computed."""
+
+    available: bool
+    source: str  # "per-bar cells" or LOSS_FILE when available, else why not
+    shortest: str | None  # the reference configuration (the shortest N)
+    comparisons: list[Paired] = field(default_factory=list)
+    answer: str | None = None  # "better" | "no better" | "worse"
+    mixed: bool = False  # significant differences both ways
+    decomposition: list[dict] = field(default_factory=list)
+    fold_level: list[dict] = field(default_factory=list)  # always (from the summaries)
+    table: dict | None = field(default=None, repr=False)  # the loss table (written beside the report)
+
+    def vs(self, reference: str) -> list[Paired]:
+        return [p for p in self.comparisons if p.reference == reference]
+
+
+def forecast_question(rd: RunData, primary: list[str]) -> ForecastQuestion:
+    """Question 1 over the default configuration per N (`primary`, in order of N)."""
+    shortest = primary[0] if primary else None
+    baselines = [b for b in (LOGREG, VOLATILITY, PRIOR) if any(baseline_series_name(x["name"]) == b
+                                                                 for x in rd.baselines)]
+    refs = [r for r in (shortest, LOGREG) if r and (r != LOGREG or LOGREG in baselines)]
+    out = ForecastQuestion(False, "", shortest, fold_level=fold_level(rd, primary + baselines, refs))
+    table, source = load_losses(rd)
+    out.source = source
+    if table is None or shortest is None:
+        return out
+    cfg = rd.config
+    horizon = int(cfg["labels"]["horizon"])
+    per_day = bars_per_day(INTERVAL_US[cfg["data"]["interval"]])
+    seeds = [f"seed{s}" for s in cfg["train"]["seeds"]]
+    comps = []
+    for ref in refs:
+        for name in primary:
+            for score in SCORES:
+                p = None if name == ref else paired(table, name, ref, score, horizon, per_day, seeds)
+                comps += [p] if p is not None else []
+    if comps:
+        for p, adj in zip(comps, sel.holm([p.pvalue for p in comps])):
+            p.p_holm = float(adj)
+        out.answer, out.mixed = _answer([p for p in comps if p.reference == shortest])
+    out.available, out.comparisons, out.table = bool(comps), comps, table
+    out.decomposition = decomposition(table, primary + baselines)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Question 2: the trading rule per candidate
+
+
+_PATH_FIELDS = ("mean_gross_return", "mean_net_return", "turnover")
+
+
+def _cell_path(summary: dict, strategy: Strategy) -> dict | None:
+    """A cell's path statistics under the run's rule: its "strategy" record, or for the one-bar
+    rule of a cell saved before that record existed, its metrics."""
+    rec = summary.get("strategy")
+    if rec and rec.get("strategy") == strategy.kind:
+        return rec
+    if strategy.kind == "one-bar":
+        m = summary["metrics"]
+        return {k: m.get(k) for k in _PATH_FIELDS} | {"n_bars": m.get("n_bars", summary.get("n_bars")),
+                                                     "threshold": 0.0, "threshold_source": "one-bar"}
+    return None
+
+
+def path_stats(summaries: list[dict], strategy: Strategy) -> dict:
+    """Per-bar means over folds (weighted by bars; seeds averaged within a fold, as one portfolio),
+    the break-even fee (bps) and the thresholds used."""
+    folds: dict[int, list[dict]] = {}
+    for s in summaries:
+        rec = _cell_path(s, strategy)
+        if rec is None or any(rec.get(k) is None for k in _PATH_FIELDS):
+            return {k: math.nan for k in (*_PATH_FIELDS, "break_even_fee_bps")} | {"n_bars": 0, "thresholds": [],
+                                                                                  "sources": []}
+        folds.setdefault(s["fold"], []).append(rec)
+    n = np.array([recs[0]["n_bars"] for recs in folds.values()], dtype=float)
+    means = {k: np.array([np.mean([r[k] for r in recs]) for recs in folds.values()]) for k in _PATH_FIELDS}
+    out = {k: float((v * n).sum() / n.sum()) for k, v in means.items()}
+    out["n_bars"] = int(n.sum())
+    out["break_even_fee_bps"] = 1e4 * out["mean_gross_return"] / out["turnover"] if out["turnover"] > 0 else math.nan
+    recs = [r for rs in folds.values() for r in rs]
+    out["thresholds"] = [float(r.get("threshold", math.nan)) for r in recs]
+    out["sources"] = sorted({str(r.get("threshold_source")) for r in recs})
+    return out
+
+
+@dataclass
+class TradingQuestion:
+    """Question 2's numbers beyond the gates (which are `selection.RunSelection`)."""
+
+    strategy: Strategy
+    fee_bps: float
+    rows: list[dict]  # per candidate then baseline: series, path_stats fields
+    n_candidates: int
+    n_profitable: int  # candidates whose mean daily net return is > 0
+
+    @property
+    def none_profitable(self) -> bool:
+        return self.n_candidates > 0 and self.n_profitable == 0
+
+
+def trading_question(rd: RunData, selection: sel.RunSelection) -> TradingQuestion:
+    strategy = Strategy.from_config(rd.config)
+    rows = []
+    for key in [r["key"] for r in selection.candidates]:
+        rows.append({"series": key} | path_stats([c for c in rd.cells if c["key"] == key], strategy))
+    for name in sorted({b["name"] for b in rd.baselines}):
+        rows.append({"series": baseline_series_name(name)}
+                    | path_stats([b for b in rd.baselines if b["name"] == name], strategy))
+    return TradingQuestion(strategy, float(rd.config["eval"]["fee_bps"]), rows, len(selection.candidates),
+                           selection.n_profitable)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every number of the report
+
+
 @dataclass
 class Numbers:
     """Every number the report shows, computed once."""
@@ -106,6 +514,8 @@ class Numbers:
     primary: list[dict]  # the default configuration per N (the plots against N)
     selection: sel.RunSelection
     series_stats: dict[str, dict]  # candidates' and baselines' daily statistics (gross Sharpe, ...)
+    forecast: ForecastQuestion  # question 1: paired tests of the forecasts
+    trading: TradingQuestion  # question 2: the trading rule per candidate (the gates are `selection`)
 
     def candidate_row(self, key: str | None) -> dict | None:
         return next((r for r in self.selection.candidates if r["key"] == key), None)
@@ -121,4 +531,6 @@ def compute(rd: RunData) -> Numbers:
     default_keys = {t.get("key") for t in rd.ledger.get("trials", []) if str(t.get("slot", "")).endswith("/0")}
     primary = [s for s in per_n if s["series"] in default_keys] or [s for s in per_n if "-" not in s["series"]]
     stats = {k: series_stats(rd, k) for k in [*keys, *baselines] if k in rd.series}
-    return Numbers(rows, per_n, baselines, primary, run_selection(rd), stats)
+    selection = run_selection(rd)
+    return Numbers(rows, per_n, baselines, primary, selection, stats,
+                   forecast_question(rd, [s["series"] for s in primary]), trading_question(rd, selection))

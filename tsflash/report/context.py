@@ -12,6 +12,7 @@ from pathlib import Path
 from tsflash.intervals import bars_as_time, interval_words
 from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.figures import CAPTIONS
+from tsflash.report.questions import forecast_section, trading_section, write_outputs
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import (
     bars_and_time,
@@ -25,13 +26,14 @@ from tsflash.report.wording import (
     pm,
     timed_label,
 )
+from tsflash.strategy import Strategy
 
 SECTIONS = (
-    "The question and the verdict",
+    "The two questions and the answers",
     "Setup",
     "Cost against N",
-    "Benefit against N",
-    "Selection",
+    "Question 1: does a longer context forecast better?",
+    "Question 2: is any of it tradable after fees and multiple testing?",
     "Precision",
     "Reproducibility",
 )
@@ -59,14 +61,18 @@ def verdict_section(rd: RunData, words: dict) -> dict:
     if rd.rescored_from:
         notes.append(f"re-scored at eval.fee_bps = {cfg['eval']['fee_bps']:g} from the per-bar positions saved by "
                      f"the run `{rd.run_dir.name}` (which charged {rd.rescored_from['run_fee_bps']:g} bps); nothing "
-                     "was retrained.")
+                     f"was retrained. Trading rule: {Strategy.from_config(cfg).describe()}.")
     interval = cfg["data"]["interval"]
     spans = ", ".join(f"{n} = {bars_as_time(n, interval)}" for n in cfg["lengths"])
-    question = (f"Question: does a causal transformer that sees a longer context (N past {interval_words(interval)} "
-                f"bars: {spans}) forecast the up/flat/down direction of {rd.data.get('symbol', 'BTCUSDT')} over the "
-                f"next {bars_and_time(cfg['labels']['horizon'], interval)} better out of sample, at what cost, and does the winner survive the multiple-testing gates (Deflated "
-                f"Sharpe Ratio >= {cfg['selection']['min_dsr']}, PBO <= {cfg['selection']['max_pbo']})?")
-    return {"question": question, "sentence": words["sentence"], "reasons": words["reasons"], "notes": notes}
+    question = (f"Two questions, answered separately. 1. Forecasting: does a causal transformer that sees a longer "
+                f"context (N past {interval_words(interval)} bars: {spans}) forecast the up/flat/down move of "
+                f"{rd.data.get('symbol', 'BTCUSDT')} over the next {bars_and_time(cfg['labels']['horizon'], interval)} "
+                "better out of sample (paired tests on the same test bars, against the shortest N and the logistic "
+                "baseline)? 2. Trading: can any of it be traded after fees and multiple testing (a trading rule, the "
+                f"Deflated Sharpe Ratio >= {cfg['selection']['min_dsr']} and PBO <= {cfg['selection']['max_pbo']})? "
+                "And at what cost?")
+    return {"question": question, "forecast": words["forecast"], "sentence": words["sentence"],
+            "reasons": words["reasons"], "notes": notes}
 
 
 def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
@@ -93,8 +99,8 @@ def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
                       "fitted on each fold's training bars only"],
         ["folds", f"{sp['n_folds']} {sp['scheme']} walk-forward folds, test blocks of {plural(sp['test_days'], 'day')}, "
                   f"purge {bars_and_time(purge, interval)}, embargo {plural(sp['embargo'], 'bar')}"],
-        ["fees", f"{cfg['eval']['fee_bps']} bps per unit of turnover; position +1/0/-1 from the predicted class, "
-                 "held one bar"],
+        ["fees", f"{cfg['eval']['fee_bps']} bps per unit of turnover, charged at scoring time"],
+        ["trading rule", Strategy.from_config(cfg).describe()],
         ["model", f"causal transformer, d_model {cfg['model']['d_model']}, {plural(cfg['model']['n_layers'], 'layer')}, "
                   f"{plural(cfg['model']['n_heads'], 'head')}, rotary positions; {fmt(n_params)} parameters "
                   "(same for every N)"],
@@ -104,8 +110,8 @@ def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
         ["trials", f"{trials}; {plural(nums.selection.n_trials, 'complete trial')} in the study"],
         ["evaluation", "every test bar scored once, with a context of N/2..N bars ending at it (stride N/2); "
                        "baselines (class prior, logistic regression on the last "
-                       f"{plural(cfg['eval']['baseline_lags'], 'bar')}) on the same folds; statistics on daily "
-                       "net returns"],
+                       f"{plural(cfg['eval']['baseline_lags'], 'bar')}, and where run its direction-blind twin, the "
+                       "volatility baseline) on the same folds; statistics on daily net returns"],
         ["preset", f"{rd.run.get('preset')}" + (" (reduced CPU preset)" if rd.run.get("preset") == "cpu" else "")],
     ]
 
@@ -152,8 +158,7 @@ def benefit_section(nums: Numbers, figures: dict, interval: str | None = None) -
              for k, b in nums.baselines.items()]
     note = ("Mean ± fold-to-fold standard deviation over the test blocks; accuracy, balanced accuracy and MCC are "
             "fractions of 1; log-loss in nats (lower is better; a uniform guess scores ln 3 = 1.0986).")
-    return {"table": _table(head, body), "note": note,
-            "figures": [f for f in (figures.get("benefit_vs_n"), figures.get("equity")) if f]}
+    return {"table": _table(head, body), "note": note, "figures": [f for f in (figures.get("benefit_vs_n"),) if f]}
 
 
 def _candidate_rows(nums: Numbers, interval: str | None = None) -> list[list]:
@@ -252,14 +257,18 @@ def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[st
     figures = {name: {"src": path.relative_to(out_dir).as_posix(), "file": path, "caption": CAPTIONS[name]}
                for name, path in figure_paths.items()}
     cfg = rd.config
+    paired = write_outputs(rd, nums, words, out_dir)  # the two questions' files (figure, loss sums, questions.json)
     return {
-        "title": f"Does a longer context help? {cfg.get('name', '')} sweep, N = {', '.join(map(str, cfg['lengths']))}",
+        "title": (f"Does a longer context forecast better, and can it be traded? {cfg.get('name', '')} sweep, "
+                  f"N = {', '.join(map(str, cfg['lengths']))}"),
         "page_title": f"tsflash report: {out_dir.name}",
         "headings": SECTIONS,
         "verdict": verdict_section(rd, words),
         "setup": setup_section(rd, nums),
         "cost": cost_section(nums, figures, cfg["data"]["interval"]),
         "benefit": benefit_section(nums, figures, cfg["data"]["interval"]),
+        "forecast": forecast_section(nums, words, paired),
+        "trading": trading_section(nums) | {"figure": figures.get("equity")},
         "selection": selection_section(rd, nums, words, figures),
         "precision": precision_section(rd.precision),
         "reproducibility": reproducibility_section(rd),

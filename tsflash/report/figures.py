@@ -139,6 +139,36 @@ def plot_pbo(pbo, path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
+    """Question 1: each N's per-bar loss difference (N minus reference) with its 95 % interval,
+    one panel per score, one line per reference; below 0 the longer context forecasts better.
+    `comparisons`: `tsflash.report.questions.Paired`; `n_of`: trial key -> N."""
+    plt = _plt()
+    scores = [("log_loss", "log-loss"), ("direction", "direction score (up-vs-down log-loss)")]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+    ns = sorted({n_of[p.series] for p in comparisons if p.series in n_of})
+    for ax, (score, title) in zip(axes, scores):
+        refs = list(dict.fromkeys(p.reference for p in comparisons))
+        for i, ref in enumerate(refs):
+            ps = sorted((p for p in comparisons if p.score == score and p.reference == ref and p.series in n_of),
+                        key=lambda p: n_of[p.series])
+            if not ps:
+                continue
+            x = np.array([n_of[p.series] for p in ps], dtype=float) * 2 ** (0.08 * (i - (len(refs) - 1) / 2))
+            y = np.array([p.mean_diff for p in ps])
+            err = np.array([[p.mean_diff - p.lo for p in ps], [p.hi - p.mean_diff for p in ps]])
+            ax.errorbar(x, y, yerr=err, fmt="o-", capsize=4, label=f"minus {label(ref)}")
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_ylabel(f"Δ {title} per bar")
+        ax.set_title(f"{title}: N minus reference (< 0: N better)")
+        if ns:
+            _log2_axis(ax, ns)
+        ax.legend(fontsize=8)
+    fig.suptitle("Paired differences of the seed-ensemble forecasts, 95 % intervals (Diebold-Mariano, daily HAC)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def draw(rd: RunData, nums: Numbers, fig_dir: Path, memory_kind: str) -> dict[str, Path]:
     """Every figure the numbers allow, as {name: path} (names as in CAPTIONS)."""
     out = {}

@@ -1,8 +1,11 @@
-"""The report's words: number formats with their units, plurals, labels and the verdict's sentences.
+"""The report's words: number formats with their units, plurals, labels and the two questions'
+verdict sentences.
 
-Selection returns numbers, flags and `tsflash.selection.Reason` codes; every sentence a reader
-sees is written here, so the Markdown and the HTML say the same thing. Sharpe ratios are per
-day (daily net returns) and say so; returns are percentages with their period.
+Selection returns numbers, flags and `tsflash.selection.Reason` codes, and
+`tsflash.report.questions` the paired tests and the trading rule's numbers; every sentence a
+reader sees is written here, so the Markdown and the HTML say the same thing. Sharpe ratios are
+per day (daily net returns) and say so; returns are percentages with their period; loss
+differences are per bar, series minus reference (negative: the series forecasts better).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import math
 import numpy as np
 
 from tsflash.intervals import bars_as_time
+from tsflash.report.compute import ALPHA
 from tsflash.runfolder import BASELINE_PREFIX, decode_trial_key, is_baseline
 from tsflash.selection import Reason, Verdict
 
@@ -153,6 +157,122 @@ def verdict_sentence(v: Verdict, first_reason: str, selected_row: dict | None, a
             f"{' and '.join(why)} over {trials}.")
 
 
+def signed(x, digits: int = 3) -> str:
+    """A difference with its sign: 0.00123 -> "+0.00123", NaN -> "n/a"."""
+    return NA if x is None or not math.isfinite(x) else f"{x:+.{digits}g}"
+
+
+def bps(x) -> str:
+    """A fee in basis points: 0.0657 -> "0.066 bp"; negative: the rule loses before fees."""
+    return NA if x is None or not math.isfinite(x) else f"{x:.2g} bp"
+
+
+def signs(diffs) -> str:
+    """Per-fold or per-seed differences as signs, "-" where the series' loss is lower (it is better):
+    [-0.1, 0.2, nan] -> "- + ?"."""
+    return " ".join("?" if not math.isfinite(d) else ("-" if d < 0 else "+" if d > 0 else "0") for d in diffs)
+
+
+SCORE_NAMES = {"log_loss": "log-loss", "direction": "direction score"}
+ALPHA_TEXT = f"{100 * ALPHA:g} %"
+
+
+def _comparison(p) -> str:
+    """"N=4096 on the log-loss (+0.00123 per bar, 95 % [+0.0004, +0.002], Holm p 0.003)"."""
+    return (f"{label(p.series)} on the {SCORE_NAMES[p.score]} ({signed(p.mean_diff)} per bar, 95 % "
+            f"[{signed(p.lo)}, {signed(p.hi)}], Holm p {fmt(p.p_holm, '.3g')})")
+
+
+def _fold_wins(fq) -> str:
+    """"N=512 has the lowest fold log-loss of the context lengths in 5 of 5 folds"."""
+    longer = [r for r in fq.fold_level if not is_baseline(r["series"]) and fq.shortest in r["diffs"]]
+    if not longer:
+        return ""
+    per_fold = list(zip(*[r["diffs"][fq.shortest] for r in longer]))
+    wins = sum(all(d > 0 for d in fold) for fold in per_fold)
+    return (f" Descriptively (fold means, no test), {label(fq.shortest)} has the lowest log-loss of the context "
+            f"lengths in {wins} of {plural(len(per_fold), 'fold')}.")
+
+
+def forecast_sentence(fq) -> str:
+    """Question 1's answer from the paired tests alone (`questions.ForecastQuestion`)."""
+    if not fq.available:
+        return (f"Not tested: {fq.source}, so the paired tests cannot be computed for this run (they need the "
+                f"per-bar forecasts; a rerun keeps them).{_fold_wins(fq)}")
+    shortest = label(fq.shortest)
+    vs = fq.vs(fq.shortest)
+    better = [p for p in vs if p.significant and p.mean_diff < 0]
+    worse = [p for p in vs if p.significant and p.mean_diff > 0]
+    if fq.answer == "better":
+        head = f"Longer context forecasts better: against {shortest}, lower loss for " + "; ".join(map(_comparison, better))
+    elif fq.answer == "worse":
+        head = f"Longer context forecasts worse: against {shortest}, higher loss for " + "; ".join(map(_comparison, worse))
+    elif fq.mixed:
+        head = (f"Longer context forecasts no better: against {shortest} the significant differences go both ways "
+                f"(lower loss: {'; '.join(map(_comparison, better))}; higher loss: {'; '.join(map(_comparison, worse))})")
+    elif vs:
+        best = min(vs, key=lambda p: p.p_holm)
+        head = (f"Longer context forecasts no better: no longer context length differs from {shortest} on the "
+                f"log-loss or the direction score at Holm-adjusted {ALPHA_TEXT} (smallest: {_comparison(best)})")
+    else:
+        head = f"Longer context forecasts no better: there is no longer context length to compare with {shortest}"
+    base = [p for p in fq.comparisons if p.reference != fq.shortest]
+    if not base:
+        return head + "."
+    ref = label(base[0].reference)
+    counts = {s: sum(p.significant and p.mean_diff < 0 for p in base if p.score == s) for s in SCORE_NAMES}
+    n = len({p.series for p in base})
+    return (f"{head}. Against the {ref} baseline, {counts['log_loss']} of {n} have a significantly lower log-loss "
+            f"and {counts['direction']} of {n} a significantly better direction score.")
+
+
+def _range(values, fmt_one) -> str:
+    vals = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not vals:
+        return NA
+    return fmt_one(vals[0]) if len(vals) == 1 or vals[0] == vals[-1] else f"{fmt_one(vals[0])} to {fmt_one(vals[-1])}"
+
+
+def no_money_sentence(v: Verdict, trading, candidates: list[dict]) -> str:
+    """Question 2's answer when every candidate's mean daily net return is negative: it names no
+    "best" candidate (the highest Sharpe ratio among losers only marks the most volatile one)."""
+    keys = {r["key"] for r in candidates}
+    rows = [r for r in trading.rows if r["series"] in keys]
+    dsr_s = NA if v.dsr is None or not math.isfinite(v.dsr) else f"{v.dsr:.3f}"
+    return (f"No: no candidate makes money after fees. Every context length's mean daily net return is negative at "
+            f"{trading.fee_bps:g} bps under the {trading.strategy.kind} rule "
+            f"({_range([r['mean'] for r in candidates], pct_per_day)}); their break-even fees are "
+            f"{_range([r['break_even_fee_bps'] for r in rows], bps)}. The DSR of the highest-Sharpe candidate is "
+            f"{dsr_s} over {plural(v.n_trials, 'trial')}, below {v.min_dsr}.")
+
+
+def power_sentence(d, n_trials: int, periods_per_year: float) -> str:
+    """What a "no" rules out: the smallest annualised Sharpe ratio that would pass the DSR gate,
+    and the selected candidate's minimum track record length (`selection.Deflation`)."""
+    if d is None:
+        return "Power: not computable (the gates did not run)."
+    ann = math.sqrt(periods_per_year)
+    need = NA if d.min_sharpe is None else f"{d.min_sharpe * ann:.2f}"
+    need_eff = NA if d.min_sharpe_effective is None else f"{d.min_sharpe_effective * ann:.2f}"
+    trl = ("never: its Sharpe ratio does not exceed SR0" if not math.isfinite(d.min_trl)
+           else f"{plural(math.ceil(d.min_trl), 'day')}")
+    return (f"Power: with {plural(d.t, 'day')} and {plural(n_trials, 'trial')}, a candidate needs an annualised "
+            f"Sharpe ratio of at least {need} ({need_eff} with {plural(d.n_trials_effective, 'effective trial')}) to "
+            f"pass the DSR gate at {d.confidence:g} (normal returns); a true Sharpe ratio below that is not ruled out "
+            f"by a \"no\". Minimum track record length of the highest-Sharpe candidate against SR0: {trl}.")
+
+
+def effective_sentence(d, n_trials: int) -> str:
+    if d is None:
+        return ""
+    e = d.effective
+    return (f"Effective number of trials: {e.n_effective:.2f} among the {plural(e.n_columns, 'candidate')} ({e.method}, "
+            f"over their daily net returns); scaled to the ledger's {plural(n_trials, 'trial')} and rounded: "
+            f"{d.n_trials_effective}. DSR of the highest-Sharpe candidate with the effective count: "
+            f"{fmt(d.dsr_effective.dsr, '.3f')} (SR0 {per_day(d.dsr_effective.sr0)}); with the raw count it is the DSR "
+            "of the table.")
+
+
 def selection_notes(dropped: list[str], n_blocks: int, n_used: int | None, n_days: int) -> list[str]:
     notes = []
     if dropped:
@@ -174,6 +294,11 @@ def sentences(nums) -> dict:
     accuracy = summaries.get(v.selected, {}).get("accuracy")
     best = max(nums.baselines.values(), key=lambda b: b["accuracy"]) if nums.baselines else None
     best_baseline = (label(best["series"]), best["accuracy"]) if best else None
-    return {"sentence": verdict_sentence(v, reasons[0], nums.candidate_row(v.selected), accuracy, best_baseline),
-            "reasons": reasons,
+    if nums.trading.none_profitable and v.selected is not None:
+        trading = no_money_sentence(v, nums.trading, s.candidates)
+        reasons = [r for r, code in zip(reasons, v.reasons) if code != Reason.NOT_PASSED]
+        reasons.append("No candidate passes, and none makes money after fees.")
+    else:
+        trading = verdict_sentence(v, reasons[0], nums.candidate_row(v.selected), accuracy, best_baseline)
+    return {"sentence": trading, "forecast": forecast_sentence(nums.forecast), "reasons": reasons,
             "notes": selection_notes(s.dropped, s.n_blocks, s.n_blocks_used, len(s.days))}

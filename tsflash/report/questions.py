@@ -1,0 +1,178 @@
+"""The report's two-questions sections: their tables, sentences and files, from the numbers of
+`tsflash.report.compute` (ForecastQuestion, TradingQuestion, the run's selection) and the
+sentences of `tsflash.report.wording`.
+
+Question 1 (forecasting) shows, beside the classification table: the direction apart from
+volatility (each N's log-loss split into its flat-vs-move and up-vs-down parts, the skill over
+the class prior and the share of it that is direction), and the paired tests (Holm-adjusted)
+with their figure. Question 2 (trading) shows the trading rule per candidate (turnover, gross and
+net returns, break-even fee), the gates with the raw and the effective number of trials, and the
+power of the gate.
+
+`write_outputs` writes the files of these sections beside the report: forecast_daily.parquet
+(the per-day loss sums the paired tests read, small enough to commit with a published run),
+questions.json (both answers as numbers) and figures/paired.png.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from tsflash import atomic
+from tsflash.report.compute import LOGREG, LOSS_FILE, PERIODS_PER_YEAR, Numbers, write_table
+from tsflash.report.rundata import RunData
+from tsflash.report.wording import (
+    SCORE_NAMES,
+    bps,
+    effective_sentence,
+    fmt,
+    label,
+    percent,
+    plural,
+    power_sentence,
+    signed,
+    signs,
+)
+from tsflash.runfolder import is_baseline
+
+PAIRED_CAPTION = "Question 1: per-bar loss differences of each N against the shortest N and the logistic baseline"
+RESULTS_FILE = "questions.json"
+
+
+def _table(header: list[str], rows: list[list]) -> dict:
+    return {"header": header, "rows": [[str(c) for c in r] for r in rows]}
+
+
+def _name(key: str) -> str:
+    return f"baseline: {label(key)}" if is_baseline(key) else label(key)
+
+
+def decomposition_table(nums: Numbers) -> dict | None:
+    rows = nums.forecast.decomposition
+    if not rows:
+        return None
+    head = ["configuration", "log-loss", "flat-vs-move part", "up-vs-down part", "skill over prior",
+            "of which direction", "direction share", "hit rate (both not flat)", "up-vs-down log-loss (both)"]
+    body = [[_name(r["series"]), fmt(r["log_loss"]), fmt(r["move_part"]), fmt(r["direction_part"]), fmt(r["skill"]),
+             fmt(r["skill_direction"]), percent(r["direction_share"], 1), fmt(r["hit_rate"]),
+             fmt(r["direction_log_loss"])] for r in rows]
+    return _table(head, body)
+
+
+def paired_table(nums: Numbers) -> dict | None:
+    comps = nums.forecast.comparisons
+    if not comps:
+        return None
+    head = ["comparison", "score", "mean difference per bar", "95 % interval", "DM statistic", "p", "Holm p",
+            "days (lag)", "sign per fold", "sign per seed"]
+    body = [[f"{label(p.series)} minus {_name(p.reference)}", SCORE_NAMES[p.score], signed(p.mean_diff),
+             f"[{signed(p.lo)}, {signed(p.hi)}]", fmt(p.statistic, ".2f"), fmt(p.pvalue, ".3g"), fmt(p.p_holm, ".3g"),
+             f"{fmt(p.n_days)} ({p.lag})", signs(p.fold_diffs), signs(p.seed_diffs.values())] for p in comps]
+    return _table(head, body)
+
+
+def fold_level_table(nums: Numbers) -> dict | None:
+    """Without per-bar forecasts: fold-mean log-loss differences and the confusion-matrix hit rate."""
+    rows = nums.forecast.fold_level
+    if not rows:
+        return None
+    refs = [ref for ref in (nums.forecast.shortest, LOGREG) if any(ref in r["diffs"] for r in rows)]
+    head = ["configuration", "hit rate (both not flat, pooled confusion)"] + [
+        f"log-loss minus {_name(ref)}, per fold" for ref in refs]
+    body = [[_name(r["series"]), fmt(r["hit_rate"])] + [
+        " ".join(signed(d, 2) for d in r["diffs"][ref]) if ref in r["diffs"] else "" for ref in refs] for r in rows]
+    return _table(head, body)
+
+
+def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
+    fq = nums.forecast
+    notes = ["Direction apart from volatility: the log-loss of a bar that moved is -log(p_up + p_down) - log q, "
+             "q the forecast's up-vs-down probability, and of a flat bar -log p_flat; the first part (flat-vs-move) "
+             "is what a volatility forecast improves, the second (up-vs-down, ln 2 = 0.6931 for a coin flip) is "
+             "direction. Skill is the class prior's log-loss minus the configuration's; the direction share is the "
+             "part of that skill from the up-vs-down part. The volatility baseline is the logistic regression with "
+             "the sign of every directional feature removed."]
+    if fq.available:
+        notes.append(f"Paired tests ({fq.source}): the seed ensemble per N (mean of the seeds' probabilities), "
+                     "scored on the same test bars as its reference. Scores: the per-bar log-loss, and the direction "
+                     "score, the up-vs-down log-loss on every bar whose outcome moved. Diebold-Mariano on UTC-daily "
+                     "loss differences (their mean is the per-bar mean difference), Newey-West lag >= the horizon "
+                     "in days; 95 % interval mean ± 1.96 se; Holm-adjusted over all "
+                     f"{plural(len(fq.comparisons), 'comparison')}. Signs per fold and per seed: \"-\" where the "
+                     "configuration has the lower loss.")
+    else:
+        notes.append(f"No paired test: {fq.source}. The table shows what the cell summaries allow: each "
+                     "configuration's fold-mean log-loss minus the reference's, fold by fold (\"-\": lower loss), "
+                     "and the directional hit rate from the pooled confusion matrices; the up-vs-down split of the "
+                     "log-loss needs the per-bar forecasts.")
+    return {"sentence": words["forecast"], "decomposition": decomposition_table(nums), "paired": paired_table(nums),
+            "fold_level": None if fq.available else fold_level_table(nums), "notes": notes, "figure": figure}
+
+
+def trading_table(nums: Numbers) -> dict:
+    head = ["series", "entry threshold", "turnover per bar", "mean gross per bar", "mean net per bar",
+            "break-even fee", "gross Sharpe/yr", "net Sharpe/yr"]
+    ann = math.sqrt(PERIODS_PER_YEAR)
+    body = []
+    for r in nums.trading.rows:
+        st = nums.series_stats.get(r["series"], {})
+        taus = [t for t in r["thresholds"] if math.isfinite(t)]
+        tau = "n/a" if not taus else fmt(taus[0], ".3g") if min(taus) == max(taus) else \
+            f"{min(taus):.3g}..{max(taus):.3g}"
+        body.append([_name(r["series"]), f"{tau} ({', '.join(r['sources']) or 'n/a'})", fmt(r["turnover"]),
+                     fmt(r["mean_gross_return"], ".3g"), fmt(r["mean_net_return"], ".3g"), bps(r["break_even_fee_bps"]),
+                     fmt(st.get("gross_sharpe", math.nan) * ann, ".2f"), fmt(st.get("sharpe_annual"), ".2f")])
+    return _table(head, body)
+
+
+def trading_section(nums: Numbers) -> dict:
+    tq, s = nums.trading, nums.selection
+    intro = (f"Trading rule: {tq.strategy.describe()}; {tq.fee_bps:g} bps per unit of turnover, charged at scoring "
+             "time. Per bar, pooled over folds (seeds as one equal-weight portfolio); the break-even fee is the fee "
+             "at which the mean net return per bar is exactly 0 (negative: the rule loses before fees). "
+             f"{plural(tq.n_profitable, 'candidate')} of {tq.n_candidates} "
+             f"{'has' if tq.n_profitable == 1 else 'have'} a positive mean daily net return.")
+    notes = [t for t in (effective_sentence(s.deflation, s.n_trials),
+                         power_sentence(s.deflation, s.n_trials, PERIODS_PER_YEAR)) if t]
+    return {"intro": intro, "table": trading_table(nums), "notes": notes}
+
+
+def results(nums: Numbers, words: dict) -> dict:
+    """questions.json: both answers as numbers and sentences."""
+    fq, tq, s = nums.forecast, nums.trading, nums.selection
+    d = s.deflation
+    return {
+        "forecast": {"answer": fq.answer, "mixed": fq.mixed, "available": fq.available, "source": fq.source,
+                     "sentence": words["forecast"], "shortest": fq.shortest,
+                     "comparisons": [{k: getattr(p, k) for k in p.__dataclass_fields__} for p in fq.comparisons],
+                     "decomposition": fq.decomposition, "fold_level": fq.fold_level},
+        "trading": {"strategy": tq.strategy.kind, "horizon": tq.strategy.horizon, "threshold": tq.strategy.threshold,
+                    "fee_bps": tq.fee_bps, "n_candidates": tq.n_candidates, "n_profitable": tq.n_profitable,
+                    "none_profitable": tq.none_profitable, "passed": s.verdict.passed, "sentence": words["sentence"],
+                    "rows": tq.rows,
+                    "n_trials": s.n_trials, "n_effective": d.effective.n_effective if d else None,
+                    "n_trials_effective": d.n_trials_effective if d else None,
+                    "dsr": s.verdict.dsr, "dsr_effective": d.dsr_effective.dsr if d else None,
+                    "min_sharpe_annual": (d.min_sharpe * math.sqrt(PERIODS_PER_YEAR))
+                    if d and d.min_sharpe is not None else None,
+                    "min_sharpe_effective_annual": (d.min_sharpe_effective * math.sqrt(PERIODS_PER_YEAR))
+                    if d and d.min_sharpe_effective is not None else None,
+                    "min_trl_days": d.min_trl if d else None},
+    }
+
+
+def write_outputs(rd: RunData, nums: Numbers, words: dict, out_dir: Path) -> dict | None:
+    """forecast_daily.parquet (when the loss table came from the cells), questions.json and the
+    paired figure; returns the figure entry of the context, or None."""
+    from tsflash.report.figures import plot_paired
+    from tsflash.report.outputs import clean
+
+    fq = nums.forecast
+    if fq.table is not None and (fq.source != LOSS_FILE or Path(out_dir).resolve() != rd.run_dir.resolve()):
+        write_table(fq.table, out_dir / LOSS_FILE)
+    atomic.write_json(out_dir / RESULTS_FILE, clean(results(nums, words)))
+    if not fq.comparisons:
+        return None
+    path = plot_paired(fq.comparisons, {c["key"]: c["n"] for c in rd.cells}, out_dir / "figures" / "paired.png")
+    return {"src": path.relative_to(out_dir).as_posix(), "file": path, "caption": PAIRED_CAPTION}
