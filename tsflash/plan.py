@@ -129,11 +129,21 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
     return cfg, preset, note
 
 
+# Keys that change only how saved forecasts are scored, never what is trained: not part of a run.
+SCORING_KEYS = ("fee_bps", "strategy", "entry_threshold")
+
+
 def _fee_free(cfg: ExperimentConfig) -> dict:
-    """The config as a dict without eval.fee_bps (fees are applied at scoring time)."""
+    """The config as a dict without the scoring keys of `eval` (applied at scoring time)."""
     d = cfg.to_dict()
-    d["eval"] = {k: v for k, v in d["eval"].items() if k != "fee_bps"}
+    d["eval"] = {k: v for k, v in d["eval"].items() if k not in SCORING_KEYS}
     return d
+
+
+def _shaped_like(d: dict, shape: dict) -> dict:
+    """`d` restricted to the keys present in `shape`, recursively (a config saved by older code)."""
+    return {k: _shaped_like(v, shape[k]) if isinstance(v, dict) and isinstance(shape.get(k), dict) else v
+            for k, v in d.items() if k in shape}
 
 
 def _digest(obj, chars: int) -> str:
@@ -150,9 +160,14 @@ def make_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str) -> 
     return _digest({"config": _fee_free(cfg), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
 
 
-def legacy_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str) -> str:
-    """The run key of folders made while the fee was part of the run (e.g. reports/h200-btcusdt-1m)."""
-    return _digest({"config": cfg.to_dict(), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
+def legacy_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str, saved: dict | None = None) -> str:
+    """The run key of folders made while the fee was part of the run (e.g. reports/h200-btcusdt-1m).
+
+    `saved`: that folder's config.json; config keys added since (absent from it) are left out, so
+    that the key stays the one the folder was made with.
+    """
+    config = cfg.to_dict() if saved is None else _shaped_like(cfg.to_dict(), saved)
+    return _digest({"config": config, "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
 
 
 def _with_run_fee(cfg: ExperimentConfig, folder: RunFolder) -> tuple[ExperimentConfig, str]:
@@ -189,7 +204,8 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
         resumed = folder.exists()
         if resumed:
             meta = folder.read_run()
-            accepted = (run_key, legacy_run_key(cfg, opts.data, opts.trials, device))
+            saved = read_json(folder.config_json) if folder.config_json.exists() else None
+            accepted = (run_key, legacy_run_key(cfg, opts.data, opts.trials, device, saved))
             if meta.get("run_key") not in accepted:
                 raise UserError(
                     f"--out {run_dir} holds a run of another configuration (run key {meta.get('run_key')}, "
