@@ -16,6 +16,8 @@ Layout of a run folder (`runs/<YYYYMMDD-HHMMSS>-<config hash>` by default)::
     cells/baselines/fold<k>.cell.json              summary of the fold's baselines
     series/<trial key>.npz                         a trial's daily net/gross returns (all folds)
     series/baseline-<name>.npz                     a baseline's daily returns
+    forecasts/<trial key or baseline-<name>>.npz   per-day loss sums of the forecasts (the paired
+                                                   tests of question 1; small, kept when cells are not)
     checkpoints/<trial key>/fold<k>-seed<s>/       engine checkpoints of unfinished cells
     ledger.json, precision.json, results.json, report.md, report.html, *.parquet, figures/
 
@@ -159,6 +161,14 @@ class RunFolder:
     @property
     def series_dir(self) -> Path:
         return self.root / "series"
+
+    @property
+    def forecasts_dir(self) -> Path:
+        return self.root / "forecasts"
+
+    def forecasts_path(self, name: str) -> Path:
+        """forecasts/<name>.npz: the per-day loss sums of one trial key or baseline-<name>."""
+        return self.forecasts_dir / f"{name}.npz"
 
     @property
     def checkpoints_dir(self) -> Path:

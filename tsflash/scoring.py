@@ -174,7 +174,6 @@ def series_from_cells(folder: RunFolder, name: str, n_folds: int, seeds: list[in
 
 ENSEMBLE = "ensemble"  # member name of a configuration's seed ensemble (and of a baseline's one forecast)
 LOSS_KEYS = ("series", "member", "fold", "day")  # the key columns of a loss table; then DAILY_SUMS
-FORECASTS_DIR = "forecasts"  # <run>/forecasts/<series>.npz, written by the sweep per trial and baseline
 
 
 def fold_losses(name: str, fold: int, forecasts: list[Mapping], members: list[str] | None = None) -> dict:
@@ -206,13 +205,8 @@ def concat_losses(parts: list[dict]) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in (*LOSS_KEYS, *DAILY_SUMS)} if parts else {}
 
 
-def losses_path(folder: RunFolder, name: str) -> Path:
-    """<run>/forecasts/<name>.npz: the loss table of one trial key or baseline-<name>."""
-    return folder.root / FORECASTS_DIR / f"{name}.npz"
-
-
 def write_losses(folder: RunFolder, name: str, table: dict) -> Path:
-    path = losses_path(folder, name)
+    path = folder.forecasts_path(name)
     arrays = {k: np.asarray(table[k]).astype(str) for k in ("series", "member")}
     arrays |= {"fold": table["fold"], "day": table["day"].astype("datetime64[D]").astype(np.int64)}
     arrays |= {k: table[k] for k in DAILY_SUMS}
@@ -223,7 +217,7 @@ def write_losses(folder: RunFolder, name: str, table: dict) -> Path:
 
 def read_losses(folder: RunFolder, name: str) -> dict | None:
     """The loss table `write_losses` wrote for `name`, or None when there is none."""
-    path = losses_path(folder, name)
+    path = folder.forecasts_path(name)
     if not path.exists():
         return None
     with np.load(path) as z:

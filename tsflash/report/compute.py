@@ -55,7 +55,7 @@ from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.report.rundata import RunData
 from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
-from tsflash.scoring import ENSEMBLE, FORECASTS_DIR, cell_arrays, concat_losses, fold_losses, read_losses
+from tsflash.scoring import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
 from tsflash.strategy import Strategy
 
 PERIODS_PER_YEAR = 365.0  # daily returns; BTC trades every day
@@ -219,13 +219,13 @@ def load_losses(rd: RunData) -> tuple[dict | None, str]:
     """(loss table or None, where it came from, or why it is missing): the sweep's per-trial loss
     files (forecasts/*.npz), else the per-bar cells, else LOSS_FILE beside the report."""
     names = [*rd.trial_keys, *sorted({baseline_series_name(b["name"]) for b in rd.baselines})]
-    for table, source in ((lambda: losses_from_sweep(rd, names), f"the sweep's per-day loss sums ({FORECASTS_DIR}/)"),
+    for table, source in ((lambda: losses_from_sweep(rd, names), "the sweep's per-day loss sums (forecasts/)"),
                           (lambda: losses_from_cells(rd), "per-bar cells"),
                           (lambda: read_table(rd.run_dir / LOSS_FILE), LOSS_FILE)):
         found = table()
         if found is not None:
             return found, source
-    return None, (f"this run folder has neither its per-day loss sums ({FORECASTS_DIR}/ or {LOSS_FILE}) nor its "
+    return None, (f"this run folder has neither its per-day loss sums (forecasts/ or {LOSS_FILE}) nor its "
                   "per-bar cells (cells/**/*.npz)")
 
 
