@@ -170,8 +170,9 @@ def summarize_run(root: Path, source: str, with_oracle: bool = True) -> dict:
     cells, _ = folder.cell_summaries()
     by_n = cell_rows(cells)
     pairs = compare(by_n)
-    out = {"source": source, "run": str(root), "complete": folder.is_complete(),
-           "data": read_json(folder.data_json).get("source") if folder.data_json.exists() else None,
+    data = read_json(folder.data_json) if folder.data_json.exists() else {}
+    out = {"source": source, "run": str(root), "complete": folder.is_complete(), "data": data.get("source"),
+           "description": data.get("description", "a seeded random walk, not market data"),
            "per_n": {n: pooled(rows) | {"per_cell": {f"fold{k}-seed{s}": r for (k, s), r in rows.items()}}
                      for n, rows in by_n.items()},
            "pairs": pairs, "verdict": verdict(source, pairs)}
@@ -194,14 +195,14 @@ def _f(x, spec: str = ".4f") -> str:
 def render_markdown(summary: dict) -> str:
     lines = ["# Controls: can the pipeline see a long-context benefit, and only when there is one?", "",
              "Two synthetic markets with the bar count of the configured range, run through the default sweep "
-             "protocol (`experiments/controls.py`). `long-memory`: the drift of each 1-minute return echoes the "
-             "move over a short window that ended one week (10080 bars) earlier (`tsflash.synthetic.LongMemory`), "
-             "so only a context that reaches back a week can use it. `random-walk`: the direction is "
-             "unpredictable. Direction hit rate: correct sign among bars both truly and predicted up/down. "
+             "protocol (`experiments/controls.py`). `long-memory`: the drift of each return echoes a move "
+             "that ended `lag` bars earlier (`tsflash.synthetic.LongMemory`), so only a context that reaches back "
+             "that far can use it; `random-walk`: the direction is unpredictable. "
+             "Direction hit rate: correct sign among bars both truly and predicted up/down. "
              "Paired differences over the (fold, seed) cells that both lengths have; p: two-sided t test.", ""]
     for run in summary["runs"]:
         v = run["verdict"]
-        lines += [f"## {run['source']} ({run['data'] or 'no data yet'})", "",
+        lines += [f"## {run['source']} ({run['data'] or 'no data yet'})", "", f"The bars: {run['description']}.", "",
                   f"Expected: {v['expected']}. Outcome: **{'as expected' if v['as_expected'] else 'NOT as expected'}**"
                   + ("" if run["complete"] else " (the run is unfinished)") + ".", "",
                   "| N | cells | test log-loss (pooled) | direction hit rate |", "|---|---|---|---|"]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tsflash.errors import UserError
 from tsflash.store import INTERVAL_US, find_gaps
 from tsflash.synthetic import (
-    LongMemory, _bars_from_returns, echo_returns, echo_signal, garch_scale, grid_returns, long_memory_bars,
+    LongMemory, Market, _bars_from_returns, echo_returns, echo_signal, garch_scale, grid_returns, long_memory_bars,
     parse_source, parse_spec, random_walk_bars, synthetic_bars, trailing_z,
 )
 
@@ -38,7 +38,7 @@ def sample():
     count of random-walk bars; labels as the pipeline's (15-bar forward return, flat third removed)."""
     n = 2_400_000
     out = {}
-    for name, bars in (("long-memory", long_memory_bars(n, seed=11, n_gaps=0)),
+    for name, bars in (("long-memory", long_memory_bars(n, seed=11, market=Market(n_gaps=0))),
                        ("random-walk", random_walk_bars(n, seed=11, n_gaps=0))):
         r = log_returns(bars)
         lc = np.log(bars.close)
@@ -186,7 +186,8 @@ def test_the_echo_is_the_documented_recursion():
 
 def test_long_memory_bars_look_like_bars():
     n = 30_000
-    bars = long_memory_bars(n, seed=3, start="2024-01-01", params=LongMemory(lag=500))
+    where = Market(start="2024-01-01")
+    bars = long_memory_bars(n, seed=3, params=LongMemory(lag=500), market=where)
     assert len(bars) == n and bars.open_time[0] == 1_704_067_200_000_000
     assert np.all(bars.open_time % STEP == 0) and np.all(np.diff(bars.open_time) > 0)
     gaps = find_gaps(bars.open_time, STEP)
@@ -195,9 +196,8 @@ def test_long_memory_bars_look_like_bars():
     assert np.all(bars.low > 0) and np.array_equal(bars.open[1:], bars.close[:-1])
     assert np.all((bars.volume == 0) == (bars.trades == 0))
     assert np.all((bars.taker_buy_base >= 0) & (bars.taker_buy_base <= bars.volume))
-    assert np.array_equal(long_memory_bars(n, seed=3, start="2024-01-01", params=LongMemory(lag=500)).close, bars.close)
-    assert not np.array_equal(long_memory_bars(n, seed=4, start="2024-01-01", params=LongMemory(lag=500)).close,
-                              bars.close)
+    assert np.array_equal(long_memory_bars(n, seed=3, params=LongMemory(lag=500), market=where).close, bars.close)
+    assert not np.array_equal(long_memory_bars(n, seed=4, params=LongMemory(lag=500), market=where).close, bars.close)
     # the echo lives on the time grid: across a gap the next bar carries the move through it
     g, slots = grid_returns(bars.open_time, bars.close, STEP)
     assert len(g) == n + gaps.missing.sum() and np.allclose(np.cumsum(g)[slots], np.log(bars.close / bars.close[0]))

@@ -124,6 +124,19 @@ def _bars_from_returns(rng: np.random.Generator, r: np.ndarray, e: np.ndarray, s
                 taker_buy_base=taker_buy_base, symbol=symbol, interval=interval)
 
 
+@dataclass(frozen=True)
+class Market:
+    """Where the synthetic bars sit and how big their moves are (`long_memory_bars`; the random
+    walk takes the same values as arguments of its own)."""
+
+    start: str | datetime = "2021-01-01"  # open time of the first bar (UTC; naive or a date = UTC)
+    interval: str = "1m"  # a key of tsflash.intervals.INTERVAL_US
+    symbol: str = "BTCUSDT"
+    start_price: float = 30_000.0
+    daily_vol: float = 0.03  # typical standard deviation of the daily log return (0.03 ~ BTC)
+    n_gaps: int = 3  # gaps of 5 to 120 missing bars each, away from the edges
+
+
 def random_walk_bars(
     n_bars: int,
     seed: int = 0,
@@ -171,7 +184,8 @@ class LongMemory:
     0.558 (out of sample), and a logistic regression on it gains 0.0094 nats per such bar of binary
     log-loss (about 0.006 nats per labelled bar of the 3-class target); a logistic regression on
     every summary of the last 4096 bars' moves gains nothing (-0.0006 +- 0.0001). Modest: the
-    oracle's edge is a tenth of the typical 15-bar move. The effect grows about as strength^2.
+    planted drift over 15 bars averages 0.10 standard deviations of the 15-bar return (it is
+    strength * echo_signal in units of one bar's); the log-loss gain grows about as strength^2.
 
     Who can see it: the forward return from bar t is tilted by the moves over bars
     t - lag - window + 2 .. t + horizon - lag, so a context of lag + window - 1 bars (10094 at the
@@ -285,20 +299,11 @@ def grid_returns(open_time: np.ndarray, close: np.ndarray, interval_us: int) -> 
     return out, slots
 
 
-def long_memory_bars(
-    n_bars: int,
-    seed: int = 0,
-    start: str | datetime = "2021-01-01",
-    interval: str = "1m",
-    symbol: str = "BTCUSDT",
-    start_price: float = 30_000.0,
-    daily_vol: float = 0.03,
-    n_gaps: int = 3,
-    params: LongMemory | None = None,
-):
+def long_memory_bars(n_bars: int, seed: int = 0, params: LongMemory | None = None, market: Market | None = None):
     """A seeded market of exactly `n_bars` bars whose direction echoes a move `params.lag` bars back.
 
-    Args: as `random_walk_bars`, plus `params` (`LongMemory`; default one-week lag).
+    Args: n_bars and seed as `random_walk_bars`; params: the echo and the GARCH (`LongMemory`,
+    default a one-week lag); market: start, interval, size of moves, gaps (`Market`, default BTC-like).
 
     On the interval grid (missing bars included: the price moves through an outage and the next
     bar carries the move), the log return of slot t is
@@ -312,18 +317,18 @@ def long_memory_bars(
     ended `lag` bars earlier; nothing within the last lag - window bars carries it. The oracle
     feature is `echo_signal`; the effect size at the defaults is in `LongMemory`'s docstring.
     """
-    _check_shape(n_bars, interval, "long_memory_bars")
-    p = (params or LongMemory()).check()
+    m, p = market or Market(), (params or LongMemory()).check()
+    _check_shape(n_bars, m.interval, "long_memory_bars")
     rng = np.random.default_rng(seed)
-    step_us = INTERVAL_US[interval]
-    offsets, open_time = _grid(rng, n_bars, n_gaps, start, step_us)
+    step_us = INTERVAL_US[m.interval]
+    offsets, open_time = _grid(rng, n_bars, m.n_gaps, m.start, step_us)
     slots = np.arange(int(offsets[-1]) + 1)  # every grid slot, missing bars included
-    base = _base_sigma(rng, slots, bars_per_day(step_us), daily_vol)  # (G,)
+    base = _base_sigma(rng, slots, bars_per_day(step_us), m.daily_vol)  # (G,)
     e = _innovations(rng, len(slots))  # (G,)
     sigma = base * garch_scale(e, p.garch_alpha, p.garch_beta)  # (G,)
     log_close = np.cumsum(echo_returns(sigma, e, p))[offsets]  # (n_bars,)
     r = np.diff(log_close, prepend=0.0)  # bar returns; across a gap, the whole move through it
-    return _bars_from_returns(rng, r, e[offsets], sigma[offsets], open_time, start_price, symbol, interval,
+    return _bars_from_returns(rng, r, e[offsets], sigma[offsets], open_time, m.start_price, m.symbol, m.interval,
                               share_rng=rng.spawn(1)[0])
 
 
@@ -399,7 +404,7 @@ def synthetic_bars(data: str, n_bars: int, default_seed: int, **where) -> tuple[
     p = LongMemory(**params)
     if params:
         source += ":" + ",".join(f"{k}={params[k]}" for k in (f.name for f in dataclasses.fields(LongMemory)) if k in params)
-    bars = long_memory_bars(n_bars, seed=seed, params=p, **where)
+    bars = long_memory_bars(n_bars, seed=seed, params=p, market=Market(**where))
     description = (f"a seeded synthetic market whose direction echoes the move over {p.window} bars that ended "
                    f"{p.lag} bars earlier (positive control), not market data")
     return bars, {"kind": "synthetic", "source": source, "seed": seed, "params": dataclasses.asdict(p),
