@@ -176,3 +176,16 @@ def test_paired_differences_and_verdicts(controls):
              for c in (fake_cell(16, f, s, 1.0, ok), fake_cell(64, f, s, 1.0 + next(noise), ok))]
     noisy_pairs = controls.compare(controls.cell_rows(noisy))
     assert noisy_pairs[0]["log_loss"]["p"] > 0.05 and controls.verdict("random-walk", noisy_pairs)["as_expected"]
+
+
+def test_the_sweep_commands(controls, tmp_path):
+    import argparse
+
+    args = argparse.Namespace(seed=3, long_memory="strength=0.1", lengths="512,4096,32768", out=tmp_path, device="cuda",
+                              preset="full", overrides=["train.steps=400"])
+    assert controls.sweep_argv("long-memory", args, 123.4) == [
+        "sweep", "--data", "synthetic:long-memory:3:strength=0.1", "--lengths", "512,4096,32768", "--out",
+        str(tmp_path / "long-memory"), "--device", "cuda", "--preset", "full", "--set", "train.steps=400",
+        "--time-budget", "123"]
+    assert controls.sweep_argv("random-walk", args, None)[:3] == ["sweep", "--data", "synthetic:random-walk:3"]
+    assert "--time-budget" not in controls.sweep_argv("random-walk", args, None)
