@@ -1,5 +1,7 @@
 """The sweep's bars: read the store for the configured range (fetching what is missing), or build
-seeded synthetic bars (`--data synthetic:random-walk[:SEED]`, the noise control)."""
+seeded synthetic bars of the same bar count (`--data synthetic:random-walk[:SEED]`, the noise
+control; `--data synthetic:long-memory[:SEED][:KEY=VALUE,...]`, the positive control; see
+tsflash.synthetic)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from tsflash.config import ExperimentConfig
 from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, US_PER_DAY
 from tsflash.store import Bars, load_bars, to_us
-from tsflash.synthetic import parse_source, random_walk_bars
+from tsflash.synthetic import SOURCE_PREFIX, synthetic_bars
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +31,13 @@ def load_data(cfg: ExperimentConfig, data: str, default_seed: int) -> tuple[Bars
     """Bars for the sweep and a description of their source.
 
     A store folder is read for [start, end]; when it holds no bars for (part of) the range, the
-    missing range is fetched from the Binance archive, then read again. `synthetic:random-walk`
-    builds seeded noise bars with the same bar count as the configured range.
+    missing range is fetched from the Binance archive, then read again. A `synthetic:...` source
+    builds seeded bars with the same bar count as the configured range (its seed defaults to
+    `default_seed`).
     """
-    syn = parse_source(data)
-    if syn is not None:
-        name, seed = syn
-        seed = default_seed if seed is None else seed
-        bars = random_walk_bars(configured_bar_count(cfg), seed=seed, start=cfg.data.start,
-                                interval=cfg.data.interval, symbol=cfg.data.symbol)
-        return bars, {"kind": "synthetic", "source": f"synthetic:{name}:{seed}", "seed": seed}
+    if data.startswith(SOURCE_PREFIX):
+        return synthetic_bars(data, configured_bar_count(cfg), default_seed, start=cfg.data.start,
+                              interval=cfg.data.interval, symbol=cfg.data.symbol)
     root = Path(data)
     bars = _read_store(root, cfg)
     if not _covers(bars, cfg):

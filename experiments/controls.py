@@ -1,0 +1,293 @@
+"""The positive and the noise control at full size (issue 17, item 7): can the default pipeline see
+a long-context benefit when one exists, and does it see none when none exists?
+
+Runs `tsflash sweep` (in this process, through the CLI, so the runs are ordinary resumable run
+folders) on two synthetic markets with the bar count of the configured range (the default
+2021-01-01..2025-06-30) and the default protocol:
+
+    OUT/long-memory   --data synthetic:long-memory:SEED   a one-week echo (tsflash.synthetic.LongMemory):
+                                                          only N=32768 reaches it; N=512, 4096 cannot
+    OUT/random-walk   --data synthetic:random-walk:SEED   no N can beat another
+
+then writes OUT/summary.md and OUT/summary.json: per N, the pooled test log-loss and the direction
+hit rate (correct sign among bars both truly and predicted up/down, from each cell's confusion
+matrix), and for every pair of lengths the paired difference over (fold, seed) cells with its t
+statistic and two-sided p-value (scipy.stats.ttest_1samp), plus, on the long-memory market, the
+oracle's hit rate on the same test bars (the sign of the planted drift, `echo_signal`): the best
+any model can do.
+
+    python experiments/controls.py --out runs/controls --device cuda --time-budget 400   # rerun until done
+    python experiments/controls.py --out runs/controls --summary-only                    # just the summary
+
+Resumable: each invocation continues both runs (long-memory first) where they stopped; with
+--time-budget no new trial starts after that many seconds, counted over both sweeps. The summary
+is written whenever both runs are complete. Only the cell summaries (*.cell.json) are read, not
+the per-bar cells, so a run folder without its cells/*/*.npz (the device's state archive) still
+gives the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # the repository's tsflash
+
+from tsflash import cli  # noqa: E402
+from tsflash.atomic import write_json, write_text  # noqa: E402
+from tsflash.runfolder import RunFolder, read_json  # noqa: E402
+
+log = logging.getLogger("controls")
+
+SOURCES = ("long-memory", "random-walk")
+DEFAULT_LENGTHS = "512,4096,32768"
+ALPHA = 0.05  # two-sided level of the paired tests
+EXPECTED = {
+    "long-memory": "the longest N beats every shorter N on log-loss (paired, p < 0.05)",
+    "random-walk": "no N beats another on log-loss (no paired difference with p < 0.05)",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading cells (pure functions: tests/test_controls.py checks them)
+
+
+def direction_counts(confusion) -> tuple[int, int]:
+    """(correct, total) among bars both truly and predicted up or down (rows true, columns
+    predicted, order down/flat/up)."""
+    c = np.asarray(confusion)
+    return int(c[0, 0] + c[2, 2]), int(c[0, 0] + c[0, 2] + c[2, 0] + c[2, 2])
+
+
+def cell_rows(cells: list[dict]) -> dict[int, dict[tuple[int, int], dict]]:
+    """{N: {(fold, seed): {"log_loss", "n_scored", "hits", "directional"}}} from model cell summaries."""
+    out: dict[int, dict] = {}
+    for c in cells:
+        m = c["metrics"]
+        hits, total = direction_counts(m["confusion"])
+        out.setdefault(int(c["n"]), {})[(int(c["fold"]), int(c["seed"]))] = {
+            "log_loss": float(m["log_loss"]), "n_scored": int(m["n_scored"]), "hits": hits, "directional": total}
+    return dict(sorted(out.items()))
+
+
+def hit_rate(row: dict) -> float:
+    return row["hits"] / row["directional"] if row["directional"] else math.nan
+
+
+def pooled(rows: dict[tuple[int, int], dict]) -> dict:
+    """Log-loss over every scored bar of every cell, and the direction hit rate over all cells."""
+    n = sum(r["n_scored"] for r in rows.values())
+    d = sum(r["directional"] for r in rows.values())
+    return {"log_loss": sum(r["log_loss"] * r["n_scored"] for r in rows.values()) / n if n else math.nan,
+            "hit_rate": sum(r["hits"] for r in rows.values()) / d if d else math.nan,
+            "cells": len(rows)}
+
+
+def paired(short: dict, long: dict, measure) -> dict:
+    """Paired difference over the (fold, seed) cells both lengths have: measure(short) - measure(long)
+    for log-loss (> 0: the longer is better), with the two-sided t test against 0 and the wins."""
+    keys = sorted(set(short) & set(long))
+    diffs = np.array([measure(short[k]) - measure(long[k]) for k in keys])
+    out = {"pairs": len(keys), "mean": float(diffs.mean()) if len(keys) else math.nan,
+           "sd": float(diffs.std(ddof=1)) if len(keys) > 1 else math.nan,
+           "longer_better": int((diffs > 0).sum()), "t": math.nan, "p": math.nan}
+    if len(keys) > 1 and np.ptp(diffs) > 0:
+        res = stats.ttest_1samp(diffs, 0.0)
+        out.update(t=float(res.statistic), p=float(res.pvalue))
+    return out
+
+
+def compare(by_n: dict[int, dict]) -> list[dict]:
+    """Every pair of lengths (shorter, longer): paired differences of log-loss and hit rate."""
+    rows = []
+    for a, b in itertools.combinations(sorted(by_n), 2):
+        rows.append({"short": a, "long": b,
+                     "log_loss": paired(by_n[a], by_n[b], lambda r: r["log_loss"]),
+                     "hit_rate": paired(by_n[b], by_n[a], hit_rate)})  # sign flipped: > 0 = the longer is better
+    return rows
+
+
+def verdict(source: str, pairs: list[dict]) -> dict:
+    """Did the control come out as it must? long-memory: the longest N beats every shorter one
+    (log-loss, paired, p < ALPHA); random-walk: no pair differs (p >= ALPHA or undefined)."""
+    if not pairs:
+        return {"expected": EXPECTED.get(source, ""), "as_expected": False}
+    longest = max(p["long"] for p in pairs)
+    if source == "long-memory":
+        ok = all(p["log_loss"]["mean"] > 0 and p["log_loss"]["p"] < ALPHA for p in pairs if p["long"] == longest)
+    else:
+        ok = all(not (p["log_loss"]["p"] < ALPHA) for p in pairs)
+    return {"expected": EXPECTED.get(source, ""), "as_expected": bool(ok)}
+
+
+def oracle_hits(folder: RunFolder, cells: list[dict]) -> dict[int, dict] | None:
+    """Per fold, the oracle's direction hit rate on the test bars of a long-memory run: the sign of
+    the planted drift (`tsflash.synthetic.echo_signal`) against the true up/down labels (flat
+    band of the fold's cells). Regenerates the bars from the run's config and source (seconds)."""
+    import torch
+
+    from tsflash.config import config_from_dict
+    from tsflash.datasource import load_data
+    from tsflash.labels import forward_log_returns, make_labels
+    from tsflash.store import to_us
+    from tsflash.synthetic import INTERVAL_US, LongMemory, echo_signal, grid_returns
+
+    data = read_json(folder.data_json)
+    if "params" not in data:
+        return None
+    cfg = config_from_dict(read_json(folder.config_json))
+    bars, _ = load_data(cfg, data["source"], default_seed=int(data["seed"]))
+    step = INTERVAL_US[cfg.data.interval]
+    g, slots = grid_returns(bars.open_time, bars.close, step)
+    signal = echo_signal(g, LongMemory(**data["params"]), cfg.labels.horizon)[slots]
+    fwd = forward_log_returns(torch.as_tensor(bars.close), torch.as_tensor(bars.open_time), cfg.labels.horizon, step)
+    out = {}
+    for c in cells:
+        k = int(c["fold"])
+        if k in out:
+            continue
+        test = (bars.open_time >= to_us(c["test_start"])) & (bars.open_time <= to_us(c["test_end"]))  # inclusive
+        y = make_labels(fwd, float(c["flat_threshold"])).numpy()
+        moving = test & ((y == 0) | (y == 2))
+        hits = int((np.sign(signal[moving]) == np.where(y[moving] == 2, 1, -1)).sum())
+        out[k] = {"hits": hits, "directional": int(moving.sum())}
+    return dict(sorted(out.items()))
+
+
+def summarize_run(root: Path, source: str, with_oracle: bool = True) -> dict:
+    folder = RunFolder(root)
+    cells, _ = folder.cell_summaries()
+    by_n = cell_rows(cells)
+    pairs = compare(by_n)
+    data = read_json(folder.data_json) if folder.data_json.exists() else {}
+    out = {"source": source, "run": str(root), "complete": folder.is_complete(), "data": data.get("source"),
+           "description": data.get("description", "a seeded random walk, not market data"),
+           "per_n": {n: pooled(rows) | {"per_cell": {f"fold{k}-seed{s}": r for (k, s), r in rows.items()}}
+                     for n, rows in by_n.items()},
+           "pairs": pairs, "verdict": verdict(source, pairs)}
+    if with_oracle and source == "long-memory" and cells:
+        hits = oracle_hits(folder, cells)
+        if hits:
+            total = sum(h["directional"] for h in hits.values())
+            out["oracle"] = {"per_fold": hits, "hit_rate": sum(h["hits"] for h in hits.values()) / total}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# summary.md
+
+
+def _f(x, spec: str = ".4f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def render_markdown(summary: dict) -> str:
+    lines = ["# Controls: can the pipeline see a long-context benefit, and only when there is one?", "",
+             "Two synthetic markets with the bar count of the configured range, run through the default sweep "
+             "protocol (`experiments/controls.py`). `long-memory`: the drift of each return echoes a move "
+             "that ended `lag` bars earlier (`tsflash.synthetic.LongMemory`), so only a context that reaches back "
+             "that far can use it; `random-walk`: the direction is unpredictable. "
+             "Direction hit rate: correct sign among bars both truly and predicted up/down. "
+             "Paired differences over the (fold, seed) cells that both lengths have; p: two-sided t test.", ""]
+    for run in summary["runs"]:
+        v = run["verdict"]
+        lines += [f"## {run['source']} ({run['data'] or 'no data yet'})", "", f"The bars: {run['description']}.", "",
+                  f"Expected: {v['expected']}. Outcome: **{'as expected' if v['as_expected'] else 'NOT as expected'}**"
+                  + ("" if run["complete"] else " (the run is unfinished)") + ".", "",
+                  "| N | cells | test log-loss (pooled) | direction hit rate |", "|---|---|---|---|"]
+        for n, row in run["per_n"].items():
+            lines.append(f"| {n} | {row['cells']} | {_f(row['log_loss'])} | {_f(row['hit_rate'])} |")
+        if run.get("oracle"):
+            lines.append(f"| oracle (sign of the planted drift) | | | {_f(run['oracle']['hit_rate'])} |")
+        lines += ["", "| shorter vs longer N | pairs | log-loss shorter - longer (sd) | longer better | t | p "
+                  "| hit rate longer - shorter | t | p |", "|---|---|---|---|---|---|---|---|---|"]
+        for p in run["pairs"]:
+            ll, hr = p["log_loss"], p["hit_rate"]
+            lines.append(f"| {p['short']} vs {p['long']} | {ll['pairs']} | {_f(ll['mean'], '+.5f')} ({_f(ll['sd'], '.5f')}) "
+                         f"| {ll['longer_better']}/{ll['pairs']} | {_f(ll['t'], '.2f')} | {_f(ll['p'], '.3g')} "
+                         f"| {_f(hr['mean'], '+.4f')} | {_f(hr['t'], '.2f')} | {_f(hr['p'], '.3g')} |")
+        lines.append("")
+    if summary.get("commands"):
+        lines += ["## How it was run", "", "```", *summary["commands"], "```", ""]
+    return "\n".join(lines)
+
+
+def write_summary(out: Path, commands: list[str] | None = None) -> dict:
+    runs = [summarize_run(out / s, s) for s in SOURCES if RunFolder(out / s).exists()]
+    summary = {"runs": runs, "commands": commands or []}
+    write_json(out / "summary.json", summary)
+    write_text(out / "summary.md", render_markdown(summary))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the sweeps
+
+
+def data_arg(source: str, args) -> str:
+    """synthetic:SOURCE:SEED, with --long-memory's parameters on the long-memory market."""
+    extra = f":{args.long_memory}" if source == "long-memory" and args.long_memory else ""
+    return f"synthetic:{source}:{args.seed}{extra}"
+
+
+def sweep_argv(source: str, args, budget: float | None) -> list[str]:
+    argv = ["sweep", "--data", data_arg(source, args), "--lengths", args.lengths, "--out",
+            str(args.out / source), "--device", args.device, "--preset", args.preset]
+    for item in args.overrides:
+        argv += ["--set", item]
+    if budget is not None:
+        argv += ["--time-budget", f"{budget:.0f}"]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder of the two run folders and the summary")
+    ap.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"context lengths (default {DEFAULT_LENGTHS})")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic bars (default 0)")
+    ap.add_argument("--long-memory", default="", metavar="KEY=VALUE,...",
+                    help="parameters of the long-memory market, e.g. strength=0.1 (default: tsflash.synthetic.LongMemory)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--preset", default="full", help="sweep preset (default full: the default protocol)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (repeatable)")
+    ap.add_argument("--time-budget", type=float, default=None, help="seconds after which no new trial starts")
+    ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary of the runs in --out")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    commands = [" ".join(["tsflash", *sweep_argv(s, args, None)]) for s in SOURCES]
+    if not args.summary_only:
+        t0 = time.monotonic()
+        for source in SOURCES:
+            left = None if args.time_budget is None else args.time_budget - (time.monotonic() - t0)
+            if left is not None and left <= 0:
+                log.info("time budget used before %s: run this command again to continue", source)
+                break
+            if RunFolder(args.out / source).exists() and RunFolder(args.out / source).is_complete():
+                continue
+            if (rc := cli.main(sweep_argv(source, args, left))) != 0:
+                return rc
+    done = all(RunFolder(args.out / s).exists() and RunFolder(args.out / s).is_complete() for s in SOURCES)
+    if done or args.summary_only:
+        summary = write_summary(args.out, commands)
+        log.info("summary: %s (%s)", args.out / "summary.md",
+                 ", ".join(f"{r['source']}: {'as expected' if r['verdict']['as_expected'] else 'NOT as expected'}"
+                           for r in summary["runs"]))
+    else:
+        log.info("unfinished: run the same command again to continue")
+    print(json.dumps({"complete": done, "out": str(args.out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

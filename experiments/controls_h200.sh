@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The positive and the noise control at full size on a lent H200 (issue 17, item 7): the default
+# sweep protocol on synthetic:long-memory and synthetic:random-walk (bar count of 2021-01-01..
+# 2025-06-30, lengths 512,4096,32768), then summary.md. Run from the repository root there:
+#
+#   bash experiments/controls_h200.sh        # resumable: run it again until the log says "complete": true
+#
+# Like experiments/h200.sh: optuna and its dependencies come as Python 3.12 wheels in .whl/ (the
+# device has no optuna and no polars); a previous invocation's state comes back in as
+# .carry/state.tar; outputs go to $OUT (the device tool's return folder). The bars are generated on
+# the device, so no data is carried. The runs go to RUN (default runs/controls); publishing is a
+# deliberate copy into reports/controls/. Pass TSFLASH_GIT_COMMIT=$(git rev-parse HEAD) so that
+# run.json names the commit. EXTRA passes more arguments to experiments/controls.py, e.g.
+# EXTRA="--long-memory strength=0.1" or EXTRA="--set train.steps=400".
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/tsflash-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+[ -f .carry/state.tar ] && tar xf .carry/state.tar
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+RUN=${RUN:-runs/controls}
+LENGTHS=${LENGTHS:-512,4096,32768}
+BUDGET_S=${BUDGET_S:-400}
+
+# --time-budget: start no new trial after BUDGET_S seconds (counted over both sweeps), so that each
+# invocation ends on a trial boundary inside the device's 10-minute limit; the timeout is only a
+# safety net (a cell cut there is recomputed next time).
+# shellcheck disable=SC2086
+timeout --signal=INT 560 python3 experiments/controls.py --out "$RUN" --lengths "$LENGTHS" --device cuda \
+  --preset full --time-budget "$BUDGET_S" ${EXTRA:-} 2>&1 | tee "$OUT/controls.log"
+echo "controls exit: ${PIPESTATUS[0]}"
+# Per-bar cell files stay behind: the summary, the reports and the resume need only the cell
+# summaries, the daily series and the optuna ledgers.
+tar cf "$OUT/state.tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$RUN"
+[ -f "$RUN/summary.md" ] && cp "$RUN/summary.md" "$OUT/summary.md"
+ls -la "$OUT"
