@@ -400,12 +400,13 @@ def synthetic_bars(data: str, n_bars: int, default_seed: int, **where) -> tuple[
     source = f"{SOURCE_PREFIX}{name}:{seed}"
     if name == "random-walk":
         bars = random_walk_bars(n_bars, seed=seed, **where)
-        return bars, {"kind": "synthetic", "source": source, "seed": seed}
+        return bars, {"kind": "synthetic", "source": source, "seed": seed,
+                      "description": "a seeded synthetic random walk (noise control)"}
     p = LongMemory(**params)
     if params:
         source += ":" + ",".join(f"{k}={params[k]}" for k in (f.name for f in dataclasses.fields(LongMemory)) if k in params)
     bars = long_memory_bars(n_bars, seed=seed, params=p, market=Market(**where))
     description = (f"a seeded synthetic market whose direction echoes the move over {p.window} bars that ended "
-                   f"{p.lag} bars earlier (positive control), not market data")
+                   f"{p.lag} bars earlier (positive control)")
     return bars, {"kind": "synthetic", "source": source, "seed": seed, "params": dataclasses.asdict(p),
                   "description": description}
