@@ -134,6 +134,13 @@ BAD = [
     # report
     (["report", "run", "--set", "eval.fee=2"], r"tsflash report: error: argument --set: unknown config key 'eval.fee'; known keys here: .*fee_bps.*"),
     (["report", "nope"], r"tsflash: error: report: run folder not found: nope"),
+    # confirm (the refusals that need a finished run are in tests/test_confirm.py)
+    (["confirm", "run"], r"tsflash confirm: error: the following arguments are required: --start"),
+    (["confirm", "run", "--start", "2025-02-30"],
+     r"tsflash confirm: error: argument --start: expected a date YYYY-MM-DD, got '2025-02-30'"),
+    (["confirm", "run", "--start", "2025-01-01", "--data", "nowhere"],
+     r"tsflash confirm: error: argument --data: bar store folder not found: nowhere .*"),
+    (["confirm", "nope", "--start", "2025-01-01"], r"tsflash: error: confirm: run folder not found: nope"),
 ]
 # fmt: on
 
@@ -187,8 +194,8 @@ def test_shared_options_are_defined_once_and_typed():
                 assert action.type is shared[flag], (path, flag)
                 seen[flag].append(" ".join(path))
     assert seen["--lengths"] == ["bench precision", "bench attention", "bench train", "sweep"]
-    assert seen["--device"] == ["bench precision", "bench attention", "bench train", "sweep"]
-    assert seen["--data"] == ["sweep"] and seen["--set"] == ["sweep", "report"]
+    assert seen["--device"] == ["bench precision", "bench attention", "bench train", "sweep", "confirm"]
+    assert seen["--data"] == ["sweep", "confirm"] and seen["--set"] == ["sweep", "report"]
 
 
 def test_each_subcommand_keeps_its_own_default_lengths(capsys):

@@ -22,7 +22,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 from tsflash.errors import UsageError, UserError
 
-COMMAND_GROUPS = ("data", "bench", "sweep", "report")
+COMMAND_GROUPS = ("data", "bench", "sweep", "report", "confirm")
 
 
 class _Parser(argparse.ArgumentParser):

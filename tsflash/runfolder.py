@@ -20,6 +20,8 @@ Layout of a run folder (`runs/<YYYYMMDD-HHMMSS>-<config hash>` by default)::
                                                    tests of question 1; small, kept when cells are not)
     checkpoints/<trial key>/fold<k>-seed<s>/       engine checkpoints of unfinished cells
     ledger.json, precision.json, results.json, report.md, report.html, *.parquet, figures/
+    confirm.md, confirm.html, confirm.json   `tsflash confirm`: the verdict re-tested on a later hold-out
+    confirm/            its work folder, laid out as a run folder (run.json, cells/, series/, ...)
 
 Trial keys name a configuration: "n512", or "n512-lr0.0003-wd0.05" when hyper-parameters are
 searched (`encode_trial_key` / `decode_trial_key`). JSON files are written atomically with the
@@ -149,6 +151,23 @@ class RunFolder:
     @property
     def report_html(self) -> Path:
         return self.root / "report.html"
+
+    # `tsflash confirm`: its answers beside the report, its cells in a RunFolder of their own
+    @property
+    def confirm_md(self) -> Path:
+        return self.root / "confirm.md"
+
+    @property
+    def confirm_html(self) -> Path:
+        return self.root / "confirm.html"
+
+    @property
+    def confirm_json(self) -> Path:
+        return self.root / "confirm.json"
+
+    @property
+    def confirm_dir(self) -> Path:
+        return self.root / "confirm"
 
     @property
     def figures_dir(self) -> Path:
