@@ -82,7 +82,7 @@ def test_daily_aggregation_compounds_every_second_of_each_utc_day():
     per_minute = np.array([np.prod(1 + r[minute == m]) - 1 for m in range(3 * 1440)])
     _, daily_1m = daily_returns(t0 + 60_000_000 * np.arange(3 * 1440, dtype=np.int64), per_minute)
     np.testing.assert_allclose(daily_1m, daily, rtol=1e-10)
-    out = daily_series([BarReturns(times, r, 2 * r)])
+    out = daily_series([BarReturns(times, r, 2 * r, np.zeros_like(r))])
     np.testing.assert_allclose(out["net"], daily, rtol=1e-12)
     assert len(out["days"]) == 3
 

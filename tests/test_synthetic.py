@@ -243,5 +243,6 @@ def test_synthetic_bars_name_their_source():
     same, _ = synthetic_bars(src["source"], 5000, default_seed=0, start="2024-01-01")
     assert np.array_equal(same.close, bars.close)
     rw, src = synthetic_bars("synthetic:random-walk", 100, default_seed=2, start="2024-01-01")
-    assert src == {"kind": "synthetic", "source": "synthetic:random-walk:2", "seed": 2}
+    assert src == {"kind": "synthetic", "source": "synthetic:random-walk:2", "seed": 2,
+                   "description": "a seeded synthetic random walk (noise control)"}
     assert np.array_equal(rw.close, random_walk_bars(100, seed=2, start="2024-01-01").close)
