@@ -1,11 +1,16 @@
 """Stage 3, evaluate: score bars with a trained model (every bar exactly once), the validation
-loss for early stopping, and `FoldResult`, the saved out-of-sample record of one cell."""
+loss for early stopping, and `FoldResult`, the saved out-of-sample record of one cell.
+
+Far context: `predict_range(..., n=m)` with m below the model's own N scores the same bars with
+the model's context cut to the windows of length m (context m/2..m bars, as a model trained at
+N = m is scored); `FoldResult.y_prob_cut` keeps those probabilities per cut and
+`FoldResult.far_context` their metrics."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +69,8 @@ def validation_loss(model, fd: FoldData, features: torch.Tensor, labels: torch.T
 
 
 _ARRAYS = ("test_time", "y_true", "y_prob", "position", "gross_returns", "net_returns")
+_CUT_PREFIX = "y_prob_ctx"  # + the cut m: probabilities with the context cut to m bars
+FAR_CONTEXT_METRICS = ("log_loss", "accuracy", "balanced_accuracy", "mcc")
 
 
 @dataclass
@@ -74,6 +81,9 @@ class FoldResult:
     the range (inclusive). Arrays have one row per scored test bar, in time order:
     test_time (M,) int64, y_true (M,) int8 (-1 = unlabelled), y_prob (M, 3) float32,
     position (M,) int8, gross_returns / net_returns (M,) float64.
+    y_prob_cut : {m: (M, 3) float32}, the same bars scored with the context cut to m < n bars
+        (saved as arrays "y_prob_ctx<m>"); far_context : {"<m>": metrics of that scoring}.
+        Both empty for cells saved before they existed, baselines, and n <= every cut.
     """
 
     fold: int
@@ -92,6 +102,8 @@ class FoldResult:
     net_returns: np.ndarray
     cost: dict
     flat_threshold: float
+    far_context: dict = field(default_factory=dict)
+    y_prob_cut: dict = field(default_factory=dict)
 
     @staticmethod
     def _paths(path) -> tuple[Path, Path]:
@@ -102,9 +114,11 @@ class FoldResult:
     def save(self, path) -> tuple[Path, Path]:
         """Write `<path>.npz` (arrays) then `<path>.json` (the rest), each atomically."""
         npz, js = self._paths(path)
+        cuts = {f"{_CUT_PREFIX}{m}": p for m, p in self.y_prob_cut.items()}
         with atomic.atomic_path(npz) as tmp, open(tmp, "wb") as fh:  # a handle: np.savez would append ".npz"
-            np.savez(fh, **{k: getattr(self, k) for k in _ARRAYS})
-        meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _ARRAYS}
+            np.savez(fh, **{k: getattr(self, k) for k in _ARRAYS}, **cuts)
+        meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in _ARRAYS and f.name != "y_prob_cut"}
         atomic.write_json(js, meta)
         return npz, js
 
@@ -116,11 +130,14 @@ class FoldResult:
         meta = json.loads(js.read_text())
         with np.load(npz) as z:
             arrays = {k: z[k] for k in _ARRAYS}
-        return cls(**meta, **arrays)
+            cuts = {int(k[len(_CUT_PREFIX):]): z[k] for k in z.files if k.startswith(_CUT_PREFIX)}
+        return cls(**meta, **arrays, y_prob_cut=cuts)
 
 
-def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.ndarray, cost: dict) -> FoldResult:
-    """Metrics and strategy returns of test-bar probabilities y_prob (M, 3), M = test bars in order."""
+def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.ndarray, cost: dict,
+                cut_probs: dict[int, np.ndarray] | None = None) -> FoldResult:
+    """Metrics and strategy returns of test-bar probabilities y_prob (M, 3), M = test bars in order;
+    cut_probs {m: (M, 3)}: the same bars scored with the context cut to m bars (their metrics too)."""
     test = fd.test_idx
     y_true = fd.labels[torch.as_tensor(test, device=fd.labels.device)].cpu().numpy().astype(np.int8)
     position = positions_from_probs(y_prob)
@@ -128,6 +145,8 @@ def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.
     gross, net = strategy_returns(position, next_ret, prepared.cfg.eval.fee_bps)
     metrics = classification_metrics(y_true, y_prob)
     metrics.update(return_summary(position, gross, net))
+    cut_probs = {int(m): p.astype(np.float32) for m, p in (cut_probs or {}).items()}
+    far = {str(m): _subset(classification_metrics(y_true, p), FAR_CONTEXT_METRICS) for m, p in cut_probs.items()}
     t = prepared.open_time
     return FoldResult(
         fold=fd.fold, n=n, seed=seed,
@@ -135,4 +154,9 @@ def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.
         test_start=int(t[test[0]]), test_end=int(t[test[-1]]),
         metrics=metrics, test_time=t[test].copy(), y_true=y_true, y_prob=y_prob.astype(np.float32),
         position=position, gross_returns=gross, net_returns=net, cost=cost, flat_threshold=float(fd.flat_threshold),
+        far_context=far, y_prob_cut=cut_probs,
     )
+
+
+def _subset(d: dict, keys: tuple[str, ...]) -> dict:
+    return {k: d[k] for k in keys}
