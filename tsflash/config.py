@@ -485,14 +485,11 @@ def _check_rotary(cfg: ExperimentConfig) -> None:
 
 
 def _check_budget(cfg: ExperimentConfig) -> None:
-    """Validation tail and early stopping."""
+    """Validation tail and early stopping (without a tail, eval_every and patience are unused)."""
     sp, tr = cfg.splits, cfg.train
-    if sp.val_days and not 1 <= tr.eval_every <= tr.steps:
-        raise UserError(f"train.eval_every must be in [1, train.steps={tr.steps}] when splits.val_days > 0 "
-                        f"(the validation loss is measured every eval_every steps), got {tr.eval_every}")
-    if not sp.val_days and (tr.eval_every or tr.patience):
-        raise UserError(f"train.eval_every={tr.eval_every} and train.patience={tr.patience} need a validation tail: "
-                        "set splits.val_days > 0 (or both to 0)")
+    if sp.val_days and tr.eval_every < 1:
+        raise UserError(f"train.eval_every must be >= 1 when splits.val_days > 0 (the validation loss is measured "
+                        f"every eval_every steps and at the last step), got {tr.eval_every}")
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:

@@ -292,7 +292,8 @@ class Objective:
             "test_start": iso(res.test_start), "test_end": iso(res.test_end),
             "metrics": dict(res.metrics),  # its mean_net_return is at fee_bps
             "fee_bps": self.fee,
-            "cost": dict(res.cost or {}),
+            "cost": dict(res.cost or {}),  # with the learning curve and stopping steps of a model cell
+            "far_context": dict(res.far_context),  # metrics with the context cut (tsflash.engine._evaluate)
             "flat_threshold": float(res.flat_threshold),
             "n_bars": int(len(res.test_time)),
             "result_path": self.folder.relative(stem),

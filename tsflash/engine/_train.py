@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from tsflash import atomic, attention
-from tsflash.config import ExperimentConfig, TrainConfig
+from tsflash.config import ExperimentConfig, TrainConfig, rotary_wavelength
 from tsflash.device import autocast, reset_peak_memory, sync
 from tsflash.engine._cost import StepClock, fold_cost
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
@@ -168,7 +168,7 @@ def run_fold(
     cut_probs = {m: score(n=m)[2].cpu().numpy() for m in cfg.eval.context_cuts if m < n}  # same bars, last m bars
     cost = fold_cost(model, state, n=n, batch=batch, tokens_per_step=tc.tokens_per_step, n_train_bars=len(fd.fit_idx),
                      n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
-    cost |= _stopping_record(state, tc, fd.val is not None)
+    cost |= _training_record(state, tc, fd.val is not None, model)
     result = fold_result(prepared, fd, n, seed, y_prob, cost, cut_probs=cut_probs)
     log.info("fold %d n=%d seed=%d: acc %.4f logloss %.4f, %d steps (best %s), %.1f s train, %.3g tok/s, backend %s "
              "(observed %s)", fold, n, seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["steps"],
@@ -286,11 +286,14 @@ def _evaluate_and_stop(state: dict, model, val: float, patience: int) -> None:
         state["stopped"] = patience > 0 and state["bad_evals"] >= patience
 
 
-def _stopping_record(state: dict, tc: TrainConfig, validated: bool) -> dict:
-    """The cost record's training-length fields: the learning curve {"step", "train_loss",
-    "val_loss"} (empty lists without a validation tail), the best step and its validation loss
-    (None without a tail), the last step trained, and the rule (maximum, eval_every, patience, lr)."""
-    return {"curve": {k: list(v) for k, v in state["curve"].items()},
+def _training_record(state: dict, tc: TrainConfig, validated: bool, model) -> dict:
+    """The cost record's training fields: the learning curve {"step", "train_loss", "val_loss"}
+    (empty lists without a validation tail), the best step and its validation loss (None without
+    a tail), the last step trained, the rule (maximum, eval_every, patience, lr) and the rotary
+    base in use with its slowest wavelength in bars."""
+    head_dim, base = model.config.head_dim, model.config.rotary_base
+    return {"rotary_base": base, "rotary_wavelength": rotary_wavelength(head_dim, base),
+            "curve": {k: list(v) for k, v in state["curve"].items()},
             "best_step": state["best_step"] if validated else None,
             "best_val_loss": state["best_loss"] if validated else None, "stop_step": state["step"],
             "max_steps": tc.steps, "eval_every": tc.eval_every if validated else None,
@@ -329,8 +332,8 @@ def _fit_windows(fd: FoldData, n: int, segments: torch.Tensor, max_gap_bars: int
     """The coverage-balanced windows of n bars over the fit range's gap-free pieces."""
     lo, hi = fit_pieces(contiguous_runs(fd.fit_idx), segments, n)  # (P,), (P,)
     if len(lo) == 0:
-        raise UserError(f"fold {fd.fold}: no training window of n={n} bars fits in one gap-free segment of the "
-                        f"{len(fd.fit_idx)} training bars (data.max_gap_bars={max_gap_bars})")
+        raise UserError(f"fold {fd.fold}: no training window of n={n} bars fits in the {len(fd.fit_idx)} training "
+                        f"bars (data.max_gap_bars={max_gap_bars})")
     return BalancedWindows(lo, hi, n, warm=int(tc.loss_warmup_fraction * n))
 
 

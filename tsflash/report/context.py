@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tsflash.report import protocol
 from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.figures import CAPTIONS
 from tsflash.report.rundata import RunData
@@ -30,6 +31,7 @@ SECTIONS = (
     "Benefit against N",
     "Selection",
     "Precision",
+    protocol.HEADING,
     "Reproducibility",
 )
 
@@ -98,6 +100,7 @@ def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
                        f"{plural(cfg['eval']['baseline_lags'], 'bar')}) on the same folds; statistics on daily "
                        "net returns"],
         ["preset", f"{rd.run.get('preset')}" + (" (reduced CPU preset)" if rd.run.get("preset") == "cpu" else "")],
+        *protocol.setup_rows(rd),
     ]
 
 
@@ -248,5 +251,6 @@ def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[st
         "benefit": benefit_section(nums, figures),
         "selection": selection_section(rd, nums, words, figures),
         "precision": precision_section(rd.precision),
+        "protocol": protocol.build(rd, nums, out_dir),
         "reproducibility": reproducibility_section(rd),
     }
