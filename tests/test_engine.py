@@ -31,7 +31,7 @@ def _one_thread():
 def tiny_cfg(**over):
     base = {
         "lengths": [32, 64],
-        "splits": {"n_folds": 2, "test_days": 1},
+        "splits": {"n_folds": 2, "test_days": 1, "val_days": 0},
         "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
         "train": {"steps": 12, "tokens_per_step": 2048, "warmup_steps": 2, "lr": 1e-2},
         "eval": {"baseline_lags": 4},
@@ -369,6 +369,42 @@ def test_a_fixed_budget_without_a_validation_tail(results):
     c = results[32].cost
     assert c["curve"] == {"step": [], "train_loss": [], "val_loss": []}
     assert c["best_step"] is None and c["stop_step"] == c["steps"] == c["max_steps"] == 12
+
+
+# ---- far context: the same test bars with the context cut ----------------------------------------------
+
+
+def test_truncated_scoring_scores_exactly_the_bars_of_the_full_scoring(prepared, tmp_path):
+    from tsflash.model import CausalTransformer
+
+    cfg = dataclasses.replace(prepared.cfg, eval=dataclasses.replace(prepared.cfg.eval, context_cuts=[16, 32, 64]))
+    p = dataclasses.replace(prepared, cfg=cfg)
+    r = engine.run_fold(p, 64, 1, 0, train_overrides={"steps": 3}, model_path=tmp_path / "m.pt")
+    assert sorted(r.y_prob_cut) == [16, 32]  # only cuts below N
+    model = CausalTransformer.load(tmp_path / "m.pt").eval()
+    fd = engine.fold_data(p, 1)
+    full_bars, full_ctx, full = engine.predict_range(model, fd.features, fd.test_lo, fd.test_hi, 64, 4096, "cpu")
+    np.testing.assert_array_equal(full.numpy(), r.y_prob)
+    for m, probs in r.y_prob_cut.items():
+        bars, ctx, cut = engine.predict_range(model, fd.features, fd.test_lo, fd.test_hi, m, 4096, "cpu")
+        assert torch.equal(bars, full_bars)  # the same bars, each once, in the same order
+        assert bool((ctx <= m).all()) and bool((full_ctx > m // 2).all())
+        np.testing.assert_array_equal(cut.numpy(), probs)
+        assert not np.array_equal(probs, r.y_prob)  # a shorter context does change the forecast
+        expected = classification_metrics(r.y_true, probs)
+        assert r.far_context[str(m)] == {k: expected[k] for k in ("log_loss", "accuracy", "balanced_accuracy", "mcc")}
+    # saved and loaded with the cell; a cell saved before cuts existed still loads
+    back = engine.FoldResult.load(r.save(tmp_path / "cell")[0])
+    assert back.far_context == r.far_context and sorted(back.y_prob_cut) == [16, 32]
+    np.testing.assert_array_equal(back.y_prob_cut[16], r.y_prob_cut[16])
+    old = dataclasses.replace(r, far_context={}, y_prob_cut={})
+    old.save(tmp_path / "old")
+    js = tmp_path / "old.json"
+    meta = __import__("json").loads(js.read_text())
+    del meta["far_context"]
+    js.write_text(__import__("json").dumps(meta))
+    again = engine.FoldResult.load(tmp_path / "old")
+    assert again.far_context == {} and again.y_prob_cut == {}
 
 
 # ---- leak canary -----------------------------------------------------------------------------------

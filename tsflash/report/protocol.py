@@ -28,7 +28,7 @@ from tsflash import atomic
 from tsflash.config import rotary_base, rotary_wavelength
 from tsflash.report.compute import Numbers
 from tsflash.report.rundata import RunData
-from tsflash.report.wording import fmt, plural, pm
+from tsflash.report.wording import fmt, plural
 
 HEADING = "Training protocol"
 CAPTION = ("Learning curves per N: validation loss (solid) and training loss (dashed) against the step, every fold "
@@ -73,11 +73,13 @@ def setup_rows(rd: RunData) -> list[list]:
         tail = "none"
         stopping = f"a fixed budget of {plural(tr['steps'], 'step')} for every N (no validation tail)"
     cells = [c for c in rd.cells if c.get("cost")]
-    base = next((c["cost"]["rotary_base"] for c in cells if "rotary_base" in c["cost"]), None)
+    recorded = next((c["cost"] for c in cells if "rotary_base" in c["cost"]), None)
     head_dim = cfg["model"]["d_model"] // cfg["model"]["n_heads"]
-    if base is None:  # cells from before the base was recorded used the fixed base of that code
+    if recorded is not None:
+        base, wave = recorded["rotary_base"], recorded["rotary_wavelength"]
+    else:  # cells from before the base was recorded used the fixed base of that code
         base = LEGACY_ROTARY_BASE if cells else rotary_base(head_dim, cfg["model"].get("rope_base", 0.0))
-    wave = rotary_wavelength(head_dim, base)
+        wave = rotary_wavelength(head_dim, base)
     cover = "covers" if wave >= 4 * max(cfg["lengths"]) else "does NOT cover"
     cuts = cfg["eval"].get("context_cuts", [])
     seeds = tr["seeds"]
@@ -123,8 +125,8 @@ def stopping(per_n: dict[int, list[dict]], cfg: dict) -> tuple[dict, list[str]]:
         if len(late) > allowed:
             short.append(n)
     rule = (f"Convergence criterion: for every N, the best validation step falls within the last patience window "
-            f"(after step {limit} of {tr['steps']}) in at most {allowed} of {plural(n_folds, 'fold')} (a fold counts "
-            "when any of its seeds does).")
+            f"(after step {limit} of {tr['steps']}) in at most one fold in five ({allowed} of {n_folds} here; a fold "
+            "counts when any of its seeds does).")
     if short:
         verdict = (f"Not met for N = {', '.join(map(str, short))}: the budget train.steps = {tr['steps']} is too short "
                    "for these N (their validation loss was still falling); their results are not at a validated "
@@ -176,8 +178,8 @@ def far_context(per_n: dict[int, list[dict]]) -> dict | None:
                 full = np.array([a[k] for a, _ in pairs])
                 cut = np.array([b[k] for _, b in pairs])
                 diff = full - cut
-                row += [fmt(float(full.mean())), fmt(float(cut.mean())),
-                        pm(float(diff.mean()), float(diff.std(ddof=1)) if len(diff) > 1 else 0.0, "+.4f")]
+                sd = float(diff.std(ddof=1)) if len(diff) > 1 else 0.0
+                row += [fmt(float(full.mean())), fmt(float(cut.mean())), f"{fmt(float(diff.mean()), '+.4f')} ± {fmt(sd)}"]
             rows.append(row + [len(pairs)])
     if not rows:
         return None
