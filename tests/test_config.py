@@ -102,7 +102,8 @@ FIELD_CASES = [
     ({"selection": {"cscv_blocks": 0}}, "selection.cscv_blocks must be even and >= 2, got 0"),
     ({"splits": {"test_days": 400}},
      "the data range data.start..data.end = 2021-01-01..2025-06-30 (1642 days) is too short for splits.n_folds=5 test blocks "
-     "of splits.test_days=400 days, the purge (15 bars) and 1 training bar: it needs at least 2001 days"),
+     "of splits.test_days=400 days, the purge (15 bars) and 1 training bar, a validation tail of splits.val_days=30 "
+     "days and its purge: it needs at least 2031 days"),
 ]
 # fmt: on
 
@@ -147,7 +148,7 @@ def test_the_range_rule_is_the_splitters_rule(interval, scheme, train_days):
     from tsflash.splits import WalkForward
 
     per_day = bars_per_day(INTERVAL_US[interval])
-    splits = {"n_folds": 2, "test_days": 2, "scheme": scheme, "train_days": train_days}
+    splits = {"n_folds": 2, "test_days": 2, "scheme": scheme, "train_days": train_days, "val_days": 0}  # no tail: the splitter's rule
 
     def config_accepts(days: int) -> bool:
         end = (datetime.date(2024, 1, 1) + datetime.timedelta(days=days - 1)).isoformat()
@@ -169,3 +170,62 @@ def test_the_range_rule_is_the_splitters_rule(interval, scheme, train_days):
 
     shortest = next(d for d in range(1, 100) if config_accepts(d))
     assert splitter_accepts(shortest) and not splitter_accepts(shortest - 1)
+
+
+# ---- issue 17: validation tail, early stopping, rotary cover, far context --------------------------------
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"splits": {"val_days": -1}}, "splits.val_days must be >= 0 (0 = no validation tail), got -1"),
+    ({"splits": {"val_fraction": 0.2}},
+     "splits.val_fraction is retired: give the validation tail as splits.val_days, got splits.val_fraction=0.2"),
+    ({"train": {"eval_every": 0}},
+     "train.eval_every must be >= 1 when splits.val_days > 0 (the validation loss is measured every eval_every steps "
+     "and at the last step), got 0"),
+    ({"train": {"patience": -1}}, "train.patience must be >= 0 (0 = never stop early), got -1"),
+    ({"eval": {"context_cuts": [512, 500]}}, "eval.context_cuts: every length must be a power of two >= 2, got 500"),
+    ({"eval": {"context_cuts": [512, 512]}}, "eval.context_cuts must be distinct, got [512, 512]"),
+    ({"model": {"rope_base": 0.5}}, "model.rope_base must be 0 (auto) or > 1, got 0.5"),
+    ({"model": {"rope_base": 10000.0}, "lengths": [512, 131072]},
+     "rotary positions do not cover N=131072 (lengths): the slowest wavelength at model.rope_base=10000 (base 1e+04, "
+     "head size 64) is 47,117 bars < 4 x N; set model.rope_base >= 1.3e+05"),
+    ({"model": {"d_model": 8, "n_heads": 4}},
+     "rotary positions do not cover N=32768 (lengths): the slowest wavelength at model.rope_base=0 (auto, base "
+     "1e+04, head size 2) is 6 bars < 4 x N; use a head size model.d_model / model.n_heads >= 4"),
+    ({"splits": {"val_days": 800}},
+     "the data range data.start..data.end = 2021-01-01..2025-06-30 (1642 days) is too short for splits.n_folds=5 test "
+     "blocks of splits.test_days=182 days, the purge (15 bars) and 1 training bar, a validation tail of "
+     "splits.val_days=800 days and its purge: it needs at least 1711 days"),
+])
+def test_protocol_rules_name_the_users_key(overrides, message):
+    with pytest.raises(UserError) as exc:
+        load_config("default", overrides)
+    assert str(exc.value) == message
+
+
+def test_the_default_protocol_and_the_cpu_preset():
+    default, cpu = load_config("default"), load_config("cpu")
+    assert default.splits.val_days == 30 and len(default.train.seeds) >= 3 and default.eval.context_cuts == [512, 4096]
+    assert default.train.eval_every >= 1 and default.train.patience >= 1 and default.model.rope_base == 0.0
+    assert cpu.splits.val_days > 0 and cpu.train.patience >= 1  # the CPU preset keeps the protocol, smaller
+    # without a tail, eval_every and patience are unused: turning the tail off is one key
+    assert load_config("default", {"splits": {"val_days": 0}}).train.patience == default.train.patience
+
+
+def test_fields_added_later_leave_older_configs_unchanged():
+    """An older config.json lacks the new keys: it loads with their defaults and keeps its hash;
+    a config using them writes them."""
+    import json
+    from pathlib import Path
+
+    from tsflash.config import ADDED_LATER
+
+    published = Path(__file__).resolve().parent.parent / "reports" / "h200-btcusdt-1m" / "config.json"
+    raw = json.loads(published.read_text())
+    cfg = config_from_dict(raw)
+    assert json.loads(json.dumps(cfg.to_dict())) == raw and cfg.splits.val_days == 0 and cfg.eval.context_cuts == []
+    default = load_config("default").to_dict()
+    assert default["splits"]["val_days"] == 30 and default["eval"]["context_cuts"] == [512, 4096]
+    assert "rope_base" not in default["model"]  # auto, its default
+    assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
+                                "eval.context_cuts"}

@@ -14,6 +14,7 @@ from tsflash.config import load_config
 from tsflash.errors import UserError
 from tsflash.metrics import classification_metrics, pooled_metrics, positions_from_probs, strategy_returns
 from tsflash.synthetic import random_walk_bars
+from tsflash.windows import BalancedWindows, fit_pieces
 
 N_BARS = 8000
 
@@ -30,7 +31,7 @@ def _one_thread():
 def tiny_cfg(**over):
     base = {
         "lengths": [32, 64],
-        "splits": {"n_folds": 2, "test_days": 1},
+        "splits": {"n_folds": 2, "test_days": 1, "val_days": 0},
         "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
         "train": {"steps": 12, "tokens_per_step": 2048, "warmup_steps": 2, "lr": 1e-2},
         "eval": {"baseline_lags": 4},
@@ -166,21 +167,25 @@ def test_a_training_step_is_the_models_loss_backward_clip_and_adamw(prepared, tm
     calls = []
     forward = CausalTransformer.forward
 
-    def spy(self, x, targets=None):
-        logits, loss = forward(self, x, targets)
+    def spy(self, x, targets=None, loss_denominator=None):
+        logits, loss = forward(self, x, targets, loss_denominator)
         if self.training:
-            calls.append((x.clone(), None if targets is None else targets.clone(), loss))
+            calls.append((x.clone(), None if targets is None else targets.clone(), loss_denominator, loss))
         return logits, loss
 
     monkeypatch.setattr(CausalTransformer, "forward", spy)
     engine.run_fold(prepared, 32, 1, 0, checkpoint_dir=tmp_path, train_overrides={"steps": 1})
     monkeypatch.undo()
     assert len(calls) == 1 and calls[0][1] is not None  # one training forward, given the targets
-    x, y, loss = calls[0]
+    x, y, denominator, loss = calls[0]
     cfg, tc = prepared.cfg, prepared.cfg.train
+    # the loss divides by the expected count of scored positions in a batch, not this batch's count
+    fd = engine.fold_data(prepared, 1)
+    lo, hi = fit_pieces(engine.contiguous_runs(fd.fit_idx), prepared.segments, 32)
+    assert denominator == pytest.approx(x.shape[0] * BalancedWindows(lo, hi, 32).scored_per_window(), rel=1e-12)
     torch.manual_seed(0)
     model = CausalTransformer(ModelConfig(n_features=x.shape[-1], **dataclasses.asdict(cfg.model)))
-    _, ref = model(x, y)
+    _, ref = model(x, y, denominator)
     assert torch.equal(ref, loss.detach()) and bool((y >= 0).any())
     ref.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
@@ -300,15 +305,106 @@ def test_checkpoint_of_another_run_is_refused(prepared, tmp_path):
         engine.run_fold(prepared, 32, 1, 0, checkpoint_dir=tmp_path, train_overrides={"steps": 3})
 
 
-def test_early_stopping_on_purged_validation_tail(bars):
-    cfg = tiny_cfg(splits={"val_fraction": 0.2}, train={"steps": 20})
-    p = engine.prepare(cfg, bars, "cpu")
-    fd = engine.fold_data(p, 1)
+VALIDATED = {"splits": {"val_days": 1}, "train": {"steps": 40, "eval_every": 3, "patience": 2, "lr": 3e-2}}
+
+
+@pytest.fixture(scope="module")
+def validated(bars):
+    """A validation tail of one day, validation every 3 steps, patience 2, a high lr: it stops early."""
+    return engine.prepare(tiny_cfg(**VALIDATED), bars, "cpu")
+
+
+def test_validation_tail_is_purged_from_the_fit_range(validated):
+    fd = engine.fold_data(validated, 1)
     lo, hi = fd.val
-    assert hi == fd.train_idx[-1] + 1 and fd.fit_idx.max() + cfg.purge < lo
-    r = engine.run_fold(p, 32, 1, 0, fold_inputs=fd)
-    assert 1 <= r.cost["steps"] <= 20 and r.cost["n_train_bars"] == len(fd.fit_idx)
-    assert r.cost["early_stopped"] == (r.cost["steps"] < 20)
+    assert hi == fd.train_idx[-1] + 1 and hi - lo == 1440  # one day of 1-minute bars
+    assert fd.fit_idx.max() + validated.cfg.purge < lo  # no fit label's horizon reaches the tail
+    assert fd.fit_idx.max() == lo - validated.cfg.purge - 1  # ... and nothing more is dropped
+    with pytest.raises(UserError, match=r"fold 0: a validation tail of 8000 bars \(splits.val_days\) and its purge"):
+        engine.split_validation(fd.train_idx[:100], 8000, 15, "fold 0")
+
+
+def test_early_stopping_restores_the_best_weights(validated, tmp_path):
+    r = engine.run_fold(validated, 32, 1, 0, model_path=tmp_path / "best.pt")
+    c = r.cost
+    curve = c["curve"]
+    assert curve["step"] == list(range(3, c["stop_step"] + 1, 3)) or curve["step"][-1] == c["stop_step"] == 40
+    assert c["stop_step"] < 40, "the high learning rate should overfit and stop early"
+    best = int(np.argmin(curve["val_loss"]))
+    assert c["best_step"] == curve["step"][best] and c["best_val_loss"] == curve["val_loss"][best]
+    assert c["stop_step"] == c["best_step"] + 2 * 3  # two evaluations without improvement
+    assert len(curve["train_loss"]) == len(curve["step"]) and all(np.isfinite(curve["train_loss"]))
+    assert c["steps"] == c["stop_step"] and c["max_steps"] == 40 and (c["eval_every"], c["patience"]) == (3, 2)
+    # the scored model is the best one: its validation loss is the best, recomputed from the saved weights
+    from tsflash.model import CausalTransformer
+
+    model = CausalTransformer.load(tmp_path / "best.pt").eval()
+    fd = engine.fold_data(validated, 1)
+    again = engine.validation_loss(model, fd, fd.features, fd.labels, 32, 4096, "cpu")
+    assert again == c["best_val_loss"]
+
+
+def test_resume_after_kill_mid_validation_interval_is_identical(validated, tmp_path):
+    """Killed between two evaluations (step 7) and after the early stop: same curve, best step and scores."""
+    full = engine.run_fold(validated, 32, 1, 0)
+
+    def kill_at_7(step):
+        if step == 7:
+            raise _Kill
+
+    with pytest.raises(_Kill):
+        engine.run_fold(validated, 32, 1, 0, checkpoint_dir=tmp_path, checkpoint_every_s=0.0, on_step=kill_at_7)
+    seen = []
+    resumed = engine.run_fold(validated, 32, 1, 0, checkpoint_dir=tmp_path, on_step=seen.append)
+    assert seen[0] == 8 and seen[-1] == full.cost["stop_step"]
+    again = engine.run_fold(validated, 32, 1, 0, checkpoint_dir=tmp_path, on_step=seen.append)  # stopped: scores only
+    assert seen[-1] == full.cost["stop_step"]
+    for r in (resumed, again):
+        np.testing.assert_array_equal(r.y_prob, full.y_prob)
+        for k in ("curve", "best_step", "best_val_loss", "stop_step", "steps"):
+            assert r.cost[k] == full.cost[k], k
+
+
+def test_a_fixed_budget_without_a_validation_tail(results):
+    c = results[32].cost
+    assert c["curve"] == {"step": [], "train_loss": [], "val_loss": []}
+    assert c["best_step"] is None and c["stop_step"] == c["steps"] == c["max_steps"] == 12
+
+
+# ---- far context: the same test bars with the context cut ----------------------------------------------
+
+
+def test_truncated_scoring_scores_exactly_the_bars_of_the_full_scoring(prepared, tmp_path):
+    from tsflash.model import CausalTransformer
+
+    cfg = dataclasses.replace(prepared.cfg, eval=dataclasses.replace(prepared.cfg.eval, context_cuts=[16, 32, 64]))
+    p = dataclasses.replace(prepared, cfg=cfg)
+    r = engine.run_fold(p, 64, 1, 0, train_overrides={"steps": 3}, model_path=tmp_path / "m.pt")
+    assert sorted(r.y_prob_cut) == [16, 32]  # only cuts below N
+    model = CausalTransformer.load(tmp_path / "m.pt").eval()
+    fd = engine.fold_data(p, 1)
+    full_bars, full_ctx, full = engine.predict_range(model, fd.features, fd.test_lo, fd.test_hi, 64, 4096, "cpu")
+    np.testing.assert_array_equal(full.numpy(), r.y_prob)
+    for m, probs in r.y_prob_cut.items():
+        bars, ctx, cut = engine.predict_range(model, fd.features, fd.test_lo, fd.test_hi, m, 4096, "cpu")
+        assert torch.equal(bars, full_bars)  # the same bars, each once, in the same order
+        assert bool((ctx <= m).all()) and bool((full_ctx > m // 2).all())
+        np.testing.assert_array_equal(cut.numpy(), probs)
+        assert not np.array_equal(probs, r.y_prob)  # a shorter context does change the forecast
+        expected = classification_metrics(r.y_true, probs)
+        assert r.far_context[str(m)] == {k: expected[k] for k in ("log_loss", "accuracy", "balanced_accuracy", "mcc")}
+    # saved and loaded with the cell; a cell saved before cuts existed still loads
+    back = engine.FoldResult.load(r.save(tmp_path / "cell")[0])
+    assert back.far_context == r.far_context and sorted(back.y_prob_cut) == [16, 32]
+    np.testing.assert_array_equal(back.y_prob_cut[16], r.y_prob_cut[16])
+    old = dataclasses.replace(r, far_context={}, y_prob_cut={})
+    old.save(tmp_path / "old")
+    js = tmp_path / "old.json"
+    meta = __import__("json").loads(js.read_text())
+    del meta["far_context"]
+    js.write_text(__import__("json").dumps(meta))
+    again = engine.FoldResult.load(tmp_path / "old")
+    assert again.far_context == {} and again.y_prob_cut == {}
 
 
 # ---- leak canary -----------------------------------------------------------------------------------

@@ -176,3 +176,47 @@ def test_first_forward_under_no_grad_and_autocast_resolves_auto():
         model(torch.randn(1, 16, 5))
     assert model.attention_backend_used == "flash"
     assert attention.auto_report()["cpu|0|torch.bfloat16|8"]["chosen"] == "flash"
+
+
+# ---- rotary positions cover the longest N -----------------------------------------------------------
+
+
+def _slowest_wavelength(model: CausalTransformer) -> float:
+    """From the model's own tables: the slowest pair's rotation from position 0 to 1, in bars per turn."""
+    cos, sin = model._rotary_tables(2, "cpu")  # (2, hd/2) each
+    angle = math.atan2(float(sin[1, -1]), float(cos[1, -1]))
+    return 2 * math.pi / angle
+
+
+@pytest.mark.parametrize("head_dim", [4, 8, 16, 64, 128])
+def test_rotary_wavelength_covers_four_times_every_n_up_to_131072(head_dim):
+    from tsflash.config import rotary_base_for, rotary_wavelength
+
+    model = CausalTransformer(ModelConfig(n_features=3, d_model=2 * head_dim, n_layers=1, n_heads=2))
+    wave = _slowest_wavelength(model)
+    for n in (512, 4096, 32768, 131072):
+        assert wave >= 4 * n, (head_dim, n, wave)
+    assert wave == pytest.approx(rotary_wavelength(head_dim, model.config.rotary_base), rel=1e-5)
+    # the automatic base is the smallest 2-digit base that covers: one step below does not
+    base = rotary_base_for(head_dim)
+    step = 10 ** (math.floor(math.log10(base)) - 1)
+    assert rotary_wavelength(head_dim, base - step) < 4 * 131072 <= rotary_wavelength(head_dim, base)
+
+
+def test_the_old_fixed_base_aliased_within_131072_and_an_explicit_base_is_kept():
+    old = CausalTransformer(ModelConfig(n_features=3, d_model=256, n_layers=1, n_heads=4, rope_base=10000.0))
+    assert 47_000 < _slowest_wavelength(old) < 47_200 < 4 * 131072
+    assert old.config.rotary_base == 10000.0
+
+
+def test_loss_denominator_weighs_every_scored_position_the_same():
+    model = small_model()
+    x = torch.randn(2, 16, 5)
+    targets = torch.randint(0, 3, (2, 16))
+    targets[0, :12] = -1  # few scored positions in the first window
+    logits, mean = model(x, targets)
+    _, fixed = model(x, targets, loss_denominator=32.0)
+    total = torch.nn.functional.cross_entropy(logits.reshape(-1, 3), targets.reshape(-1), ignore_index=-1,
+                                              reduction="sum")
+    torch.testing.assert_close(fixed, total / 32)
+    torch.testing.assert_close(mean, total / 20)

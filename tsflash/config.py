@@ -7,6 +7,11 @@ data range, target, splits, model, optimizer, budget and evaluation. Only the co
 Presets live in `experiments/*.toml`; a preset overrides a few fields of the defaults below.
 Unknown keys and wrong types are errors that name the key, so a typo never silently runs the
 default. Every run writes its resolved config (`to_dict`) into its run folder.
+
+Fields added after runs were published (`ADDED_LATER`) default to the value that an older
+config.json, which lacks them, means now; `to_dict` leaves them out while they hold that value,
+so such a run keeps its config hash and run key. The current protocol (validation tail, early
+stopping, seeds, far-context scoring) is stated in experiments/default.toml.
 """
 
 from __future__ import annotations
@@ -58,7 +63,10 @@ class SplitConfig:
     train_days: int = 0  # rolling window length in days; 0 = expanding
     purge: int = -1  # bars removed before each test block; -1 = the label horizon
     embargo: int = 0  # bars removed after each test block (only matters for rolling/purged k-fold)
-    val_fraction: float = 0.0  # purged validation tail of the training range for early stopping
+    # Validation tail for early stopping: the last val_days days of each fold's training range,
+    # purged from the bars trained on by `purge` bars (and from the test block by the fold's purge).
+    val_days: int = 0  # 0 = no validation tail: a fixed budget of train.steps
+    val_fraction: float = 0.0  # retired (replaced by val_days); kept so older config.json files load: must be 0
 
 
 @dataclass
@@ -71,11 +79,14 @@ class ModelSettings:
     mlp_ratio: int = 4
     dropout: float = 0.0
     attention_backend: str = "auto"
+    # Rotary base; 0 = auto: the smallest (2-digit) base whose slowest wavelength is at least
+    # 4 x 131072 bars at this head size (tsflash.config.rotary_base_for), the same for every N.
+    rope_base: float = 0.0
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 200  # optimizer steps per fold, identical for every N
+    steps: int = 200  # optimizer steps per fold (the maximum, with early stopping), identical for every N
     tokens_per_step: int = 131072  # batch = tokens_per_step // N
     lr: float = 1e-3
     min_lr_ratio: float = 0.1  # cosine decay to lr * min_lr_ratio
@@ -88,6 +99,11 @@ class TrainConfig:
     loss_warmup_fraction: float = 0.0
     seeds: list[int] = field(default_factory=lambda: [0])
     compile: bool = False
+    # Early stopping (with splits.val_days > 0): the validation loss every eval_every steps; stop
+    # after `patience` evaluations without improvement (0 = never stop early); the best weights
+    # are restored either way.
+    eval_every: int = 0
+    patience: int = 0
 
 
 @dataclass
@@ -99,6 +115,9 @@ class EvalConfig:
     # bars, as the label looks ahead; "one-bar" re-decides every bar. Applied at scoring time.
     strategy: str = "horizon"
     entry_threshold: float = -1.0  # -1: fitted per cell on the validation tail; else fixed in [0, 1)
+    # Far context: every model with N > cut is also scored with its context cut to the last
+    # `cut` bars (the eval windows of length cut) on the same test bars.
+    context_cuts: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -126,7 +145,13 @@ class ExperimentConfig:
         return self.labels.horizon if self.splits.purge < 0 else self.splits.purge
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The resolved config as plain data; fields of ADDED_LATER at their default are left out."""
+        d = dataclasses.asdict(self)
+        for key, default in ADDED_LATER.items():
+            section, name = key.split(".")
+            if d[section][name] == default:
+                del d[section][name]
+        return d
 
     def hash(self) -> str:
         """Short, stable hash of the resolved config (names the run folder)."""
@@ -244,6 +269,40 @@ ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
 SCHEMES = ("expanding", "rolling")
 STRATEGIES = ("one-bar", "horizon")  # eval.strategy (tsflash.strategy)
 ENTRY_FIT = -1.0  # eval.entry_threshold: fit the entry threshold on the validation tail
+
+# Fields added after runs were published, at the default that an older config.json (without
+# them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
+ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
+               "eval.context_cuts": []}
+
+# Rotary positions: the longest context the automatic base covers, and the cover rule: the slowest
+# rotation's wavelength is at least ROTARY_COVER times every context length N, so that no two
+# positions within a window look alike to the slowest pair (the old fixed base 10000 gave about
+# 47,000 bars at head size 64: positions aliased within N = 131072).
+ROTARY_AUTO_LONGEST = 131072
+ROTARY_COVER = 4
+
+
+def rotary_wavelength(head_dim: int, base: float) -> float:
+    """Slowest rotary wavelength in bars: pair i turns by base^(-2i/head_dim) per bar, and the
+    slowest pair (i = head_dim/2 - 1) repeats after 2 pi base^((head_dim - 2)/head_dim) bars."""
+    return 2 * math.pi * base ** ((head_dim - 2) / head_dim)
+
+
+def rotary_base_for(head_dim: int, longest: int = ROTARY_AUTO_LONGEST) -> float:
+    """The smallest base, rounded up to 2 significant digits, whose slowest wavelength is at least
+    ROTARY_COVER * longest bars. A head size of 2 has one pair, which turns 1 rad per bar whatever
+    the base: no base covers anything, and 10000 is returned (the config rule then says so)."""
+    if head_dim <= 2:
+        return 10000.0
+    exact = (ROTARY_COVER * longest / (2 * math.pi)) ** (head_dim / (head_dim - 2))
+    step = 10 ** (math.floor(math.log10(exact)) - 1)
+    return float(math.ceil(exact / step) * step)
+
+
+def rotary_base(head_dim: int, rope_base: float) -> float:
+    """The base a model uses: `rope_base`, or the automatic one when it is 0."""
+    return float(rope_base) if rope_base else rotary_base_for(head_dim)
 SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
 
 
@@ -294,11 +353,13 @@ FIELD_RULES: dict[str, Bound] = {
     "splits.purge": Bound(-1, note="-1 = labels.horizon"),
     "splits.embargo": Bound(0),
     "splits.val_fraction": FRACTION,
+    "splits.val_days": Bound(0, note="0 = no validation tail"),
     "model.d_model": Bound(1),
     "model.n_layers": Bound(1),
     "model.n_heads": Bound(1),
     "model.mlp_ratio": Bound(1),
     "model.dropout": FRACTION,
+    "model.rope_base": Bound(0, note="0 = auto"),
     "train.steps": Bound(1),
     "train.tokens_per_step": Bound(1),
     "train.lr": Bound(0, lo_open=True),
@@ -309,9 +370,12 @@ FIELD_RULES: dict[str, Bound] = {
     "train.grad_clip": Bound(0, note="0 = no clipping"),
     "train.loss_warmup_fraction": FRACTION,
     "train.seeds": Bound(0),
+    "train.eval_every": Bound(0),
+    "train.patience": Bound(0, note="0 = never stop early"),
     "eval.fee_bps": Bound(0),
     "eval.baseline_lags": Bound(1),
     "eval.batch_tokens": Bound(1),
+    "eval.context_cuts": Bound(2),
     "selection.min_dsr": UNIT,
     "selection.max_pbo": Bound(0, 1, lo_open=True),
 }
@@ -357,6 +421,11 @@ def _check_fields(cfg: ExperimentConfig) -> None:
         raise UserError(f"lengths must be a non-empty list of distinct powers of two, got {cfg.lengths!r}")
     for n in cfg.lengths:
         check_context_length(n, "lengths")
+    cuts = cfg.eval.context_cuts
+    for n in cuts:
+        check_context_length(n, "eval.context_cuts")
+    if len(set(cuts)) != len(cuts):
+        raise UserError(f"eval.context_cuts must be distinct, got {cuts!r}")
 
 
 def check_strategy(kind, threshold, where: str = "eval") -> None:
@@ -403,6 +472,12 @@ def _check_splits(cfg: ExperimentConfig) -> None:
         train, train_words = sp.train_days * per_day, f"splits.train_days={sp.train_days} days"
     else:
         train, train_words = 1, "1 training bar"
+    if sp.val_fraction:
+        raise UserError(f"splits.val_fraction is retired: give the validation tail as splits.val_days, got "
+                        f"splits.val_fraction={sp.val_fraction}")
+    if sp.val_days:  # the validation tail and its purge come out of the first fold's training range
+        train += sp.val_days * per_day + cfg.purge
+        train_words += f", a validation tail of splits.val_days={sp.val_days} days and its purge"
     need = sp.n_folds * sp.test_days * per_day + cfg.purge + train
     if days * US_PER_DAY // interval_us < need:
         raise UserError(
@@ -432,6 +507,32 @@ def _check_model_and_budget(cfg: ExperimentConfig) -> None:
         )
     if cfg.selection.cscv_blocks % 2 or cfg.selection.cscv_blocks < 2:
         raise UserError(f"selection.cscv_blocks must be even and >= 2, got {cfg.selection.cscv_blocks}")
+    _check_rotary(cfg)
+
+
+def _check_rotary(cfg: ExperimentConfig) -> None:
+    """Rotary positions cover every N: slowest wavelength >= ROTARY_COVER * N."""
+    m = cfg.model
+    if 0 < m.rope_base <= 1:
+        raise UserError(f"model.rope_base must be 0 (auto) or > 1, got {m.rope_base}")
+    head_dim = m.d_model // m.n_heads
+    base = rotary_base(head_dim, m.rope_base)
+    wavelength, longest = rotary_wavelength(head_dim, base), max(cfg.lengths)
+    if wavelength < ROTARY_COVER * longest:
+        fix = (f"set model.rope_base >= {rotary_base_for(head_dim, longest):.3g}" if head_dim > 2
+               else "use a head size model.d_model / model.n_heads >= 4")
+        raise UserError(
+            f"rotary positions do not cover N={longest} (lengths): the slowest wavelength at model.rope_base="
+            f"{m.rope_base:g} ({'auto, ' if not m.rope_base else ''}base {base:.3g}, head size {head_dim}) is "
+            f"{wavelength:,.0f} bars < {ROTARY_COVER} x N; {fix}")
+
+
+def _check_budget(cfg: ExperimentConfig) -> None:
+    """Validation tail and early stopping (without a tail, eval_every and patience are unused)."""
+    sp, tr = cfg.splits, cfg.train
+    if sp.val_days and tr.eval_every < 1:
+        raise UserError(f"train.eval_every must be >= 1 when splits.val_days > 0 (the validation loss is measured "
+                        f"every eval_every steps and at the last step), got {tr.eval_every}")
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -445,6 +546,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _check_splits(cfg)
     _check_model_and_budget(cfg)
     check_strategy(cfg.eval.strategy, cfg.eval.entry_threshold)
+    _check_budget(cfg)
     return cfg
 
 

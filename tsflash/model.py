@@ -2,7 +2,9 @@
 
 input projection -> n_layers x [pre-norm attention (rotary, causal SDPA) + pre-norm MLP] -> norm ->
 3-class head. Positions are rotary (parameter-free), so the parameter count does not depend on the
-context length: the same config trains at N = 512 and at N = 131072. Attention always runs through
+context length: the same config trains at N = 512 and at N = 131072. The rotary base is the same
+for every N and by default covers N = 131072 (slowest wavelength >= 4 x 131072 bars;
+`tsflash.config.rotary_base_for`). Attention always runs through
 `tsflash.attention.sdpa`, which forces one fused kernel and raises instead of falling back.
 
 On CUDA the caller wraps forward in `torch.autocast("cuda", dtype=torch.bfloat16)`; logits and the
@@ -22,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tsflash import atomic, attention
+from tsflash.config import rotary_base
 from tsflash.errors import UserError
 
 CHECKPOINT_FORMAT = "tsflash.model/1"
@@ -37,7 +40,7 @@ class ModelConfig:
     mlp_ratio: int = 4
     dropout: float = 0.0  # residual/MLP dropout only: attention dropout would force SDPA's MATH path on CPU
     attention_backend: str = "auto"  # auto | cudnn | flash | efficient | math
-    rope_base: float = 10000.0
+    rope_base: float = 0.0  # 0 = auto: covers N = 131072 at this head size (`rotary_base_for`)
     norm: str = "rmsnorm"  # rmsnorm | layernorm (pre-norm, no bias)
 
     def validate(self) -> "ModelConfig":
@@ -58,9 +61,17 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def rotary_base(self) -> float:
+        """The rotary base in use (rope_base, or the automatic one)."""
+        return rotary_base(self.head_dim, self.rope_base)
 
-def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, denominator: float | None = None) -> torch.Tensor:
     """Mean cross-entropy over the positions whose target is not -1: (B, T, C), (B, T) -> scalar.
+
+    denominator : None, the number of such positions; or a fixed number (the trainer's expected
+        count), so that every scored position carries the same weight whatever the batch holds.
 
     In the logits' dtype (float32 from the model, float64 for a float64 model). An all-ignored
     batch gives 0 with a graph, not NaN, and nothing here waits for the device (no boolean
@@ -69,7 +80,8 @@ def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.T
     flat = targets.reshape(-1)  # (B*T,)
     losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), flat.clamp_min(0), reduction="none")  # (B*T,)
     valid = flat != -1
-    return (losses * valid).sum() / valid.sum().clamp_min(1)
+    total = (losses * valid).sum()
+    return total / (valid.sum().clamp_min(1) if denominator is None else denominator)
 
 
 def _norm(config: ModelConfig) -> nn.Module:
@@ -138,9 +150,10 @@ class Block(nn.Module):
 class CausalTransformer(nn.Module):
     """Per-position direction classifier. Position t sees bars 0..t only (causal attention).
 
-    forward(x (B, T, F), targets (B, T) long with -1 = ignore | None)
+    forward(x (B, T, F), targets (B, T) long with -1 = ignore | None, loss_denominator=None)
         -> (logits (B, T, n_classes) float32 (float64 for a float64 model),
-            loss: mean cross-entropy over targets != -1 | None)
+            loss: cross-entropy summed over targets != -1, divided by their count or by
+            loss_denominator (`masked_cross_entropy`) | None)
     Class indices: 0 = down, 1 = flat, 2 = up.
     """
 
@@ -192,10 +205,10 @@ class CausalTransformer(nn.Module):
     def _rotary_tables(self, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         key = (T, str(device))
         if key not in self._rotary:
-            self._rotary = {key: rotary_tables(T, self.config.head_dim, self.config.rope_base, device)}
+            self._rotary = {key: rotary_tables(T, self.config.head_dim, self.config.rotary_base, device)}
         return self._rotary[key]
 
-    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None, loss_denominator: float | None = None):
         B, T, Fdim = x.shape
         if Fdim != self.config.n_features:
             raise UserError(f"model input must have n_features={self.config.n_features} per bar, got shape {tuple(x.shape)}")
@@ -208,7 +221,7 @@ class CausalTransformer(nn.Module):
         logits = logits if logits.dtype == torch.float64 else logits.float()  # float32 unless a float64 model
         if targets is None:
             return logits, None
-        return logits, masked_cross_entropy(logits, targets)
+        return logits, masked_cross_entropy(logits, targets, loss_denominator)
 
     # ---- checkpoints: config travels with the weights --------------------------------------------
 

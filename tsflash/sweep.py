@@ -303,7 +303,8 @@ class Objective:
             "metrics": dict(res.metrics),  # its mean_net_return is at fee_bps, under the one-bar rule
             "fee_bps": self.fee,
             "strategy": scored_arrays(result_arrays(res), self.strategy, self.fee)[1],  # the rule scored, at fee_bps
-            "cost": dict(res.cost or {}),
+            "cost": dict(res.cost or {}),  # with the learning curve and stopping steps of a model cell
+            "far_context": dict(res.far_context),  # metrics with the context cut (tsflash.engine._evaluate)
             "flat_threshold": float(res.flat_threshold),
             "n_bars": int(len(res.test_time)),
             "result_path": self.folder.relative(stem),

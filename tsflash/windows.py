@@ -8,11 +8,33 @@ start index s and covers bars s .. s + n - 1. `gather_windows` materialises only
 Segments: the series is cut after every gap of more than `max_gap_bars` missing bars; a
 training window must lie inside one segment, so it never bridges a long outage (shorter gaps
 stay inside segments and are announced by the gap features).
+
+Coverage-balanced training windows (`BalancedWindows`): with uniformly drawn window starts, a
+bar near either end of a training piece lies in fewer windows than a bar in the middle (at
+N=131072, 22 % of a fold's bars were never trained on and the last week before the test block
+weighed 0.06x). Instead, one draw picks one of the piece's L + n - 1 "virtual" windows
+[v, v + n) that overlap it, uniformly over all pieces; the bars it scores are its bars inside
+the piece, and it is realised as the real window inside the piece that holds them (shifted
+right at the piece's start, left at its end; causal attention, so a shift only adds history)::
+
+    piece [lo, hi), n = 4:     lo                 hi
+    virtual v = lo - 2:  [= = S S]                    scores lo, lo+1 -> window [lo, lo+4), positions 0..1
+    virtual v = lo + 3:        . . . [S S S S]        interior: the window itself, every position
+    virtual v = hi - 1:                       [S = = =]  scores hi-1 -> window [hi-4, hi), position 3
+
+Every bar of a piece lies in exactly n virtual windows, so every bar has the same chance of
+being scored, at every n. A piece shorter than n bars (a segment between two long gaps: on
+2021-2025 BTC one of 5 days, four of 23-47 days) is scored through the window [lo, lo + n): its
+bars after the gap are not scored and, attention being causal, invisible to the scored ones, so
+no scored position's context bridges the gap; only a piece too close to the end of its training
+run for that (lo + n beyond it) holds no window. Without this, 22 % of fold 0's bars could not
+be trained on at N=131072.
 """
 
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -135,3 +157,79 @@ def eval_windows(test_lo: int, test_hi: int, n: int, device="cpu") -> tuple[torc
         starts = torch.cat([starts, torch.tensor([last])])
         score_from = torch.cat([score_from, torch.tensor([scored_to - last])])
     return starts.to(device), score_from.to(device)
+
+
+def fit_pieces(runs: list[tuple[int, int]], segment_ids: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pieces [lo, hi) of the training runs [run_lo, run_hi) cut at segment breaks, those
+    that an n-bar window inside their run can score (lo + n <= run_hi; module doc): (P,) lo and
+    (P,) hi, int64 on the segment ids' device, in order."""
+    seg = segment_ids if isinstance(segment_ids, torch.Tensor) else as_tensor(segment_ids, torch.int64, "cpu")
+    los, his = [], []
+    for lo, hi in runs:
+        cut = torch.nonzero(seg[lo + 1 : hi] != seg[lo : hi - 1]).flatten() + lo + 1  # first bar of each new segment
+        piece_lo = torch.cat([torch.tensor([lo], device=seg.device), cut])
+        keep = piece_lo + n <= hi
+        los.append(piece_lo[keep])
+        his.append(torch.cat([cut, torch.tensor([hi], device=seg.device)])[keep])
+    empty = torch.empty(0, dtype=torch.int64, device=seg.device)
+    return torch.cat(los) if los else empty, torch.cat(his) if his else empty
+
+
+@dataclass
+class BalancedWindows:
+    """Coverage-balanced training windows of n bars over pieces [lo, hi) (module doc).
+
+    Draw k uniformly from range(count); `windows(k)` gives the real window start and the range
+    [score_lo, score_hi) of bars it scores. `warm` > 0 also leaves out each window's first
+    `warm` positions (the loss warm-up), whose context is short.
+    """
+
+    lo: torch.Tensor  # (P,) int64
+    hi: torch.Tensor  # (P,) int64
+    n: int
+    warm: int = 0
+
+    def __post_init__(self):
+        per_piece = self.hi - self.lo + self.n - 1  # virtual windows overlapping each piece: (P,)
+        self.offset = torch.cat([torch.zeros(1, dtype=torch.int64, device=self.lo.device), torch.cumsum(per_piece, 0)])
+
+    @property
+    def count(self) -> int:
+        return int(self.offset[-1])
+
+    def windows(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(start, score_lo, score_hi), each (B,) int64, for virtual-window indices k (B,)."""
+        k = k.to(self.lo.device)
+        piece = torch.searchsorted(self.offset[1:], k, right=True)  # (B,)
+        lo, hi = self.lo[piece], self.hi[piece]
+        v = lo - self.n + 1 + (k - self.offset[piece])  # virtual window [v, v + n)
+        start = torch.maximum(torch.minimum(torch.maximum(v, lo), hi - self.n), lo)  # lo in a piece shorter than n
+        score_lo = torch.maximum(torch.maximum(v, lo), start + self.warm)
+        return start, score_lo, torch.minimum(v + self.n, hi)
+
+    def targets(self, labels: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(start (B,), y (B, n)): the windows' labels, -1 where a bar is not scored."""
+        start, score_lo, score_hi = self.windows(k)
+        bar = start[:, None] + torch.arange(self.n, device=start.device)  # (B, n)
+        y = labels[bar]  # (B, n)
+        return start, y.masked_fill((bar < score_lo[:, None]) | (bar >= score_hi[:, None]), -1)
+
+    def coverage(self, length: int) -> np.ndarray:
+        """(length,) int64: in how many of the `count` windows each bar is scored (exact, index arithmetic)."""
+        _, score_lo, score_hi = self.windows(torch.arange(self.count, device=self.lo.device))
+        return range_coverage(score_lo.cpu().numpy(), score_hi.cpu().numpy(), length)
+
+    def scored_per_window(self) -> float:
+        """The mean number of scored positions per window, over all `count` windows (exact)."""
+        _, score_lo, score_hi = self.windows(torch.arange(self.count, device=self.lo.device))
+        return float((score_hi - score_lo).clamp_min(0).sum()) / self.count
+
+
+def range_coverage(lo: np.ndarray, hi: np.ndarray, length: int) -> np.ndarray:
+    """(length,) int64: how many of the ranges [lo_i, hi_i) hold each index (empty ranges count 0)."""
+    lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    keep = hi > lo
+    diff = np.zeros(length + 1, dtype=np.int64)
+    np.add.at(diff, lo[keep], 1)
+    np.add.at(diff, hi[keep], -1)
+    return np.cumsum(diff[:-1])

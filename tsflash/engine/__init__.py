@@ -3,14 +3,19 @@
 The experiment asks whether the context length N changes out-of-sample performance, so N is the
 only thing that varies between runs of `run_fold`: architecture and parameter count (rotary
 positions, no per-position parameters), initial weights (seeded by `seed` only), AdamW, the
-learning-rate schedule, the number of optimizer steps, the tokens per step (batch = tokens / N),
-the target, the loss positions (a fixed FRACTION of each window) and the early-stopping rule.
+learning-rate schedule, the maximum number of optimizer steps, the tokens per step (batch = tokens / N),
+the target, the loss positions (a fixed FRACTION of each window), the sampling (every training bar
+equally likely to be scored) and the early-stopping rule (the same patience on the same
+validation tail; how that gives every N the same training signal: `tsflash.engine._train`).
 
 Stages, one module each (this package re-exports their public names):
 
-    _prepare    Prepared, prepare, FoldData, fold_data     inputs, fitted per fold on train bars only
-    _train      run_fold, lr_at, sample_starts, step_seed  the training loop, resume, early stopping
-    _evaluate   predict_range, FoldResult                  every test bar scored once; the saved cell
+    _prepare    Prepared, prepare, FoldData, fold_data,    inputs, fitted per fold on train bars only;
+                split_validation                           the purged validation tail
+    _train      run_fold, lr_at, sample_starts, step_seed  the training loop, resume, validated early
+                                                           stopping, balanced sampling, learning curve
+    _evaluate   predict_range, FoldResult                  every test bar scored once (also with the
+                                                           context cut); the saved cell
     _baselines  run_baselines, lagged_features             class prior and logistic regression
     _cost       (FoldResult.cost)                          time, tokens/s, TFLOP/s, memory, kernels
     tsflash.flops  flops_per_token                         the one FLOPs rule (engine and bench)
@@ -21,29 +26,28 @@ Data flow and leakage guards
 (row t uses bars <= t), forward log returns fwd[t] over bars t+1..t+h (NaN across gaps), next-bar
 simple returns, gap segments and the walk-forward folds (`WalkForward`, purge >= h, so no
 training label's horizon reaches a test block). `fold_data` then fits, on the fold's TRAINING
-bars only, the feature normaliser and the flat band of the labels. Training windows lie inside
-the training range and inside one gap-free segment; test bars are scored by `eval_windows`
-(every test bar exactly once, context of N/2..N bars ending at the bar).
+bars only, the feature normaliser and the flat band of the labels, and splits off the purged
+validation tail (``splits.val_days``). Training windows lie inside the fit range and inside one
+gap-free segment; validation and test bars are scored by `eval_windows` (every bar exactly
+once, context of N/2..N bars ending at the bar).
 
-One fold, as bars (T train, . purge, # test, - later data, never read)::
+One fold, as bars (T fit, . purge, V validation tail, # test, - later data, never read)::
 
-    TTTTTTTTTTTTTTTTTTTTTTTTT...##########----------
-    [train windows of N bars ]   [eval windows reach back N/2 before the test block]
+    TTTTTTTTTTTTTTTTTTTTTTTTT...VVVVV...##########----------
+    [train windows of N bars ]         [eval windows reach back N/2 before the test block]
 
 Cost accounting (`FoldResult.cost`): see `tsflash.engine._cost`.
 """
 
 from tsflash.engine._baselines import MAX_LOGREG_ROWS, lagged_features, run_baselines
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
-from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare
-from tsflash.engine._train import CHECKPOINT_FORMAT, VAL_EVALS, VAL_PATIENCE, lr_at, run_fold, sample_starts, step_seed
+from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare, split_validation
+from tsflash.engine._train import CHECKPOINT_FORMAT, lr_at, run_fold, sample_starts, step_seed
 from tsflash.flops import flops_per_token
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "MAX_LOGREG_ROWS",
-    "VAL_EVALS",
-    "VAL_PATIENCE",
     "FoldData",
     "FoldResult",
     "Prepared",
@@ -58,6 +62,7 @@ __all__ = [
     "run_baselines",
     "run_fold",
     "sample_starts",
+    "split_validation",
     "step_seed",
     "validation_loss",
 ]

@@ -1,11 +1,16 @@
 """Stage 3, evaluate: score bars with a trained model (every bar exactly once), the validation
-loss for early stopping, and `FoldResult`, the saved out-of-sample record of one cell."""
+loss for early stopping, and `FoldResult`, the saved out-of-sample record of one cell.
+
+Far context: `predict_range(..., n=m)` with m below the model's own N scores the same bars with
+the model's context cut to the windows of length m (context m/2..m bars, as a model trained at
+N = m is scored); `FoldResult.y_prob_cut` keeps those probabilities per cut and
+`FoldResult.far_context` their metrics."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +83,8 @@ _FLOAT16 = ("y_prob", "val_prob")  # stored as float16 (half the size; every sco
 
 def _empty(*shape, dtype=np.float64):
     return lambda: np.empty((0, *shape), dtype=dtype)
+_CUT_PREFIX = "y_prob_ctx"  # + the cut m: probabilities with the context cut to m bars
+FAR_CONTEXT_METRICS = ("log_loss", "accuracy", "balanced_accuracy", "mcc")
 
 
 @dataclass
@@ -90,6 +97,9 @@ class FoldResult:
     position (M,) int8, gross_returns / net_returns (M,) float64 (the one-bar rule), next_ret (M,)
     float64 (the bar after each test bar). The validation tail, when the fold has one and its
     probabilities were given: val_time (V,) int64, val_prob (V, 3) float32, val_next_ret (V,).
+    y_prob_cut : {m: (M, 3) float32}, the same bars scored with the context cut to m < n bars
+        (saved as arrays "y_prob_ctx<m>"); far_context : {"<m>": metrics of that scoring}.
+        Both empty for cells saved before they existed, baselines, and n <= every cut.
 
     On disk (`save`) the probabilities are float16; `load` returns them as float32.
     """
@@ -110,10 +120,12 @@ class FoldResult:
     net_returns: np.ndarray
     cost: dict
     flat_threshold: float
-    next_ret: np.ndarray = dataclasses.field(default_factory=_empty())
-    val_time: np.ndarray = dataclasses.field(default_factory=_empty(dtype=np.int64))
-    val_prob: np.ndarray = dataclasses.field(default_factory=_empty(3, dtype=np.float32))
-    val_next_ret: np.ndarray = dataclasses.field(default_factory=_empty())
+    next_ret: np.ndarray = field(default_factory=_empty())
+    val_time: np.ndarray = field(default_factory=_empty(dtype=np.int64))
+    val_prob: np.ndarray = field(default_factory=_empty(3, dtype=np.float32))
+    val_next_ret: np.ndarray = field(default_factory=_empty())
+    far_context: dict = field(default_factory=dict)
+    y_prob_cut: dict = field(default_factory=dict)
 
     @staticmethod
     def _paths(path) -> tuple[Path, Path]:
@@ -125,10 +137,13 @@ class FoldResult:
         """Write `<path>.npz` (arrays) then `<path>.json` (the rest), each atomically."""
         npz, js = self._paths(path)
         arrays = {k: getattr(self, k) for k in (*_ARRAYS, *_OPTIONAL)}
-        arrays |= {k: np.asarray(arrays[k]).astype(np.float16) for k in _FLOAT16}
+        arrays |= {f"{_CUT_PREFIX}{m}": p for m, p in self.y_prob_cut.items()}
+        arrays |= {k: np.asarray(v).astype(np.float16) for k, v in arrays.items()
+                   if k in _FLOAT16 or k.startswith(_CUT_PREFIX)}
         with atomic.atomic_path(npz) as tmp, open(tmp, "wb") as fh:  # a handle: np.savez would append ".npz"
             np.savez(fh, **arrays)
-        meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in arrays}
+        meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in arrays and f.name != "y_prob_cut"}
         atomic.write_json(js, meta)
         return npz, js
 
@@ -140,8 +155,9 @@ class FoldResult:
         meta = json.loads(js.read_text())
         with np.load(npz) as z:
             arrays = {k: z[k] for k in (*_ARRAYS, *_OPTIONAL) if k in z.files}
+            cuts = {int(k[len(_CUT_PREFIX):]): z[k].astype(np.float32) for k in z.files if k.startswith(_CUT_PREFIX)}
         arrays |= {k: arrays[k].astype(np.float32) for k in _FLOAT16 if k in arrays}
-        return cls(**meta, **arrays)
+        return cls(**meta, **arrays, y_prob_cut=cuts)
 
 
 def _validation_arrays(prepared: Prepared, fd: FoldData, val_prob: np.ndarray | None) -> dict:
@@ -156,8 +172,10 @@ def _validation_arrays(prepared: Prepared, fd: FoldData, val_prob: np.ndarray | 
 
 
 def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.ndarray, cost: dict,
-                val_prob: np.ndarray | None = None) -> FoldResult:
+                val_prob: np.ndarray | None = None, cut_probs: dict[int, np.ndarray] | None = None) -> FoldResult:
     """Metrics and strategy returns of test-bar probabilities y_prob (M, 3), M = test bars in order.
+
+    cut_probs {m: (M, 3)}: the same bars scored with the context cut to m bars (their metrics too).
 
     val_prob : (V, 3) probabilities of the fold's validation tail `fd.val` in bar order, when the
         caller scored it; kept with the cell so that the horizon strategy's entry threshold can
@@ -171,6 +189,8 @@ def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.
     metrics = classification_metrics(y_true, y_prob)
     metrics.update(direction_metrics(y_true, y_prob))
     metrics.update(return_summary(position, gross, net))
+    cut_probs = {int(m): p.astype(np.float32) for m, p in (cut_probs or {}).items()}
+    far = {str(m): _subset(classification_metrics(y_true, p), FAR_CONTEXT_METRICS) for m, p in cut_probs.items()}
     t = prepared.open_time
     return FoldResult(
         fold=fd.fold, n=n, seed=seed,
@@ -179,4 +199,9 @@ def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.
         metrics=metrics, test_time=t[test].copy(), y_true=y_true, y_prob=y_prob.astype(np.float32),
         position=position, gross_returns=gross, net_returns=net, cost=cost, flat_threshold=float(fd.flat_threshold),
         next_ret=np.asarray(next_ret, dtype=np.float64), **_validation_arrays(prepared, fd, val_prob),
+        far_context=far, y_prob_cut=cut_probs,
     )
+
+
+def _subset(d: dict, keys: tuple[str, ...]) -> dict:
+    return {k: d[k] for k in keys}

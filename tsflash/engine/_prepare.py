@@ -128,11 +128,8 @@ class FoldData:
 def fold_data(prepared: Prepared, fold: int) -> FoldData:
     """Fit the normaliser and the flat band on fold `fold`'s training bars and apply them.
 
-    With ``cfg.splits.val_fraction > 0`` the last fraction of the training bars is a validation
-    tail for early stopping; the `purge` bars before it are dropped from the fit range so that
-    no fit label's horizon reaches into the validation tail::
-
-        TTTTTTTTTTTTTTTTTTTT...VVVVV...#####      T fit, . purge, V validation tail, # test
+    With ``cfg.splits.val_days > 0`` the last val_days days of the training bars are a
+    validation tail for early stopping (`split_validation`).
     """
     cfg = prepared.cfg
     if not 0 <= fold < len(prepared.folds):
@@ -143,18 +140,28 @@ def fold_data(prepared: Prepared, fold: int) -> FoldData:
     threshold = fit_flat_band(prepared.fwd, train_t, cfg.labels.flat_fraction)
     features = normalizer.apply(prepared.features)  # (T, F)
     labels = make_labels(prepared.fwd, threshold)  # (T,)
-    fit_idx, val = train_idx, None
-    vf = cfg.splits.val_fraction
-    if vf > 0:
-        if not vf < 1:
-            raise UserError(f"splits.val_fraction must be in [0, 1), got {vf}")
-        n_val = int(len(train_idx) * vf)
-        if n_val < 1:
-            raise UserError(f"splits.val_fraction={vf} leaves no validation bar in {len(train_idx)} training bars")
-        val = (int(train_idx[-n_val]), int(train_idx[-1]) + 1)
-        fit_idx = train_idx[train_idx < val[0] - cfg.purge]
+    val_bars = cfg.splits.val_days * bars_per_day(prepared.interval_us)
+    fit_idx, val = split_validation(train_idx, val_bars, cfg.purge, f"fold {fold}")
     return FoldData(fold=fold, train_idx=train_idx, test_idx=test_idx, fit_idx=fit_idx, val=val, normalizer=normalizer,
                     flat_threshold=threshold, features=features, labels=labels)
+
+
+def split_validation(train_idx: np.ndarray, val_bars: int, purge: int, where: str = "fold"
+                     ) -> tuple[np.ndarray, tuple[int, int] | None]:
+    """(fit_idx, val): the last `val_bars` training bars are the validation tail [lo, hi), and
+    the `purge` bars before it are dropped from the bars trained on, so that no trained label's
+    horizon reaches into the tail (the fold's own purge keeps the tail's labels out of the test
+    block). val_bars = 0: every training bar is fitted, val None::
+
+        TTTTTTTTTTTTTTTTTTTT...VVVVV...#####      T fit, . purge, V validation tail, # test
+    """
+    if val_bars <= 0:
+        return train_idx, None
+    if len(train_idx) < val_bars + purge + 1:
+        raise UserError(f"{where}: a validation tail of {val_bars} bars (splits.val_days) and its purge of {purge} "
+                        f"bars leave no bar to train on in its {len(train_idx)} training bars")
+    val = (int(train_idx[-val_bars]), int(train_idx[-1]) + 1)
+    return train_idx[train_idx < val[0] - purge], val
 
 
 def contiguous_runs(idx: np.ndarray) -> list[tuple[int, int]]:

@@ -2,19 +2,39 @@
 
 `run_fold` reads top to bottom: settings, model and optimizer, resume from a checkpoint, the
 training loop (`_train`, nanoGPT's: lr, forward with targets, the model's own loss, backward,
-clip, step), restore the best weights, score the test block, record the cost. Sampling, the
-learning-rate schedule, early stopping and checkpoints are small helpers beside it.
+clip, step), restore the best weights, score the test block (and, for the far-context question,
+the same test bars with the context cut to each of ``cfg.eval.context_cuts`` < n), record the
+cost and the learning curve. Sampling, the learning-rate schedule, early stopping and
+checkpoints are small helpers beside it.
 
-Loss positions: the cross-entropy counts positions p >= loss_warmup_fraction * n of every
-window. The first positions of a window see almost no history; a fraction (not a fixed count)
-keeps the share of context-starved positions the same for every n, so that the objective
-differs between n only through the context available, which is the question. With the default
-fraction 0 every position counts (at N >= 512 the starved share is tiny, and each position is
-still a causal prediction of its own bar).
+The same training signal for every N
+------------------------------------
+Every N gets the same model, initial weights, optimizer, tokens per step (batch = tokens / N)
+and rule for when to stop; what N changes is only the context the positions see. Concretely:
 
-Early stopping (only if ``cfg.splits.val_fraction > 0``): the validation-tail loss is measured
-VAL_EVALS times per run; after VAL_PATIENCE measurements without improvement training stops
-and the best weights are restored.
+* Validated stopping (``splits.val_days > 0``): the loss on a purged validation tail at the end
+  of the fold's training range is measured every ``train.eval_every`` steps; training stops
+  after ``train.patience`` evaluations without improvement, or at ``train.steps`` (the maximum),
+  and the weights of the best evaluation are restored. Each N is compared at its own validated
+  optimum, not at a step count that favours one N (the published fixed 200 steps).
+* Coverage-balanced sampling (`tsflash.windows.BalancedWindows`): every training bar has the
+  same chance of being scored at every N, the last days before the validation tail included.
+* The loss of a step is the cross-entropy summed over its scored positions divided by their
+  EXPECTED count (batch x mean scored positions per window, exact by index arithmetic), not by
+  the count in that batch: a window that scores few bars (at a piece's edge) does not weigh its
+  bars up, which at N = 131072 (one window per step) would make edge bars count 1000x.
+* One learning rate and schedule for every N, measured to be the right choice at toy size on
+  CPU (the rest of this section); the learning curves in the report show, per N, where the
+  best validation step falls.
+
+Loss positions: with ``train.loss_warmup_fraction`` > 0 a window's first positions are not
+scored (their context is short); a fraction keeps that share the same for every n. Default 0:
+every position is a causal prediction of its own bar.
+
+Learning curves: every evaluation appends (step, mean training loss since the previous
+evaluation, validation loss) to the training state; checkpoints carry it and the early-stopping
+state, so an interrupted cell resumes bit-identically on CPU. `FoldResult.cost` keeps the curve,
+the best step and the stopping step.
 """
 
 from __future__ import annotations
@@ -34,19 +54,17 @@ import numpy as np
 import torch
 
 from tsflash import atomic, attention
-from tsflash.config import ExperimentConfig, TrainConfig
+from tsflash.config import ExperimentConfig, TrainConfig, rotary_wavelength
 from tsflash.device import autocast, reset_peak_memory, sync
 from tsflash.engine._cost import StepClock, fold_cost
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data
 from tsflash.errors import UserError
-from tsflash.windows import check_window_length, gather_windows, window_starts
+from tsflash.windows import BalancedWindows, check_window_length, fit_pieces, gather_windows
 
 log = logging.getLogger(__name__)
 
-VAL_EVALS = 10  # early stopping: validation loss is measured this many times per run ...
-VAL_PATIENCE = 3  # ... and training stops after this many measurements without improvement
-CHECKPOINT_FORMAT = "tsflash-fold-checkpoint-1"
+CHECKPOINT_FORMAT = "tsflash-fold-checkpoint-2"  # 2: balanced windows, learning curve and early-stopping state
 
 
 def lr_at(step: int, steps: int, lr: float, warmup_steps: int, min_lr_ratio: float) -> float:
@@ -64,7 +82,8 @@ def step_seed(seed: int, fold: int, step: int) -> int:
 
 
 def sample_starts(n_starts: int, batch: int, seed: int, fold: int, step: int) -> torch.Tensor:
-    """Indices into the fold's window starts for one step: (batch,) int64 on CPU, uniform with replacement."""
+    """Indices into the fold's `n_starts` (virtual) windows for one step: (batch,) int64 on CPU,
+    uniform with replacement."""
     g = torch.Generator(device="cpu").manual_seed(step_seed(seed, fold, step))
     return torch.randint(n_starts, (batch,), generator=g)
 
@@ -88,15 +107,16 @@ def run_fold(
 
     Training (identical for every n): ``ModelConfig(n_features, **cfg.model, **model_overrides)``
     initialised from `seed` alone; AdamW with weight decay on 2-D weights only (matrices, not
-    norms or biases); linear warm-up then cosine learning rate; ``cfg.train.steps`` steps of
-    ``tokens_per_step`` tokens (batch = tokens_per_step // n windows), gradient clipping; window
-    starts drawn uniformly from all valid starts by a generator seeded from (seed, fold, step).
-    The loss is the model's own (`CausalTransformer.forward(x, targets)`) over the loss
-    positions; early stopping on a validation tail (both in the module doc).
+    norms or biases); linear warm-up then cosine learning rate over ``cfg.train.steps`` steps of
+    ``tokens_per_step`` tokens (batch = tokens_per_step // n windows), gradient clipping;
+    coverage-balanced windows drawn by a generator seeded from (seed, fold, step). The loss is
+    the model's own (`CausalTransformer.forward(x, targets, loss_denominator)`); validated early
+    stopping and the best weights restored (module doc).
 
-    Resume: with `checkpoint_dir`, model + optimizer + step (+ early-stopping state) are written
-    atomically every `checkpoint_every_s` seconds and at the end; a second call with the same
-    arguments continues from there and, on CPU, reproduces the uninterrupted run exactly.
+    Resume: with `checkpoint_dir`, model + optimizer + training state (step, early stopping,
+    learning curve) are written atomically every `checkpoint_every_s` seconds, at each early stop
+    and at the end; a second call with the same arguments continues from there and, on CPU,
+    reproduces the uninterrupted run exactly.
 
     on_step : the progress hook, called as ``on_step(step)`` after each completed optimizer step
         (step counts from 1; a resumed run continues from the checkpoint's step). The sweep shows
@@ -116,7 +136,7 @@ def run_fold(
     assert fd.fold == fold
     features = fd.features.to(device)  # (T, F)
     labels = fd.labels.to(device)  # (T,)
-    starts = _fit_starts(fd, n, prepared.segments.to(device), cfg.data.max_gap_bars)  # (S,)
+    windows = _fit_windows(fd, n, prepared.segments.to(device), cfg.data.max_gap_bars, tc)
 
     settings, mconf = _model_config(cfg, features.shape[1], model_overrides)
     torch.manual_seed(seed)  # initial weights depend on the seed only, not on n or the fold
@@ -129,7 +149,7 @@ def run_fold(
 
     reset_peak_memory(device)
     first = tc.steps if state["stopped"] else state["step"]  # a stopped run draws no more batches
-    batch_at = _batch_source(starts, features, labels, n, batch, tc, first, seed, fold, mconf.dropout > 0)
+    batch_at = _batch_source(windows, features, labels, batch, tc, first, seed, fold, mconf.dropout > 0)
     val_loss = functools.partial(validation_loss, fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device)
     _train(model, fwd_model, optimizer, tc, state, batch_at, val_loss if fd.val is not None else None, checkpoint,
            on_step, device, f"fold {fold} n={n} seed={seed}")
@@ -141,14 +161,18 @@ def run_fold(
     model.eval()
     sync(device)
     t0 = time.perf_counter()
-    _, _, probs = predict_range(fwd_model, features, fd.test_lo, fd.test_hi, n, cfg.eval.batch_tokens, device)
-    y_prob = probs.cpu().numpy()
+    score = functools.partial(predict_range, fwd_model, features, fd.test_lo, fd.test_hi,
+                              batch_tokens=cfg.eval.batch_tokens, device=device)
+    y_prob = score(n=n)[2].cpu().numpy()
+    eval_seconds = time.perf_counter() - t0
+    cut_probs = {m: score(n=m)[2].cpu().numpy() for m in cfg.eval.context_cuts if m < n}  # same bars, last m bars
     cost = fold_cost(model, state, n=n, batch=batch, tokens_per_step=tc.tokens_per_step, n_train_bars=len(fd.fit_idx),
-                     n_train_windows=len(starts), eval_seconds=time.perf_counter() - t0, device=device)
-    result = fold_result(prepared, fd, n, seed, y_prob, cost)
-    log.info("fold %d n=%d seed=%d: acc %.4f logloss %.4f, %.1f s train, %.3g tok/s, backend %s (observed %s)", fold, n,
-             seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["train_seconds"], cost["tokens_per_s"],
-             cost["backend"], cost["backend_observed"])
+                     n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
+    cost |= _training_record(state, tc, fd.val is not None, model)
+    result = fold_result(prepared, fd, n, seed, y_prob, cost, cut_probs=cut_probs)
+    log.info("fold %d n=%d seed=%d: acc %.4f logloss %.4f, %d steps (best %s), %.1f s train, %.3g tok/s, backend %s "
+             "(observed %s)", fold, n, seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["steps"],
+             cost["best_step"], cost["train_seconds"], cost["tokens_per_s"], cost["backend"], cost["backend_observed"])
     return result
 
 
@@ -156,10 +180,10 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, 
            on_step, device: torch.device, label: str) -> None:
     """The training loop, from `state["step"]` to tc.steps or an early stop; updates `state`.
 
-    batch_at(step) -> (x, y) : the step's windows (B, n, F) and targets (B, n), -1 = no loss.
-    val_loss : None, or a function giving the validation loss (early stopping).
+    batch_at(step) -> (x, y, denominator) : the step's windows (B, n, F), targets (B, n) with
+        -1 = not scored, and the loss's fixed denominator.
+    val_loss : None (a fixed budget), or a function giving the validation loss (early stopping).
     """
-    val_every = max(1, tc.steps // VAL_EVALS) if val_loss is not None else 0
     if state.get("kernels_observed") is None:
         attention.warm_up_profiler()  # its one-time setup is not part of a training step
     clock = StepClock(device, state["train_seconds"])
@@ -170,25 +194,27 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, 
         lr = lr_at(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_ratio)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        x, y = batch_at(step)  # (B, n, F), (B, n)
+        x, y, denominator = batch_at(step)  # (B, n, F), (B, n), float
         with _observe_kernels_once(state):
             with autocast(device):
-                _, loss = fwd_model(x, y)
+                _, loss = fwd_model(x, y, denominator)
             loss.backward()
         if tc.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        state["loss_sum"] = state["loss_sum"] + loss.detach()  # on the device: no sync per step
         step = state["step"] = step + 1
 
-        validate = bool(val_every) and (step % val_every == 0 or step == tc.steps)
+        validate = val_loss is not None and (step % tc.eval_every == 0 or step == tc.steps)
         save = step == tc.steps or checkpoint.due()
         if validate or save:
             state["train_seconds"] = clock.pause()  # validation and checkpoint writes are not training
         if validate:
-            vl = _evaluating(model, val_loss)
-            _early_stopping(state, model, vl)
-            log.info("%s step %d: val loss %.5f (best %.5f)", label, step, vl, state["best_loss"])
+            _evaluate_and_stop(state, model, _evaluating(model, val_loss), tc.patience)
+            log.info("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, step,
+                     state["curve"]["train_loss"][-1], state["curve"]["val_loss"][-1], state["best_loss"],
+                     state["best_step"])
         if save or state["stopped"]:
             checkpoint.save(model, optimizer, state)
         if log.isEnabledFor(logging.DEBUG) and step % max(1, tc.steps // 10) == 0:
@@ -198,28 +224,25 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, 
     state["train_seconds"] = clock.pause()
 
 
-def _batch_source(starts: torch.Tensor, features: torch.Tensor, labels: torch.Tensor, n: int, batch: int,
+def _batch_source(windows: BalancedWindows, features: torch.Tensor, labels: torch.Tensor, batch: int,
                   tc: TrainConfig, first: int, seed: int, fold: int, dropout: bool):
-    """batch_at(step) -> (x (B, n, F), y (B, n)) for steps first .. tc.steps - 1.
+    """batch_at(step) -> (x (B, n, F), y (B, n), loss denominator) for steps first .. tc.steps - 1.
 
-    Windows start at `starts[sample_starts(...)]`; all remaining steps' picks are drawn up front
-    (one host->device copy, no per-step sync). Targets before position loss_warmup_fraction * n
-    are -1 (no loss). With dropout, the step's seed also fixes the masks (reproducible on resume).
+    Windows are `windows.targets(labels, k)` for k = `sample_starts(...)`; all remaining steps'
+    picks are drawn up front (one host->device copy, no per-step sync). The denominator is the
+    expected number of scored positions of a batch (module doc). With dropout, the step's seed
+    also fixes the masks (reproducible on resume).
     """
     device = features.device
-    pos = torch.arange(n, device=device)  # (n,)
-    warm = int(tc.loss_warmup_fraction * n)
-    picks = torch.stack([sample_starts(len(starts), batch, seed, fold, s) for s in range(first, tc.steps)]).to(device) \
+    denominator = batch * windows.scored_per_window()
+    picks = torch.stack([sample_starts(windows.count, batch, seed, fold, s) for s in range(first, tc.steps)]).to(device) \
         if first < tc.steps else None  # (steps - first, B)
 
-    def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
         if dropout:
             torch.manual_seed(step_seed(seed, fold, step))
-        s = starts[picks[step - first]]  # (B,)
-        y = labels[s[:, None] + pos]  # (B, n)
-        if warm:
-            y = y.masked_fill(pos[None, :] < warm, -1)
-        return gather_windows(features, s, n), y  # (B, n, F), (B, n)
+        start, y = windows.targets(labels, picks[step - first])  # (B,), (B, n)
+        return gather_windows(features, start, windows.n), y, denominator  # (B, n, F), (B, n)
 
     return batch_at
 
@@ -246,14 +269,35 @@ def _evaluating(model, fn):
         model.train()
 
 
-def _early_stopping(state: dict, model, loss: float) -> None:
-    """Keep the best weights (on the host); stop after VAL_PATIENCE measurements without improvement."""
-    if loss < state["best_loss"]:
+def _evaluate_and_stop(state: dict, model, val: float, patience: int) -> None:
+    """Append (step, mean training loss since the last evaluation, val) to the curve; keep the best
+    weights (on the host); stop after `patience` evaluations without improvement (0 = never)."""
+    curve, step = state["curve"], state["step"]
+    since = step - (curve["step"][-1] if curve["step"] else 0)
+    curve["step"].append(step)
+    curve["train_loss"].append(float(state["loss_sum"]) / since)
+    curve["val_loss"].append(val)
+    state["loss_sum"] = 0.0
+    if val < state["best_loss"]:
         best = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        state.update(best_loss=loss, bad_evals=0, best_model=best)
+        state.update(best_loss=val, best_step=step, bad_evals=0, best_model=best)
     else:
         state["bad_evals"] += 1
-        state["stopped"] = state["bad_evals"] >= VAL_PATIENCE
+        state["stopped"] = patience > 0 and state["bad_evals"] >= patience
+
+
+def _training_record(state: dict, tc: TrainConfig, validated: bool, model) -> dict:
+    """The cost record's training fields: the learning curve {"step", "train_loss", "val_loss"}
+    (empty lists without a validation tail), the best step and its validation loss (None without
+    a tail), the last step trained, the rule (maximum, eval_every, patience, lr) and the rotary
+    base in use with its slowest wavelength in bars."""
+    head_dim, base = model.config.head_dim, model.config.rotary_base
+    return {"rotary_base": base, "rotary_wavelength": rotary_wavelength(head_dim, base),
+            "curve": {k: list(v) for k, v in state["curve"].items()},
+            "best_step": state["best_step"] if validated else None,
+            "best_val_loss": state["best_loss"] if validated else None, "stop_step": state["step"],
+            "max_steps": tc.steps, "eval_every": tc.eval_every if validated else None,
+            "patience": tc.patience if validated else None, "lr": tc.lr}
 
 
 # ---- settings ----------------------------------------------------------------------------------
@@ -284,14 +328,13 @@ def _model_config(cfg: ExperimentConfig, n_features: int, model_overrides: dict 
     return settings, ModelConfig(n_features=n_features, **settings)
 
 
-def _fit_starts(fd: FoldData, n: int, segments: torch.Tensor, max_gap_bars: int) -> torch.Tensor:
-    """Every start of an n-bar training window inside the fit range and one gap-free segment: (S,)."""
-    starts = torch.cat([window_starts(lo, hi, n, segments) for lo, hi in contiguous_runs(fd.fit_idx)] or
-                       [torch.empty(0, dtype=torch.int64, device=segments.device)])  # (S,)
-    if len(starts) == 0:
-        raise UserError(f"fold {fd.fold}: no training window of n={n} bars fits in one gap-free segment of the "
-                        f"{len(fd.fit_idx)} training bars (data.max_gap_bars={max_gap_bars})")
-    return starts
+def _fit_windows(fd: FoldData, n: int, segments: torch.Tensor, max_gap_bars: int, tc: TrainConfig) -> BalancedWindows:
+    """The coverage-balanced windows of n bars over the fit range's gap-free pieces."""
+    lo, hi = fit_pieces(contiguous_runs(fd.fit_idx), segments, n)  # (P,), (P,)
+    if len(lo) == 0:
+        raise UserError(f"fold {fd.fold}: no training window of n={n} bars fits in the {len(fd.fit_idx)} training "
+                        f"bars (data.max_gap_bars={max_gap_bars})")
+    return BalancedWindows(lo, hi, n, warm=int(tc.loss_warmup_fraction * n))
 
 
 def _adamw(model, tc: TrainConfig, device: torch.device) -> torch.optim.AdamW:
@@ -308,8 +351,9 @@ def _adamw(model, tc: TrainConfig, device: torch.device) -> torch.optim.AdamW:
 
 
 def _fresh_state() -> dict:
-    return {"step": 0, "train_seconds": 0.0, "best_loss": math.inf, "bad_evals": 0, "stopped": False,
-            "best_model": None, "kernels_observed": None}
+    return {"step": 0, "train_seconds": 0.0, "best_loss": math.inf, "best_step": 0, "bad_evals": 0, "stopped": False,
+            "best_model": None, "kernels_observed": None, "loss_sum": 0.0,
+            "curve": {"step": [], "train_loss": [], "val_loss": []}}
 
 
 def _identity(prepared: Prepared, n: int, fold: int, seed: int, settings: dict, tc: TrainConfig) -> str:

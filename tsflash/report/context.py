@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tsflash.intervals import bars_as_time, interval_words
+from tsflash.report import protocol
 from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.figures import CAPTIONS
 from tsflash.report.questions import forecast_section, trading_section, write_outputs
@@ -35,6 +36,7 @@ SECTIONS = (
     "Question 1: does a longer context forecast better?",
     "Question 2: is any of it tradable after fees and multiple testing?",
     "Precision",
+    protocol.HEADING,
     "Reproducibility",
 )
 
@@ -113,6 +115,7 @@ def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
                        f"{plural(cfg['eval']['baseline_lags'], 'bar')}, and where run its direction-blind twin, the "
                        "volatility baseline) on the same folds; statistics on daily net returns"],
         ["preset", f"{rd.run.get('preset')}" + (" (reduced CPU preset)" if rd.run.get("preset") == "cpu" else "")],
+        *protocol.setup_rows(rd),
     ]
 
 
@@ -271,5 +274,6 @@ def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[st
         "trading": trading_section(nums) | {"figure": figures.get("equity")},
         "selection": selection_section(rd, nums, words, figures),
         "precision": precision_section(rd.precision),
+        "protocol": protocol.build(rd, nums, out_dir),
         "reproducibility": reproducibility_section(rd),
     }
