@@ -102,8 +102,7 @@ FIELD_CASES = [
     ({"selection": {"cscv_blocks": 0}}, "selection.cscv_blocks must be even and >= 2, got 0"),
     ({"splits": {"test_days": 400}},
      "the data range data.start..data.end = 2021-01-01..2025-06-30 (1642 days) is too short for splits.n_folds=5 test blocks "
-     "of splits.test_days=400 days, the purge (15 bars) and 1 training bar, a validation tail of splits.val_days=30 "
-     "days and its purge: it needs at least 2031 days"),
+     "of splits.test_days=400 days, the purge (15 bars) and 1 training bar: it needs at least 2001 days"),
 ]
 # fmt: on
 
@@ -199,17 +198,16 @@ def test_the_range_rule_is_the_splitters_rule(interval, scheme, train_days):
 ])
 def test_protocol_rules_name_the_users_key(overrides, message):
     with pytest.raises(UserError) as exc:
-        load_config("default", overrides)
+        load_config("protocol", overrides)
     assert str(exc.value) == message
 
 
-def test_the_default_protocol_and_the_cpu_preset():
-    default, cpu = load_config("default"), load_config("cpu")
-    assert default.splits.val_days == 30 and len(default.train.seeds) >= 3 and default.eval.context_cuts == [512, 4096]
-    assert default.train.eval_every >= 1 and default.train.patience >= 1 and default.model.rope_base == 0.0
-    assert cpu.splits.val_days > 0 and cpu.train.patience >= 1  # the CPU preset keeps the protocol, smaller
+def test_the_protocol_preset():
+    protocol = load_config("protocol")
+    assert protocol.splits.val_days == 30 and len(protocol.train.seeds) >= 3 and protocol.eval.context_cuts == [512, 4096]
+    assert protocol.train.eval_every >= 1 and protocol.train.patience >= 1 and protocol.model.rope_base == 0.0
     # without a tail, eval_every and patience are unused: turning the tail off is one key
-    assert load_config("default", {"splits": {"val_days": 0}}).train.patience == default.train.patience
+    assert load_config("protocol", {"splits": {"val_days": 0}}).train.patience == protocol.train.patience
 
 
 def test_fields_added_later_leave_older_configs_unchanged():
@@ -224,8 +222,9 @@ def test_fields_added_later_leave_older_configs_unchanged():
     raw = json.loads(published.read_text())
     cfg = config_from_dict(raw)
     assert json.loads(json.dumps(cfg.to_dict())) == raw and cfg.splits.val_days == 0 and cfg.eval.context_cuts == []
-    default = load_config("default").to_dict()
-    assert default["splits"]["val_days"] == 30 and default["eval"]["context_cuts"] == [512, 4096]
-    assert "rope_base" not in default["model"]  # auto, its default
+    protocol = load_config("protocol").to_dict()
+    assert protocol["splits"]["val_days"] == 30 and protocol["eval"]["context_cuts"] == [512, 4096]
+    assert "rope_base" not in protocol["model"]  # auto, its default
+    assert protocol["eval"]["strategy"] == "horizon"  # not the value an older config means: written
     assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
-                                "eval.context_cuts"}
+                                "eval.context_cuts", "eval.strategy", "eval.entry_threshold"}

@@ -113,7 +113,7 @@ class EvalConfig:
     batch_tokens: int = 262144  # evaluation forward pass size
     # The trading rule scored (tsflash.strategy): "horizon" holds each decision for labels.horizon
     # bars, as the label looks ahead; "one-bar" re-decides every bar. Applied at scoring time.
-    strategy: str = "horizon"
+    strategy: str = "one-bar"  # what an older config.json means; experiments/default.toml sets "horizon"
     entry_threshold: float = -1.0  # -1: fitted per cell on the validation tail; else fixed in [0, 1)
     # Far context: every model with N > cut is also scored with its context cut to the last
     # `cut` bars (the eval windows of length cut) on the same test bars.
@@ -273,7 +273,7 @@ ENTRY_FIT = -1.0  # eval.entry_threshold: fit the entry threshold on the validat
 # Fields added after runs were published, at the default that an older config.json (without
 # them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
 ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
-               "eval.context_cuts": []}
+               "eval.context_cuts": [], "eval.strategy": "one-bar", "eval.entry_threshold": -1.0}
 
 # Rotary positions: the longest context the automatic base covers, and the cover rule: the slowest
 # rotation's wavelength is at least ROTARY_COVER times every context length N, so that no two
