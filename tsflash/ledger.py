@@ -98,18 +98,22 @@ class NotEnqueued(Exception):
 # Workers
 
 
-def _proc_start(pid: int) -> str:
-    """The process start time (clock ticks since boot) so that a reused pid is not mistaken."""
+def _proc_stat(pid: int) -> tuple[str, str]:
+    """(state, start time in clock ticks since boot) of a process of this host, ("?", "?") when
+    unknown. The start time tells a reused pid apart; state "Z" is a zombie: a process that has
+    ended and whose parent has not reaped it yet (a killed worker whose launcher is waiting on
+    another) -- gone, though `kill(pid, 0)` still finds it."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], fields[19]
     except (OSError, IndexError):
-        return "?"
+        return "?", "?"
 
 
 def worker_id(pid: int | None = None) -> str:
     """host:pid:process-start of this process (or of `pid` on this host)."""
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_proc_start(pid)}"
+    return f"{socket.gethostname()}:{pid}:{_proc_stat(pid)[1]}"
 
 
 def worker_alive(worker: str | None) -> bool | None:
@@ -125,7 +129,8 @@ def worker_alive(worker: str | None) -> bool | None:
         return False
     except (PermissionError, ValueError):
         return True
-    return _proc_start(int(pid)) == start
+    state, started = _proc_stat(int(pid))
+    return started == start and state != "Z"
 
 
 def holder_gone(worker: str | None, heartbeat: float, *, shared: bool, now: float, stale_after_s: float) -> bool:
@@ -298,7 +303,7 @@ def check_storage(url: str, flag: str = "--storage", timeout_s: int = 10) -> str
         return url
     try:
         parsed = sqlalchemy.engine.make_url(url)
-    except sqlalchemy.exc.ArgumentError:
+    except (sqlalchemy.exc.ArgumentError, ValueError):
         raise UserError(f"{flag}: not a database URL (e.g. postgresql://user:pass@host/db), got {url!r}") from None
     where = f"{parsed.host or parsed.query.get('host') or 'localhost'}:{parsed.port or _DEFAULT_PORTS.get(parsed.get_backend_name(), '?')}"
     try:
