@@ -43,11 +43,12 @@ case "${1:-}" in
     tar cf "$OUT/bench.tar" reports/bench
     ;;
   sweep)
-    # --time-budget: start no new trial after BUDGET_S seconds, so each run ends on a trial boundary
-    # well inside the device's 10-minute limit; the next run resumes from the finished trials.
-    # The timeout is only a safety net (a trial cut there is recomputed next time).
+    # --time-budget: start no new cell after BUDGET_S seconds, so each run ends on a cell boundary
+    # well inside the device's 10-minute limit; the next run resumes from the finished cells.
+    # The timeout is only a safety net (a cell cut there resumes from its checkpoint next time).
+    # DEVICES=all spreads the cells over every GPU of the machine (one worker each).
     timeout --signal=INT 560 python3 -m tsflash.cli sweep --lengths "$LENGTHS" --data .carry/data \
-      --device cuda --preset full --out "$RUN" --time-budget "$BUDGET_S" 2>&1 | tee "$OUT/sweep.log"
+      --devices "${DEVICES:-cuda:0}" --preset full --out "$RUN" --time-budget "$BUDGET_S" 2>&1 | tee "$OUT/sweep.log"
     echo "sweep exit: ${PIPESTATUS[0]}"
     # Per-bar cell files (~10 MB each) stay behind: the report and the resume need only the cell
     # summaries, the daily series and the optuna ledger.

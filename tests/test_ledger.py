@@ -196,5 +196,5 @@ def test_an_unreachable_server_is_one_line_naming_host_and_port():
     message = str(exc.value)
     assert message.startswith("--storage: cannot reach the postgresql server at 127.0.0.1:9 for database 'tsflash': ")
     assert "\n" not in message and "s3cret" not in message
-    with pytest.raises(UserError, match=r"^--storage: not a database URL"):
+    with pytest.raises(UserError, match=r"^--storage: not a database URL such as postgresql://user:pass@host/db \("):
         check_storage("postgresql://:::")

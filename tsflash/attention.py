@@ -199,7 +199,7 @@ DROP_ABOVE = 1.5
 DEFAULT_PROBE_SHAPE = (4, 4, 4096)
 
 _CACHE: dict[tuple, str] = {}  # decision key -> chosen backend
-_CHECKS: dict[tuple, dict] = {}  # (device type, index, dtype, head_dim) -> {backend: {"rel_err", "grad_rel_err", "error"}}
+_CHECKS: dict[tuple, dict] = {}  # (device type, index, dtype, head_dim) -> {backend: {"rel_err", ..., "error"}}
 _TIMINGS: dict[tuple, dict] = {}  # decision key -> the timing record of `decide`
 
 
@@ -284,7 +284,7 @@ def median_times(candidates: list[str], time_once: Callable[[str], float], warmu
 
     time_once(backend) -> seconds of one call (the real one syncs the device; tests inject noise).
     A candidate whose median after DROP_AFTER_ROUNDS rounds exceeds DROP_ABOVE x the best median
-    is not timed further (it cannot win under the tie rule).
+    is not timed further (it cannot win under the tie rule); a lone survivor is not timed further either.
     """
     for _ in range(warmup):
         for b in candidates:
@@ -298,6 +298,8 @@ def median_times(candidates: list[str], time_once: Callable[[str], float], warmu
         if r + 1 == DROP_AFTER_ROUNDS and len(active) > 1:
             best = min(statistics.median(times[b]) for b in active)
             active = [b for b in active if statistics.median(times[b]) <= DROP_ABOVE * best]
+            if len(active) == 1:  # the winner is known
+                break
     return times
 
 

@@ -294,7 +294,7 @@ def storage_url(url: str) -> str:
 def check_storage(url: str, flag: str = "--storage", timeout_s: int = 10) -> str:
     """Resolve (`storage_url`) and test a shared optuna storage URL before anything is written.
     A server that cannot be reached is a UserError naming its host and port; a missing driver one
-    that says what to install. SQLite URLs are returned as they are."""
+    that says what to install. SQLite URLs are returned as they are. No message shows the password."""
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
@@ -303,20 +303,22 @@ def check_storage(url: str, flag: str = "--storage", timeout_s: int = 10) -> str
         return url
     try:
         parsed = sqlalchemy.engine.make_url(url)
-    except (sqlalchemy.exc.ArgumentError, ValueError):
-        raise UserError(f"{flag}: not a database URL (e.g. postgresql://user:pass@host/db), got {url!r}") from None
-    where = f"{parsed.host or parsed.query.get('host') or 'localhost'}:{parsed.port or _DEFAULT_PORTS.get(parsed.get_backend_name(), '?')}"
+    except (sqlalchemy.exc.ArgumentError, ValueError) as exc:
+        raise UserError(f"{flag}: not a database URL such as postgresql://user:pass@host/db ({exc})") from None
+    backend = parsed.get_backend_name()
+    host = parsed.host or parsed.query.get("host") or "localhost"  # a Unix socket's folder comes as ?host=
+    where = f"{host}:{parsed.port or _DEFAULT_PORTS.get(backend, '?')}"
     try:
-        engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=_timeout_args(parsed, timeout_s))
+        engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=_timeout_args(backend, timeout_s))
         with engine.connect():
             pass
     except (ModuleNotFoundError, sqlalchemy.exc.NoSuchModuleError) as exc:
-        raise UserError(f"{flag}: no driver for {parsed.drivername} ({exc}); for PostgreSQL: pip install psycopg2-binary") \
-            from None
+        raise UserError(f"{flag}: no driver for {parsed.drivername} ({exc}); for PostgreSQL: "
+                        "pip install psycopg2-binary") from None
     except sqlalchemy.exc.SQLAlchemyError as exc:
         reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
-        raise UserError(f"{flag}: cannot reach the {parsed.get_backend_name()} server at {where} for database "
-                        f"{parsed.database!r}: {reason}") from None
+        raise UserError(f"{flag}: cannot reach the {backend} server at {where} for database {parsed.database!r}: "
+                        f"{reason}") from None
     engine.dispose()
     return url
 
@@ -324,6 +326,6 @@ def check_storage(url: str, flag: str = "--storage", timeout_s: int = 10) -> str
 _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
 
 
-def _timeout_args(parsed, seconds: int) -> dict:
+def _timeout_args(backend: str, seconds: int) -> dict:
     """connect_args that bound the wait for a server that does not answer."""
-    return {"connect_timeout": seconds} if parsed.get_backend_name() in _DEFAULT_PORTS else {}
+    return {"connect_timeout": seconds} if backend in _DEFAULT_PORTS else {}

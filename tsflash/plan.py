@@ -62,7 +62,7 @@ class SweepOptions:
     runs_root: Path = DEFAULT_RUNS_ROOT  # where new run folders go (and unfinished ones are looked for)
     command: str = ""  # the command line, for the report
     precision: bool = True  # run the precision oracle at each N
-    # Seconds after which no new trial is started (the run stops cleanly and the same command
+    # Seconds after which no new cell is started (the run stops cleanly and the same command
     # resumes it): for machines with a per-session time limit. None = no limit.
     time_budget: float | None = None
 

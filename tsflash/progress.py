@@ -12,7 +12,9 @@ matrix. Units become seconds through a rate that finished cells refine:
 The prior rate of model cells comes from a quick calibration (a matmul timed for ~0.2 s) times
 the share of it that training reaches (TRAIN_EFFICIENCY, measured); of baselines from a measured
 constant. `Progress` logs one line per finished cell with a cost-weighted ETA, a line every ~10 %
-of a cell's training steps, and keeps a tqdm bar (on a terminal) in step with them.
+of a cell's training steps, and keeps a tqdm bar (on a terminal) in step with them. With several
+workers (tsflash.workers) each has its own `Progress`: the cells left are refreshed from the run
+folder before each job (`set_remaining`), and their time is divided by the number of workers.
 """
 
 from __future__ import annotations
@@ -284,7 +286,8 @@ def run_logging(log_file: Path, tag: str = ""):
     worker's device) marks each line when several workers write to one log."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(log_file)
-    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {f'[{tag}] ' if tag else ''}%(name)s: %(message)s"))
+    marker = f"[{tag}] " if tag else ""
+    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {marker}%(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
     pkg = logging.getLogger("tsflash")
     old_level = pkg.level

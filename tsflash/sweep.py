@@ -163,8 +163,8 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
         deadline = None if opts.time_budget is None else t0 + opts.time_budget
         queue = CellQueue(board, ledger, cells=functools.partial(_cells_of, folder, cfg),
                           params_of=functools.partial(_params_of, cfg, opts.trials),
-                          baselines_done=lambda: _baselines_done(folder, cfg), precision_due=lambda: _precision_due(plan),
-                          deadline=deadline)
+                          baselines_done=functools.partial(_baselines_done, folder, cfg),
+                          precision_due=functools.partial(_precision_due, plan), deadline=deadline)
         jobs = 0
         try:
             for job in queue:

@@ -408,15 +408,17 @@ def worker_tag(device: str, index: int) -> str:
 
 
 def _child(target, plan, device: str, index: int, n_workers: int, results, level: int) -> None:
-    """A spawned worker: console logging tagged with its device, its device selected (CPU workers
-    share the cores), then target()."""
+    """A spawned worker: console logging tagged with its device, its GPU selected, then target().
+
+    A GPU worker's CPU-side work (batches, baselines) gets its share of the cores. CPU workers keep
+    torch's default thread count: a reduction split over another number of threads sums in another
+    order, and their cells must equal a one-worker run bit for bit (they share the cores instead)."""
     import torch
 
-    logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s [{worker_tag(device, index)}] %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    tag = worker_tag(device, index)
+    logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s [{tag}] %(name)s: %(message)s", datefmt="%H:%M:%S")
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))  # no stray context on cuda:0
-    else:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // n_workers))
     try:
         results.put((index, "ok", target(plan, device, index, n_workers)))

@@ -53,7 +53,7 @@ def register(sub) -> None:
                    help="auto (full config on CUDA, reduced CPU preset otherwise) | full | cpu (default: auto)")
     p.add_argument("--no-precision", action="store_true", help="skip the precision oracle at each N")
     p.add_argument("--time-budget", type=options.positive_float, default=None, metavar="SECONDS",
-                   help="start no new trial after this many seconds; rerun the same command to resume "
+                   help="start no new cell after this many seconds; rerun the same command to resume "
                    "(for machines with a per-session time limit)")
     p.set_defaults(func=run)
 
