@@ -238,6 +238,10 @@ def test_a_compiler_failure_falls_back_to_eager_and_says_why(caplog):
     assert "torch.compile failed (TorchDynamoException: Cannot find a working triton installation); running eager" \
         in caplog.text
     assert forward.config is model.config  # the wrapper stands in for the model
+    # a real error of the model is not hidden by the fallback: the eager call raises it again
+    fresh = fastpath.Compiled(model, broken, "default")
+    with pytest.raises(UserError, match="model input must have n_features=3"):
+        fresh(torch.randn(2, 16, 4))
 
 
 def test_compiled_forward_times_each_new_shape_once():

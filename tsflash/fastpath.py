@@ -27,7 +27,7 @@ import time
 import torch
 
 from tsflash import attention
-from tsflash.device import sync
+from tsflash.device import is_oom, sync
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +81,18 @@ def eager_reason(device: torch.device) -> str | None:
 
 
 class Compiled:
-    """The model's forward through torch.compile; on a compiler failure, the reason is logged and
-    the model runs eager from then on (same weights: the compiled module wraps the model).
+    """The model's forward through torch.compile; when compiling fails (the first call of a new
+    shape raises), the reason is logged and the model runs eager from then on (same weights: the
+    compiled module wraps the model). A real error of the model is raised again by the eager call.
 
     The first call of each new (shape, grad mode) is timed with the device synchronised: it
-    includes compiling (`model.compile_info["first_call_seconds"]`)."""
+    includes compiling (`model.compile_info["first_call_seconds"]`). With CUDA graphs (modes
+    "reduce-overhead", "max-autotune") each call starts a new graph step: no caller keeps a
+    forward's raw outputs past the next call (the loss is backpropagated, the logits are read)."""
 
     def __init__(self, model, compiled, mode: str):
-        self.model, self.compiled = model, compiled
+        self.model, self.compiled, self.mode = model, compiled, mode
+        self.graphs = mode in ("reduce-overhead", "max-autotune")
         self.info = {"compiled": True, "mode": mode, "reason": None, "first_call_seconds": {}}
         model.compile_info = self.info
 
@@ -105,9 +109,13 @@ class Compiled:
         if first:
             sync(x.device)
             t0 = time.perf_counter()
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         try:
             out = self.compiled(x, *args, **kwargs)
-        except torch._dynamo.exc.TorchDynamoException as exc:  # BackendCompilerFailed, Unsupported, ...
+        except Exception as exc:
+            if not first or is_oom(exc):
+                raise
             self.fall_back(exc)
             return self.model(x, *args, **kwargs)
         if first:
@@ -116,7 +124,8 @@ class Compiled:
         return out
 
     def fall_back(self, exc: BaseException) -> None:
-        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        text = str(exc).strip()
+        reason = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
         log.warning("train.compile: torch.compile failed (%s); running eager from here on", reason)
         self.compiled = None
         self.info.update(compiled=False, reason=f"compiler failed: {reason}")
