@@ -4,6 +4,8 @@
 #
 #   bash experiments/h200.sh bench     # attention crossover, precision oracle, training-step MFU -> reports/bench/
 #   bash experiments/h200.sh sweep     # the real sweep; resumable, so run it again until it reports "done"
+#   bash experiments/h200.sh scaling   # the default sweep on 1 GPU, then on all GPUs -> reports/bench/scaling.md
+#   bash experiments/h200.sh mfu       # training-step MFU, eager vs torch.compile modes, and auto's kernel per N -> reports/bench/mfu.md
 #
 # Inputs carried into the checkout (git-ignored): .whl/ (optuna and its 4 dependencies, Python 3.12
 # wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs). A previous run's state
@@ -41,19 +43,58 @@ case "${1:-}" in
     tar cf "$OUT/bench.tar" reports/bench
     ;;
   sweep)
-    # --time-budget: start no new trial after BUDGET_S seconds, so each run ends on a trial boundary
-    # well inside the device's 10-minute limit; the next run resumes from the finished trials.
-    # The timeout is only a safety net (a trial cut there is recomputed next time).
+    # --time-budget: start no new cell after BUDGET_S seconds, so each run ends on a cell boundary
+    # well inside the device's 10-minute limit; the next run resumes from the finished cells.
+    # The timeout is only a safety net (a cell cut there resumes from its checkpoint next time).
+    # DEVICES=all spreads the cells over every GPU of the machine (one worker each).
     timeout --signal=INT 560 python3 -m tsflash.cli sweep --lengths "$LENGTHS" --data .carry/data \
-      --device cuda --preset full --out "$RUN" --time-budget "$BUDGET_S" 2>&1 | tee "$OUT/sweep.log"
+      --devices "${DEVICES:-cuda:0}" --preset full --out "$RUN" --time-budget "$BUDGET_S" 2>&1 | tee "$OUT/sweep.log"
     echo "sweep exit: ${PIPESTATUS[0]}"
     # Per-bar cell files (~10 MB each) stay behind: the report and the resume need only the cell
     # summaries, the daily series and the optuna ledger.
     tar cf "$OUT/state.tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$RUN"
     ls -la "$OUT"
     ;;
+  scaling)
+    # The default sweep (SCALING_LENGTHS) from an empty run folder on 1 GPU, then on every GPU of
+    # this machine (--devices all: one worker per GPU, each pulling (N, fold, seed) cells); the
+    # wall-clock of the whole command (start-up, data, cells, precision check, report). Rows go
+    # to reports/bench/scaling.json and .md (a row per GPU count and lengths, replaced on a rerun).
+    # SCALING_GPUS="1" or "all" runs one of the two (each fits a 10-minute call on its own).
+    SCALING_LENGTHS=${SCALING_LENGTHS:-512,4096,32768}
+    K=$(python3 -c "import torch; print(torch.cuda.device_count())")
+    for gpus in ${SCALING_GPUS:-1 all}; do
+      if [ "$gpus" = 1 ]; then devs=cuda:0; n=1; else devs=all; n=$K; fi
+      [ "$gpus" != 1 ] && [ "$K" = 1 ] && { echo "one GPU only: no multi-GPU row"; continue; }
+      run=runs/scaling-$n-gpu
+      rm -rf "$run"
+      t0=$(date +%s.%N)
+      timeout --signal=INT 580 python3 -m tsflash.cli sweep --lengths "$SCALING_LENGTHS" --data .carry/data \
+        --devices "$devs" --preset full --out "$run" > "$OUT/scaling-$n.log" 2>&1
+      echo "sweep on $n GPU(s) exit: $?"
+      t1=$(date +%s.%N)
+      tail -3 "$OUT/scaling-$n.log"
+      python3 -c "from pathlib import Path; from tsflash.bench import record_scaling
+print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, $t1 - $t0, '$SCALING_LENGTHS').read_text())"
+    done
+    tar cf "$OUT/scaling.tar" reports/bench/scaling.json reports/bench/scaling.md
+    ;;
+  mfu)
+    # Training-step MFU (one FLOPs rule) at N = 512, 4096, 32768: eager, then each torch.compile mode
+    # (reduce-overhead = with CUDA graphs), one bench run each; every row also keeps the kernel
+    # `auto` chose at that N (timed at the real shape) and its margin over the runner-up.
+    # reports/bench/mfu.md puts them side by side; tsflash.fastpath.COMPILE_MODE is set from it.
+    T="timeout --signal=INT"
+    for mode in ${MFU_MODES:-eager default reduce-overhead}; do
+      if [ "$mode" = eager ]; then flag=""; else flag="--compile $mode"; fi
+      $T 170 python3 -m tsflash.cli bench train --device cuda --lengths "${MFU_LENGTHS:-512,4096,32768}" $flag \
+        --force --out "reports/bench/mfu/$mode" 2>&1 | tee "$OUT/mfu-$mode.log" | tail -9
+    done
+    python3 -c "from tsflash.bench import write_mfu_markdown; print(write_mfu_markdown('reports/bench/mfu').read_text())"
+    tar cf "$OUT/mfu.tar" reports/bench/mfu reports/bench/mfu.md
+    ;;
   *)
-    echo "usage: bash experiments/h200.sh bench|sweep" >&2
+    echo "usage: bash experiments/h200.sh bench|sweep|scaling|mfu" >&2
     exit 2
     ;;
 esac

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -188,3 +190,128 @@ def test_cuda_request_without_a_gpu_is_a_user_error():
         pytest.skip("a GPU is present")
     with pytest.raises(UserError, match=r"^--device cuda: CUDA is not available on this machine \(use --device cpu\)$"):
         device.resolve_device("cuda")
+
+
+# ---- the fast path: auto's decision per N, torch.compile with an eager fallback ---------------------
+
+
+def test_bench_train_keeps_autos_decision_and_says_why_it_ran_eager(tmp_path, capsys, caplog):
+    caplog.set_level(logging.INFO, logger="tsflash.fastpath")
+    rc = main(["bench", "train", "--lengths", "16,64", "--tokens-per-step", "128", "--d-model", "16", "--layers", "1",
+               "--heads", "2", "--features", "3", "--steps", "1", "--warmup", "0", "--ceiling-size", "64",
+               "--compile", "reduce-overhead", "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "train.json").read_text())
+    assert result["settings"]["compile"] == "reduce-overhead"
+    for r in result["rows"]:
+        assert r["kernel_choice"]["chosen"] == "flash" == r["backend"]  # decided at this row's shape
+        assert r["kernel_choice"]["shape"] == {"batch": 128 // r["n"], "heads": 2, "n": r["n"]}
+        assert r["compile"] == {"compiled": False, "mode": "reduce-overhead",
+                                "reason": "torch.compile is applied on CUDA only (a CPU cell is small: compiling "
+                                          "costs more than it saves)"}
+    out = capsys.readouterr().out
+    assert "eager: torch.compile is applied on CUDA only" in out and "vs runner-up" in out
+    assert "train.compile: running eager on cpu: torch.compile is applied on CUDA only" in caplog.text
+    assert main(["bench", "train", "--compile", "turbo"]) == 2
+    assert "argument --compile: must be one of default, reduce-overhead, max-autotune" in capsys.readouterr().err
+
+
+def test_a_compiler_failure_falls_back_to_eager_and_says_why(caplog):
+    from tsflash import CausalTransformer, ModelConfig, fastpath
+
+    caplog.set_level(logging.WARNING, logger="tsflash.fastpath")
+    torch.manual_seed(0)
+    model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
+    calls = []
+
+    def broken(*args, **kwargs):  # what torch.compile's module does when Triton or inductor fails
+        calls.append(args)
+        raise torch._dynamo.exc.TorchDynamoException("Cannot find a working triton installation")
+
+    forward = fastpath.Compiled(model, broken, "default")
+    x = torch.randn(2, 16, 3)
+    logits, _ = forward(x)
+    assert torch.equal(logits, model(x)[0]) and len(calls) == 1
+    forward(x)
+    assert len(calls) == 1  # eager from then on
+    assert model.compile_info["compiled"] is False and "working triton" in model.compile_info["reason"]
+    assert "torch.compile failed (TorchDynamoException: Cannot find a working triton installation); running eager" \
+        in caplog.text
+    assert forward.config is model.config  # the wrapper stands in for the model
+    # a real error of the model is not hidden by the fallback: the eager call raises it again
+    fresh = fastpath.Compiled(model, broken, "default")
+    with pytest.raises(UserError, match="model input must have n_features=3"):
+        fresh(torch.randn(2, 16, 4))
+
+
+def test_compiled_forward_times_each_new_shape_once():
+    from tsflash import CausalTransformer, ModelConfig, fastpath
+
+    model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
+    forward = fastpath.Compiled(model, model, "default")  # a stand-in that compiles nothing
+    forward(torch.randn(2, 16, 3))
+    forward(torch.randn(2, 16, 3))
+    with torch.no_grad():
+        forward(torch.randn(4, 16, 3))
+    assert sorted(model.compile_info["first_call_seconds"]) == ["(2, 16, 3)", "(4, 16, 3) no_grad"]
+
+
+def test_a_cell_with_train_compile_on_cpu_runs_eager_with_the_same_results(caplog):
+    from tsflash.config import load_config
+    from tsflash.synthetic import random_walk_bars
+
+    caplog.set_level(logging.INFO, logger="tsflash.fastpath")
+    over = {"lengths": [32], "splits": {"n_folds": 1, "test_days": 1}, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+            "train": {"steps": 2, "tokens_per_step": 256, "warmup_steps": 1}, "eval": {"baseline_lags": 2}}
+    results = []
+    for compile in (False, True):
+        cfg = load_config("default", {**over, "train": {**over["train"], "compile": compile}})
+        prepared = engine.prepare(cfg, random_walk_bars(4000, seed=1), "cpu")
+        results.append(engine.run_fold(prepared, 32, 0, 0))
+    assert np.array_equal(results[0].y_prob, results[1].y_prob)
+    assert "train.compile: running eager on cpu" in caplog.text
+
+
+# ---- the published tables -----------------------------------------------------------------------------
+
+
+def train_result(mfu: dict[int, float], compiled: str | None, margin=0.05) -> dict:
+    rows = [{"n": n, "step_s": 0.01 * (i + 1), "mfu": m, "status": "ok",
+             "compile": {"compiled": bool(compiled), "mode": compiled, "reason": None,
+                         "first_call_seconds": {"(2, 512, 16)": 30.0} if compiled else {}},
+             "kernel_choice": {"chosen": "cudnn", "runner_up": "flash", "margin": margin,
+                               "median_ms": {"cudnn": 1.0, "flash": 1.05}}} for i, (n, m) in enumerate(mfu.items())]
+    return {"rows": rows, "environment": {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11"},
+            "ceiling": {"matmul_size": 8192, "dtype": "torch.bfloat16", "tflops": 760.0}}
+
+
+def test_mfu_markdown_and_the_file_from_the_bench_folders(tmp_path):
+    for variant, mfu in (("eager", {512: 0.15, 4096: 0.25}), ("default", {512: 0.36, 4096: 0.42})):
+        bench.write_json(tmp_path / "mfu" / variant / "train.json",
+                         train_result(mfu, None if variant == "eager" else variant))
+    text = bench.write_mfu_markdown(tmp_path / "mfu").read_text()
+    assert (tmp_path / "mfu.md").exists()
+    assert "| 512 | eager | 10.0 | 15.0% | eager | - |" in text and "| 512 | default | 10.0 | 36.0% | default | 30.0 |" in text
+    assert "| 4096 | default | 20.0 | 42.0% | default | 30.0 |" in text
+    assert "| 512 | cudnn | flash | +5.0% | cudnn 1.000, flash 1.050 |" in text
+    with pytest.raises(UserError, match="no \\*/train.json under"):
+        bench.write_mfu_markdown(tmp_path / "empty")
+
+
+def test_scaling_rows_speed_up_and_efficiency(tmp_path):
+    from tsflash.runfolder import write_json
+
+    runs = {}
+    for gpus, cells in ((1, 16), (2, 16)):
+        run = tmp_path / f"run{gpus}"
+        for k in range(cells):
+            write_json(run / "cells" / "n512" / f"fold{k}-seed0.cell.json", {})
+        write_json(run / "run.json", {"status": "complete"})
+        runs[gpus] = run
+    path = tmp_path / "bench" / "scaling.json"
+    bench.record_scaling(path, runs[1], 1, 200.0, "512,4096,32768")
+    bench.record_scaling(path, runs[2], 2, 110.0, "512,4096,32768")
+    md = bench.record_scaling(path, runs[2], 2, 105.0, "512,4096,32768").read_text()  # a rerun replaces its row
+    lines = md.splitlines()
+    assert lines[2] == "| 1 | 512,4096,32768 | 200 | 16 | 4.8 | 1.00x | 100% |"
+    assert lines[3] == "| 2 | 512,4096,32768 | 105 | 16 | 9.1 | 1.90x | 95% |" and len(lines) == 4

@@ -314,3 +314,45 @@ def test_report_set_reaches_build_report(tmp_path, capsys):
     assert re.match(r"tsflash: error: report --set: re-scoring needs the per-bar cell files", err)
     assert not out.exists()
     assert not (run / "report.md").exists()  # the run folder is left as it was
+
+
+# ---- several workers: --devices, and a shared --storage that cannot be reached -----------------------
+
+try:
+    import psycopg2  # noqa: F401
+    HAS_PSYCOPG2 = True
+except ImportError:  # a dev dependency
+    HAS_PSYCOPG2 = False
+
+# fmt: off
+BAD_WORKERS = [
+    ([*SWEEP, "--devices", "cpu,cuda:0"],
+     r"tsflash sweep: error: argument --devices: cpu,cuda:0: mixes CPU and CUDA devices; one sweep runs on one kind"),
+    ([*SWEEP, "--devices", "cuda:0,cuda:0"],
+     r"tsflash sweep: error: argument --devices: cuda:0,cuda:0: cuda:0 is named twice \(one worker per GPU\)"),
+    ([*SWEEP, "--devices", "cuda:99"], r"tsflash sweep: error: argument --devices: cuda:99: (CUDA is not available on "
+     r"this machine \(use --devices cpu\)|this machine has \d+ CUDA device\(s\))"),
+    ([*SWEEP, "--devices", "gpu0"], r"tsflash sweep: error: argument --devices: each device must be cpu, cuda or cuda:K, got 'gpu0'"),
+    ([*SWEEP, "--devices", "cpu,"],
+     r"tsflash sweep: error: argument --devices: give all, or comma-separated devices such as cuda:0,cuda:1, got 'cpu,'"),
+    ([*SWEEP, "--devices", "cpu,cpu"], r"tsflash: error: --device cpu and --devices cpu,cpu: give one of them "
+     r"\(--devices cuda:0 is one GPU\)"),
+    pytest.param([*SWEEP, "--storage", "postgresql://ann:s3cret@127.0.0.1:9/tsflash"],
+                 r"tsflash: error: --storage: cannot reach the postgresql server at 127\.0\.0\.1:9 for database "
+                 r"'tsflash': [^\n]*refused[^\n]*", marks=pytest.mark.skipif(not HAS_PSYCOPG2, reason="needs psycopg2")),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("argv, line", BAD_WORKERS)
+def test_bad_devices_or_storage_are_one_line_exit_2_and_nothing_written(argv, line, tmp_path, monkeypatch, capsys):
+    test_a_bad_value_is_one_line_exit_2_and_nothing_written(argv, line, tmp_path, monkeypatch, capsys)
+
+
+@NO_CUDA
+def test_devices_all_on_a_machine_without_cuda(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sweep", "--data", "synthetic:random-walk", "--devices", "all"]) == 2
+    assert capsys.readouterr().err == ("tsflash sweep: error: argument --devices: all: this machine has no CUDA device "
+                                       "(use --devices cpu)\n")
+    assert list(tmp_path.iterdir()) == []

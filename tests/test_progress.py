@@ -116,3 +116,21 @@ def test_a_run_this_machine_cannot_finish_gets_a_warning(caplog):
                                            (float("nan"), "?")])
 def test_format_seconds(seconds, text):
     assert format_seconds(seconds) == text
+
+
+def test_several_workers_share_the_eta_and_count_each_others_cells(caplog):
+    """With K workers the cells left are shared: the ETA divides their time by K; cells finished by
+    other workers (seen in the run folder) are counted before the next job."""
+    caplog.set_level(logging.INFO, logger="tsflash.progress")
+    clock = FakeClock()
+    cost = CostModel({"model": 2.0})
+    progress = Progress([SMALL, SMALL, LARGE, LARGE], cost, clock=clock, bar=False, workers=2)
+    assert progress.remaining_seconds() == pytest.approx((2 * 2 + 2 * 8) / 2)
+    progress.set_remaining([SMALL, LARGE], done=2)  # the other worker finished one of each meanwhile
+    progress.start(LARGE, "n64 fold 1")
+    clock.advance(8.0)
+    progress.finish("n64 fold 1")
+    assert caplog.records[-1].getMessage().startswith("[3/4] n64 fold 1")
+    assert progress.remaining_seconds() == pytest.approx(2 / 2)  # the N=32 cell left, shared by 2 workers
+    warn_if_long([LARGE, LARGE], CostModel({"model": 1.0}), "cpu", "2 cells", workers=2)
+    assert "about 4s" in caplog.records[-1].getMessage()

@@ -8,7 +8,8 @@ backend allowed: if it cannot run, PyTorch raises, and we re-raise an `Attention
 says why.
 
 Backends (`attention_backend` in `ModelConfig`):
-    auto       fastest fused backend that passes a numerical check on this device/dtype/head size
+    auto       the fused backend that passes a numerical check on this device/dtype/head size and,
+               timed at the real shape, is fastest by the tie rule (section "auto" below)
     cudnn      cuDNN fused attention           (CUDA, fp16/bf16)
     flash      FlashAttention-2 (CUDA, fp16/bf16) or PyTorch's flash CPU kernel (CPU, any float)
     efficient  memory-efficient attention      (CUDA, fp16/bf16/fp32)
@@ -27,8 +28,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import time
+import statistics
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
@@ -36,7 +38,6 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tsflash.config import ATTENTION_BACKENDS
-from tsflash.device import sync
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -176,16 +177,45 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk
     return out
 
 
-# ---- auto: choose per (device, dtype, head size), check numerically, cache -----------------------
+# ---- auto: check numerically, time at the real shape, decide by a stated rule, cache --------------
+#
+# `auto` decides per (device, dtype, head size, N, batch, heads): the numerical check (shape-free,
+# cached per device/dtype/head size) keeps the fused kernels that agree with float64; those are
+# then timed at the real shape, causal forward+backward, with WARMUP_CALLS untimed calls each and
+# TIMED_ROUNDS interleaved rounds (every candidate once per round, the order rotated each round,
+# so that drift and the first-timed penalty fall on all alike), and compared by their MEDIAN.
+# Tie rule: the kernels are preferred in the order of FUSED_BACKENDS (cuDNN, then FLASH, then
+# EFFICIENT); the most preferred kernel whose median is within TIE_MARGIN of the fastest median
+# wins. So cuDNN is kept unless another kernel is more than 3 % faster.
 
-_CACHE: dict[tuple, str] = {}
-_CHECKS: dict[tuple, dict] = {}  # key -> {backend: {"rel_err": .., "ms": .., "error": ..}}
+TIE_MARGIN = 0.03
+WARMUP_CALLS = 2
+TIMED_ROUNDS = 7
+# After this many rounds a candidate slower than DROP_ABOVE x the best median so far stops being
+# timed: it cannot win under the tie rule, and at large N a slow kernel's calls are the probe's cost.
+DROP_AFTER_ROUNDS = 3
+DROP_ABOVE = 1.5
+# The shape timed when the caller gives none (a model's first forward): (batch, heads, N).
+DEFAULT_PROBE_SHAPE = (4, 4, 4096)
+
+_CACHE: dict[tuple, str] = {}  # decision key -> chosen backend
+_CHECKS: dict[tuple, dict] = {}  # (device type, index, dtype, head_dim) -> {backend: {"rel_err", ..., "error"}}
+_TIMINGS: dict[tuple, dict] = {}  # decision key -> the timing record of `decide`
 
 
 def _cache_key(device, dtype, head_dim) -> tuple:
     device = torch.device(device)
     index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else 0)
     return (device.type, index, str(dtype), int(head_dim))
+
+
+def _decision_key(device, dtype, head_dim, shape: tuple[int, int, int] | None) -> tuple:
+    """The check key, plus ("b<batch>", "h<heads>", "n<N>") for a decision at a given shape."""
+    base = _cache_key(device, dtype, head_dim)
+    if shape is None:
+        return base
+    batch, heads, n = shape
+    return (*base, f"n{n}", f"b{batch}", f"h{heads}")
 
 
 def check_backend(backend: str, device, dtype: torch.dtype, head_dim: int, n: int = 256, heads: int = 2) -> dict:
@@ -211,83 +241,162 @@ def check_backend(backend: str, device, dtype: torch.dtype, head_dim: int, n: in
     return {"rel_err": rel(out, ref), "grad_rel_err": max(rel(a, b) for a, b in zip(grads, ref_grads))}
 
 
-def _time_backend(backend: str, device, dtype, head_dim: int) -> float:
-    """Milliseconds of one causal forward+backward at a size where kernels differ (CUDA only)."""
-    n, b, h = 4096, 4, 4
-    q, k, v = (torch.randn(b, h, n, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
-    for _ in range(2):
-        sdpa(q, k, v, backend).sum().backward()
-    sync(device)
-    reps = 5
-    start = time.perf_counter()
-    for _ in range(reps):
-        sdpa(q, k, v, backend).sum().backward()
-    sync(device)
-    return (time.perf_counter() - start) / reps * 1e3
-
-
-def resolve_backend(name: str, device, dtype: torch.dtype, head_dim: int) -> str:
-    """The concrete backend for `name` on this device/dtype/head size.
-
-    An explicit name is returned as is (it is enforced when attention runs). `auto` tries each
-    fused backend available on the device, keeps those within CHECK_TOLERANCE of a float64
-    reference, and picks the fastest (timed on CUDA; the only fused candidate on CPU is flash).
-    The choice is cached per (device type, device index, dtype, head_dim). MATH is never chosen
-    by `auto`: if no fused backend passes, AttentionKernelError says what each one reported.
-    """
-    if name == REFERENCE:
-        return name
-    check_backend_name(name)
-    if name != "auto":
-        return name
+def passing_backends(device, dtype: torch.dtype, head_dim: int) -> list[str]:
+    """The fused backends of this device that pass the numerical check (cached per device, dtype,
+    head size); AttentionKernelError, saying what each reported, when none does."""
     key = _cache_key(device, dtype, head_dim)
-    if key in _CACHE:
-        return _CACHE[key]
     device = torch.device(device)
-    candidates = FUSED_BACKENDS if device.type == "cuda" else ("flash",)
-    report: dict[str, dict] = {}
-    passing = []
-    tol = CHECK_TOLERANCE.get(dtype, 2e-2)
-    for backend in candidates:
-        try:
-            # the checks may be reached from a model's first forward: under autocast or no_grad
-            with torch.autocast(device.type, enabled=False), torch.enable_grad():
-                report[backend] = check_backend(backend, device, dtype, head_dim)
-                if report[backend]["rel_err"] > tol or report[backend]["grad_rel_err"] > GRAD_TOLERANCE_FACTOR * tol:
-                    report[backend]["error"] = (
-                        f"relative error {report[backend]['rel_err']:.3g} (tolerance {tol:g}) or gradient error "
-                        f"{report[backend]['grad_rel_err']:.3g} (tolerance {GRAD_TOLERANCE_FACTOR * tol:g}) too large"
-                    )
-                    continue
-                if device.type == "cuda" and len(candidates) > 1:
-                    report[backend]["ms"] = _time_backend(backend, device, dtype, head_dim)
-        except RuntimeError as exc:  # AttentionKernelError, or a backend's own failure (cuDNN status...)
-            if isinstance(exc, torch.cuda.OutOfMemoryError):
-                raise
-            report.setdefault(backend, {})["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            continue
-        passing.append(backend)
-    _CHECKS[key] = report
+    if key not in _CHECKS:
+        candidates = FUSED_BACKENDS if device.type == "cuda" else ("flash",)
+        _CHECKS[key] = {b: _checked(b, device, dtype, head_dim) for b in candidates}
+    report = _CHECKS[key]
+    passing = [b for b, r in report.items() if "error" not in r]
     if not passing:
         detail = "; ".join(f"{b}: {r.get('error')}" for b, r in report.items())
         raise AttentionKernelError(
             f"attention_backend 'auto': no fused backend passed on device {device.type}, dtype {dtype}, "
             f"head_dim {head_dim} ({detail}); MATH is used only when asked for explicitly"
         )
-    chosen = min(passing, key=lambda b: report[b].get("ms", 0.0))
-    _CACHE[key] = chosen
-    log.info("attention auto -> %s on %s/%s/head_dim=%d (%s)", chosen, device.type, dtype, head_dim, report)
-    return chosen
+    return passing
+
+
+def _checked(backend: str, device: torch.device, dtype: torch.dtype, head_dim: int) -> dict:
+    """check_backend's errors, with "error" set when the backend cannot run or is too inexact."""
+    tol = CHECK_TOLERANCE.get(dtype, 2e-2)
+    try:
+        # the checks may be reached from a model's first forward: under autocast or no_grad
+        with torch.autocast(device.type, enabled=False), torch.enable_grad():
+            result = check_backend(backend, device, dtype, head_dim)
+    except RuntimeError as exc:  # AttentionKernelError, or a backend's own failure (cuDNN status...)
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            raise
+        return {"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+    if result["rel_err"] > tol or result["grad_rel_err"] > GRAD_TOLERANCE_FACTOR * tol:
+        result["error"] = (f"relative error {result['rel_err']:.3g} (tolerance {tol:g}) or gradient error "
+                           f"{result['grad_rel_err']:.3g} (tolerance {GRAD_TOLERANCE_FACTOR * tol:g}) too large")
+    return result
+
+
+def median_times(candidates: list[str], time_once: Callable[[str], float], warmup: int = WARMUP_CALLS,
+                 rounds: int = TIMED_ROUNDS) -> dict[str, list[float]]:
+    """Seconds of each candidate's calls: `warmup` untimed calls each (interleaved), then `rounds`
+    rounds that time every remaining candidate once, in an order rotated by one each round.
+
+    time_once(backend) -> seconds of one call (the real one syncs the device; tests inject noise).
+    A candidate whose median after DROP_AFTER_ROUNDS rounds exceeds DROP_ABOVE x the best median
+    is not timed further (it cannot win under the tie rule); a lone survivor is not timed further either.
+    """
+    for _ in range(warmup):
+        for b in candidates:
+            time_once(b)
+    times: dict[str, list[float]] = {b: [] for b in candidates}
+    active = list(candidates)
+    for r in range(rounds):
+        shift = r % len(active)
+        for b in active[shift:] + active[:shift]:
+            times[b].append(time_once(b))
+        if r + 1 == DROP_AFTER_ROUNDS and len(active) > 1:
+            best = min(statistics.median(times[b]) for b in active)
+            active = [b for b in active if statistics.median(times[b]) <= DROP_ABOVE * best]
+            if len(active) == 1:  # the winner is known
+                break
+    return times
+
+
+def pick_kernel(medians: dict[str, float], margin: float = TIE_MARGIN) -> dict:
+    """The tie rule on median seconds per candidate: the first of FUSED_BACKENDS whose median is
+    within `margin` of the fastest. Returns {"chosen", "runner_up", "margin"}, where margin is the
+    runner-up's median over the chosen one's, minus 1 (negative when a preferred kernel won a tie)."""
+    fastest = min(medians.values())
+    order = sorted(medians, key=lambda b: FUSED_BACKENDS.index(b) if b in FUSED_BACKENDS else len(FUSED_BACKENDS))
+    chosen = next(b for b in order if medians[b] <= fastest * (1 + margin))
+    others = {b: t for b, t in medians.items() if b != chosen}
+    runner_up = min(others, key=others.get) if others else None
+    return {"chosen": chosen, "runner_up": runner_up,
+            "margin": others[runner_up] / medians[chosen] - 1 if runner_up else None}
+
+
+def _cuda_call_timer(device: torch.device, dtype: torch.dtype, shape: tuple[int, int, int], head_dim: int):
+    """time_once(backend) for the real shape: one causal forward+backward, timed by CUDA events.
+    Inputs from a private generator (the caller's random state is left alone)."""
+    batch, heads, n = shape
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k, v, grad = (torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype, generator=g)
+                     for _ in range(4))  # (B, H, N, hd) each
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def time_once(backend: str) -> float:
+        start.record()
+        torch.autograd.grad(sdpa(q, k, v, backend), (q, k, v), grad)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    return time_once
+
+
+def decide(device, dtype: torch.dtype, head_dim: int, *, shape: tuple[int, int, int] | None = None,
+           time_once: Callable[[str], float] | None = None) -> str:
+    """`auto`'s kernel for (device, dtype, head size) at `shape` = (batch, heads, N) (default
+    DEFAULT_PROBE_SHAPE), by the rule at the top of this section; cached per decision key. With
+    one passing candidate (on CPU: flash) nothing is timed. `time_once` replaces the CUDA timer."""
+    key = _decision_key(device, dtype, head_dim, shape)
+    if key in _CACHE:
+        return _CACHE[key]
+    device = torch.device(device)
+    passing = passing_backends(device, dtype, head_dim)
+    record: dict = {"shape": dict(zip(("batch", "heads", "n"), shape or DEFAULT_PROBE_SHAPE)), "candidates": passing}
+    if len(passing) == 1:
+        record.update(chosen=passing[0], runner_up=None, margin=None, rule="the only candidate that passed")
+    else:
+        time_once = time_once or _cuda_call_timer(device, dtype, shape or DEFAULT_PROBE_SHAPE, head_dim)
+        with torch.autocast(device.type, enabled=False), torch.enable_grad():  # reached from a first forward too
+            times = median_times(passing, time_once)
+        medians = {b: statistics.median(t) for b, t in times.items()}
+        record.update(pick_kernel(medians), median_ms={b: m * 1e3 for b, m in medians.items()},
+                      calls={b: len(t) for b, t in times.items()},
+                      rule=f"median of {TIMED_ROUNDS} interleaved rounds after {WARMUP_CALLS} warm-up calls; "
+                           f"{'/'.join(FUSED_BACKENDS)} in that order unless another is > {TIE_MARGIN:.0%} faster")
+    _CACHE[key], _TIMINGS[key] = record["chosen"], record
+    log.info("attention auto -> %s on %s/%s/head_dim=%d at %s (%s)", record["chosen"], device.type, dtype, head_dim,
+             record["shape"], {b: f"{m:.3f} ms" for b, m in record.get("median_ms", {}).items()} or record["rule"])
+    return record["chosen"]
+
+
+def resolve_backend(name: str, device, dtype: torch.dtype, head_dim: int, *,
+                    shape: tuple[int, int, int] | None = None) -> str:
+    """The concrete backend for `name` on this device/dtype/head size (and shape, for auto).
+
+    An explicit name is returned as is (it is enforced when attention runs). `auto` is `decide`:
+    the fused backends that pass a float64 check, timed at `shape` = (batch, heads, N) when more
+    than one passes (CUDA), chosen by the tie rule. MATH is never chosen by `auto`: if no fused
+    backend passes, AttentionKernelError says what each one reported.
+    """
+    if name == REFERENCE:
+        return name
+    check_backend_name(name)
+    if name != "auto":
+        return name
+    return decide(device, dtype, head_dim, shape=shape)
+
+
+def decision(device, dtype: torch.dtype, head_dim: int, shape: tuple[int, int, int] | None = None) -> dict | None:
+    """The record of the decision `decide` made for these arguments (None if it made none)."""
+    return _TIMINGS.get(_decision_key(device, dtype, head_dim, shape))
 
 
 def auto_report() -> dict:
-    """Every auto decision made in this process and the checks behind it (for run manifests)."""
-    return {"|".join(map(str, k)): {"chosen": _CACHE.get(k), "checks": v} for k, v in _CHECKS.items()}
+    """Every auto decision made in this process, its numerical checks and timings (for run
+    manifests): {"cuda|0|torch.bfloat16|64|n512|b256|h4": {"chosen", "checks", "timing"}}."""
+    return {"|".join(map(str, k)): {"chosen": _CACHE.get(k), "checks": _CHECKS.get(k[:4], {}), "timing": v}
+            for k, v in _TIMINGS.items()}
 
 
 def clear_cache() -> None:
     _CACHE.clear()
     _CHECKS.clear()
+    _TIMINGS.clear()
 
 
 # ---- proof: which kernel ran, from the profiler's op names ---------------------------------------

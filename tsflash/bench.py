@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from tsflash import atomic
+from tsflash import atomic, fastpath
 from tsflash import attention as attn
 from tsflash.config import check_context_length
 from tsflash.device import PeakMemory, autocast, device_name, free_memory, is_oom, sync
@@ -398,22 +398,26 @@ def matmul_ceiling(device: torch.device, size: int, dtype: torch.dtype, min_time
     return 2.0 * size**3 / seconds
 
 
-def measure_train_step(config, n: int, batch: int, device: torch.device, steps: int, warmup: int, compile: bool,
-                       seed: int) -> dict:
+def measure_train_step(config, n: int, batch: int, device: torch.device, steps: int, warmup: int,
+                       compile: bool | str, seed: int) -> dict:
     """Seconds per full training step (forward, the model's loss, backward, clip, AdamW) of a fresh
-    model with `config` (a ModelConfig) on random (batch, n) inputs: one row, OOM recorded."""
+    model with `config` (a ModelConfig) on random (batch, n) inputs: one row, OOM recorded.
+
+    The model is made ready as a sweep cell's is (tsflash.fastpath.prepare): `auto` decides its
+    kernel at this shape before the first step (the row keeps the decision: kernel, runner-up,
+    margin, median times), and `compile` (False, True or a torch.compile mode) compiles it with
+    the eager fallback. Warm-up steps absorb compiling; the row keeps the first call's seconds."""
     from tsflash.model import CausalTransformer
 
     cuda = device.type == "cuda"
     torch.manual_seed(seed)
     model = CausalTransformer(config).to(device).train()
-    if compile:  # resolve (and cache) the kernel eagerly: the checks would break the graph
-        attn.resolve_backend(config.attention_backend, device, torch.bfloat16 if cuda else torch.float32, config.head_dim)
-    step_model = torch.compile(model) if compile else model
+    step_model = fastpath.prepare(model, device, n=n, batch=batch, compile=compile)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
     x = torch.randn(batch, n, config.n_features, device=device)
     y = torch.randint(0, 3, (batch, n), device=device)
-    row = {"n": n, "batch": batch, "tokens_per_step": batch * n, "n_params": model.n_params()}
+    row = {"n": n, "batch": batch, "tokens_per_step": batch * n, "n_params": model.n_params(),
+           "kernel_choice": model.kernel_choice}
 
     def step():
         with autocast(device):
@@ -424,7 +428,7 @@ def measure_train_step(config, n: int, batch: int, device: torch.device, steps: 
         opt.zero_grad(set_to_none=True)
 
     try:
-        for _ in range(warmup):
+        for _ in range(max(warmup, 1 if compile else 0)):
             step()
         with PeakMemory(device) as mem:
             step()
@@ -440,6 +444,7 @@ def measure_train_step(config, n: int, batch: int, device: torch.device, steps: 
         if not is_oom(exc):
             raise
         row.update(status="oom", error=str(exc).splitlines()[0][:200])
+    row["compile"] = dict(model.compile_info)
     del model, step_model, opt, x, y
     free_memory(device)
     return row
@@ -457,13 +462,14 @@ def bench_train(
     steps: int = 10,
     warmup: int = 3,
     ceiling_size: int | None = None,
-    compile: bool = False,
+    compile: bool | str = False,
     seed: int = 0,
 ) -> dict:
     """Time full training steps (forward, loss, backward, clip, AdamW) at fixed tokens per step.
 
     CUDA: bf16 autocast and fused AdamW; CPU: float32. Inputs are random (the data pipeline is not
     what is measured). MFU is against a matmul ceiling measured in the same run and dtype.
+    `compile`: False (eager), True (tsflash.fastpath.COMPILE_MODE) or a torch.compile mode.
     """
     from tsflash.model import ModelConfig
 
@@ -493,7 +499,7 @@ def bench_train(
         "environment": environment(device),
         "settings": {"tokens_per_step": tokens_per_step, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
                      "n_features": n_features, "dtype": str(dtype), "backend": backend, "steps": steps, "warmup": warmup,
-                     "compile": compile, "optimizer": "AdamW" + (" (fused)" if cuda else ""),
+                     "compile": (fastpath.COMPILE_MODE if compile is True else compile) or False, "optimizer": "AdamW" + (" (fused)" if cuda else ""),
                      "flops": "(6*P + 6*L*d_model*N) * tokens (tsflash.flops)"},
         "ceiling": {"matmul_size": ceiling_size, "dtype": str(dtype), "tflops": ceiling / 1e12},
         "auto_choice": attn.auto_report(),
@@ -508,9 +514,110 @@ def train_table(result: dict) -> str:
         r["step_ms"] = r["step_s"] * 1e3 if r.get("step_s") else None
         peak = r.get("peak_bytes") or r.get("peak_extra_bytes")
         r["peak_mib"] = None if peak is None else peak / 2**20
+        r["kernel_margin"] = kernel_margin(r.get("kernel_choice"))
+        r["compiled"] = compile_label(r.get("compile"))
         rows.append(r)
     columns = [("n", "N", ""), ("batch", "B", ""), ("step_ms", "step ms", ".1f"), ("tokens_per_s", "tokens/s", ".4g"),
                ("peak_mib", "peak MiB", ".0f"), ("model_tflops", "TFLOP/s", ".3g"), ("mfu", "MFU", ".1%"),
-               ("backend", "kernel", ""), ("status", "status", "")]
+               ("backend", "kernel", ""), ("kernel_margin", "vs runner-up", ""), ("compiled", "compile", ""),
+               ("status", "status", "")]
     c = result["ceiling"]
-    return format_table(rows, columns) + f"\nceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.3g} TFLOP/s"
+    reasons = dict.fromkeys(f"eager: {r['compile']['reason']}" for r in rows
+                            if r.get("compile") and r["compile"].get("mode") and not r["compile"].get("compiled"))
+    return "\n".join([format_table(rows, columns), *reasons,
+                      f"ceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.3g} TFLOP/s"])
+
+
+def kernel_margin(choice: dict | None) -> str | None:
+    """"+12.3% vs FLASH" (the chosen kernel's median lead over the runner-up; negative when the
+    tie rule kept a preferred kernel), None when nothing was timed."""
+    if not choice or choice.get("margin") is None:
+        return None
+    return f"{choice['margin']:+.1%} vs {choice['runner_up']}"
+
+
+def compile_label(info: dict | None) -> str | None:
+    """The torch.compile mode that ran, or "eager" (the reason is in info["reason"])."""
+    if not info:
+        return None
+    return info.get("mode") if info.get("compiled") else "eager"
+
+
+# ---- the published tables: MFU per compile mode, scaling over GPUs ---------------------------------------
+
+
+def mfu_markdown(results: dict[str, dict]) -> str:
+    """One Markdown table from `bench_train` results keyed by variant ("eager", "default", ...):
+    per N and variant the step time, MFU (one FLOPs rule) and compile outcome, then the kernel
+    `auto` chose at each N with its margin over the runner-up (from the first variant)."""
+    lines = ["| N | variant | step ms | MFU | compiled | first call s |", "|---|---|---|---|---|---|"]
+    first = next(iter(results.values()))
+    for n in [r["n"] for r in first["rows"]]:
+        for variant, result in results.items():
+            r = next((r for r in result["rows"] if r["n"] == n), {})
+            first_s = sum((r.get("compile") or {}).get("first_call_seconds", {}).values()) or None
+            cells = [str(n), variant, _fmt(r.get("step_s"), ".1f", 1e3), _fmt(r.get("mfu"), ".1%"),
+                     compile_label(r.get("compile")) or "-", _fmt(first_s, ".1f")]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| N | kernel auto chose | runner-up | margin | median ms per candidate |", "|---|---|---|---|---|"]
+    for r in first["rows"]:
+        c = r.get("kernel_choice") or {}
+        medians = ", ".join(f"{b} {m:.3f}" for b, m in (c.get("median_ms") or {}).items()) or c.get("rule", "-")
+        lines.append(f"| {r['n']} | {c.get('chosen', '-')} | {c.get('runner_up') or '-'} | "
+                     f"{_fmt(c.get('margin'), '+.1%')} | {medians} |")
+    env, ceiling = first["environment"], first["ceiling"]
+    ceilings = ", ".join(f"{variant} {result['ceiling']['tflops']:.0f}" for variant, result in results.items())
+    lines += ["", f"{env.get('gpu', env['device'])}, torch {env['torch']}; MFU against a {ceiling['matmul_size']}^3 "
+              f"{ceiling['dtype']} matmul measured in each run ({ceilings} TFLOP/s)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_mfu_markdown(folder: Path | str) -> Path:
+    """<folder>/../mfu.md from the train.json of each variant folder in `folder` (eager first,
+    then the compile modes in tsflash.fastpath.COMPILE_MODES order)."""
+    import json
+
+    folder = Path(folder)
+    order = ["eager", *fastpath.COMPILE_MODES]
+    found = {p.parent.name: json.loads(p.read_text()) for p in folder.glob("*/train.json")}
+    results = {v: found[v] for v in sorted(found, key=lambda v: order.index(v) if v in order else len(order))}
+    if not results:
+        raise UserError(f"no */train.json under {folder}")
+    path = folder.parent / "mfu.md"
+    atomic.write_text(path, mfu_markdown(results))
+    return path
+
+
+def _fmt(value, spec: str, scale: float = 1.0) -> str:
+    return "-" if value is None else format(value * scale, spec)
+
+
+def scaling_markdown(rows: list[dict]) -> str:
+    """The scaling table from rows {"gpus", "seconds", "cells", "lengths", "complete"}: wall-clock,
+    cells per minute, speed-up and efficiency (T1 / (K * TK)) against the 1-GPU row of the same lengths."""
+    lines = ["| GPUs | lengths | wall-clock s | cells | cells per minute | speed-up | efficiency |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["lengths"], r["gpus"])):
+        one = next((o for o in rows if o["gpus"] == 1 and o["lengths"] == r["lengths"] and o["complete"]), None)
+        speedup = one["seconds"] / r["seconds"] if one and r["complete"] else None
+        lines.append(f"| {r['gpus']} | {r['lengths']} | {r['seconds']:.0f}{'' if r['complete'] else ' (unfinished)'} | "
+                     f"{r['cells']} | {r['cells'] / r['seconds'] * 60:.1f} | {_fmt(speedup, '.2f')}x | "
+                     f"{_fmt(None if speedup is None else speedup / r['gpus'], '.0%')} |")
+    return "\n".join(lines) + "\n"
+
+
+def record_scaling(path: Path, run_dir: Path, gpus: int, seconds: float, lengths: str) -> Path:
+    """Add (or replace) the row of `gpus` GPUs and these lengths in `path` (scaling.json beside
+    scaling.md) from a finished sweep's folder, and rewrite scaling.md."""
+    import json
+
+    from tsflash.runfolder import RunFolder
+
+    folder = RunFolder(run_dir)
+    row = {"gpus": gpus, "seconds": seconds, "cells": folder.n_finished_cells(), "lengths": lengths,
+           "complete": folder.is_complete(), "run": str(run_dir)}
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    rows = [r for r in rows if (r["gpus"], r["lengths"]) != (gpus, lengths)] + [row]
+    write_json(path, {"rows": rows})
+    atomic.write_text(path.with_suffix(".md"), scaling_markdown(rows))
+    return path.with_suffix(".md")

@@ -2,47 +2,60 @@
 
 Slots. The plan is a list of SLOTS, e.g. "n512/0": per context length N the default
 configuration, then (with --trials K > 1) K - 1 slots whose lr and weight decay the sampler fills
-in. Each slot is enqueued once (`study.enqueue_trial`, its id in the trial's user attrs); a
-worker runs `study.optimize(objective)`, and optuna hands it the oldest WAITING trial.
+in. Each slot is enqueued once (`study.enqueue_trial`, its id in the trial's user attrs).
 
-Liveness. A RUNNING trial whose worker is gone is ABANDONED: it is failed and its slot enqueued
-again with the same parameters (so that the cells it saved are reused). A worker is named
-host:pid:process-start; on this host it is gone when that process is; on another host it is gone
-when the study is the run folder's private SQLite file (one worker at a time, e.g. a GPU machine
-that was taken back), or, with a shared --storage, when its heartbeat (a user attr refreshed
-after each cell) is older than STALE_AFTER_S. A trial that FAILED (an exception, Ctrl-C inside
-`study.optimize`) has its slot enqueued again the same way by the next `Ledger.sync`.
+Trials and cells. A trial is one configuration over every fold and seed; its CELLS (fold, seed)
+are the unit of parallel work (tsflash.workers). A worker that finds no cell to claim POPS the
+next trial (`Ledger.pop`: the WAITING trial with the largest N first, so that the big cells start
+early and the tail of a run is made of small ones), which makes it RUNNING and fixes its
+parameters; from then on any worker may claim its cells. A RUNNING trial is open, not owned:
+it is completed (`Ledger.tell`) by the worker that scores it once all its cells are saved. So
+a dead worker never leaves a trial behind; what it leaves is a claimed cell, and cells have the
+liveness rules (`holder_gone`, applied by tsflash.workers to cell claims).
 
-Why not optuna's own heartbeat (RDBStorage(heartbeat_interval, grace_period) with
-`fail_stale_trials`): it declares a worker dead only after its grace period, while a kill -9 on
-this host followed by the same command must take the trial back at once; and the in-memory
-storage has no heartbeat at all.
+Liveness. A worker is named host:pid:process-start; on this host it is gone when that process
+is; on another host it is gone when the study is the run folder's private SQLite file (one host
+at a time, e.g. a GPU machine that was taken back), or, with a shared --storage, when its
+heartbeat is older than the caller's staleness limit. `is_abandoned` applies the rule to a
+RUNNING trial (used for trials of run folders made before cells were claimed one by one).
+
+Sampling with several workers. With --trials K > 1 the searched values of a trial are drawn when
+it is popped, by a TPE sampler seeded from (seed, trial number): two workers never draw the same
+values, and a trial's values depend only on the seed and the trials finished before it.
+
+Storage. `check_storage` resolves and tests a --storage URL before anything is written: a
+postgresql URL without a driver gets the installed one (psycopg2, else psycopg), and a server
+that cannot be reached is a UserError naming its host and port.
 
     ledger = Ledger.open("tsflash-abc", "sqlite:///run/optuna.db", plan_slots([512, 4096], 1, 1e-3, 0.1))
-    ledger.sync()                                   # fail abandoned trials, enqueue missing slots
-    ledger.optimize(objective, timeout=600)         # objective(trial) calls ledger.claim(trial) first
+    ledger.sync()                                   # enqueue missing slots (once, under the run folder's lock)
+    trial = ledger.pop()                            # the next trial, RUNNING; None when none waits
+    ledger.tell(trial, value)                       # COMPLETE once its cells are scored
     ledger.is_complete()                            # every planned slot has a COMPLETE trial
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from tsflash.errors import UserError
 from tsflash.runfolder import write_json
 
 log = logging.getLogger(__name__)
 
-# With a shared --storage, a RUNNING trial of another host whose heartbeat (after each cell) is
-# older than this is taken as abandoned and re-enqueued. Generous: a full-size cell on a CPU is slow.
+# `is_abandoned`: with a shared --storage, a RUNNING trial of another host whose heartbeat (after
+# each cell) is older than this is taken as abandoned. Generous: a full-size cell on a CPU is slow.
 STALE_AFTER_S = 3 * 3600.0
 # Searched with --trials K > 1, within each N (N itself is always enqueued, never sampled).
 SEARCH_SPACE_DOC = "lr (log-uniform, lr/10 .. 3 lr) and weight_decay (uniform, 0 .. max(0.3, wd))"
@@ -85,18 +98,22 @@ class NotEnqueued(Exception):
 # Workers
 
 
-def _proc_start(pid: int) -> str:
-    """The process start time (clock ticks since boot) so that a reused pid is not mistaken."""
+def _proc_stat(pid: int) -> tuple[str, str]:
+    """(state, start time in clock ticks since boot) of a process of this host, ("?", "?") when
+    unknown. The start time tells a reused pid apart; state "Z" is a zombie: a process that has
+    ended and whose parent has not reaped it yet (a killed worker whose launcher is waiting on
+    another) -- gone, though `kill(pid, 0)` still finds it."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], fields[19]
     except (OSError, IndexError):
-        return "?"
+        return "?", "?"
 
 
 def worker_id(pid: int | None = None) -> str:
     """host:pid:process-start of this process (or of `pid` on this host)."""
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_proc_start(pid)}"
+    return f"{socket.gethostname()}:{pid}:{_proc_stat(pid)[1]}"
 
 
 def worker_alive(worker: str | None) -> bool | None:
@@ -112,19 +129,27 @@ def worker_alive(worker: str | None) -> bool | None:
         return False
     except (PermissionError, ValueError):
         return True
-    return _proc_start(int(pid)) == start
+    state, started = _proc_stat(int(pid))
+    return started == start and state != "Z"
 
 
-def is_abandoned(trial: FrozenTrial, *, shared: bool, now: float) -> bool:
-    """Is RUNNING `trial` abandoned? Its worker is dead on this host (or never named itself); or
-    it ran on another host and the study is private to the run folder; or, with a shared storage,
-    its heartbeat is older than STALE_AFTER_S."""
-    alive = worker_alive(trial.user_attrs.get("worker"))
+def holder_gone(worker: str | None, heartbeat: float, *, shared: bool, now: float, stale_after_s: float) -> bool:
+    """Is the worker that holds something gone? Its process is dead on this host (or it never
+    named itself); or it ran on another host and the study is private to the run folder; or, with
+    a shared storage, its last heartbeat (a time.time()) is older than `stale_after_s`."""
+    alive = worker_alive(worker)
     if alive is not None:
         return not alive
     if not shared:
         return True
-    return now - float(trial.user_attrs.get("heartbeat", 0.0)) > STALE_AFTER_S
+    return now - heartbeat > stale_after_s
+
+
+def is_abandoned(trial: FrozenTrial, *, shared: bool, now: float) -> bool:
+    """Is RUNNING `trial` abandoned? `holder_gone` for its worker and heartbeat user attrs, with
+    STALE_AFTER_S (run folders made before cells were claimed one by one)."""
+    return holder_gone(trial.user_attrs.get("worker"), float(trial.user_attrs.get("heartbeat", 0.0)), shared=shared,
+                       now=now, stale_after_s=STALE_AFTER_S)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,10 +159,12 @@ def is_abandoned(trial: FrozenTrial, *, shared: bool, now: float) -> bool:
 class Ledger:
     """The planned slots of one optuna study and the bookkeeping around them."""
 
-    def __init__(self, study: optuna.Study, slots: list[Slot], *, shared: bool):
-        self.study = study
+    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage, slots: list[Slot], *,
+                 shared: bool, seed: int = 0):
+        self.study, self.storage = study, storage
         self.slots = slots
         self.shared = shared
+        self.seed = seed
 
     @classmethod
     def open(cls, study_name: str, storage: str | optuna.storages.BaseStorage | None, slots: list[Slot], *,
@@ -146,25 +173,24 @@ class Ledger:
         # optuna's warning on a failed trial repeats, with a traceback, the exception that reaches
         # the command line anyway (a UserError as one line there).
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        n_lengths = len({s.params["n"] for s in slots})
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_lengths)
+        storage = optuna.storages.get_storage(storage)  # the object, for the WAITING -> RUNNING transition
+        sampler = trial_sampler(seed, 0, slots)
         study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", sampler=sampler,
                                     load_if_exists=True)
-        return cls(study, slots, shared=shared)
+        return cls(study, storage, slots, shared=shared, seed=seed)
 
     def trials(self, *states: TrialState) -> list[FrozenTrial]:
         return self.study.get_trials(deepcopy=False, states=states or None)
 
-    def sync(self, now: float | None = None) -> list[int]:
-        """Fail abandoned RUNNING trials, then enqueue every planned slot that has no WAITING,
-        RUNNING or COMPLETE trial: with the parameters of its newest failed trial when it has one
-        (so that its saved cells are reused), else as planned. Returns the failed trial numbers."""
-        now = time.time() if now is None else now
+    def sync(self) -> list[int]:
+        """Fail RUNNING trials that were never enqueued (optuna makes one up when a worker asks an
+        empty queue), then enqueue every planned slot that has no WAITING, RUNNING or COMPLETE
+        trial: with the parameters of its newest failed trial when it has one (so that its saved
+        cells are reused), else as planned. Returns the failed trial numbers. Run it under the
+        run folder's lock: two workers syncing at once would enqueue a slot twice."""
         failed = []
         for t in self.trials(TrialState.RUNNING):
-            if is_abandoned(t, shared=self.shared, now=now):
-                log.info("trial %d (%s) was left running by a dead worker %s: failing and re-enqueuing it",
-                         t.number, t.user_attrs.get("key", "?"), t.user_attrs.get("worker", "(unknown)"))
+            if t.user_attrs.get("slot") is None:
                 self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
                 failed.append(t.number)
         present = {t.user_attrs.get("slot") for t in self.trials(*_LIVE)}
@@ -177,6 +203,28 @@ class Ledger:
 
     def n_waiting(self) -> int:
         return len(self.trials(TrialState.WAITING))
+
+    def pop(self) -> Trial | None:
+        """The WAITING trial with the largest N (then the oldest), made RUNNING and claimed by this
+        worker; None when none waits. Atomic per trial (optuna's WAITING -> RUNNING transition);
+        call it under the run folder's lock so that SQLite sees one popper at a time."""
+        waiting = self.trials(TrialState.WAITING)
+        for t in sorted(waiting, key=lambda t: (-int(_enqueued(t).get("n", 0)), t.number)):
+            if self.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                trial = self.trial(t)
+                self.claim(trial)
+                return trial
+        return None
+
+    def running(self) -> list[FrozenTrial]:
+        """The open trials: RUNNING and enqueued (a slot)."""
+        return [t for t in self.trials(TrialState.RUNNING) if t.user_attrs.get("slot") is not None]
+
+    def trial(self, frozen: FrozenTrial) -> Trial:
+        """A live handle on `frozen` (any worker may suggest, report and tell through it), with the
+        sampler seeded for its number."""
+        self.study.sampler = trial_sampler(self.seed, frozen.number, self.slots)
+        return Trial(self.study, frozen._trial_id)
 
     def claim(self, trial: Trial) -> str:
         """Mark `trial` as this worker's; returns its slot. Raises NotEnqueued for a trial optuna
@@ -192,23 +240,9 @@ class Ledger:
     def heartbeat(trial: Trial) -> None:
         trial.set_user_attr("heartbeat", time.time())
 
-    def stop_when_empty(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        """Callback: stop after the trial that leaves no WAITING trial.
-
-        Why a callback and not `n_trials`: with a shared study other workers take trials from the
-        same queue, so how many this worker will run is unknown when it starts.
-        """
-        if self.n_waiting() == 0:
-            study.stop()
-
-    def optimize(self, objective: Callable[[Trial], float], timeout: float | None = None,
-                 callbacks: Iterable[Callable[[optuna.Study, FrozenTrial], None]] = ()) -> None:
-        """Run WAITING trials until none is left, or until `timeout` seconds have passed (checked
-        before each trial: a started trial runs to its end). A trial that was not enqueued fails."""
-        if self.n_waiting() == 0:
-            return  # optuna would make up a fresh trial only to fail it
-        self.study.optimize(objective, timeout=timeout, catch=(NotEnqueued,),
-                            callbacks=[self.stop_when_empty, *callbacks])
+    def tell(self, trial: Trial, value: float) -> None:
+        """Complete `trial` with `value` (a trial another worker completed meanwhile is left as it is)."""
+        self.study.tell(trial, value, skip_if_finished=True)
 
     def is_complete(self) -> bool:
         """Does every planned slot have a COMPLETE trial?"""
@@ -228,3 +262,70 @@ class Ledger:
         rows = self.rows()
         return write_json(path, {"study_name": self.study.study_name, "trials": rows,
                                  "n_complete": sum(r["state"] == "COMPLETE" for r in rows)})
+
+
+def trial_sampler(seed: int, number: int, slots: list[Slot]) -> optuna.samplers.BaseSampler:
+    """TPE seeded from (seed, trial number): workers that draw at once draw different values. Its
+    first len(lengths) trials are random (TPE's start-up), the rest model the finished ones."""
+    state = int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+    return optuna.samplers.TPESampler(seed=state, n_startup_trials=len({s.params["n"] for s in slots}))
+
+
+def _enqueued(trial: FrozenTrial) -> dict:
+    """The parameters a WAITING trial was enqueued with."""
+    return trial.system_attrs.get("fixed_params", {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage
+
+
+def storage_url(url: str) -> str:
+    """`url` with an installed driver: "postgresql://" names none, and SQLAlchemy 2.1 defaults to
+    psycopg (3), 2.0 to psycopg2; the one installed is named (psycopg2 first, the dev dependency)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        for module, driver in (("psycopg2", "psycopg2"), ("psycopg", "psycopg")):
+            if importlib.util.find_spec(module) is not None:
+                return f"postgresql+{driver}://{rest}"
+    return url
+
+
+def check_storage(url: str, flag: str = "--storage", timeout_s: int = 10) -> str:
+    """Resolve (`storage_url`) and test a shared optuna storage URL before anything is written.
+    A server that cannot be reached is a UserError naming its host and port; a missing driver one
+    that says what to install. SQLite URLs are returned as they are. No message shows the password."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    url = storage_url(url)
+    if url.startswith("sqlite"):
+        return url
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except (sqlalchemy.exc.ArgumentError, ValueError) as exc:
+        raise UserError(f"{flag}: not a database URL such as postgresql://user:pass@host/db ({exc})") from None
+    backend = parsed.get_backend_name()
+    host = parsed.host or parsed.query.get("host") or "localhost"  # a Unix socket's folder comes as ?host=
+    where = f"{host}:{parsed.port or _DEFAULT_PORTS.get(backend, '?')}"
+    try:
+        engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=_timeout_args(backend, timeout_s))
+        with engine.connect():
+            pass
+    except (ModuleNotFoundError, sqlalchemy.exc.NoSuchModuleError) as exc:
+        raise UserError(f"{flag}: no driver for {parsed.drivername} ({exc}); for PostgreSQL: "
+                        "pip install psycopg2-binary") from None
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        raise UserError(f"{flag}: cannot reach the {backend} server at {where} for database {parsed.database!r}: "
+                        f"{reason}") from None
+    engine.dispose()
+    return url
+
+
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
+
+
+def _timeout_args(backend: str, seconds: int) -> dict:
+    """connect_args that bound the wait for a server that does not answer."""
+    return {"connect_timeout": seconds} if backend in _DEFAULT_PORTS else {}

@@ -2,7 +2,9 @@
 
 `plan_sweep(SweepOptions(...))` validates what the user asked for and resolves, cheaply (no data,
 no training, nothing written): the config (preset file, then the CPU preset when it applies, then
-the command's values, then --set overrides), the device, the run key and the run folder.
+the command's values, then --set overrides), the devices (one worker each), the run key, the run
+folder, and a shared --storage (reached once, so that a server that is down is one line before
+anything starts).
 
 Same command, same run: the RUN KEY names what makes two invocations the same run (config, data
 source, trials per N, device type). Without --out, the newest unfinished run folder under
@@ -29,8 +31,10 @@ from pathlib import Path
 from tsflash.config import EXPERIMENTS_DIR, ExperimentConfig, config_from_dict, load_config, merge_overrides
 from tsflash.device import resolve_device
 from tsflash.errors import UserError
+from tsflash.ledger import check_storage
 from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run, read_json
 from tsflash.synthetic import parse_source
+from tsflash.workers import parse_devices
 
 PRESETS = ("auto", "full", "cpu")
 CPU_PRESET = EXPERIMENTS_DIR / "cpu.toml"
@@ -47,6 +51,9 @@ class SweepOptions:
     end: str | None = None  # overrides data.end (inclusive)
     out: Path | None = None  # run folder; None = find the unfinished run or make a new one
     device: str = "auto"  # auto | cpu | cuda | cuda:K
+    # One worker per entry (tsflash.workers.parse_devices: "cuda:0,cuda:1", "all", "cpu,cpu");
+    # None = one worker on `device`.
+    devices: list[str] | None = None
     seed: int | None = None  # overrides train.seeds with [seed]
     storage: str | None = None  # optuna storage URL; None = SQLite in the run folder
     trials: int = 1  # trials per N; > 1 searches tsflash.ledger.SEARCH_SPACE_DOC
@@ -55,7 +62,7 @@ class SweepOptions:
     runs_root: Path = DEFAULT_RUNS_ROOT  # where new run folders go (and unfinished ones are looked for)
     command: str = ""  # the command line, for the report
     precision: bool = True  # run the precision oracle at each N
-    # Seconds after which no new trial is started (the run stops cleanly and the same command
+    # Seconds after which no new cell is started (the run stops cleanly and the same command
     # resumes it): for machines with a per-session time limit. None = no limit.
     time_budget: float | None = None
 
@@ -75,10 +82,14 @@ class SweepPlan:
     storage: str
     study_name: str
     fee_note: str = ""  # "" or why this invocation scores at the run's fee, not the one it asked for
+    devices: list[str] = field(default_factory=list)  # one worker each; [device] when empty
 
     @property
     def folder(self) -> RunFolder:
         return RunFolder(self.run_dir)
+
+    def __post_init__(self):
+        self.devices = list(self.devices) or [self.device]
 
     @property
     def shared(self) -> bool:
@@ -194,7 +205,15 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
         )
     if opts.start and opts.end and _check_date(opts.end, "--end") < _check_date(opts.start, "--start"):
         raise UserError(f"--end {opts.end} is before --start {opts.start}")
-    device = str(resolve_device(opts.device))
+    if opts.devices:
+        if opts.device not in ("auto", None):
+            raise UserError(f"--device {opts.device} and --devices {','.join(opts.devices)}: give one of them "
+                            "(--devices cuda:0 is one GPU)")
+        devices = parse_devices(",".join(opts.devices))
+        device = devices[0]
+    else:
+        device = str(resolve_device(opts.device))
+        devices = [device]
     cfg, preset, note = resolve_config(opts, device)
     run_key = make_run_key(cfg, opts.data, opts.trials, device)
     study_name = f"tsflash-{run_key}"
@@ -223,5 +242,7 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
             stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
             run_dir = Path(opts.runs_root) / f"{stamp}-{run_hash(cfg)}"
     cfg, fee_note = _with_run_fee(cfg, RunFolder(run_dir))
-    storage = opts.storage or RunFolder(run_dir).sqlite_url()
-    return SweepPlan(opts, cfg, device, preset, note, run_key, run_dir, resumed, storage, study_name, fee_note)
+    # a shared storage is checked now: an unreachable server is one line, with nothing written
+    storage = check_storage(opts.storage) if opts.storage else RunFolder(run_dir).sqlite_url()
+    return SweepPlan(opts, cfg, device, preset, note, run_key, run_dir, resumed, storage, study_name, fee_note,
+                     devices=devices)

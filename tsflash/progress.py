@@ -12,7 +12,9 @@ matrix. Units become seconds through a rate that finished cells refine:
 The prior rate of model cells comes from a quick calibration (a matmul timed for ~0.2 s) times
 the share of it that training reaches (TRAIN_EFFICIENCY, measured); of baselines from a measured
 constant. `Progress` logs one line per finished cell with a cost-weighted ETA, a line every ~10 %
-of a cell's training steps, and keeps a tqdm bar (on a terminal) in step with them.
+of a cell's training steps, and keeps a tqdm bar (on a terminal) in step with them. With several
+workers (tsflash.workers) each has its own `Progress`: the cells left are refreshed from the run
+folder before each job (`set_remaining`), and their time is divided by the number of workers.
 """
 
 from __future__ import annotations
@@ -173,9 +175,10 @@ def format_seconds(s: float) -> str:
     return f"{s / 86400:.1f} days"
 
 
-def warn_if_long(works: list[Work], cost: CostModel, device: str, where: str) -> float:
-    """Log the estimated time of `works`; a warning (not a refusal) beyond LONG_RUN_S."""
-    total = sum(cost.seconds(w) for w in works)
+def warn_if_long(works: list[Work], cost: CostModel, device: str, where: str, workers: int = 1) -> float:
+    """Log the estimated time of `works` shared by `workers` like devices; a warning (not a
+    refusal) beyond LONG_RUN_S."""
+    total = sum(cost.seconds(w) for w in works) / workers
     if total > LONG_RUN_S:
         log.warning("this run needs about %s on %s (%s): far longer than %s. It runs anyway and resumes where it "
                     "stops; a CUDA machine, --preset cpu or fewer --lengths is faster", format_seconds(total),
@@ -195,11 +198,12 @@ class Progress:
     STEP_LINES = 10  # a step line every 1/STEP_LINES of a cell's training steps
 
     def __init__(self, todo: list[Work], cost: CostModel, done: int = 0, clock: Callable[[], float] = time.monotonic,
-                 bar: bool | None = None):
+                 bar: bool | None = None, workers: int = 1):
         self.todo = list(todo)
         self.cost = cost
         self.total = done + len(todo)
         self.n = done
+        self.workers = workers  # like workers share the cells left: the ETA divides their time
         self.clock = clock
         self.t0 = clock()
         self.current: Work | None = None
@@ -214,7 +218,14 @@ class Progress:
         rest = list(self.todo)
         if self.current is not None and self.current in rest:
             rest.remove(self.current)
-        return sum(self.cost.seconds(w) for w in rest) + self._current_left()
+        return sum(self.cost.seconds(w) for w in rest) / self.workers + self._current_left()
+
+    def set_remaining(self, todo: list[Work], done: int) -> None:
+        """The cells not finished yet and the count of finished ones, as saved in the run folder:
+        with several workers, cells finish elsewhere too."""
+        self.todo, self.n = list(todo), done
+        self.total = max(self.total, done + len(todo))
+        self.bar.n = self.n
 
     def estimate(self, works: list[Work]) -> float:
         return sum(self.cost.seconds(w) for w in works)
@@ -270,11 +281,13 @@ class Progress:
 
 
 @contextlib.contextmanager
-def run_logging(log_file: Path):
-    """Append this invocation's log to `log_file`; console logs pass through tqdm."""
+def run_logging(log_file: Path, tag: str = ""):
+    """Append this invocation's log to `log_file`; console logs pass through tqdm. `tag` (a
+    worker's device) marks each line when several workers write to one log."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(log_file)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    marker = f"[{tag}] " if tag else ""
+    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {marker}%(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
     pkg = logging.getLogger("tsflash")
     old_level = pkg.level

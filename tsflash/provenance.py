@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import socket
 import subprocess
 import sys
 from importlib import metadata
@@ -86,6 +87,7 @@ def write_run_json(plan: SweepPlan) -> None:
         "preset_note": plan.preset_note,
         "device": plan.device,
         "device_name": device_name(plan.device),
+        "devices": plan.devices,
         "seeds": plan.cfg.train.seeds,
         "storage": redact(plan.storage) if plan.shared else "sqlite (run folder)/optuna.db",
         "study_name": plan.study_name,
@@ -95,6 +97,18 @@ def write_run_json(plan: SweepPlan) -> None:
     write_json(folder.run_json, meta)
     if not folder.config_json.exists():
         write_json(folder.config_json, plan.cfg.to_dict())
+
+
+def record_kernel_choices(folder: RunFolder, choices: dict) -> None:
+    """Merge this host's attention `auto` decisions (tsflash.attention.auto_report: kernel, checks,
+    median timings, runner-up, margin) into run.json's "kernel_choices" (under the run folder's
+    lock: workers share run.json)."""
+    meta = folder.read_run()
+    host = socket.gethostname()
+    merged = meta.get("kernel_choices", {}) | {f"{host} {key}": choice for key, choice in choices.items()}
+    if merged != meta.get("kernel_choices"):
+        meta["kernel_choices"] = merged
+        write_json(folder.run_json, meta)
 
 
 def mark_complete(folder: RunFolder) -> None:

@@ -10,26 +10,30 @@ interrupted cell resume too.
 The sweep is optuna's idiom: `Objective(trial)` runs one configuration (N, plus searched values
 with --trials) over every fold and seed, reports per-fold daily net Sharpe ratios as intermediate
 values, keeps the paths of its saved series in `user_attrs`, and returns its daily net Sharpe
-ratio over all folds, scored at the run's fee from the saved per-bar positions (tsflash.scoring);
-`Ledger.optimize` (tsflash.ledger) runs the enqueued trials with `study.optimize`. The DSR uses
-the number of COMPLETE trials in the study and the variance of their values.
+ratio over all folds, scored at the run's fee from the saved per-bar positions (tsflash.scoring).
+The cells are the unit of parallel work: `_work`, one worker per device (`--devices`), claims
+cells of open trials and runs `Objective._cell` on each; the worker that finds every cell of a
+trial saved scores it by calling `Objective(trial)` (every cell then loads) and completes it in
+the ledger (tsflash.workers: claims, order, liveness). The DSR uses the number of COMPLETE
+trials in the study and the variance of their values.
 
 Where things live: the options, config, run key and run folder choice in tsflash.plan; the
-ledger (slots, abandoned trials, worker liveness) in tsflash.ledger; run.json and data.json in
-tsflash.provenance; the cost estimates, ETA and log in tsflash.progress; the bars in
-tsflash.datasource.
+ledger (slots, popping trials, liveness) in tsflash.ledger; the workers and their claims in
+tsflash.workers; run.json and data.json in tsflash.provenance; the cost estimates, ETA and log
+in tsflash.progress; the bars in tsflash.datasource.
 
 Sharing a study: `--storage postgresql://user:pass@host/db` (or any SQLAlchemy URL optuna
 accepts; needs the driver, e.g. psycopg2) together with the same `--out` on a shared file system
-lets several workers pull trials from one queue. The first worker creates the study and enqueues
-the plan; later workers load it and only add missing slots. The last worker to finish writes the
-report.
+lets the workers of several hosts pull cells from one run. The first invocation creates the
+study and enqueues the plan; later ones load it and only add missing slots. The invocation whose
+workers leave the study complete writes the report.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import shutil
 import tempfile
@@ -41,7 +45,7 @@ import numpy as np
 import torch
 from optuna.trial import Trial
 
-from tsflash import bench, engine
+from tsflash import attention, bench, engine
 from tsflash.config import ExperimentConfig
 from tsflash.datasource import configured_bar_count, load_data
 from tsflash.errors import UserError
@@ -52,7 +56,7 @@ from tsflash.progress import (
     CostModel, Progress, Work, baseline_work, format_seconds, model_work, n_params, precision_work, prior_rates,
     run_logging, warn_if_long,
 )
-from tsflash.provenance import mark_complete, write_data_json, write_run_json
+from tsflash.provenance import mark_complete, record_kernel_choices, write_data_json, write_run_json
 from tsflash.report import build_report
 from tsflash.runfolder import RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json
 from tsflash.scoring import (
@@ -61,6 +65,7 @@ from tsflash.scoring import (
 )
 from tsflash.strategy import Strategy
 from tsflash.store import iso
+from tsflash.workers import CellQueue, ClaimBoard, Job, run_workers, tidy_claims, worker_tag
 
 log = logging.getLogger(__name__)
 
@@ -91,38 +96,108 @@ def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
 
 def _run_in_folder(plan: SweepPlan) -> Path:
     folder = plan.folder
+    board = ClaimBoard(folder.root, shared=plan.shared)
     if plan.preset_note:
         log.warning("%s", plan.preset_note)
     if plan.fee_note:
         log.warning("%s", plan.fee_note)
     log.info("run folder %s (%s)", folder.root, "resuming" if plan.resumed else "new")
-    write_run_json(plan)
-    if not _run_cells(plan):
-        log.info("the study is unfinished (trials left to other workers, or to a rerun after --time-budget); "
+    with board.lock():  # run.json is shared with the workers of other hosts
+        write_run_json(plan)
+    if not _run_cells(plan, board):
+        log.info("the study is unfinished (cells left to other workers, or to a rerun after --time-budget); "
                  "the run that completes it writes the report")
         return folder.root
-    md, html = build_report(folder.root)
-    mark_complete(folder)
+    with board.lock():
+        if not board.take("report"):
+            log.info("another worker is writing the report")
+            return folder.root
+    try:
+        md, html = build_report(folder.root)
+        mark_complete(folder)
+    finally:
+        board.release("report")
     folder.tidy_checkpoints()
+    tidy_claims(folder.root)
     log.info("report: %s and %s", md, html)
     return folder.root
 
 
-def _run_cells(plan: SweepPlan) -> bool:
-    """Baselines, then every enqueued trial; True when every planned trial of the study is complete."""
+def _run_cells(plan: SweepPlan, board: ClaimBoard) -> bool:
+    """Enqueue the planned trials, then run one worker per device (`_work`; in this process for
+    one device). True when every planned trial, the baselines and the precision check are done."""
     cfg, folder, opts = plan.cfg, plan.folder, plan.options
     slots = plan_slots(cfg.lengths, opts.trials, cfg.train.lr, cfg.train.weight_decay)
-    ledger = Ledger.open(plan.study_name, plan.storage, slots, shared=plan.shared, seed=cfg.train.seeds[0])
-    ledger.sync()
+    with board.lock():  # two workers syncing at once would enqueue a slot twice
+        ledger = Ledger.open(plan.study_name, plan.storage, slots, shared=plan.shared, seed=cfg.train.seeds[0])
+        ledger.sync()
+    results = run_workers(_work, plan, plan.devices)
+    ledger.write_json(folder.ledger_json)
+    if ledger.is_complete() and _baselines_done(folder, cfg) and not _precision_due(plan):
+        return True
+    if any(r["out_of_time"] for r in results):
+        log.info("time budget of %.0f s used: no new cell was started after it; run the same command again to "
+                 "resume", opts.time_budget)
+    return False
 
-    model_params = n_params(cfg)
-    cost = CostModel(prior_rates(plan.device))
-    _observe_saved_cells(cost, folder, cfg, model_params)
-    todo, done = _todo(folder, cfg, [s.params["n"] for s in slots], model_params)
-    finale = [precision_work(cfg)] if opts.precision and not folder.precision_json.exists() else []
-    warn_if_long(todo + finale, cost, plan.device, f"{len(todo)} of {done + len(todo)} cells to do"
-                 + (", then the precision check" if finale else ""))
 
+def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
+    """One worker on `device`: prepare the data once, then claim and run jobs (tsflash.workers)
+    until none is left. Returns {"device", "out_of_time", "jobs"}."""
+    t0 = time.monotonic()
+    plan = dataclasses.replace(plan, device=device)
+    cfg, folder, opts = plan.cfg, plan.folder, plan.options
+    with run_logging(folder.log_file, tag=worker_tag(device, index)) if n_workers > 1 else contextlib.nullcontext():
+        slots = plan_slots(cfg.lengths, opts.trials, cfg.train.lr, cfg.train.weight_decay)
+        ledger = Ledger.open(plan.study_name, plan.storage, slots, shared=plan.shared, seed=cfg.train.seeds[0])
+        model_params = n_params(cfg)
+        cost = CostModel(prior_rates(device))
+        _observe_saved_cells(cost, folder, cfg, model_params)
+        lengths = [s.params["n"] for s in slots]
+        todo, done = _todo(folder, cfg, lengths, model_params)
+        finale = [precision_work(cfg)] if _precision_due(plan) else []
+        if index == 0:
+            warn_if_long(todo + finale, cost, device, f"{len(todo)} of {done + len(todo)} cells to do"
+                         + (", then the precision check" if finale else "")
+                         + (f", on {n_workers} workers" if n_workers > 1 else ""), workers=n_workers)
+        prepared = _prepare_data(plan, write=index == 0)
+        progress = Progress(todo, cost, done, bar=False if n_workers > 1 else None, workers=n_workers)
+        objective = Objective(plan, prepared, ledger, progress, model_params)
+        board = ClaimBoard(folder.root, shared=plan.shared, device=device)
+        deadline = None if opts.time_budget is None else t0 + opts.time_budget
+        queue = CellQueue(board, ledger, cells=functools.partial(_cells_of, folder, cfg),
+                          params_of=functools.partial(_params_of, cfg, opts.trials),
+                          baselines_done=functools.partial(_baselines_done, folder, cfg),
+                          precision_due=functools.partial(_precision_due, plan), deadline=deadline)
+        jobs = 0
+        try:
+            for job in queue:
+                progress.set_remaining(*_todo(folder, cfg, lengths, model_params))  # other workers' cells too
+                _run_job(job, objective, board, finale)
+                jobs += 1
+        finally:
+            progress.close()
+    return {"device": device, "out_of_time": queue.out_of_time, "jobs": jobs}
+
+
+def _run_job(job: Job, objective: Objective, board: ClaimBoard, finale: list[Work]) -> None:
+    """One claimed job (tsflash.workers.Job) on this worker."""
+    plan = objective.plan
+    if job.kind == "baselines":
+        objective.run_baselines()
+    elif job.kind == "cell":
+        objective._cell(job.trial, job.params, job.key, job.fold, job.seed)
+        with board.lock():  # the decisions behind this cell's kernel, for the run manifest
+            record_kernel_choices(plan.folder, attention.auto_report())
+    elif job.kind == "score":
+        objective.ledger.tell(job.trial, objective(job.trial))
+    elif job.kind == "precision":
+        _run_precision(plan, objective.prepared.n_features, objective.progress.estimate(finale))
+
+
+def _prepare_data(plan: SweepPlan, write: bool) -> engine.Prepared:
+    """Load the bars and prepare features, labels and folds on the worker's device (once per worker)."""
+    cfg, opts = plan.cfg, plan.options
     t0 = time.monotonic()
     log.info("loading %s %s bars %s..%s from %s", cfg.data.symbol, cfg.data.interval, cfg.data.start, cfg.data.end,
              opts.data)
@@ -132,27 +207,31 @@ def _run_cells(plan: SweepPlan) -> bool:
     prepared = engine.prepare(cfg, bars, plan.device)
     prep_s = time.monotonic() - t0
     log.info("data ready in %.1fs", prep_s)
-    write_data_json(folder, cfg, bars, source, prepared.folds, prep_s)
+    if write:
+        write_data_json(plan.folder, cfg, bars, source, prepared.folds, prep_s)
+    return prepared
 
-    progress = Progress(todo, cost, done)
-    objective = Objective(plan, prepared, ledger, progress, model_params)
-    budget = opts.time_budget
-    try:
-        objective.run_baselines()
-        # optuna's timeout starts no trial after it has passed; the budget counts from data loading.
-        timeout = None if budget is None else max(0.0, budget - (time.monotonic() - t0))
-        ledger.optimize(objective, timeout=timeout)
-    finally:
-        progress.close()
-    ledger.write_json(folder.ledger_json)
-    if not ledger.is_complete():
-        if budget is not None and time.monotonic() - t0 > budget and ledger.n_waiting():
-            log.info("time budget of %.0f s used: stopping before the next trial (%d still waiting); "
-                     "run the same command again to resume", budget, ledger.n_waiting())
-        return False
-    if finale:
-        _run_precision(plan, prepared.n_features, progress.estimate(finale))
-    return True
+
+def _cells_of(folder: RunFolder, cfg: ExperimentConfig, key: str) -> list[tuple[int, int, bool]]:
+    """(fold, seed, saved?) of every cell of trial key `key`."""
+    return [(k, s, folder.cell_marker(key, k, s).exists()) for k in range(cfg.splits.n_folds) for s in cfg.train.seeds]
+
+
+def _params_of(cfg: ExperimentConfig, trials: int, trial: Trial) -> tuple[dict, str]:
+    """A trial's parameters (drawn once, when it is popped) and its key, kept in its user attrs."""
+    params = suggest_params(trial, cfg.lengths, cfg.train.lr, cfg.train.weight_decay, trials > 1)
+    key = encode_trial_key(params)
+    if trial.user_attrs.get("key") != key:
+        trial.set_user_attr("key", key)
+    return params, key
+
+
+def _baselines_done(folder: RunFolder, cfg: ExperimentConfig) -> bool:
+    return all(folder.baseline_marker(k).exists() for k in range(cfg.splits.n_folds))
+
+
+def _precision_due(plan: SweepPlan) -> bool:
+    return plan.options.precision and not plan.folder.precision_json.exists()
 
 
 def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], model_params: int) -> tuple[list[Work], int]:

@@ -8,6 +8,7 @@ Examples:
     tsflash bench precision --lengths 512,4096,32768
     tsflash bench attention --lengths 256,512,1024,2048,4096,8192,16384,32768,65536,131072
     tsflash bench train --lengths 512,4096,32768,131072 --tokens-per-step 131072
+    tsflash bench train --lengths 512,4096,32768 --compile reduce-overhead   # torch.compile with CUDA graphs
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ def _backends_type(text: str) -> list[str] | None:
     if not backends or any(b not in FUSED_BACKENDS for b in backends):
         raise argparse.ArgumentTypeError(f"a comma-separated subset of {', '.join(FUSED_BACKENDS)}, got {text!r}")
     return backends
+
+
+def _compile_mode_type(text: str) -> str:
+    """A torch.compile mode of tsflash.fastpath.COMPILE_MODES (torch loads only when --compile is given)."""
+    from tsflash.fastpath import COMPILE_MODES
+
+    return options.choice_type(COMPILE_MODES)(text)
 
 
 def register(sub) -> None:
@@ -89,7 +97,9 @@ def register(sub) -> None:
     tr.add_argument("--warmup", type=non_negative_int, default=3)
     tr.add_argument("--ceiling-size", type=positive_int, default=None,
                     help="matmul size of the measured ceiling (default 8192 on CUDA, 512 on CPU)")
-    tr.add_argument("--compile", action="store_true", help="torch.compile the model")
+    tr.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE", type=_compile_mode_type,
+                    help="torch.compile the model, in torch.compile's MODE (default: default; reduce-overhead adds "
+                    "CUDA graphs); eager, saying why, where it cannot")
     tr.set_defaults(func=run_train)
 
 
@@ -180,7 +190,7 @@ def run_train(args) -> int:
     result = bench.bench_train(args.lengths, _device(args), tokens_per_step=args.tokens_per_step,
                                n_features=args.features, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
                                backend=args.backend, steps=args.steps, warmup=args.warmup,
-                               ceiling_size=args.ceiling_size, compile=args.compile)
+                               ceiling_size=args.ceiling_size, compile=args.compile or False)
     path = bench.write_json(out / "train.json", result)
     print(bench.train_table(result))
     print(f"wrote {path}")

@@ -53,6 +53,14 @@ def device_type(text: str) -> str:
     return text
 
 
+def devices_type(text: str) -> list[str]:
+    """One worker per device: cuda:0,cuda:1 | all | cpu | cpu,cpu (tsflash.workers.parse_devices:
+    one kind, no GPU twice, every GPU present)."""
+    from tsflash.workers import parse_devices  # torch loads only for commands that take --devices
+
+    return _argument(parse_devices, text, "--devices")
+
+
 def date_type(text: str) -> str:
     """A UTC day YYYY-MM-DD, returned in that form."""
     try:

@@ -2,7 +2,8 @@
 
     tsflash sweep --lengths 512,4096,32768                      # the main job
     tsflash sweep --lengths 512,4096 --data synthetic:random-walk --seed 3   # the noise control
-    tsflash sweep --lengths 512,4096 --storage postgresql://u:p@host/db --out /shared/run1  # many workers
+    tsflash sweep --lengths 512,4096,32768 --devices cuda:0,cuda:1           # one worker per GPU
+    tsflash sweep --lengths 512,4096 --storage postgresql://u:p@host/db --out /shared/run1 --devices all  # on each host
 """
 
 from __future__ import annotations
@@ -40,15 +41,19 @@ def register(sub) -> None:
     p.add_argument("--out", type=Path, help="run folder (default: runs/<YYYYMMDD-HHMMSS>-<run hash>; reports/ is for published runs)")
     p.add_argument("--seed", type=options.non_negative_int,
                    help="training seed (replaces the config's seeds; also seeds synthetic data)")
-    p.add_argument("--storage", help="optuna storage URL to share one study between workers, e.g. "
-                   "postgresql://user:pass@host/db (default: SQLite optuna.db in the run folder)")
+    p.add_argument("--devices", type=options.devices_type, default=None, metavar="LIST",
+                   help="one worker per device, each pulling (N, fold, seed) cells: cuda:0,cuda:1 | all (every GPU) | "
+                   "cpu,cpu (default: one worker on --device)")
+    p.add_argument("--storage", help="optuna storage URL to share one study between hosts, e.g. "
+                   "postgresql://user:pass@host/db, with the same --out on a shared filesystem "
+                   "(default: SQLite optuna.db in the run folder)")
     p.add_argument("--trials", type=options.positive_int, default=1,
                    help="trials per N: 1 = N only (default); K > 1 also searches lr and weight decay within each N")
     p.add_argument("--preset", default="auto",
                    help="auto (full config on CUDA, reduced CPU preset otherwise) | full | cpu (default: auto)")
     p.add_argument("--no-precision", action="store_true", help="skip the precision oracle at each N")
     p.add_argument("--time-budget", type=options.positive_float, default=None, metavar="SECONDS",
-                   help="start no new trial after this many seconds; rerun the same command to resume "
+                   help="start no new cell after this many seconds; rerun the same command to resume "
                    "(for machines with a per-session time limit)")
     p.set_defaults(func=run)
 
@@ -60,7 +65,8 @@ def _command_line(args) -> str:
     for flag, value, default in (
         ("--lengths", lengths, None), ("--config", args.config, "default"), ("--data", args.data, "data"),
         ("--start", args.start, None), ("--end", args.end, None), ("--out", args.out, None),
-        ("--device", args.device, "auto"), ("--seed", args.seed, None), ("--storage", args.storage, None),
+        ("--device", args.device, "auto"), ("--devices", ",".join(args.devices) if args.devices else None, None),
+        ("--seed", args.seed, None), ("--storage", args.storage, None),
         ("--trials", args.trials, 1), ("--preset", args.preset, "auto"),
     ):
         if value is not None and value != default:
@@ -83,6 +89,7 @@ def run(args) -> int:
         end=args.end,
         out=args.out,
         device=args.device,
+        devices=args.devices,
         seed=args.seed,
         storage=args.storage,
         trials=args.trials,

@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tsflash import atomic, attention
+from tsflash import atomic, attention, fastpath
 from tsflash.config import ExperimentConfig, TrainConfig, rotary_wavelength
 from tsflash.device import autocast, reset_peak_memory, sync
 from tsflash.engine._cost import StepClock, fold_cost
@@ -141,7 +141,8 @@ def run_fold(
     settings, mconf = _model_config(cfg, features.shape[1], model_overrides)
     torch.manual_seed(seed)  # initial weights depend on the seed only, not on n or the fold
     model = CausalTransformer(mconf).to(device)
-    fwd_model = torch.compile(model) if (tc.compile and device.type == "cuda") else model
+    # the attention kernel decided at this shape before the first step, then compiled (tsflash.fastpath)
+    fwd_model = fastpath.prepare(model, device, n=n, batch=batch, compile=tc.compile)
     optimizer = _adamw(model, tc, device)
     checkpoint = _Checkpoint(checkpoint_dir, _identity(prepared, n, fold, seed, settings, tc), n, fold, seed,
                              checkpoint_every_s, device)

@@ -1,0 +1,131 @@
+"""A cell's model made fast before its first training step: the attention kernel decided at the
+real shape and pinned, then (``train.compile``) the forward compiled, with an eager fallback.
+
+Why before the first step. `auto` times its candidate kernels (tsflash.attention, "auto"). Left
+to the model's first forward, that probe ran inside the first training step: inside its time,
+and inside the profiler window that records which kernel ran, so the cost record of N=512 on the
+H200 read "EFFICIENT+FLASH+cuDNN". `prepare` decides at the cell's training shape (batch, heads,
+N) first and pins the choice on every attention layer; the first step then sees one kernel.
+
+Compile. With ``train.compile = true`` the forward (and through AOTAutograd the backward) goes
+through ``torch.compile(model, mode=COMPILE_MODE)``: inductor fuses the small element-wise ops
+(rotary, norms, GELU, casts) that make a step at small N memory- and launch-bound, and the
+mode "reduce-overhead" adds CUDA graphs. Which mode measures best is for
+`experiments/h200.sh mfu` to say (`tsflash bench train --compile MODE` per mode); COMPILE_MODE
+holds the answer. Compiling happens at the first call of each new shape, inside the first
+training step (counted in train_seconds) and the first evaluation batch (in eval_seconds): its
+cost is in the cell's cost, and `model.compile_info["first_call_seconds"]` shows it. Eager runs
+instead, with the reason in the log, on CPU (a CPU cell is small: compiling costs more than it
+saves), without Triton, and when the compiler fails (the first failure switches the cell to eager).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from tsflash import attention
+from tsflash.device import is_oom, sync
+
+log = logging.getLogger(__name__)
+
+COMPILE_MODE = "default"  # torch.compile mode of train.compile; "reduce-overhead" adds CUDA graphs
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def prepare(model, device, *, n: int, batch: int, compile: bool | str = False):
+    """Pin `model`'s attention kernel for (batch, n) on `device`, then return the callable that
+    runs its forward: `model` itself (eager) or a `Compiled` wrapper. `compile`: False, True
+    (COMPILE_MODE) or a torch.compile mode. The decision and the compile outcome are kept on the
+    model as `kernel_choice` and `compile_info` (for the cell's cost record)."""
+    device = torch.device(device)
+    model.kernel_choice = pin_attention(model, device, n=n, batch=batch)
+    if not compile:
+        model.compile_info = {"compiled": False, "mode": None, "reason": "train.compile is off"}
+        return model
+    mode = COMPILE_MODE if compile is True else str(compile)
+    why = eager_reason(device)
+    if why is not None:
+        log.info("train.compile: running eager on %s: %s", device, why)
+        model.compile_info = {"compiled": False, "mode": mode, "reason": why}
+        return model
+    return Compiled(model, torch.compile(model, mode=mode), mode)
+
+
+def pin_attention(model, device: torch.device, *, n: int, batch: int) -> dict:
+    """Decide `auto` at the training shape and set the kernel on every attention layer; returns
+    the decision record (an explicit backend is kept as asked)."""
+    cfg = model.config
+    if cfg.attention_backend != "auto":
+        return {"chosen": cfg.attention_backend, "rule": "asked for (attention_backend)"}
+    # the dtype the kernels see: bf16 under the CUDA autocast (tsflash.device.autocast), else the model's
+    dtype = torch.bfloat16 if device.type == "cuda" else next(model.parameters()).dtype
+    shape = (batch, cfg.n_heads, n)
+    chosen = attention.resolve_backend("auto", device, dtype, cfg.head_dim, shape=shape)
+    for block in model.blocks:
+        block.attn.backend_name = chosen
+    return dict(attention.decision(device, dtype, cfg.head_dim, shape) or {"chosen": chosen})
+
+
+def eager_reason(device: torch.device) -> str | None:
+    """Why torch.compile is not used on `device` (None: it is)."""
+    if device.type != "cuda":
+        return "torch.compile is applied on CUDA only (a CPU cell is small: compiling costs more than it saves)"
+    from torch.utils._triton import has_triton
+
+    if not has_triton():
+        return "Triton (torch.compile's GPU code generator) is not installed"
+    return None
+
+
+class Compiled:
+    """The model's forward through torch.compile; when compiling fails (the first call of a new
+    shape raises), the reason is logged and the model runs eager from then on (same weights: the
+    compiled module wraps the model). A real error of the model is raised again by the eager call.
+
+    The first call of each new (shape, grad mode) is timed with the device synchronised: it
+    includes compiling (`model.compile_info["first_call_seconds"]`). With CUDA graphs (modes
+    "reduce-overhead", "max-autotune") each call starts a new graph step: no caller keeps a
+    forward's raw outputs past the next call (the loss is backpropagated, the logits are read)."""
+
+    def __init__(self, model, compiled, mode: str):
+        self.model, self.compiled, self.mode = model, compiled, mode
+        self.graphs = mode in ("reduce-overhead", "max-autotune")
+        self.info = {"compiled": True, "mode": mode, "reason": None, "first_call_seconds": {}}
+        model.compile_info = self.info
+
+    def __getattr__(self, name):  # anything else (config, attention_backend_used, ...) is the model's
+        if name == "model":
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+    def __call__(self, x: torch.Tensor, *args, **kwargs):
+        if self.compiled is None:
+            return self.model(x, *args, **kwargs)
+        signature = f"{tuple(x.shape)}{'' if torch.is_grad_enabled() else ' no_grad'}"
+        first = signature not in self.info["first_call_seconds"]
+        if first:
+            sync(x.device)
+            t0 = time.perf_counter()
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        try:
+            out = self.compiled(x, *args, **kwargs)
+        except Exception as exc:
+            if not first or is_oom(exc):
+                raise
+            self.fall_back(exc)
+            return self.model(x, *args, **kwargs)
+        if first:
+            sync(x.device)
+            self.info["first_call_seconds"][signature] = time.perf_counter() - t0
+        return out
+
+    def fall_back(self, exc: BaseException) -> None:
+        text = str(exc).strip()
+        reason = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+        log.warning("train.compile: torch.compile failed (%s); running eager from here on", reason)
+        self.compiled = None
+        self.info.update(compiled=False, reason=f"compiler failed: {reason}")
