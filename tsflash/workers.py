@@ -22,14 +22,17 @@ worker; a claim whose worker is gone (`tsflash.ledger.holder_gone`: a dead proce
 at once; another host's, when the study is private, at once, else after CLAIM_STALE_S without a
 heartbeat) is taken over by the next worker that looks, and the cell resumes from the dead
 worker's checkpoint. A worker with nothing to claim waits while live workers hold claims, so that
-it can take over theirs if they die; it stops when none is left.
+it can take over theirs if they die; it stops when none is left. Hosts must have distinct names
+(socket.gethostname): a worker id of this host is judged by its process, another host's by its
+heartbeat.
 
 Order: scoring of finished trials, then the baselines, then the cells of open trials (largest N
 first), then a newly popped trial (largest N first), then the precision check: the big cells
 start first and the tail of a run is made of small ones.
 
 Results equal a one-device run of the same seeds: a cell depends only on (configuration, fold,
-seed), never on the worker or the order (bit-identical on CPU; tests/test_workers.py). With
+seed), never on the worker or the order (bit-identical on CPU, where CPU workers keep torch's
+default thread count for that reason; tests/test_workers.py). With
 --trials K > 1 the sampled values of later trials depend on which trials had finished when they
 were popped, as in any parallel search.
 
@@ -285,8 +288,9 @@ class CellQueue:
         """Claim the next job; wait while other live workers hold claims; None when nothing is left."""
         while True:
             with self.board.lock():
+                # live claims first: one whose worker dies while we look is then taken now or next time
+                waiting_on = self.board.others_alive()
                 job = self._claim()
-                waiting_on = [] if job is not None else self.board.others_alive()
             if job is not None or not waiting_on or self._late():
                 return job
             log.debug("nothing to claim; waiting on %d claim(s) of other workers: %s", len(waiting_on), waiting_on[:4])
