@@ -70,7 +70,7 @@ case "${1:-}" in
       rm -rf "$run"
       t0=$(date +%s.%N)
       timeout --signal=INT 580 python3 -m tsflash.cli sweep --lengths "$SCALING_LENGTHS" --data .carry/data \
-        --devices "$devs" --preset full --out "$run" > "$OUT/scaling-$n.log" 2>&1
+        --devices "$devs" --preset full --out "$run" ${SCALING_ARGS:-} > "$OUT/scaling-$n.log" 2>&1
       echo "sweep on $n GPU(s) exit: $?"
       t1=$(date +%s.%N)
       tail -3 "$OUT/scaling-$n.log"
