@@ -31,11 +31,11 @@ def rel_err(a, b):
 def test_fused_matches_plain_materialising_attention(dtype, tol, n, hd):
     q, k, v = qkv(n=n, hd=hd, dtype=dtype)
     fused = attn.sdpa(q, k, v, "flash")
-    plain = attn.materialized_attention(q, k, v)
+    plain = attn.materialised_attention(q, k, v)
     assert fused.dtype == dtype
     assert rel_err(fused, plain) < tol
     # and both agree with a float64 reference built from the same inputs
-    ref = attn.materialized_attention(q.double(), k.double(), v.double())
+    ref = attn.materialised_attention(q.double(), k.double(), v.double())
     assert rel_err(fused, ref) < tol
 
 
@@ -43,14 +43,14 @@ def test_gradients_match_plain_attention_in_float64():
     q, k, v = (t.requires_grad_() for t in qkv(n=48))
     g = torch.randn_like(q)
     grads_fused = torch.autograd.grad(attn.sdpa(q, k, v, "flash"), (q, k, v), g)
-    grads_plain = torch.autograd.grad(attn.materialized_attention(q, k, v), (q, k, v), g)
+    grads_plain = torch.autograd.grad(attn.materialised_attention(q, k, v), (q, k, v), g)
     for a, b in zip(grads_fused, grads_plain):
         assert rel_err(a, b) < 1e-10
 
 
 def test_materialised_reference_is_causal_softmax_attention():
     q, k, v = qkv(b=1, h=1, n=4, hd=2)
-    out = attn.materialized_attention(q, k, v)[0, 0]
+    out = attn.materialised_attention(q, k, v)[0, 0]
     # first query sees only the first key: its output is the first value row, exactly
     torch.testing.assert_close(out[0], v[0, 0, 0], rtol=0, atol=1e-15)
     scores = q[0, 0, 2] @ k[0, 0, :3].T / 2**0.5

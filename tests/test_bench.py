@@ -52,7 +52,7 @@ def test_chunked_float64_reference_equals_plain_attention():
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 3, 50, 8, generator=g, dtype=torch.float64) for _ in range(3))
     chunked = attn.reference_attention(q, k, v, chunk_bytes=2 * 3 * 50 * 8 * 7)  # 7 query rows a chunk
-    torch.testing.assert_close(chunked, attn.materialized_attention(q, k, v), rtol=0, atol=1e-14)
+    torch.testing.assert_close(chunked, attn.materialised_attention(q, k, v), rtol=0, atol=1e-14)
 
 
 def test_relative_errors():
@@ -103,7 +103,7 @@ def test_out_of_memory_is_recorded_not_raised(monkeypatch):
     def oom(*_):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
 
-    monkeypatch.setattr(attn, "materialized_attention", oom)
+    monkeypatch.setattr(attn, "materialised_attention", oom)
     row = bench.measure_attention(bench.PLAIN, 32, 1, 1, 8, torch.float32, CPU, min_time=0.0)
     assert row["status"] == "oom" and "Tried to allocate" in row["error"]
 

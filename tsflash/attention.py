@@ -145,7 +145,7 @@ def _refusal_warnings(q, k, v, backend: str, dropout_p: float) -> list[str]:
     return [m for m in messages if m and not m.endswith("because:")]
 
 
-def materialized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def materialised_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Plain causal attention, written out: QK^T, mask, softmax, PV. Memory O(B*H*T^2).
 
     q, k, v: (B, H, T, hd) -> (B, H, T, hd). The reference for parity tests and the benchmark.
@@ -228,7 +228,7 @@ def check_backend(backend: str, device, dtype: torch.dtype, head_dim: int, n: in
     g = torch.Generator(device="cpu").manual_seed(0)
     q, k, v, dout = torch.randn(4, 1, heads, n, head_dim, generator=g, dtype=torch.float64).to(device)
     ref_in = [t.clone().requires_grad_() for t in (q, k, v)]
-    ref = materialized_attention(*ref_in)  # float64 on the device
+    ref = materialised_attention(*ref_in)  # float64 on the device
     ref_grads = torch.autograd.grad(ref, ref_in, dout)
     ref = ref.detach()
     test_in = [t.to(dtype).requires_grad_() for t in (q, k, v)]

@@ -205,7 +205,7 @@ PRECISION_COLUMNS = [
 
 def _attention_call(backend: str):
     if backend == PLAIN:
-        return attn.materialized_attention
+        return attn.materialised_attention
     return lambda q, k, v: attn.sdpa(q, k, v, backend)
 
 

@@ -141,7 +141,7 @@ def cost_section(nums: Numbers, figures: dict, interval: str | None = None) -> d
     notes = ["Means over folds (and seeds). An epoch is as many tokens as the fold has training bars."]
     if kind == "CUDA allocator":
         notes.append("Peak memory is torch.cuda.max_memory_allocated, reset per fold: what torch allocated on the GPU "
-                     "(weights, activations, optimiser state), the quantity the memory claim is about.")
+                     "(weights, activations, optimizer state), the quantity the memory claim is about.")
     else:
         notes.append("Peak memory on CPU is the process's peak RSS (ru_maxrss: Python, torch, the data and earlier "
                      "folds included), an upper bound that cannot show the memory claim (memory flat in N with fused "
