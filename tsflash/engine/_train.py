@@ -175,13 +175,7 @@ def run_fold(
         model.save(model_path)
 
     model.eval()
-    sync(device)
-    t0 = time.perf_counter()
-    score = functools.partial(predict_range, fwd_model, features, fd.test_lo, fd.test_hi,
-                              batch_tokens=cfg.eval.batch_tokens, device=device)
-    y_prob = score(n=n)[2].cpu().numpy()
-    eval_seconds = time.perf_counter() - t0
-    cut_probs = {m: score(n=m)[2].cpu().numpy() for m in cfg.eval.context_cuts if m < n}  # same bars, last m bars
+    y_prob, cut_probs, eval_seconds = _score_test(fwd_model, features, fd, n, cfg, device)
     cost = fold_cost(model, state, n=n, batch=batch, tokens_per_step=tc.tokens_per_step, n_train_bars=len(fd.fit_idx),
                      n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
     cost |= _training_record(state, tc, fd.val is not None, model)
@@ -190,6 +184,18 @@ def run_fold(
              "(observed %s)", fold, n, seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["steps"],
              cost["best_step"], cost["train_seconds"], cost["tokens_per_s"], cost["backend"], cost["backend_observed"])
     return result
+
+
+def _score_test(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: ExperimentConfig, device):
+    """(y_prob (M, 3), {m: (M, 3)} with the context cut to each m in eval.context_cuts below n, seconds of
+    the full scoring): every test bar once, the cut scorings on the same bars (eval windows of length m)."""
+    sync(device)
+    t0 = time.perf_counter()
+    score = functools.partial(predict_range, fwd_model, features, fd.test_lo, fd.test_hi,
+                              batch_tokens=cfg.eval.batch_tokens, device=device)
+    y_prob = score(n=n)[2].cpu().numpy()
+    seconds = time.perf_counter() - t0
+    return y_prob, {m: score(n=m)[2].cpu().numpy() for m in cfg.eval.context_cuts if m < n}, seconds
 
 
 def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, val_loss, checkpoint: _Checkpoint,
