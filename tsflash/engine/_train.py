@@ -35,13 +35,16 @@ and rule for when to stop; what N changes is only the context the positions see.
         1e-3    1.0666 (0.0012)   1.0668 (0.0006)   1.0668 (0.0007)
         3e-3    1.0674 (0.0014)   1.0671 (0.0008)   1.0664 (0.0009)
 
-  The learning rate moves each N's plateau by at most 0.0010 nats, the size of the noise
-  between two evaluations: a per-N choice would select on noise at three times the compute.
-  What does differ is where each N flattens (best steps 140-270 at N = 64 and 512; at N = 4096,
-  one window per step, 50-300, still falling at 300 with lr 3e-3): hence validated stopping
-  with a maximum well beyond the plateau, and the report's convergence criterion to say when
-  the maximum was too short. (The training-loss curve of a one-window batch is noisy: its mean
-  over 10 steps is the loss of 10 windows, i.e. of 10 regimes.)
+  Seeds 1 and 2 at lr 1e-3 put the plateaus at 1.0658-1.0666 (N=64), 1.0667-1.0669 (N=512) and
+  1.0663-1.0668 (N=4096): the best other learning rate lies inside the seeds' range at N = 64
+  and 4096, and 0.0002 above it at N = 512 (where 1e-3 is best), while the seeds' test log-loss
+  differs by up to 0.008. A per-N learning rate would select on the noise between evaluations
+  (sd 0.0003-0.0014), at three times the compute. What does differ is where each N flattens:
+  the best step was 70-270 at N = 64 and 512 and 50-300 at N = 4096 (one window per step; with
+  lr 3e-3 still falling at 300), over seeds and learning rates: hence validated stopping with a
+  maximum well beyond the plateau, and the report's convergence criterion to say when it was too
+  short. (The training-loss curve of a one-window batch is noisy: its mean over 10 steps is the
+  loss of 10 windows, i.e. of 10 regimes.)
 
 Loss positions: with ``train.loss_warmup_fraction`` > 0 a window's first positions are not
 scored (their context is short); a fraction keeps that share the same for every n. Default 0:
