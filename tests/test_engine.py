@@ -1,4 +1,5 @@
-"""Engine and metrics: fixed budget across N, every test bar once, resume, leakage, baselines."""
+"""Engine and metrics: one rule across N, every test bar once (also with the context cut), resume,
+validated early stopping, leakage, baselines."""
 
 from __future__ import annotations
 

@@ -269,6 +269,7 @@ ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
 SCHEMES = ("expanding", "rolling")
 STRATEGIES = ("one-bar", "horizon")  # eval.strategy (tsflash.strategy)
 ENTRY_FIT = -1.0  # eval.entry_threshold: fit the entry threshold on the validation tail
+SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
 
 # Fields added after runs were published, at the default that an older config.json (without
 # them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
@@ -303,7 +304,6 @@ def rotary_base_for(head_dim: int, longest: int = ROTARY_AUTO_LONGEST) -> float:
 def rotary_base(head_dim: int, rope_base: float) -> float:
     """The base a model uses: `rope_base`, or the automatic one when it is 0."""
     return float(rope_base) if rope_base else rotary_base_for(head_dim)
-SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
 
 
 def check_symbol(symbol: str, where: str = "symbol") -> str:

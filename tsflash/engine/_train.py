@@ -22,10 +22,29 @@ and rule for when to stop; what N changes is only the context the positions see.
 * The loss of a step is the cross-entropy summed over its scored positions divided by their
   EXPECTED count (batch x mean scored positions per window, exact by index arithmetic), not by
   the count in that batch: a window that scores few bars (at a piece's edge) does not weigh its
-  bars up, which at N = 131072 (one window per step) would make edge bars count 1000x.
-* One learning rate and schedule for every N, measured to be the right choice at toy size on
-  CPU (the rest of this section); the learning curves in the report show, per N, where the
-  best validation step falls.
+  bars up, which at N = 131072 (one window per step) would make edge bars count over 1000x.
+* One learning rate and schedule for every N. A per-N learning rate picked on the validation
+  tail was measured and rejected: at toy size on CPU (`benchmarks/bench_signal.py`: real BTC
+  2024-07..2025-06, fold 1 of the CPU preset, its d_model-32 model, N = 64, 512, 4096 at 4096
+  tokens per step, i.e. 64, 8 and 1 windows -- the default's 256/32/4 pushed one step further;
+  300 steps, validation every 10 on a 14-day tail, no early stop) the mean validation loss over
+  steps 151-300 (sd between evaluations) was::
+
+        lr      N=64              N=512             N=4096
+        3e-4    1.0663 (0.0007)   1.0672 (0.0004)   1.0671 (0.0003)
+        1e-3    1.0666 (0.0012)   1.0668 (0.0006)   1.0668 (0.0007)
+        3e-3    1.0674 (0.0014)   1.0671 (0.0008)   1.0664 (0.0009)
+
+  Seeds 1 and 2 at lr 1e-3 put the plateaus at 1.0658-1.0666 (N=64), 1.0667-1.0669 (N=512) and
+  1.0663-1.0668 (N=4096): the best other learning rate lies inside the seeds' range at N = 64
+  and 4096, and 0.0002 above it at N = 512 (where 1e-3 is best), while the seeds' test log-loss
+  differs by up to 0.008. A per-N learning rate would select on the noise between evaluations
+  (sd 0.0003-0.0014), at three times the compute. What does differ is where each N flattens:
+  the best step was 70-270 at N = 64 and 512 and 50-300 at N = 4096 (one window per step; with
+  lr 3e-3 still falling at 300), over seeds and learning rates: hence validated stopping with a
+  maximum well beyond the plateau, and the report's convergence criterion to say when it was too
+  short. (The training-loss curve of a one-window batch is noisy: its mean over 10 steps is the
+  loss of 10 windows, i.e. of 10 regimes.)
 
 Loss positions: with ``train.loss_warmup_fraction`` > 0 a window's first positions are not
 scored (their context is short); a fraction keeps that share the same for every n. Default 0:
@@ -160,13 +179,7 @@ def run_fold(
         model.save(model_path)
 
     model.eval()
-    sync(device)
-    t0 = time.perf_counter()
-    score = functools.partial(predict_range, fwd_model, features, fd.test_lo, fd.test_hi,
-                              batch_tokens=cfg.eval.batch_tokens, device=device)
-    y_prob = score(n=n)[2].cpu().numpy()
-    eval_seconds = time.perf_counter() - t0
-    cut_probs = {m: score(n=m)[2].cpu().numpy() for m in cfg.eval.context_cuts if m < n}  # same bars, last m bars
+    y_prob, cut_probs, eval_seconds = _score_test(fwd_model, features, fd, n, cfg, device)
     cost = fold_cost(model, state, n=n, batch=batch, tokens_per_step=tc.tokens_per_step, n_train_bars=len(fd.fit_idx),
                      n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
     cost |= _training_record(state, tc, fd.val is not None, model)
@@ -175,6 +188,18 @@ def run_fold(
              "(observed %s)", fold, n, seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["steps"],
              cost["best_step"], cost["train_seconds"], cost["tokens_per_s"], cost["backend"], cost["backend_observed"])
     return result
+
+
+def _score_test(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: ExperimentConfig, device):
+    """(y_prob (M, 3), {m: (M, 3)} with the context cut to each m in eval.context_cuts below n, seconds of
+    the full scoring): every test bar once, the cut scorings on the same bars (eval windows of length m)."""
+    sync(device)
+    t0 = time.perf_counter()
+    score = functools.partial(predict_range, fwd_model, features, fd.test_lo, fd.test_hi,
+                              batch_tokens=cfg.eval.batch_tokens, device=device)
+    y_prob = score(n=n)[2].cpu().numpy()
+    seconds = time.perf_counter() - t0
+    return y_prob, {m: score(n=m)[2].cpu().numpy() for m in cfg.eval.context_cuts if m < n}, seconds
 
 
 def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, val_loss, checkpoint: _Checkpoint,

@@ -36,9 +36,10 @@ CAPTION = ("Learning curves per N: validation loss (solid) and training loss (da
 LEGACY_ROTARY_BASE = 10000.0  # the fixed base of runs made before the rotary cover rule
 # How every N gets the same training signal (tsflash.engine._train's module doc; the measurement
 # behind it: benchmarks/bench_signal.py).
-SIGNAL = ("one learning rate and schedule for every N, each N trained to its own validated optimum (the same "
-          "patience on the same validation tail, best weights restored), coverage-balanced windows, and a loss "
-          "divided by the expected, not the drawn, number of scored positions")
+SIGNAL = ("one learning rate and schedule for every N (a per-N rate chosen on the validation tail moved the "
+          "plateau by no more than the evaluation noise at toy size), each N trained to its own validated optimum "
+          "(the same patience on the same validation tail, best weights restored), coverage-balanced windows, and a "
+          "loss divided by the expected, not the drawn, number of scored positions")
 
 
 def _model_cells(rd: RunData, nums: Numbers) -> dict[int, list[dict]]:
@@ -90,9 +91,10 @@ def setup_rows(rd: RunData) -> list[list]:
         ["sampling", "coverage-balanced windows: every training bar equally likely to be scored at every N"
                      if any("curve" in c["cost"] for c in cells) else "uniform window starts (runs before balancing)"],
         ["positions", f"rotary, base {base:,.0f}, slowest wavelength {wave:,.0f} bars: {cover} 4 × the longest N"],
-        ["forecast per N", f"each of {plural(len(seeds), 'seed')} separately: classification metrics are means over "
-                           "folds and seeds (spread in Training protocol); the trading series is the equal-weight "
-                           "portfolio of the seeds' positions per fold"],
+        ["forecast per N", (f"each of {plural(len(seeds), 'seed')} separately: classification metrics are means over "
+                            "folds and seeds (spread in Training protocol); the trading series is the equal-weight "
+                            "portfolio of the seeds' positions per fold") if len(seeds) > 1 else
+                           "one seed: classification metrics are means over folds; the trading series is its positions"],
         ["far context", f"each N > cut also scored with its context cut to the last {', '.join(map(str, cuts))} bars "
                         "(the evaluation windows of that length) on the same test bars" if cuts else "not scored"],
     ]
