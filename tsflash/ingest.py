@@ -438,12 +438,8 @@ def validate(table: pa.Table, source: Source, interval: str) -> tuple[pa.Table, 
             )
         dup = np.flatnonzero(d == 0) + 1
         if len(dup):
-            same = np.ones(len(dup), bool)
-            for c in store.COLUMNS[1:]:
-                v = getattr(b, c)
-                same &= v[dup] == v[dup - 1]
-            if not same.all():
-                i = int(dup[np.argmin(same)])
+            i = store.first_conflicting_duplicate(b, dup)
+            if i is not None:
                 raise UserError(
                     f"{source.where(i)}: conflicting duplicate of {source.where(i - 1)}: same open_time "
                     f"{store.iso(b.open_time[i])}, different values (identical duplicates are dropped)"

@@ -512,6 +512,22 @@ def write_year_files(
     return merge_parts(root, {(symbol, interval): [part] if part else []})[(symbol, interval)]
 
 
+def first_conflicting_duplicate(cols, dup: np.ndarray, order: np.ndarray | None = None) -> int | None:
+    """The first position in `dup` whose bar repeats the previous one's open_time with different
+    values, or None when every repeat is identical (identical duplicates are simply dropped).
+
+    cols : an object with the COLUMNS as arrays (Bars, or a table's columns); order : the
+    permutation that sorts them (None: already in order); dup : positions, in that order, whose
+    open_time equals the previous position's.
+    """
+    same = np.ones(len(dup), bool)
+    for name in COLUMNS[1:]:
+        v = getattr(cols, name)
+        v = v if order is None else v[order]
+        same &= v[dup] == v[dup - 1]
+    return None if same.all() else int(dup[np.argmin(same)])
+
+
 def merge_parts(root: Path | str, datasets: dict[tuple[str, str], list[Part]]) -> dict[tuple[str, str], MergeResult]:
     """Merge new bars into the per-year files: {(SYMBOL, interval): parts} -> {same: MergeResult}.
 
@@ -694,12 +710,8 @@ def _dedupe(table: pa.Table, src: np.ndarray, parts: list[Part], interval_us: in
     t = cols.open_time[order]
     dup = np.flatnonzero(t[1:] == t[:-1]) + 1  # positions (in sorted order) repeating the previous
     if len(dup):
-        same = np.ones(len(dup), bool)
-        for name in COLUMNS[1:]:
-            v = getattr(cols, name)[order]
-            same &= v[dup] == v[dup - 1]
-        if not same.all():
-            k = int(dup[np.argmin(same)])
+        k = first_conflicting_duplicate(cols, dup, order)
+        if k is not None:
             raise UserError(
                 f"conflicting duplicate bar at {iso(t[k])}: {describe(order[k - 1])} and {describe(order[k])} "
                 f"have different values (identical duplicates are dropped, different ones are an error)"
