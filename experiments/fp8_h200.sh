@@ -5,7 +5,7 @@
 #   bash experiments/fp8_h200.sh
 #
 # Input carried into the checkout (git-ignored): .carry/data/btcusdt-1m/btcusdt-1m-2024.parquet
-# (one year, about 12 MB; see /work/shared/docs/gpu.md on what travels). Without it the bench still
+# (one year, about 12 MB; at most 64 MiB travels to the device). Without it the bench still
 # runs, on a freshly initialised model with gaussian inputs, and says so in the JSON ("cell").
 # Writes to $OUT (the device tool's return folder): precision-fp8.json, precision-fp8.md (the
 # table), fp8.log, and the trained cell's checkpoint. The JSON and the table are rewritten after
