@@ -15,18 +15,7 @@
 # deliberate copy into reports/. RUN=reports/h200-btcusdt-1m resumes (or re-reports) the published
 # run. The copy on the device has no .git: pass TSFLASH_GIT_COMMIT=$(git rev-parse HEAD) so that
 # run.json names the commit (otherwise it says "unknown").
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/tsflash-out}
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-[ -f .carry/state.tar ] && tar xf .carry/state.tar
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+source experiments/device_env.sh
 RUN=${RUN:-runs/h200-btcusdt-1m}
 LENGTHS=${LENGTHS:-512,4096,32768,131072}
 BUDGET_S=${BUDGET_S:-200}

@@ -247,7 +247,7 @@ def test_published_run_keeps_its_key_and_out_accepts_it(tmp_path):
     saved = json.loads((published / "config.json").read_text())
     cfg = config_from_dict(saved)
     args = (meta["data"], meta["trials_per_length"], meta["device"])
-    assert legacy_run_key(cfg, *args, saved=saved) == meta["run_key"] != make_run_key(cfg, *args)
+    assert legacy_run_key(cfg, *args) == meta["run_key"] != make_run_key(cfg, *args)
     # a folder made while the fee was in the key: --out resumes it, with its study
     opts = SweepOptions(lengths=[32, 64], data="synthetic:random-walk", out=tmp_path / "old")
     first = plan_sweep(opts)

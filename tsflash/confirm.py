@@ -47,7 +47,7 @@ from tsflash.runfolder import RunFolder, baseline_series_name, decode_trial_key,
 from tsflash.scoring import baseline_losses, cell_arrays, cell_returns, daily_series, fold_losses, seed_portfolio, write_losses
 from tsflash.store import Bars, iso, load_bars, to_us
 from tsflash.strategy import Strategy
-from tsflash.sweep import Objective
+from tsflash.sweep import cell_summary
 from tsflash.synthetic import parse_source, random_walk_bars
 
 log = logging.getLogger(__name__)
@@ -207,8 +207,6 @@ def plan_confirm(run_dir: Path | str, start: str, end: str | None = None, data: 
 class _Cells:
     """Trains and saves the confirmation's cells in `work`; a saved cell is skipped."""
 
-    _summary = Objective._summary  # the sweep's cell summary (reads folder, fee, strategy only)
-
     def __init__(self, setup: Setup, device: str):
         self.setup, self.device, self.cfg, self.folder = setup, device, setup.cfg, setup.work
         self.fee = self.cfg.eval.fee_bps
@@ -229,7 +227,7 @@ class _Cells:
             for name, res in engine.run_baselines(self.prepared, FOLD, fold_inputs=self.inputs()).items():
                 stem = self.folder.baseline_stem(FOLD, name)
                 res.save(stem)
-                summaries[name] = self._summary(res, kind="baseline", key=baseline_series_name(name), name=name,
+                summaries[name] = cell_summary(res, self.folder, self.strategy, self.fee, kind="baseline", key=baseline_series_name(name), name=name,
                                                 params={}, fold=FOLD, seed=None, stem=stem)
             write_json(marker, {"fold": FOLD, "baselines": summaries})
             log.info("confirm: baselines done")
@@ -246,7 +244,7 @@ class _Cells:
                               checkpoint_dir=self.folder.checkpoint_dir(key, FOLD, seed),
                               train_overrides=over or None, fold_inputs=self.inputs())
         res.save(stem)
-        write_json(marker, self._summary(res, kind="model", key=key, name=key, params=params, fold=FOLD, seed=seed,
+        write_json(marker, cell_summary(res, self.folder, self.strategy, self.fee, kind="model", key=key, name=key, params=params, fold=FOLD, seed=seed,
                                          stem=stem))
         log.info("confirm: %s seed %d: log-loss %.4f on %d hold-out bars", key, seed, res.metrics["log_loss"],
                  len(res.test_time))

@@ -151,12 +151,6 @@ def _fee_free(cfg: ExperimentConfig) -> dict:
     return d
 
 
-def _shaped_like(d: dict, shape: dict) -> dict:
-    """`d` restricted to the keys present in `shape`, recursively (a config saved by older code)."""
-    return {k: _shaped_like(v, shape[k]) if isinstance(v, dict) and isinstance(shape.get(k), dict) else v
-            for k, v in d.items() if k in shape}
-
-
 def _digest(obj, chars: int) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:chars]
 
@@ -171,14 +165,11 @@ def make_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str) -> 
     return _digest({"config": _fee_free(cfg), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
 
 
-def legacy_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str, saved: dict | None = None) -> str:
+def legacy_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str) -> str:
     """The run key of folders made while the fee was part of the run (e.g. reports/h200-btcusdt-1m).
-
-    `saved`: that folder's config.json; config keys added since (absent from it) are left out, so
-    that the key stays the one the folder was made with.
-    """
-    config = cfg.to_dict() if saved is None else _shaped_like(cfg.to_dict(), saved)
-    return _digest({"config": config, "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
+    Config keys added since are left out of `to_dict` at the value an older folder means
+    (config.ADDED_LATER), so the key stays the one the folder was made with."""
+    return _digest({"config": cfg.to_dict(), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
 
 
 def _with_run_fee(cfg: ExperimentConfig, folder: RunFolder) -> tuple[ExperimentConfig, str]:
@@ -223,8 +214,7 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
         resumed = folder.exists()
         if resumed:
             meta = folder.read_run()
-            saved = read_json(folder.config_json) if folder.config_json.exists() else None
-            accepted = (run_key, legacy_run_key(cfg, opts.data, opts.trials, device, saved))
+            accepted = (run_key, legacy_run_key(cfg, opts.data, opts.trials, device))
             if meta.get("run_key") not in accepted:
                 raise UserError(
                     f"--out {run_dir} holds a run of another configuration (run key {meta.get('run_key')}, "

@@ -368,26 +368,31 @@ class Objective:
                 folder.write_series(series, **daily_series(parts))
                 write_losses(folder, series, baseline_losses(folder, name, self.n_folds))
 
-    def _summary(self, res: engine.FoldResult, *, kind: str, key: str, name: str, params: dict, fold: int,
-                 seed: int | None, stem: Path) -> dict:
-        """A cell's summary (its marker file): what the report reads, without the per-bar arrays."""
-        return {
-            "kind": kind, "key": key, "name": name,
-            "n": int(params["n"]) if params.get("n") else None,
-            "params": params,
-            "fold": int(fold),
-            "seed": None if seed is None else int(seed),
-            "train_start": iso(res.train_start), "train_end": iso(res.train_end),
-            "test_start": iso(res.test_start), "test_end": iso(res.test_end),
-            "metrics": dict(res.metrics),  # its mean_net_return is at fee_bps, under the one-bar rule
-            "fee_bps": self.fee,
-            "strategy": scored_arrays(result_arrays(res), self.strategy, self.fee)[1],  # the rule scored, at fee_bps
-            "cost": dict(res.cost or {}),  # with the learning curve and stopping steps of a model cell
-            "far_context": dict(res.far_context),  # metrics with the context cut (tsflash.engine._evaluate)
-            "flat_threshold": float(res.flat_threshold),
-            "n_bars": int(len(res.test_time)),
-            "result_path": self.folder.relative(stem),
-        }
+    def _summary(self, res: engine.FoldResult, **where) -> dict:
+        return cell_summary(res, self.folder, self.strategy, self.fee, **where)
+
+
+def cell_summary(res: engine.FoldResult, folder: RunFolder, strategy, fee_bps: float, *, kind: str, key: str,
+                 name: str, params: dict, fold: int, seed: int | None, stem: Path) -> dict:
+    """A cell's summary (its marker file): what the report reads, without the per-bar arrays.
+    Shared by the sweep and `tsflash confirm`."""
+    return {
+        "kind": kind, "key": key, "name": name,
+        "n": int(params["n"]) if params.get("n") else None,
+        "params": params,
+        "fold": int(fold),
+        "seed": None if seed is None else int(seed),
+        "train_start": iso(res.train_start), "train_end": iso(res.train_end),
+        "test_start": iso(res.test_start), "test_end": iso(res.test_end),
+        "metrics": dict(res.metrics),  # its mean_net_return is at fee_bps, under the one-bar rule
+        "fee_bps": fee_bps,
+        "strategy": scored_arrays(result_arrays(res), strategy, fee_bps)[1],  # the rule scored, at fee_bps
+        "cost": dict(res.cost or {}),  # with the learning curve and stopping steps of a model cell
+        "far_context": dict(res.far_context),  # metrics with the context cut (tsflash.engine._evaluate)
+        "flat_threshold": float(res.flat_threshold),
+        "n_bars": int(len(res.test_time)),
+        "result_path": folder.relative(stem),
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,16 @@
+# Sourced by the device scripts (h200.sh, controls_h200.sh): the environment of a lent GPU machine.
+# Installs the carried wheels (.whl/: optuna and its dependencies, absent there) into /tmp/site,
+# puts the checkout on PYTHONPATH, unpacks a previous run's state (.carry/state.tar) and records
+# the GPU in $OUT/gpu.txt ($OUT: the device tool's return folder).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/tsflash-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+[ -f .carry/state.tar ] && tar xf .carry/state.tar
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
