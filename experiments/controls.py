@@ -243,12 +243,20 @@ def data_arg(source: str, args) -> str:
 
 def sweep_argv(source: str, args, budget: float | None) -> list[str]:
     argv = ["sweep", "--data", data_arg(source, args), "--lengths", args.lengths, "--out",
-            str(args.out / source), "--device", args.device, "--preset", args.preset]
+            str(args.out / source), "--device", args.device, "--preset", args.preset, "--config", args.config,
+            "--no-precision"]  # the precision oracle checks the kernels, not the markets: the real run has it
     for item in args.overrides:
         argv += ["--set", item]
     if budget is not None:
         argv += ["--time-budget", f"{budget:.0f}"]
     return argv
+
+
+def _order(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",")]
+    if sorted(names) != sorted(SOURCES):
+        raise argparse.ArgumentTypeError(f"name each of {', '.join(SOURCES)} once, got {text!r}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long-memory", default="", metavar="KEY=VALUE,...",
                     help="parameters of the long-memory market, e.g. strength=0.1 (default: tsflash.synthetic.LongMemory)")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--preset", default="full", help="sweep preset (default full: the default protocol)")
+    ap.add_argument("--preset", default="full", help="sweep preset (default full: the config as written)")
+    ap.add_argument("--config", default="default", help="sweep config, a preset name or .toml path (default: default)")
+    ap.add_argument("--order", default=",".join(SOURCES), type=_order,
+                    help=f"which control runs first, both named (default {','.join(SOURCES)})")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (repeatable)")
     ap.add_argument("--time-budget", type=float, default=None, help="seconds after which no new trial starts")
     ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary of the runs in --out")
@@ -268,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = [" ".join(["tsflash", *sweep_argv(s, args, None)]) for s in SOURCES]
     if not args.summary_only:
         t0 = time.monotonic()
-        for source in SOURCES:
+        for source in args.order:
             left = None if args.time_budget is None else args.time_budget - (time.monotonic() - t0)
             if left is not None and left <= 0:
                 log.info("time budget used before %s: run this command again to continue", source)

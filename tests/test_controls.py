@@ -182,10 +182,14 @@ def test_the_sweep_commands(controls, tmp_path):
     import argparse
 
     args = argparse.Namespace(seed=3, long_memory="strength=0.1", lengths="512,4096,32768", out=tmp_path, device="cuda",
-                              preset="full", overrides=["train.steps=400"])
+                              preset="full", config="protocol", overrides=["train.steps=400"])
     assert controls.sweep_argv("long-memory", args, 123.4) == [
         "sweep", "--data", "synthetic:long-memory:3:strength=0.1", "--lengths", "512,4096,32768", "--out",
-        str(tmp_path / "long-memory"), "--device", "cuda", "--preset", "full", "--set", "train.steps=400",
+        str(tmp_path / "long-memory"), "--device", "cuda", "--preset", "full", "--config", "protocol", "--no-precision", "--set",
+        "train.steps=400",
         "--time-budget", "123"]
     assert controls.sweep_argv("random-walk", args, None)[:3] == ["sweep", "--data", "synthetic:random-walk:3"]
     assert "--time-budget" not in controls.sweep_argv("random-walk", args, None)
+    assert controls._order("random-walk, long-memory") == ["random-walk", "long-memory"]
+    with pytest.raises(argparse.ArgumentTypeError, match="name each of long-memory, random-walk once"):
+        controls._order("random-walk")

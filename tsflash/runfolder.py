@@ -205,6 +205,13 @@ class RunFolder:
         """The model cell's summary; it exists exactly when the cell is finished."""
         return _marker(self.cell_stem(key, fold, seed))
 
+    def cell_saved(self, key: str, fold: int, seed: int) -> bool:
+        """The cell can be loaded: its summary and its per-bar arrays are both there. A state
+        archive that left the per-bar files behind (a device's 64 MiB limit) keeps the summaries of
+        cells whose trial was not yet scored; those cells are trained again."""
+        stem = self.cell_stem(key, fold, seed)
+        return _marker(stem).exists() and self.cell_npz(stem).exists()
+
     def checkpoint_dir(self, key: str, fold: int, seed: int) -> Path:
         return self.checkpoints_dir / key / f"fold{fold}-seed{seed}"
 

@@ -214,7 +214,7 @@ def _prepare_data(plan: SweepPlan, write: bool) -> engine.Prepared:
 
 def _cells_of(folder: RunFolder, cfg: ExperimentConfig, key: str) -> list[tuple[int, int, bool]]:
     """(fold, seed, saved?) of every cell of trial key `key`."""
-    return [(k, s, folder.cell_marker(key, k, s).exists()) for k in range(cfg.splits.n_folds) for s in cfg.train.seeds]
+    return [(k, s, folder.cell_saved(key, k, s)) for k in range(cfg.splits.n_folds) for s in cfg.train.seeds]
 
 
 def _params_of(cfg: ExperimentConfig, trials: int, trial: Trial) -> tuple[dict, str]:
@@ -286,7 +286,7 @@ class Objective:
         params = suggest_params(trial, cfg.lengths, cfg.train.lr, cfg.train.weight_decay, self.plan.options.trials > 1)
         key = encode_trial_key(params)
         trial.set_user_attr("key", key)
-        to_do = sum(not self.folder.cell_marker(key, k, s).exists() for k in range(self.n_folds) for s in cfg.train.seeds)
+        to_do = sum(not self.folder.cell_saved(key, k, s) for k in range(self.n_folds) for s in cfg.train.seeds)
         log.info("trial %s (slot %s): %d of %d cells to do, about %s", key, slot, to_do,
                  self.n_folds * len(cfg.train.seeds),
                  format_seconds(self.progress.estimate([model_work(cfg, params["n"], self.model_params)] * to_do)))
@@ -315,7 +315,7 @@ class Objective:
         """One (trial, fold, seed): loaded when saved, else trained, scored and saved."""
         folder, n = self.folder, int(params["n"])
         stem, marker = folder.cell_stem(key, k, seed), folder.cell_marker(key, k, seed)
-        if marker.exists():
+        if folder.cell_saved(key, k, seed):
             return engine.FoldResult.load(stem)
         self.progress.start(model_work(self.cfg, n, self.model_params), f"{key} fold {k} seed {seed}")
         t1 = time.monotonic()
