@@ -137,12 +137,16 @@ def question_fields(questions: dict | None) -> dict:
     q2 = (questions or {}).get("trading") or {}
     shortest = q1.get("shortest")
     vs = [c for c in q1.get("comparisons") or [] if c.get("reference") == shortest]
-    direction = [_num(c.get("p_holm")) for c in vs if c.get("score") == "direction"]
+    direction = [c for c in vs if c.get("score") == "direction"]
+    significant = [c for c in direction if (_num(c.get("p_holm")) or 1.0) <= 0.05]
     return {
         "q1_available": bool(q1.get("available", False)),
         "q1_answer": q1.get("answer"),
         "q1_min_holm_p": min((_num(c.get("p_holm")) for c in vs if _num(c.get("p_holm")) is not None), default=None),
-        "q1_direction_differs": any(p is not None and p <= 0.05 for p in direction),
+        # a difference counts when its winner also beats the no-skill forecast (tsflash.report.compute);
+        # files written before that rule have no "counts": every significant difference counted then
+        "q1_direction_differs": any(c.get("counts", True) for c in significant),
+        "q1_direction_differs_unskilled": sum(not c.get("counts", True) for c in significant),
         "q2_strategy": q2.get("strategy"),
         "q2_none_profitable": q2.get("none_profitable"),
         "q2_n_profitable": q2.get("n_profitable"),
@@ -231,7 +235,9 @@ def question_rates(rows: list[dict], alpha: float = 0.05) -> dict:
     out = {"forecast": false_positives(sum(r.get("q1_answer") == "better" for r in q1), len(q1), alpha,
                                        'question 1 answers "better" (paired tests against the shortest N, Holm 5 %)'),
            "direction": false_positives(sum(bool(r.get("q1_direction_differs")) for r in q1), len(q1), alpha,
-                                        "a longer N differs from the shortest N on the direction score (Holm 5 %)")}
+                                        "a longer N differs from the shortest N on the direction score (Holm 5 %, "
+                                        "the lower loss beating the no-skill forecast)")}
+    out["direction"]["unskilled"] = sum(int(r.get("q1_direction_differs_unskilled") or 0) > 0 for r in q1)
     out["forecast"]["not_tested"] = len({r["seed"] for r in ok}) - len(q1)
     out["forecast"]["answers"] = {a: sum(r.get("q1_answer") == a for r in q1) for a in ("better", "no better", "worse")}
     out["trading"] = {}
@@ -340,6 +346,10 @@ def question_lines(summary: dict) -> list[str]:
              + " The sign of a random walk cannot be forecast, so this is the clean false positive; the log-loss "
                "can truly differ between N through the volatility part, which the walk makes partly forecastable "
                "(a \"worse\" answer there is a real difference in training, not a false positive)."]
+    if q["direction"].get("unskilled"):
+        lines[-1] += (f" In {q['direction']['unskilled']} run(s) a direction difference was significant but its lower "
+                      "loss did not beat the no-skill forecast (two forecasts without skill, one straying less from "
+                      "50/50): listed by the report, not counted as an answer.")
     if f.get("not_tested"):
         lines[1] += f" ({f['not_tested']} run(s) without paired tests are not counted.)"
     for fee in q["trading"].values():

@@ -131,6 +131,16 @@ def test_rows_carry_both_answers(nc):
     assert row["q1_answer"] == "better" and row["q1_min_holm_p"] == 0.03  # against the shortest N only
     assert row["q1_direction_differs"] is False  # the direction comparison with the shortest N has Holm p 0.4
     assert row["q2_none_profitable"] is True and row["q2_strategy"] == "horizon" and row["q2_n_effective"] == 1.5
+    # a significant direction difference whose lower loss has no skill is listed, not counted
+    q = fake_questions("no better", False, True)
+    q["forecast"]["comparisons"][0] |= {"p_holm": 0.009, "counts": False}
+    row = nc.row_from_results(fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.5, 0.4), 0, 1, q)
+    assert row["q1_direction_differs"] is False and row["q1_direction_differs_unskilled"] == 1
+    summary = nc.summarize([row | {"ok": True}])
+    assert summary["questions"]["direction"]["unskilled"] == 1
+    assert "was significant but its lower loss did not beat the no-skill forecast" in nc.render_markdown(summary)
+    q["forecast"]["comparisons"][0].pop("counts")  # written before the rule: every significant difference counted
+    assert nc.row_from_results(fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.5, 0.4), 0, 1, q)["q1_direction_differs"]
     bare = nc.row_from_results(fake_results("n64", {"n32": 0.1, "n64": 0.2}, 0.5, 0.4), 0, 1)
     assert bare["q1_available"] is False and bare["q1_answer"] is None
 

@@ -35,12 +35,13 @@ def _world(seed: int = 0):
 def _forecast(kind: str, q, rng) -> np.ndarray:
     if kind == "skill":  # knows the direction, not more about volatility than the prior
         return np.column_stack([2 / 3 * (1 - q), np.full_like(q, 1 / 3), 2 / 3 * q])
-    jitter = rng.uniform(-0.02, 0.02, len(q))  # no skill: noise around the prior
+    jitter = rng.uniform(-0.02, 0.02, len(q)) * (12 if kind == "wild" else 1)  # no skill: noise around the prior
     return np.column_stack([1 / 3 - jitter, np.full_like(q, 1 / 3), 1 / 3 + jitter])
 
 
-def add_cells(run, skilled: set[int], seed: int = 0):
-    """Per-bar cells for make_run's folder: N in `skilled` knows the direction, the rest do not."""
+def add_cells(run, skilled: set[int], seed: int = 0, wild: frozenset[int] = frozenset()):
+    """Per-bar cells for make_run's folder: N in `skilled` knows the direction, the rest do not (N in
+    `wild` strays far from the prior: no skill, a larger loss)."""
     rng, q, y = _world(seed)
     t = np.arange(len(y), dtype=np.int64) * US_PER_BAR + 1_700_000_000_000_000 // 86_400_000_000 * 86_400_000_000
     per_fold = DAYS_PER_FOLD * BARS_PER_DAY
@@ -53,7 +54,7 @@ def add_cells(run, skilled: set[int], seed: int = 0):
                  gross_returns=np.zeros(per_fold), net_returns=np.zeros(per_fold), next_ret=np.zeros(per_fold))
 
     for n in LENGTHS:
-        probs = _forecast("skill" if n in skilled else "noise", q, rng)
+        probs = _forecast("skill" if n in skilled else "wild" if n in wild else "noise", q, rng)
         for fold in range(2):
             save(run / "cells" / f"n{n}" / f"fold{fold}-seed0.npz", probs, fold)
     for name in ("prior", "logreg"):
@@ -67,7 +68,8 @@ def test_a_longer_context_with_skill_forecasts_better(tmp_path):
     run = add_cells(make_run(tmp_path, drift=0.0), skilled={64, 128})
     fq = compute(load_run(run)).forecast
     assert fq.available and fq.source == "per-bar cells" and fq.shortest == "n32"
-    assert len(fq.comparisons) == 3 * 2 + 4 * 2  # longer N vs N=32, every N vs logreg; two scores each
+    assert len(fq.comparisons) == 3 * 2 + 4 * 2 + 4 * 2  # longer N vs N=32, every N vs logreg and the prior; 2 scores
+    assert fq.skill[("n64", "direction")].significant and not fq.skill[("n32", "direction")].significant
     by = {(p.series, p.reference, p.score): p for p in fq.comparisons}
     for n in ("n64", "n128"):
         for score in ("log_loss", "direction"):
@@ -83,6 +85,8 @@ def test_a_longer_context_with_skill_forecasts_better(tmp_path):
     sentence = forecast_sentence(fq)
     assert sentence.startswith("Longer context forecasts better: against N=32, lower loss for N=64 on the log-loss (")
     assert "Against the logreg baseline, 2 of 4 have a significantly lower log-loss" in sentence
+    assert "Against the no-skill forecast (the class prior), 2 of 4 have a significantly lower log-loss and 2 of 4 " \
+           "a significantly better direction score." in sentence
     # the skilled forecast's skill over the prior is direction only (its flat-vs-move part is the prior's)
     dec = {r["series"]: r for r in fq.decomposition}
     assert dec["n64"]["skill"] > 0 and dec["n64"]["direction_share"] == pytest.approx(1.0, abs=1e-3)
@@ -126,6 +130,23 @@ def test_no_better_and_worse(tmp_path, skilled, answer):
     if answer == "no better":
         assert "no longer context length differs from N=32 on the log-loss or the direction score at " \
                "Holm-adjusted 5 %" in text
+
+
+def test_a_difference_between_forecasts_without_skill_decides_nothing(tmp_path):
+    """The full-size random walk's false positive: N=32 strays far from the no-skill forecast, the
+    longer N less; the longer N's loss is significantly lower, yet it has no skill."""
+    run = add_cells(make_run(tmp_path, drift=0.0), skilled=set(), wild=frozenset({32}))
+    fq = compute(load_run(run)).forecast
+    by = {(p.series, p.reference, p.score): p for p in fq.comparisons}
+    p = by[("n64", "n32", "direction")]
+    assert p.significant and p.mean_diff < 0 and not fq.counts(p) and p in fq.unskilled
+    assert not fq.skill[("n64", "direction")].significant
+    assert fq.answer == "no better" and not fq.mixed
+    text = forecast_sentence(fq)
+    assert text.startswith("Longer context forecasts no better: N=")
+    assert "differs from N=32, but N=64, the lower loss, does not beat the no-skill forecast on the direction " \
+           "score (" in text and "not a better forecast." in text
+    assert json.loads(json.dumps(fq.answer)) == "no better"
 
 
 def test_loss_sums_are_kept_and_read_back_without_the_cells(tmp_path):

@@ -36,7 +36,8 @@ from tsflash.report.wording import (
 )
 from tsflash.runfolder import is_baseline
 
-PAIRED_CAPTION = "Question 1: per-bar loss differences of each N against the shortest N and the logistic baseline"
+PAIRED_CAPTION = ("Question 1: per-bar loss differences of each N against the shortest N, the logistic baseline and the "
+                  "no-skill forecast (class prior)")
 RESULTS_FILE = "questions.json"
 
 
@@ -145,7 +146,8 @@ def results(nums: Numbers, words: dict) -> dict:
     return {
         "forecast": {"answer": fq.answer, "mixed": fq.mixed, "available": fq.available, "source": fq.source,
                      "sentence": words["forecast"], "shortest": fq.shortest,
-                     "comparisons": [{k: getattr(p, k) for k in p.__dataclass_fields__} for p in fq.comparisons],
+                     "comparisons": [{k: getattr(p, k) for k in p.__dataclass_fields__} | {"counts": fq.counts(p)}
+                                     for p in fq.comparisons],
                      "decomposition": fq.decomposition, "fold_level": fq.fold_level},
         "trading": {"strategy": tq.strategy.kind, "horizon": tq.strategy.horizon, "threshold": tq.strategy.threshold,
                     "fee_bps": tq.fee_bps, "n_candidates": tq.n_candidates, "n_profitable": tq.n_profitable,

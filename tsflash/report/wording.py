@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from tsflash.intervals import bars_as_time
-from tsflash.report.compute import ALPHA
+from tsflash.report.compute import ALPHA, PRIOR, winner
 from tsflash.runfolder import BASELINE_PREFIX, decode_trial_key, is_baseline
 from tsflash.selection import Reason, Verdict
 
@@ -196,14 +196,15 @@ def _fold_wins(fq) -> str:
 
 
 def forecast_sentence(fq) -> str:
-    """Question 1's answer from the paired tests alone (`questions.ForecastQuestion`)."""
+    """Question 1's answer from the paired tests alone (`questions.ForecastQuestion`): a difference
+    from the shortest N counts when it is significant and its winner beats the no-skill forecast."""
     if not fq.available:
         return (f"Not tested: {fq.source}, so the paired tests cannot be computed for this run (they need the "
                 f"per-bar forecasts; a rerun keeps them).{_fold_wins(fq)}")
     shortest = label(fq.shortest)
     vs = fq.vs(fq.shortest)
-    better = [p for p in vs if p.significant and p.mean_diff < 0]
-    worse = [p for p in vs if p.significant and p.mean_diff > 0]
+    better = [p for p in vs if fq.counts(p) and p.mean_diff < 0]
+    worse = [p for p in vs if fq.counts(p) and p.mean_diff > 0]
     if fq.answer == "better":
         head = f"Longer context forecasts better: against {shortest}, lower loss for " + "; ".join(map(_comparison, better))
     elif fq.answer == "worse":
@@ -211,20 +212,34 @@ def forecast_sentence(fq) -> str:
     elif fq.mixed:
         head = (f"Longer context forecasts no better: against {shortest} the significant differences go both ways "
                 f"(lower loss: {'; '.join(map(_comparison, better))}; higher loss: {'; '.join(map(_comparison, worse))})")
+    elif fq.unskilled:
+        head = ("Longer context forecasts no better: " + "; ".join(
+            f"{_comparison(p)} differs from {shortest}, but {label(winner(p))}, the lower loss, does not beat the "
+            f"no-skill forecast on the {SCORE_NAMES[p.score]} ({_skill(fq, winner(p), p.score)})" for p in fq.unskilled)
+                + ": a difference between forecasts without skill (one strays less from the no-skill forecast), "
+                  "not a better forecast")
     elif vs:
         best = min(vs, key=lambda p: p.p_holm)
         head = (f"Longer context forecasts no better: no longer context length differs from {shortest} on the "
                 f"log-loss or the direction score at Holm-adjusted {ALPHA_TEXT} (smallest: {_comparison(best)})")
     else:
         head = f"Longer context forecasts no better: there is no longer context length to compare with {shortest}"
-    base = [p for p in fq.comparisons if p.reference != fq.shortest]
-    if not base:
-        return head + "."
-    ref = label(base[0].reference)
-    counts = {s: sum(p.significant and p.mean_diff < 0 for p in base if p.score == s) for s in SCORE_NAMES}
-    n = len({p.series for p in base})
-    return (f"{head}. Against the {ref} baseline, {counts['log_loss']} of {n} have a significantly lower log-loss "
-            f"and {counts['direction']} of {n} a significantly better direction score.")
+    tails = []
+    for ref in dict.fromkeys(p.reference for p in fq.comparisons if p.reference != fq.shortest):
+        base = [p for p in fq.comparisons if p.reference == ref]
+        n = len({p.series for p in base})
+        k = {s: sum(p.significant and p.mean_diff < 0 for p in base if p.score == s) for s in SCORE_NAMES}
+        what = "the no-skill forecast (the class prior)" if ref == PRIOR else f"the {label(ref)} baseline"
+        tails.append(f"Against {what}, {k['log_loss']} of {n} have a significantly lower log-loss and "
+                     f"{k['direction']} of {n} a significantly better direction score.")
+    return " ".join([head + ".", *tails])
+
+
+def _skill(fq, series: str, score: str) -> str:
+    """"+0.00012 per bar against the class prior, Holm p 0.4"."""
+    p = fq.skill.get((series, score))
+    return "no test against the class prior" if p is None else \
+        f"{signed(p.mean_diff)} per bar against the class prior, Holm p {fmt(p.p_holm, '.3g')}"
 
 
 def _range(values, fmt_one) -> str:
