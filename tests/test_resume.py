@@ -150,7 +150,8 @@ def test_a_run_that_lost_its_cells_retrains_only_unscored_folds(uninterrupted, i
     assert cli.main(argv(run)) == 0
     assert (run / "report.md").is_file()
     other = next(k for k in KEYS if k != key)
-    assert sorted(trained) == sorted([(key, 1, 0), (key, 1, 1)] + [(other, k, s) for k in range(N_FOLDS) for s in SEEDS])
+    unscored = [(key, 1, 0), (key, 1, 1)] + [(other, k, s) for k in range(N_FOLDS) for s in SEEDS]
+    assert sorted(trained) == sorted(unscored)  # fold 0 of the stopped trial is not trained again
     assert scored.stat().st_mtime_ns == kept  # read, not scored again
     assert all(p.stat().st_mtime_ns != t for p, t in baselines.items())
     a, b = RunFolder(uninterrupted[0]), RunFolder(run)
@@ -192,3 +193,10 @@ def test_a_fold_inside_one_day_joins_both_neighbours():
     joined = daily_series_of_folds([fold_daily(p) for p in parts])
     assert len(fold_daily(parts[1]).days) == 1 and len(joined["days"]) == 3
     assert all(np.array_equal(daily_series(parts)[k], joined[k]) for k in ("days", "net", "gross"))
+
+
+def test_the_published_run_has_its_baselines_without_their_arrays():
+    published = RunFolder(Path(__file__).resolve().parent.parent / "reports" / "h200-btcusdt-1m")
+    cfg = config_from_dict(json.loads(published.config_json.read_text()))
+    assert not list(published.cells_dir.glob("*/*.npz")) and not published.forecasts_dir.exists()
+    assert sweep._baselines_done(published, cfg)  # nothing to train again when it is resumed or re-reported

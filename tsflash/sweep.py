@@ -236,17 +236,12 @@ def _baselines_done(folder: RunFolder, cfg: ExperimentConfig) -> bool:
 
 def _baseline_saved(folder: RunFolder, k: int) -> bool:
     """Fold k's baselines are done: their summary, and their per-bar arrays unless each baseline's
-    series and loss table, all the sweep reads the arrays for, are written (a state archive leaves
-    the arrays behind)."""
+    daily series, written with its loss table once every fold is done, is there (a state archive
+    leaves the arrays behind; a published run has no loss tables of its baselines)."""
     marker = folder.baseline_marker(k)
-    return marker.exists() and all(
-        folder.cell_npz(folder.baseline_stem(k, name)).exists() or _baseline_scored(folder, name)
-        for name in read_json(marker)["baselines"])
-
-
-def _baseline_scored(folder: RunFolder, name: str) -> bool:
-    series = baseline_series_name(name)
-    return folder.series_path(series).exists() and folder.forecasts_path(series).exists()
+    return marker.exists() and all(folder.cell_npz(folder.baseline_stem(k, name)).exists()
+                                   or folder.series_path(baseline_series_name(name)).exists()
+                                   for name in read_json(marker)["baselines"])
 
 
 def _precision_due(plan: SweepPlan) -> bool:
@@ -257,7 +252,7 @@ def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], mod
     """(cells not finished yet, cells finished): baselines per fold, model cells per N."""
     n_folds, n_seeds = cfg.splits.n_folds, len(cfg.train.seeds)
     n_bars = configured_bar_count(cfg)
-    todo = [baseline_work(cfg, k, n_bars) for k in range(n_folds) if not folder.baseline_marker(k).exists()]
+    todo = [baseline_work(cfg, k, n_bars) for k in range(n_folds) if not _baseline_saved(folder, k)]
     finished = Counter(decode_trial_key(key)["n"] for key in folder.saved_cell_keys())
     for n, n_slots in Counter(slot_lengths).items():
         todo += [model_work(cfg, n, model_params)] * max(n_slots * n_folds * n_seeds - finished[n], 0)
@@ -414,7 +409,7 @@ class Objective:
             self.progress.finish(f"baselines fold {k}: {accs} ({seconds:.1f}s)")
         for name in read_json(folder.baseline_marker(0))["baselines"]:
             series = baseline_series_name(name)
-            if not _baseline_scored(folder, name):
+            if not folder.series_path(series).exists():
                 parts = [cell_returns(folder.baseline_stem(k, name), self.fee, self.strategy)
                          for k in range(self.n_folds)]
                 folder.write_series(series, **daily_series(parts))
