@@ -24,8 +24,8 @@ BUDGET_S=${BUDGET_S:-400}
 timeout --signal=INT 560 python3 experiments/controls.py --out "$RUN" --lengths "$LENGTHS" --device cuda \
   --preset full --time-budget "$BUDGET_S" ${EXTRA:-} 2>&1 | tee "$OUT/controls.log"
 echo "controls exit: ${PIPESTATUS[0]}"
-# Per-bar cell files stay behind: the summary, the reports and the resume need only the cell
-# summaries, the daily series and the optuna ledgers.
+# Per-bar cell files stay behind; the cell summaries, fold scores (scores/), series and ledgers go:
+# the resume retrains only the cells of folds not yet scored (whose seeds were not all saved).
 tar cf "$OUT/state.tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$RUN"
 [ -f "$RUN/summary.md" ] && cp "$RUN/summary.md" "$OUT/summary.md"
 ls -la "$OUT"

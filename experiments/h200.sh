@@ -39,8 +39,8 @@ case "${1:-}" in
     timeout --signal=INT 560 python3 -m tsflash.cli sweep --lengths "$LENGTHS" --data .carry/data \
       --devices "${DEVICES:-cuda:0}" --preset full --out "$RUN" --time-budget "$BUDGET_S" 2>&1 | tee "$OUT/sweep.log"
     echo "sweep exit: ${PIPESTATUS[0]}"
-    # Per-bar cell files (~10 MB each) stay behind: the report and the resume need only the cell
-    # summaries, the daily series and the optuna ledger.
+    # Per-bar cell files (~10 MB each) stay behind; the cell summaries, fold scores (scores/), series
+    # and ledger go: the resume retrains only the cells of folds not yet scored (seeds not all saved).
     tar cf "$OUT/state.tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$RUN"
     ls -la "$OUT"
     ;;

@@ -83,6 +83,10 @@ def test_end_to_end_writes_every_file_and_section(finished_run):
     # 2 folds x (baselines + 2 lengths x 1 seed)
     assert len(cell_markers(run)) == 6
     assert not (run / "checkpoints").exists()  # a finished run leaves no checkpoint, not even an empty folder
+    # each fold of each trial scored on its own (what survives a state archive; tests/test_resume.py)
+    assert sorted(p.relative_to(run).as_posix() for p in (run / "scores").rglob("*")) == [
+        "scores/n32", "scores/n32/fold0.npz", "scores/n32/fold1.npz", "scores/n64", "scores/n64/fold0.npz",
+        "scores/n64/fold1.npz"]
     log = (run / "sweep.log").read_text()
     assert len(re.findall(r"\[\d/6\] .*elapsed", log)) == 6  # one line per finished cell
     fm = pq.read_table(run / "fold_metrics.parquet").to_pylist()

@@ -14,6 +14,9 @@ Layout of a run folder (`runs/<YYYYMMDD-HHMMSS>-<config hash>` by default)::
     cells/<trial key>/fold<k>-seed<s>.cell.json    the cell's summary; its presence = cell done
     cells/baselines/fold<k>-<name>.{npz,json}      baselines, once per fold (independent of N)
     cells/baselines/fold<k>.cell.json              summary of the fold's baselines
+    scores/<trial key>/fold<k>.npz                 one fold of a trial scored (its seeds' daily portfolio
+                                                   and loss table; small): written once every seed of the
+                                                   fold is saved, it stands in for their per-bar arrays
     series/<trial key>.npz                         a trial's daily net/gross returns (all folds)
     series/baseline-<name>.npz                     a baseline's daily returns
     forecasts/<trial key or baseline-<name>>.npz   per-day loss sums of the forecasts (the paired
@@ -206,11 +209,29 @@ class RunFolder:
         return _marker(self.cell_stem(key, fold, seed))
 
     def cell_saved(self, key: str, fold: int, seed: int) -> bool:
-        """The cell can be loaded: its summary and its per-bar arrays are both there. A state
-        archive that left the per-bar files behind (a device's 64 MiB limit) keeps the summaries of
-        cells whose trial was not yet scored; those cells are trained again."""
+        """The cell is done: its summary is there, and its per-bar arrays or its fold's scores
+        (`fold_scores_path`, all the trial's scoring needs of them). A state archive that left the
+        per-bar files behind (a device's file size limit) keeps the summaries and the fold scores;
+        a cell of a fold not yet scored is trained again."""
         stem = self.cell_stem(key, fold, seed)
-        return _marker(stem).exists() and self.cell_npz(stem).exists()
+        return _marker(stem).exists() and (self.cell_npz(stem).exists() or self.fold_scores_path(key, fold).exists())
+
+    def saved_cell_keys(self) -> list[str]:
+        """The trial key of every saved model cell (`cell_saved`), one entry a cell."""
+        keys = []
+        for p in sorted(self.cells_dir.glob(f"n*/fold*-seed*{CELL_SUFFIX}")) if self.cells_dir.is_dir() else []:
+            fold, seed = map(int, re.fullmatch(r"fold(\d+)-seed(\d+)", p.name.removesuffix(CELL_SUFFIX)).groups())
+            if self.cell_saved(p.parent.name, fold, seed):
+                keys.append(p.parent.name)
+        return keys
+
+    @property
+    def scores_dir(self) -> Path:
+        return self.root / "scores"
+
+    def fold_scores_path(self, key: str, fold: int) -> Path:
+        """scores/<key>/fold<k>.npz: fold `fold` of trial `key` scored (tsflash.scoring.write_fold_scores)."""
+        return self.scores_dir / key / f"fold{fold}.npz"
 
     def checkpoint_dir(self, key: str, fold: int, seed: int) -> Path:
         return self.checkpoints_dir / key / f"fold{fold}-seed{seed}"

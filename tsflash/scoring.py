@@ -8,10 +8,18 @@ next-bar returns from which `tsflash.strategy` builds the horizon rule. Neither 
 rule is part of a run's identity: the sweep scores at its configured `eval.fee_bps` and
 `eval.strategy`; `tsflash report RUN --set eval.fee_bps=...` re-scores the same cells
 (`series_from_cells`) without training.
+
+The sweep scores a trial fold by fold (`score_fold`): as soon as every seed of a fold is saved,
+the fold's daily seed-portfolio path and loss table go to a small fold file
+(`write_fold_scores`), and the trial's daily series and loss table are joined from those
+(`daily_series_of_folds`, bit for bit what `daily_series` gives on the per-bar paths). The fold
+files survive where the per-bar cells (about 10 MB each) do not, e.g. a device's state archive.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -20,6 +28,7 @@ import numpy as np
 
 from tsflash import atomic
 from tsflash.errors import UserError
+from tsflash.intervals import US_PER_DAY
 from tsflash.metrics import DAILY_SUMS, apply_fees, daily_loss_sums
 from tsflash.runfolder import BASELINE_PREFIX, RunFolder, is_baseline, read_json
 from tsflash.selection import SelectionInputError, daily_returns, sharpe
@@ -136,12 +145,125 @@ def path_summary(parts: list[BarReturns]) -> dict:
             "turnover": float(turn.mean()) if m else nan, "n_bars": m, "break_even_fee_bps": break_even_fee(gross, turn)}
 
 
-def daily_sharpe(bars: BarReturns) -> float:
-    """Per-day Sharpe ratio of a per-bar net path; NaN when undefined (under 2 days, constant)."""
+def daily_sharpe(daily_net: np.ndarray) -> float:
+    """Sharpe ratio of daily net returns; NaN when undefined (under 2 days, constant)."""
     try:
-        return float(sharpe(daily_returns(bars.times, bars.net)[1]))
+        return float(sharpe(daily_net))
     except SelectionInputError:
         return float("nan")
+
+
+# ---------------------------------------------------------------------------------------------
+# One fold of a trial, scored on its own: what the trial's series needs of it, kept small
+
+
+class FoldDaily(NamedTuple):
+    """One fold's per-bar path (a seed portfolio) compounded per UTC day, with what joining it to
+    the neighbouring folds needs (a UTC day may be split between two folds' test bars).
+
+    days (D,) datetime64[D]; net, gross (D,): the daily returns of this fold's bars alone
+    (`tsflash.selection.daily_returns`); growth (2,): prod(1 + r) of net and gross over its bars of
+    its last day; head_net, head_gross (F,): the per-bar returns of its bars of its first day;
+    start: its first bar time (us), which orders the folds.
+    """
+
+    days: np.ndarray
+    net: np.ndarray
+    gross: np.ndarray
+    growth: np.ndarray
+    head_net: np.ndarray
+    head_gross: np.ndarray
+    start: int
+
+
+def _day_growth(times: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """prod(1 + r) per UTC day (D,), compounded as `tsflash.selection.daily_returns` does."""
+    day = times // US_PER_DAY
+    starts = np.flatnonzero(np.r_[True, day[1:] != day[:-1]])  # (D,)
+    return np.multiply.reduceat(1.0 + r, starts)
+
+
+def fold_daily(bars: BarReturns) -> FoldDaily:
+    """The FoldDaily of one fold's per-bar path."""
+    t = np.asarray(bars.times, dtype=np.int64)
+    net, gross = (np.asarray(r, dtype=np.float64) for r in (bars.net, bars.gross))
+    if not len(t):
+        return FoldDaily(np.empty(0, "datetime64[D]"), net, gross, np.ones(2), net, gross, 0)
+    days, daily_net = daily_returns(t, net)
+    _, daily_gross = daily_returns(t, gross)
+    head = t // US_PER_DAY == t[0] // US_PER_DAY
+    growth = np.array([_day_growth(t, net)[-1], _day_growth(t, gross)[-1]])
+    return FoldDaily(days, daily_net, daily_gross, growth, net[head], gross[head], int(t[0]))
+
+
+def daily_series_of_folds(folds: list[FoldDaily]) -> dict:
+    """`daily_series` of the folds' paths, bit for bit, from their FoldDaily: a UTC day split
+    between two folds compounds on from the earlier fold's product over the later fold's bars of
+    that day, in the order `daily_series` multiplies them (one sequential product per day)."""
+    days, net, gross = [], [], []
+    growth = None  # prod(1 + r) of net and gross of the last day so far
+    for f in sorted((f for f in folds if len(f.days)), key=lambda f: f.start):
+        d, n, g = list(f.days), list(f.net), list(f.gross)
+        if days and days[-1] == d[0]:  # the previous fold ended inside this fold's first day
+            joined = [np.multiply.reduceat(np.r_[growth[i], 1.0 + head], [0])[0]
+                      for i, head in enumerate((f.head_net, f.head_gross))]
+            net[-1], gross[-1] = joined[0] - 1.0, joined[1] - 1.0
+            growth = joined if len(d) == 1 else f.growth
+            d, n, g = d[1:], n[1:], g[1:]
+        else:
+            growth = f.growth
+        days, net, gross = days + d, net + n, gross + g
+    return {"days": np.array(days, dtype="datetime64[D]"), "net": np.array(net, dtype=np.float64),
+            "gross": np.array(gross, dtype=np.float64)}
+
+
+class FoldScores(NamedTuple):
+    """One fold of a configuration scored: its seed portfolio's FoldDaily, its loss table
+    (`fold_losses`) and the scoring it was made under (`scoring_id`)."""
+
+    daily: FoldDaily
+    losses: dict
+    scoring: str
+
+
+def scoring_id(strategy: Strategy, fee_bps: float) -> str:
+    """The fee and trading rule a score was made under, as one string."""
+    return json.dumps({"fee_bps": float(fee_bps), **dataclasses.asdict(strategy)}, sort_keys=True)
+
+
+def score_fold(name: str, fold: int, forecasts: list[Mapping], members: list[str], strategy: Strategy,
+               fee_bps: float) -> FoldScores:
+    """Fold `fold` of configuration `name` scored from its seeds' cell arrays (`cell_arrays`, in
+    the config's seed order, named by `members`): the seed portfolio under `strategy` at `fee_bps`
+    and the loss table of each seed and of their ensemble."""
+    portfolio = seed_portfolio([scored_arrays(a, strategy, fee_bps)[0] for a in forecasts])
+    return FoldScores(fold_daily(portfolio), fold_losses(name, fold, forecasts, members), scoring_id(strategy, fee_bps))
+
+
+_LOSS = "loss_"  # prefix of the loss table's arrays in a fold file
+
+
+def write_fold_scores(folder: RunFolder, key: str, fold: int, scores: FoldScores) -> Path:
+    """Atomically write `scores` to folder.fold_scores_path(key, fold). Idempotent: workers that
+    score the same fold at once write the same arrays, and the last rename wins."""
+    d = scores.daily
+    arrays = {"days": d.days.astype("datetime64[D]").astype(np.int64), "net": d.net, "gross": d.gross,
+              "growth": d.growth, "head_net": d.head_net, "head_gross": d.head_gross,
+              "start": np.int64(d.start), "scoring": np.str_(scores.scoring)}
+    arrays |= {_LOSS + k: v for k, v in _loss_arrays(scores.losses).items()}
+    return _save_npz(folder.fold_scores_path(key, fold), arrays, compressed=True)  # they travel: keep them small
+
+
+def read_fold_scores(folder: RunFolder, key: str, fold: int) -> FoldScores | None:
+    """The FoldScores `write_fold_scores` wrote for (key, fold), or None when there are none."""
+    path = folder.fold_scores_path(key, fold)
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        daily = FoldDaily(z["days"].astype("datetime64[D]"), z["net"], z["gross"], z["growth"], z["head_net"],
+                          z["head_gross"], int(z["start"]))
+        losses = _loss_table({k.removeprefix(_LOSS): z[k] for k in z.files if k.startswith(_LOSS)})
+        return FoldScores(daily, losses, str(z["scoring"]))
 
 
 def objective_value(daily_net: np.ndarray) -> float:
@@ -205,14 +327,28 @@ def concat_losses(parts: list[dict]) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in (*LOSS_KEYS, *DAILY_SUMS)} if parts else {}
 
 
-def write_losses(folder: RunFolder, name: str, table: dict) -> Path:
-    path = folder.forecasts_path(name)
+def _loss_arrays(table: dict) -> dict:
+    """A loss table as the arrays it is stored as (strings, days as int64 days since 1970)."""
     arrays = {k: np.asarray(table[k]).astype(str) for k in ("series", "member")}
     arrays |= {"fold": table["fold"], "day": table["day"].astype("datetime64[D]").astype(np.int64)}
-    arrays |= {k: table[k] for k in DAILY_SUMS}
+    return arrays | {k: table[k] for k in DAILY_SUMS}
+
+
+def _loss_table(arrays: Mapping) -> dict:
+    """Inverse of `_loss_arrays`."""
+    out = {k: arrays[k].astype(object) for k in ("series", "member")}
+    out |= {"fold": arrays["fold"].astype(np.int64), "day": arrays["day"].astype("datetime64[D]")}
+    return out | {k: arrays[k].astype(np.float64) for k in DAILY_SUMS}
+
+
+def _save_npz(path: Path, arrays: dict, compressed: bool = False) -> Path:
     with atomic.atomic_path(path) as tmp, open(tmp, "wb") as fh:  # a handle: np.savez would append ".npz"
-        np.savez(fh, **arrays)
+        (np.savez_compressed if compressed else np.savez)(fh, **arrays)
     return path
+
+
+def write_losses(folder: RunFolder, name: str, table: dict) -> Path:
+    return _save_npz(folder.forecasts_path(name), _loss_arrays(table))
 
 
 def read_losses(folder: RunFolder, name: str) -> dict | None:
@@ -221,9 +357,7 @@ def read_losses(folder: RunFolder, name: str) -> dict | None:
     if not path.exists():
         return None
     with np.load(path) as z:
-        out = {k: z[k].astype(object) for k in ("series", "member")}
-        out |= {"fold": z["fold"].astype(np.int64), "day": z["day"].astype("datetime64[D]")}
-        return out | {k: z[k].astype(np.float64) for k in DAILY_SUMS}
+        return _loss_table(z)
 
 
 def baseline_losses(folder: RunFolder, base: str, n_folds: int) -> dict:

@@ -5,16 +5,19 @@ walk-forward folds, keeps a trial ledger, and writes the report. The unit of wor
 (trial, fold, seed) model run, or one fold's baselines. Each finished cell is saved atomically in
 the run folder (layout: tsflash.runfolder), so killing the sweep at any moment (even SIGKILL) and
 running the same command again recomputes only unfinished cells; engine checkpoints let an
-interrupted cell resume too.
+interrupted cell resume too. Once every seed of a fold is saved, the fold is scored into a small
+fold file (`Objective.fold_scores`), which then stands in for its cells' per-bar arrays: a copy
+of the run folder without those (a device's state archive) loses only the cells of unscored folds.
 
 The sweep is optuna's idiom: `Objective(trial)` runs one configuration (N, plus searched values
 with --trials) over every fold and seed, reports per-fold daily net Sharpe ratios as intermediate
 values, keeps the paths of its saved series in `user_attrs`, and returns its daily net Sharpe
 ratio over all folds, scored at the run's fee from the saved per-bar positions (tsflash.scoring).
 The cells are the unit of parallel work: `_work`, one worker per device (`--devices`), claims
-cells of open trials and runs `Objective._cell` on each; the worker that finds every cell of a
-trial saved scores it by calling `Objective(trial)` (every cell then loads) and completes it in
-the ledger (tsflash.workers: claims, order, liveness). The DSR uses the number of COMPLETE
+cells of open trials and runs `Objective._cell` on each (the worker that saves the last seed of a
+fold scores the fold); the worker that finds every cell of a trial saved scores it by calling
+`Objective(trial)`, which joins its fold files, and completes it in the ledger
+(tsflash.workers: claims, order, liveness). The DSR uses the number of COMPLETE
 trials in the study and the variance of their values.
 
 Where things live: the options, config, run key and run folder choice in tsflash.plan; the
@@ -60,8 +63,9 @@ from tsflash.provenance import mark_complete, record_kernel_choices, write_data_
 from tsflash.report import build_report
 from tsflash.runfolder import RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json
 from tsflash.scoring import (
-    baseline_losses, cell_returns, concat_losses, daily_series, daily_sharpe, fold_losses, objective_value,
-    result_arrays, scored_arrays, seed_portfolio, write_losses,
+    FoldScores, baseline_losses, cell_arrays, cell_returns, concat_losses, daily_series, daily_series_of_folds,
+    daily_sharpe, objective_value, read_fold_scores, result_arrays, score_fold, scored_arrays, scoring_id,
+    write_fold_scores, write_losses,
 )
 from tsflash.strategy import Strategy
 from tsflash.store import iso
@@ -227,7 +231,17 @@ def _params_of(cfg: ExperimentConfig, trials: int, trial: Trial) -> tuple[dict, 
 
 
 def _baselines_done(folder: RunFolder, cfg: ExperimentConfig) -> bool:
-    return all(folder.baseline_marker(k).exists() for k in range(cfg.splits.n_folds))
+    return all(_baseline_saved(folder, k) for k in range(cfg.splits.n_folds))
+
+
+def _baseline_saved(folder: RunFolder, k: int) -> bool:
+    """Fold k's baselines are done: their summary, and their per-bar arrays unless each baseline's
+    daily series, written with its loss table once every fold is done, is there (a state archive
+    leaves the arrays behind; a published run has no loss tables of its baselines)."""
+    marker = folder.baseline_marker(k)
+    return marker.exists() and all(folder.cell_npz(folder.baseline_stem(k, name)).exists()
+                                   or folder.series_path(baseline_series_name(name)).exists()
+                                   for name in read_json(marker)["baselines"])
 
 
 def _precision_due(plan: SweepPlan) -> bool:
@@ -238,8 +252,8 @@ def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], mod
     """(cells not finished yet, cells finished): baselines per fold, model cells per N."""
     n_folds, n_seeds = cfg.splits.n_folds, len(cfg.train.seeds)
     n_bars = configured_bar_count(cfg)
-    todo = [baseline_work(cfg, k, n_bars) for k in range(n_folds) if not folder.baseline_marker(k).exists()]
-    finished = Counter(decode_trial_key(p.parent.name)["n"] for p in folder.cells_dir.glob("n*/*.cell.json"))
+    todo = [baseline_work(cfg, k, n_bars) for k in range(n_folds) if not _baseline_saved(folder, k)]
+    finished = Counter(decode_trial_key(key)["n"] for key in folder.saved_cell_keys())
     for n, n_slots in Counter(slot_lengths).items():
         todo += [model_work(cfg, n, model_params)] * max(n_slots * n_folds * n_seeds - finished[n], 0)
     total = n_folds + len(slot_lengths) * n_folds * n_seeds
@@ -272,6 +286,7 @@ class Objective:
         self.model_params = model_params  # parameters of the model, for the cost estimates
         self.fee = plan.cfg.eval.fee_bps
         self.strategy = Strategy.from_config(plan.cfg.to_dict())  # the trading rule scored (tsflash.strategy)
+        self.scoring = scoring_id(self.strategy, self.fee)  # what a fold file must have been scored under
         self.n_folds = len(prepared.folds)
         self._fold_inputs: dict[int, engine.FoldData] = {}
 
@@ -290,20 +305,18 @@ class Objective:
         log.info("trial %s (slot %s): %d of %d cells to do, about %s", key, slot, to_do,
                  self.n_folds * len(cfg.train.seeds),
                  format_seconds(self.progress.estimate([model_work(cfg, params["n"], self.model_params)] * to_do)))
-        parts, result_paths, losses = [], [], []
+        folds = []
         for k in range(self.n_folds):
-            per_seed = [self._cell(trial, params, key, k, seed) for seed in cfg.train.seeds]
-            losses.append(fold_losses(key, k, [result_arrays(r) for r in per_seed],
-                                      [f"seed{s}" for s in cfg.train.seeds]))
-            result_paths += [self.folder.relative(self.folder.cell_stem(key, k, s)) for s in cfg.train.seeds]
-            fold = seed_portfolio([scored_arrays(result_arrays(r), self.strategy, self.fee)[0] for r in per_seed])
-            parts.append(fold)
-            if np.isfinite(fold_sr := daily_sharpe(fold)):
+            folds.append(fold := self._scored_fold(trial, params, key, k))
+            if np.isfinite(fold_sr := daily_sharpe(fold.daily.net)):
                 trial.report(fold_sr, step=k)
-            trial.set_user_attr(f"fold{k}_metrics", {m: per_seed[0].metrics[m] for m in CLASSIFICATION})
-        daily = daily_series(parts)
+            metrics = read_json(self.folder.cell_marker(key, k, cfg.train.seeds[0]))["metrics"]
+            trial.set_user_attr(f"fold{k}_metrics", {m: metrics[m] for m in CLASSIFICATION})
+        result_paths = [self.folder.relative(self.folder.cell_stem(key, k, s))
+                        for k in range(self.n_folds) for s in cfg.train.seeds]
+        daily = daily_series_of_folds([f.daily for f in folds])
         path = self.folder.write_series(key, **daily)
-        write_losses(self.folder, key, concat_losses(losses))  # question 1's paired tests read these
+        write_losses(self.folder, key, concat_losses([f.losses for f in folds]))  # question 1's paired tests read these
         trial.set_user_attr("result_paths", result_paths)
         trial.set_user_attr("daily_returns_path", self.folder.relative(path))
         trial.set_user_attr("daily_sharpe_defined", bool(np.std(daily["net"]) > 0))
@@ -311,12 +324,46 @@ class Objective:
         log.info("trial %s: daily net Sharpe %.4f over %d days (fee %g bps)", key, value, len(daily["net"]), self.fee)
         return value
 
-    def _cell(self, trial: Trial, params: dict, key: str, k: int, seed: int) -> engine.FoldResult:
-        """One (trial, fold, seed): loaded when saved, else trained, scored and saved."""
+    def _scored_fold(self, trial: Trial, params: dict, key: str, k: int) -> FoldScores:
+        """Fold k of the trial scored, its cells that are not saved trained first (a score job
+        finds them all saved)."""
+        if (scores := self.fold_scores(key, k)) is None:
+            for seed in self.cfg.train.seeds:
+                self._cell(trial, params, key, k, seed)
+            scores = self.fold_scores(key, k)
+        return scores
+
+    def fold_scores(self, key: str, k: int) -> FoldScores | None:
+        """Fold k of trial `key` scored: read from its fold file, else scored from its seeds'
+        per-bar cells and written there; None while a seed of the fold is not saved with its arrays.
+
+        Two workers that save the fold's last seeds at once may both score it: each writes the
+        same arrays atomically (tsflash.scoring.write_fold_scores), so no lock is needed.
+        """
+        folder, seeds = self.folder, self.cfg.train.seeds
+        saved = read_fold_scores(folder, key, k)
+        if saved is not None and saved.scoring == self.scoring:
+            return saved
+        stems = [folder.cell_stem(key, k, s) for s in seeds]
+        if not all(folder.cell_marker(key, k, s).exists() and folder.cell_npz(st).exists()
+                   for s, st in zip(seeds, stems)):
+            if saved is not None:
+                raise UserError(f"{folder.fold_scores_path(key, k)} was scored under {saved.scoring}, this run scores "
+                                f"under {self.scoring}, and fold {k}'s per-bar cells are gone: resume with the "
+                                "eval.strategy and eval.entry_threshold of the run's config.json")
+            return None
+        scores = score_fold(key, k, [cell_arrays(st) for st in stems], [f"seed{s}" for s in seeds], self.strategy,
+                            self.fee)
+        write_fold_scores(folder, key, k, scores)
+        return scores
+
+    def _cell(self, trial: Trial, params: dict, key: str, k: int, seed: int) -> None:
+        """One (trial, fold, seed), unless saved: trained, scored and saved; the fold's last seed
+        to be saved also scores the fold (`fold_scores`)."""
         folder, n = self.folder, int(params["n"])
         stem, marker = folder.cell_stem(key, k, seed), folder.cell_marker(key, k, seed)
         if folder.cell_saved(key, k, seed):
-            return engine.FoldResult.load(stem)
+            return
         self.progress.start(model_work(self.cfg, n, self.model_params), f"{key} fold {k} seed {seed}")
         t1 = time.monotonic()
         ckpt = folder.checkpoint_dir(key, k, seed)
@@ -336,14 +383,14 @@ class Objective:
             f"{key} fold {k} seed {seed}: acc {m['accuracy']:.4f} bal {m['balanced_accuracy']:.4f} "
             f"logloss {m['log_loss']:.4f} mcc {m['mcc']:.4f}, {res.cost.get('tokens_per_s', float('nan')):.0f} tok/s "
             f"({seconds:.1f}s)")
+        self.fold_scores(key, k)  # written once every seed of the fold is saved
         self.ledger.heartbeat(trial)
-        return res
 
     def run_baselines(self) -> None:
         """The class prior and the logistic regression, once per fold (independent of N and seed)."""
         folder, n_bars, n_features = self.folder, len(self.prepared.open_time), self.prepared.n_features
         todo = {k: baseline_work(self.cfg, k, n_bars, n_features) for k in range(self.n_folds)
-                if not folder.baseline_marker(k).exists()}
+                if not _baseline_saved(folder, k)}
         if todo:
             log.info("baselines (class prior, logistic regression) on %d fold(s): about %s", len(todo),
                      format_seconds(self.progress.estimate(list(todo.values()))))
