@@ -270,6 +270,9 @@ def test_a_cell_with_train_compile_on_cpu_runs_eager_with_the_same_results(caplo
         results.append(engine.run_fold(prepared, 32, 0, 0))
     assert np.array_equal(results[0].y_prob, results[1].y_prob)
     assert "train.compile: running eager on cpu" in caplog.text
+    # the cell's cost says why it ran eager (tsflash.fastpath's record)
+    assert results[1].cost["compile"]["mode"] == "default" and results[1].cost["compile"]["compiled"] is False
+    assert results[1].cost["compile"]["reason"].startswith("torch.compile is applied on CUDA only")
 
 
 # ---- the published tables -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import torch
 
 from tsflash import CausalTransformer, ModelConfig
 from tsflash.errors import UserError
+from tsflash.model import masked_cross_entropy, rotary_tables
 
 SMALL = dict(n_features=5, d_model=32, n_layers=2, n_heads=4)
 
@@ -175,7 +176,10 @@ def test_first_forward_under_no_grad_and_autocast_resolves_auto():
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         model(torch.randn(1, 16, 5))
     assert model.attention_backend_used == "flash"
-    assert attention.auto_report()["cpu|0|torch.bfloat16|8"]["chosen"] == "flash"
+    # decided at the forward's real shape (batch 1, 4 heads, N = 16), not at a probe shape
+    record = attention.auto_report()["cpu|0|torch.bfloat16|8|n16|b1|h4"]
+    assert record["chosen"] == "flash" and record["timing"]["shape"] == {"batch": 1, "heads": 4, "n": 16}
+    assert len(attention.auto_report()) == 1
 
 
 # ---- rotary positions cover the longest N -----------------------------------------------------------
@@ -183,7 +187,7 @@ def test_first_forward_under_no_grad_and_autocast_resolves_auto():
 
 def _slowest_wavelength(model: CausalTransformer) -> float:
     """From the model's own tables: the slowest pair's rotation from position 0 to 1, in bars per turn."""
-    cos, sin = model._rotary_tables(2, "cpu")  # (2, hd/2) each
+    cos, sin = model.rotary(2, torch.device("cpu"))  # (2, hd/2) each
     angle = math.atan2(float(sin[1, -1]), float(cos[1, -1]))
     return 2 * math.pi / angle
 
@@ -220,3 +224,115 @@ def test_loss_denominator_weighs_every_scored_position_the_same():
                                               reduction="sum")
     torch.testing.assert_close(fixed, total / 32)
     torch.testing.assert_close(mean, total / 20)
+
+
+# ---- CUDA-graph safety: the rotary tables are buffers that forward only reads -----------------------
+
+
+def direct_rotary_forward(model: CausalTransformer, x: torch.Tensor, targets: torch.Tensor | None = None):
+    """The forward as it was when forward made its own tables: cos, sin for exactly T positions."""
+    cos, sin = rotary_tables(x.shape[1], model.config.head_dim, model.config.rotary_base, x.device)  # (T, hd/2)
+    h = model.inp(x).to(model.inp.weight.dtype)  # (B, T, C)
+    for block in model.blocks:
+        h = block(h, cos, sin)
+    logits = model.head(model.norm(h))  # (B, T, 3)
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    return logits, None if targets is None else masked_cross_entropy(logits, targets)
+
+
+@pytest.mark.parametrize("head_dim", [8, 64])
+def test_a_rotary_table_row_does_not_depend_on_the_tables_length(head_dim):
+    """What makes slicing the reserved tables bit-identical to computing them per call."""
+    base = ModelConfig(n_features=1, d_model=2 * head_dim, n_heads=2).rotary_base
+    long_cos, long_sin = rotary_tables(131075, head_dim, base, "cpu")  # (131075, hd/2) each
+    for T in (1, 2, 7, 16, 100, 513, 4096, 32768, 131072):
+        cos, sin = rotary_tables(T, head_dim, base, "cpu")
+        assert torch.equal(cos, long_cos[:T]) and torch.equal(sin, long_sin[:T]), T
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_forward_equals_the_per_call_rotary_tables_bit_for_bit(dtype):
+    """Growing and shrinking windows (the tables grow once, then are sliced): logits, loss and
+    gradients are those of tables made for exactly T positions, as before they became buffers."""
+    model = small_model().train().to(dtype)
+    for T in (64, 16, 100, 64):
+        g = torch.Generator().manual_seed(T)
+        x, y = torch.randn(3, T, 5, generator=g, dtype=dtype), torch.randint(0, 3, (3, T), generator=g)
+        logits, loss = model(x, y)
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        ref_logits, ref_loss = direct_rotary_forward(model, x, y)
+        ref_grads = torch.autograd.grad(ref_loss, list(model.parameters()))
+        assert torch.equal(logits, ref_logits) and torch.equal(loss, ref_loss), T
+        assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads)), T
+        if dtype == torch.float32:
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                assert torch.equal(model(x)[0], direct_rotary_forward(model, x)[0]), T
+    assert model.rope_cos.shape == (100, 4) and model.rope_cos.dtype == torch.float32
+
+
+def test_rotary_tables_are_buffers_outside_the_checkpoint(tmp_path):
+    import copy
+
+    model = small_model()
+    x = torch.randn(1, 40, 5)
+    logits, _ = model(x)
+    assert model.rope_cos.shape == model.rope_sin.shape == (40, 4)
+    assert {"rope_cos", "rope_sin"} <= dict(model.named_buffers()).keys()
+    assert not [k for k in model.state_dict() if "rope" in k]  # a function of the config: not saved
+    loaded = CausalTransformer.load(model.save(tmp_path / "model.pt")).eval()
+    assert loaded.rope_cos.shape == (0, 4) and torch.equal(loaded(x)[0], logits)
+    double = copy.deepcopy(model).double()  # a float64 model rotates with the float32 tables, as before
+    assert double.rope_cos.dtype == torch.float64
+    double(x.double())
+    assert double.rope_cos.dtype == torch.float32
+    with torch.device("meta"):  # counting parameters builds the model on the meta device
+        assert CausalTransformer(ModelConfig(**SMALL)).n_params() == model.n_params()
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+ROTARY_OPS = ("cos", "sin", "arange", "pow")  # what making the tables would put in a graph
+
+
+def traced_ops(explanation) -> set[str]:
+    return {str(node.target) for graph in explanation.graphs for node in graph.graph.nodes
+            if node.op in ("call_function", "call_method")}
+
+
+def test_a_compiled_forward_only_reads_the_reserved_rotary_tables(fresh_dynamo):
+    """What CUDA graphs need (cudagraphs run on CUDA only; the graph dynamo captures is the same on
+    CPU): after `reserve_positions`, one graph, no graph break, no rotary table made in it, and the
+    buffers neither replaced nor written by compiled forward and backward passes."""
+    model = small_model(attention_backend="flash").train()  # pinned, as tsflash.fastpath.prepare does
+    model.reserve_positions(32)
+    x, y = torch.randn(2, 32, 5), torch.randint(0, 3, (2, 32))
+    explained = torch._dynamo.explain(model)(x, y)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    ops = traced_ops(explained)
+    assert not [op for op in ops if any(name in op for name in ROTARY_OPS)], ops
+    tables = [(t.data_ptr(), t.clone()) for t in (model.rope_cos, model.rope_sin)]
+    compiled = torch.compile(model, backend="aot_eager")
+    for T in (32, 16, 32):  # the training window, a shorter one (a context cut), the training window again
+        logits, loss = compiled(x[:, :T], y[:, :T])
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        ref_logits, ref_loss = model(x[:, :T], y[:, :T])
+        ref_grads = torch.autograd.grad(ref_loss, list(model.parameters()))
+        torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-6)
+        for a, b in zip(grads, ref_grads):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    for t, (ptr, values) in zip((model.rope_cos, model.rope_sin), tables):
+        assert t.data_ptr() == ptr and torch.equal(t, values)
+
+
+def test_a_compiled_forward_past_the_reserved_tables_fills_them_outside_the_graph(fresh_dynamo):
+    model = small_model(attention_backend="flash")
+    explained = torch._dynamo.explain(model)(torch.randn(2, 24, 5))  # nothing reserved yet
+    assert explained.graph_break_count == 1  # reserve_positions ran eagerly between two graphs
+    ops = traced_ops(explained)
+    assert not [op for op in ops if any(name in op for name in ROTARY_OPS)], ops
+    assert model.rope_cos.shape == (24, 4)

@@ -17,6 +17,14 @@ training step (counted in train_seconds) and the first evaluation batch (in eval
 cost is in the cell's cost, and `model.compile_info["first_call_seconds"]` shows it. Eager runs
 instead, with the reason in the log, on CPU (a CPU cell is small: compiling costs more than it
 saves), without Triton, and when the compiler fails (the first failure switches the cell to eager).
+
+CUDA graphs replay fixed memory: a compiled forward must not create tensors that outlive it. The
+model's rotary tables are therefore filled here, eagerly, before compiling
+(`CausalTransformer.reserve_positions`), and forward only slices them. Compiled, they are filled
+for max(N, ROTARY_AUTO_LONGEST) positions: one table length for every cell, so the compiled
+forward's guards do not change with N, and a worker's cells share its graphs (from the second N
+on, dynamo compiles them for any shape) instead of adding two (training, scoring) per N until
+dynamo's recompile limit sends the rest eager.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import time
 import torch
 
 from tsflash import attention
+from tsflash.config import ROTARY_AUTO_LONGEST
 from tsflash.device import is_oom, sync
 
 log = logging.getLogger(__name__)
@@ -42,13 +51,13 @@ def prepare(model, device, *, n: int, batch: int, compile: bool | str = False):
     model as `kernel_choice` and `compile_info` (for the cell's cost record)."""
     device = torch.device(device)
     model.kernel_choice = pin_attention(model, device, n=n, batch=batch)
-    if not compile:
-        model.compile_info = {"compiled": False, "mode": None, "reason": "train.compile is off"}
-        return model
-    mode = COMPILE_MODE if compile is True else str(compile)
-    why = eager_reason(device)
+    mode = (COMPILE_MODE if compile is True else str(compile)) if compile else None
+    why = eager_reason(device) if mode else "train.compile is off"
+    # the rotary tables, before any compiled forward; compiled: one length for every N (module doc)
+    model.reserve_positions(n if why else max(n, ROTARY_AUTO_LONGEST), device)
     if why is not None:
-        log.info("train.compile: running eager on %s: %s", device, why)
+        if mode:
+            log.info("train.compile: running eager on %s: %s", device, why)
         model.compile_info = {"compiled": False, "mode": mode, "reason": why}
         return model
     return Compiled(model, torch.compile(model, mode=mode), mode)

@@ -9,6 +9,12 @@ for every N and by default covers N = 131072 (slowest wavelength >= 4 x 131072 b
 
 On CUDA the caller wraps forward in `torch.autocast("cuda", dtype=torch.bfloat16)`; logits and the
 loss are returned in float32 either way.
+
+CUDA graphs (torch.compile mode "reduce-overhead"): forward creates and writes no tensor that
+outlives it. The rotary tables are non-persistent buffers filled by `reserve_positions` (eagerly:
+by `tsflash.fastpath.prepare` before compiling, or by the first forward that needs more rows) and
+only sliced by forward. They used to be a cache filled inside forward: compiled, its tables were
+outputs of a CUDA graph, overwritten by the next replay while the cache still held them.
 """
 
 from __future__ import annotations
@@ -118,7 +124,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
         q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        backend = attention.resolve_backend(self.backend_name, q.device, q.dtype, q.shape[-1])
+        # `auto` decides at this shape unless `tsflash.fastpath.prepare` pinned the kernel already
+        backend = attention.resolve_backend(self.backend_name, q.device, q.dtype, q.shape[-1], shape=(B, self.n_heads, T))
         y = attention.sdpa(q, k, v, backend)  # (B, H, T, hd)
         self.backend_used = backend
         return self.proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
@@ -164,7 +171,11 @@ class CausalTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = _norm(config)
         self.head = nn.Linear(config.d_model, config.n_classes, bias=True)
-        self._rotary: dict = {}
+        # rotary cos, sin (positions, hd/2) float32 for the longest window so far (`reserve_positions`);
+        # not saved: a function of the config
+        empty = torch.empty(0, config.head_dim // 2, dtype=torch.float32)
+        self.register_buffer("rope_cos", empty, persistent=False)
+        self.register_buffer("rope_sin", empty.clone(), persistent=False)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
             if name.endswith(("attn.proj.weight", "mlp.down.weight")):
@@ -202,17 +213,30 @@ class CausalTransformer(nn.Module):
             raise attention.AttentionKernelError(f"forced attention kernel {forced!r} but the profiler saw {sorted(seen)}")
         return report
 
-    def _rotary_tables(self, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (T, str(device))
-        if key not in self._rotary:
-            self._rotary = {key: rotary_tables(T, self.config.head_dim, self.config.rotary_base, device)}
-        return self._rotary[key]
+    def reserve_positions(self, T: int, device: torch.device | None = None) -> None:
+        """Fill the rotary tables for windows of up to T bars on `device` (default: the model's).
+        Call it outside compiled code before compiling (tsflash.fastpath.prepare does, with the
+        cell's N); a forward with a longer window, or on another device, calls it itself."""
+        device = self.inp.weight.device if device is None else device
+        self.rope_cos, self.rope_sin = rotary_tables(T, self.config.head_dim, self.config.rotary_base, device)
+
+    def rotary(self, T: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of positions 0..T-1 on `device`, (T, hd/2) float32 each: the first T rows of the
+        reserved tables (a row does not depend on the table's length). A model cast to float64
+        gets its float32 tables back."""
+        cos = self.rope_cos
+        if cos.shape[0] < T or cos.device != device or cos.dtype != torch.float32:
+            reserve = self.reserve_positions
+            if torch.compiler.is_compiling():  # traced by torch.compile: fill them eagerly, never inside a graph
+                reserve = torch.compiler.disable(reserve)
+            reserve(T, device)
+        return self.rope_cos[:T], self.rope_sin[:T]  # (T, hd/2) each
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None, loss_denominator: float | None = None):
         B, T, Fdim = x.shape
         if Fdim != self.config.n_features:
             raise UserError(f"model input must have n_features={self.config.n_features} per bar, got shape {tuple(x.shape)}")
-        cos, sin = self._rotary_tables(T, x.device)  # (T, hd/2) each
+        cos, sin = self.rotary(T, x.device)  # (T, hd/2) each
         # Residual stream in the parameters' dtype: float32 even under bf16 autocast (float64 models stay float64).
         h = self.inp(x).to(self.inp.weight.dtype)  # (B, T, C)
         for block in self.blocks:

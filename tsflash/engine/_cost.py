@@ -19,10 +19,17 @@ backend_observed  the kernel the profiler saw run on the cell's first training s
                   "FLASH", "EFFICIENT", "flash CPU", "MATH"; None when the cell was resumed from
                   a checkpoint written before this was recorded, or no SDPA kernel ran).
 kernels_observed  the raw profiler op names behind backend_observed, forward and backward.
+kernel_choice     how the kernel was decided before the first step (`tsflash.fastpath.prepare`):
+                  for `auto` the shape timed, the candidates, their median ms, the runner-up, the
+                  margin and the tie rule; for an explicit backend the name and "asked for".
+compile           the torch.compile outcome (`tsflash.fastpath`): {"compiled", "mode", "reason"
+                  (why eager), "first_call_seconds" per shape (compiling included)}.
+Both are None for a model that `tsflash.fastpath.prepare` did not make ready.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 
@@ -98,4 +105,6 @@ def fold_cost(model, state: dict, *, n: int, batch: int, tokens_per_step: int, n
         "n_train_windows": n_train_windows,
         "early_stopped": bool(state["stopped"]),
         "device": str(device),
+        "kernel_choice": copy.deepcopy(getattr(model, "kernel_choice", None)),
+        "compile": copy.deepcopy(getattr(model, "compile_info", None)),
     }
