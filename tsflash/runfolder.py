@@ -22,6 +22,8 @@ Layout of a run folder (`runs/<YYYYMMDD-HHMMSS>-<config hash>` by default)::
     forecasts/<trial key or baseline-<name>>.npz   per-day loss sums of the forecasts (the paired
                                                    tests of question 1; small, kept when cells are not)
     checkpoints/<trial key>/fold<k>-seed<s>/       engine checkpoints of unfinished cells
+    claims/<job>.claim, claims/.lock               workers' claims on unfinished jobs (tsflash.workers;
+                                                   removed when the run completes)
     ledger.json, precision.json, results.json, report.md, report.html, *.parquet, figures/
     confirm.md, confirm.html, confirm.json   `tsflash confirm`: the verdict re-tested on a later hold-out
     confirm/            its work folder, laid out as a run folder (run.json, cells/, series/, ...)
@@ -47,6 +49,7 @@ CELL_SUFFIX = ".cell.json"
 # New run folders go here (git-ignored): `reports/` is only for published runs, copied there on purpose.
 DEFAULT_RUNS_ROOT = Path("runs")
 BASELINE_DIR = "baselines"
+CLAIMS_DIR = "claims"
 BASELINE_PREFIX = "baseline-"
 
 # Short names of searched hyper-parameters inside a trial key, and back.
@@ -195,6 +198,10 @@ class RunFolder:
     @property
     def checkpoints_dir(self) -> Path:
         return self.root / "checkpoints"
+
+    @property
+    def claims_dir(self) -> Path:
+        return self.root / CLAIMS_DIR
 
     def sqlite_url(self) -> str:
         return f"sqlite:///{self.optuna_db.as_posix()}"

@@ -61,13 +61,13 @@ from pathlib import Path
 
 from tsflash.errors import UserError
 from tsflash.ledger import Ledger, holder_gone, worker_id
+from tsflash.runfolder import CLAIMS_DIR, RunFolder  # noqa: F401  (CLAIMS_DIR: re-exported for the tests)
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 30.0  # a worker refreshes its claims this often ...
 CLAIM_STALE_S = 600.0  # ... and another host's claim silent this long is taken over (shared storage only)
 POLL_S = 2.0  # a worker with nothing to claim looks again after this long while others hold claims
-CLAIMS_DIR = "claims"
 SUFFIX = ".claim"
 
 
@@ -118,7 +118,7 @@ class ClaimBoard:
 
     def __init__(self, root: Path, *, shared: bool, device: str = "", stale_after_s: float = CLAIM_STALE_S,
                  heartbeat_s: float = HEARTBEAT_S):
-        self.dir = Path(root) / CLAIMS_DIR
+        self.dir = RunFolder(root).claims_dir
         self.shared, self.device = shared, device
         self.stale_after_s, self.heartbeat_s = stale_after_s, heartbeat_s
         self.worker = worker_id()
@@ -227,7 +227,7 @@ class ClaimBoard:
 
 def tidy_claims(root: Path) -> None:
     """Remove the claims folder of a finished run (the lock file with it)."""
-    folder = Path(root) / CLAIMS_DIR
+    folder = RunFolder(root).claims_dir
     if folder.is_dir():
         for path in sorted(folder.rglob("*"), reverse=True):
             (path.rmdir if path.is_dir() else path.unlink)()
