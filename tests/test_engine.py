@@ -343,6 +343,16 @@ def test_early_stopping_restores_the_best_weights(validated, tmp_path):
     fd = engine.fold_data(validated, 1)
     again = engine.validation_loss(model, fd, fd.features, fd.labels, 32, 4096, "cpu")
     assert again == c["best_val_loss"]
+    # the validation tail's probabilities (the trading rule's threshold is fitted on them) come from
+    # the same best weights, bar for bar
+    lo, hi = fd.val
+    assert r.val_prob.shape == (hi - lo, 3) and np.array_equal(r.val_time, validated.open_time[lo:hi])
+    expected = engine.predict_range(model, fd.features, lo, hi, 32, validated.cfg.eval.batch_tokens, "cpu")[2].numpy()
+    assert np.array_equal(r.val_prob, expected)
+    from tsflash.strategy import Strategy, horizon_path
+
+    scored = horizon_path(Strategy(kind="horizon", horizon=15), r.y_prob, r.next_ret, 5.0, r.val_prob, r.val_next_ret)
+    assert scored.threshold_source == "validation"
 
 
 def test_resume_after_kill_mid_validation_interval_is_identical(validated, tmp_path):

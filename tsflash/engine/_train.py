@@ -180,10 +180,14 @@ def run_fold(
 
     model.eval()
     y_prob, cut_probs, eval_seconds = _score_test(fwd_model, features, fd, n, cfg, device)
+    # the validation tail's probabilities, from the restored best weights: the trading rule fits its
+    # entry threshold on them (tsflash.strategy), never on test bars
+    val_prob = None if fd.val is None else predict_range(fwd_model, features, *fd.val, n=n,
+                                                         batch_tokens=cfg.eval.batch_tokens, device=device)[2].cpu().numpy()
     cost = fold_cost(model, state, n=n, batch=batch, tokens_per_step=tc.tokens_per_step, n_train_bars=len(fd.fit_idx),
                      n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
     cost |= _training_record(state, tc, fd.val is not None, model)
-    result = fold_result(prepared, fd, n, seed, y_prob, cost, cut_probs=cut_probs)
+    result = fold_result(prepared, fd, n, seed, y_prob, cost, val_prob=val_prob, cut_probs=cut_probs)
     log.info("fold %d n=%d seed=%d: acc %.4f logloss %.4f, %d steps (best %s), %.1f s train, %.3g tok/s, backend %s "
              "(observed %s)", fold, n, seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["steps"],
              cost["best_step"], cost["train_seconds"], cost["tokens_per_s"], cost["backend"], cost["backend_observed"])
