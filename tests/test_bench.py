@@ -261,7 +261,7 @@ def test_a_cell_with_train_compile_on_cpu_runs_eager_with_the_same_results(caplo
     from tsflash.synthetic import random_walk_bars
 
     caplog.set_level(logging.INFO, logger="tsflash.fastpath")
-    over = {"lengths": [32], "splits": {"n_folds": 1, "test_days": 1}, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+    over = {"lengths": [32], "splits": {"n_folds": 1, "test_days": 1, "val_days": 0}, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
             "train": {"steps": 2, "tokens_per_step": 256, "warmup_steps": 1}, "eval": {"baseline_lags": 2}}
     results = []
     for compile in (False, True):

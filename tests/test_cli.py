@@ -274,7 +274,7 @@ def test_the_published_benchmarks_of_this_repository_are_protected(monkeypatch, 
 # ---- the sweep ---------------------------------------------------------------------------------------
 
 TINY_SWEEP = [
-    "data.start=\"2024-01-01\"", "data.end=\"2024-01-08\"", "splits.test_days=2", "splits.n_folds=2",
+    "data.start=\"2024-01-01\"", "data.end=\"2024-01-08\"", "splits.test_days=2", "splits.n_folds=2", "splits.val_days=0",
     "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=2", "train.tokens_per_step=256",
     "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096", "selection.cscv_blocks=4",
 ]

@@ -44,6 +44,10 @@ def test_bad_config_is_one_clear_error(overrides, pattern):
 def test_unknown_preset_names_the_known_ones():
     with pytest.raises(UserError, match=r"unknown preset 'turbo'; known presets: .*cpu.*default"):
         load_config("turbo")
+    # the protocol preset became the default: its old name is an unknown preset, not an alias
+    with pytest.raises(UserError) as exc:
+        load_config("protocol")
+    assert str(exc.value) == "unknown preset 'protocol'; known presets: btc-1s, cpu, default, first-edition"
 
 
 def test_a_purge_of_at_least_the_horizon_is_accepted():
@@ -102,7 +106,8 @@ FIELD_CASES = [
     ({"selection": {"cscv_blocks": 0}}, "selection.cscv_blocks must be even and >= 2, got 0"),
     ({"splits": {"test_days": 400}},
      "the data range data.start..data.end = 2021-01-01..2025-06-30 (1642 days) is too short for splits.n_folds=5 test blocks "
-     "of splits.test_days=400 days, the purge (15 bars) and 1 training bar: it needs at least 2001 days"),
+     "of splits.test_days=400 days, the purge (15 bars) and 1 training bar, a validation tail of splits.val_days=30 "
+     "days and its purge: it needs at least 2031 days"),
 ]
 # fmt: on
 
@@ -198,16 +203,74 @@ def test_the_range_rule_is_the_splitters_rule(interval, scheme, train_days):
 ])
 def test_protocol_rules_name_the_users_key(overrides, message):
     with pytest.raises(UserError) as exc:
-        load_config("protocol", overrides)
+        load_config("default", overrides)
     assert str(exc.value) == message
 
 
-def test_the_protocol_preset():
-    protocol = load_config("protocol")
+def test_the_default_is_the_fair_test_protocol():
+    """Issue 17: validated stopping, three seeds, far-context scoring, the horizon-matched rule."""
+    protocol = load_config("default")
     assert protocol.splits.val_days == 30 and len(protocol.train.seeds) >= 3 and protocol.eval.context_cuts == [512, 4096]
     assert protocol.train.eval_every >= 1 and protocol.train.patience >= 1 and protocol.model.rope_base == 0.0
+    # the maximum leaves room for the stopping rule: patience evaluations fit several times over
+    assert protocol.train.steps >= 3 * protocol.train.patience * protocol.train.eval_every
+    assert protocol.eval.strategy == "horizon" and protocol.eval.entry_threshold == -1.0
+    assert all(cut < max(protocol.lengths) for cut in protocol.eval.context_cuts)
     # without a tail, eval_every and patience are unused: turning the tail off is one key
-    assert load_config("protocol", {"splits": {"val_days": 0}}).train.patience == protocol.train.patience
+    assert load_config("default", {"splits": {"val_days": 0}}).train.patience == protocol.train.patience
+
+
+def test_the_cpu_preset_keeps_the_protocol_at_small_size():
+    """experiments/cpu.toml over the default (as `tsflash sweep` lays it on a machine without CUDA):
+    stopping that can act within its few steps, the same seeds, cuts shorter than its longest N."""
+    from tsflash.plan import SweepOptions, resolve_config
+
+    default = load_config("default")
+    cfg, preset, note = resolve_config(SweepOptions(lengths=[512, 4096, 32768]), "cpu")
+    assert preset == "cpu" and cfg.name == "default+cpu" and "experiments/cpu.toml applied" in note
+    assert cfg.model.d_model < default.model.d_model and cfg.splits.n_folds == 2 and cfg.splits.test_days == 30
+    tr = cfg.train
+    assert 0 < cfg.splits.val_days <= 365 // 4 and tr.seeds == default.train.seeds
+    assert 1 <= tr.eval_every < tr.steps and tr.patience >= 1 and tr.patience * tr.eval_every < tr.steps
+    assert tr.warmup_steps < tr.eval_every * tr.patience
+    assert cfg.eval.context_cuts and all(cut < max(cfg.lengths) for cut in cfg.eval.context_cuts)
+    assert (cfg.eval.strategy, cfg.labels.horizon, cfg.model.rope_base) == (
+        default.eval.strategy, default.labels.horizon, default.model.rope_base)
+    # it shrinks sizes only: over the first edition, still a fixed budget, one seed, no cuts
+    first, _, _ = resolve_config(SweepOptions(lengths=[512, 4096, 32768], config="first-edition"), "cpu")
+    assert (first.splits.val_days, first.train.seeds, first.eval.context_cuts, first.eval.strategy) == (0, [0], [], "one-bar")
+    assert (first.model.d_model, first.train.steps) == (cfg.model.d_model, tr.steps)
+
+
+def test_the_first_edition_preset_is_the_published_config():
+    """experiments/first-edition.toml resolves to reports/h200-btcusdt-1m/config.json in every field
+    it sets but the name (the run ran as "default"): with that name, the same config hash."""
+    import json
+    import tomllib
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    published = json.loads((repo / "reports" / "h200-btcusdt-1m" / "config.json").read_text())
+    preset = tomllib.loads((repo / "experiments" / "first-edition.toml").read_text())
+    first = json.loads(json.dumps(load_config("first-edition").to_dict()))  # tuples as JSON lists
+    assert first["name"] == "first-edition" and published["name"] == "default"
+    compared = 0
+    for key, value in preset.items():
+        if key == "name":
+            continue
+        if not isinstance(value, dict):
+            assert first[key] == published[key], key
+            compared += 1
+            continue
+        for name in value:
+            # a key the published config lacks is one added later, at the value an older config means
+            assert first[key].get(name) == published[key].get(name), f"{key}.{name}"
+            compared += 1
+    assert compared >= 25
+    assert load_config("first-edition", {"name": "default"}).hash() == config_from_dict(published).hash() == "7ce41c55"
+    cfg = load_config("first-edition")
+    assert (cfg.train.steps, cfg.train.seeds, cfg.splits.val_days, cfg.train.patience) == (200, [0], 0, 0)
+    assert (cfg.eval.strategy, cfg.eval.context_cuts) == ("one-bar", [])
 
 
 def test_fields_added_later_leave_older_configs_unchanged():
@@ -222,7 +285,7 @@ def test_fields_added_later_leave_older_configs_unchanged():
     raw = json.loads(published.read_text())
     cfg = config_from_dict(raw)
     assert json.loads(json.dumps(cfg.to_dict())) == raw and cfg.splits.val_days == 0 and cfg.eval.context_cuts == []
-    protocol = load_config("protocol").to_dict()
+    protocol = load_config("default").to_dict()
     assert protocol["splits"]["val_days"] == 30 and protocol["eval"]["context_cuts"] == [512, 4096]
     assert "rope_base" not in protocol["model"]  # auto, its default
     assert protocol["eval"]["strategy"] == "horizon"  # not the value an older config means: written

@@ -25,7 +25,7 @@ from tsflash.synthetic import random_walk_bars
 REPO = Path(__file__).resolve().parent.parent
 # A two-week sweep ending 2024-12-31 (2 folds of 3 test days), tiny model; confirmed on one week.
 TINY = [
-    "data.start=\"2024-12-18\"", "data.end=\"2024-12-31\"", "splits.test_days=3", "splits.n_folds=2",
+    "data.start=\"2024-12-18\"", "data.end=\"2024-12-31\"", "splits.test_days=3", "splits.n_folds=2", "splits.val_days=0",
     "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=3", "train.tokens_per_step=256",
     "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096", "selection.cscv_blocks=4",
 ]

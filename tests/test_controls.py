@@ -28,7 +28,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "controls.py"
 LENGTHS = [16, 32, 128]
 SOURCES = {"long-memory": "synthetic:long-memory:1:lag=48,strength=0.3", "random-walk": "synthetic:random-walk:1"}
 TOY = [
-    'data.start="2024-01-01"', 'data.end="2024-04-30"', "splits.n_folds=2", "splits.test_days=10",
+    'data.start="2024-01-01"', 'data.end="2024-04-30"', "splits.n_folds=2", "splits.test_days=10", "splits.val_days=0",
     "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "train.seeds=[0]",
     "train.steps=100", "train.tokens_per_step=2048", "train.warmup_steps=10", "train.lr=3e-3",
     "eval.baseline_lags=1",
@@ -182,10 +182,10 @@ def test_the_sweep_commands(controls, tmp_path):
     import argparse
 
     args = argparse.Namespace(seed=3, long_memory="strength=0.1", lengths="512,4096,32768", out=tmp_path, device="cuda",
-                              preset="full", config="protocol", overrides=["train.steps=400"])
+                              preset="full", config="first-edition", overrides=["train.steps=400"])
     assert controls.sweep_argv("long-memory", args, 123.4) == [
         "sweep", "--data", "synthetic:long-memory:3:strength=0.1", "--lengths", "512,4096,32768", "--out",
-        str(tmp_path / "long-memory"), "--device", "cuda", "--preset", "full", "--config", "protocol", "--no-precision", "--set",
+        str(tmp_path / "long-memory"), "--device", "cuda", "--preset", "full", "--config", "first-edition", "--no-precision", "--set",
         "train.steps=400",
         "--time-budget", "123"]
     assert controls.sweep_argv("random-walk", args, None)[:3] == ["sweep", "--data", "synthetic:random-walk:3"]

@@ -19,7 +19,7 @@ PUBLISHED = REPO / "reports" / "h200-btcusdt-1m"
 
 # A tiny sweep on the synthetic random walk, two seeds (the seed-averaged series is re-scored too).
 TINY = [
-    'data.start="2024-01-01"', 'data.end="2024-01-08"', "splits.test_days=2", "splits.n_folds=2",
+    'data.start="2024-01-01"', 'data.end="2024-01-08"', "splits.test_days=2", "splits.n_folds=2", "splits.val_days=0",
     "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=3", "train.tokens_per_step=256",
     "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096", "selection.cscv_blocks=4",
     "train.seeds=[0, 1]",

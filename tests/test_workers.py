@@ -30,7 +30,7 @@ PYTHON_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 # A tiny sweep whose model cells take about a second each on a 2-core CPU (long enough to kill one
 # mid-cell in tests/test_postgres.py): 2 lengths x 2 folds, baselines, the precision check.
 TINY = [
-    "data.start=\"2024-01-01\"", "data.end=\"2024-01-08\"", "splits.test_days=2", "splits.n_folds=2",
+    "data.start=\"2024-01-01\"", "data.end=\"2024-01-08\"", "splits.test_days=2", "splits.n_folds=2", "splits.val_days=0",
     "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=12", "train.tokens_per_step=1024",
     "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096", "selection.cscv_blocks=4",
 ]
