@@ -28,7 +28,7 @@ case "${1:-}" in
     $T 60 python3 -m tsflash.cli bench precision --device cuda --lengths 512,4096,32768,131072 --force --out reports/bench 2>&1 | tee "$OUT/bench-precision.log"
     $T 90 python3 -m tsflash.cli bench train --device cuda --lengths 512,4096,32768,131072 --force --out reports/bench 2>&1 | tee "$OUT/bench-train.log"
     $T 90 python3 -m tsflash.cli bench train --device cuda --compile --lengths 32768 --force --out reports/bench/train-compile 2>&1 | tail -8
-    $T 180 python3 benchmarks/bench_engine.py --data .carry/data --lengths 32768 --device cuda --out reports/bench 2>&1 | tee "$OUT/bench-engine.log"
+    $T 180 python3 benchmarks/bench_engine.py --data .carry/data --config first-edition --lengths 32768 --device cuda --out reports/bench 2>&1 | tee "$OUT/bench-engine.log"
     tar cf "$OUT/bench.tar" reports/bench
     ;;
   sweep)
