@@ -1,7 +1,9 @@
 # Sourced by the device scripts (h200.sh, controls_h200.sh): the environment of a lent GPU machine.
 # Installs the carried wheels (.whl/: optuna and its dependencies, absent there) into /tmp/site,
-# puts the checkout on PYTHONPATH, unpacks a previous run's state (.carry/state.tar) and records
-# the GPU in $OUT/gpu.txt ($OUT: the device tool's return folder).
+# puts the checkout on PYTHONPATH, rebuilds .carry/data from packed bars (.carry/packed/, made by
+# `tsflash data pack`; the store files would not fit the 64 MiB carry) when only those came,
+# unpacks a previous run's state (.carry/state.tar) and records the GPU in $OUT/gpu.txt ($OUT: the
+# device tool's return folder).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/tsflash-out}
@@ -11,6 +13,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD
+fi
+if [ -d .carry/packed ] && [ ! -e .carry/data ]; then
+  python3 -m tsflash.cli data unpack .carry/packed --root .carry/data || exit 1
 fi
 [ -f .carry/state.tar ] && tar xf .carry/state.tar
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

@@ -8,8 +8,10 @@
 #   bash experiments/h200.sh mfu       # training-step MFU, eager vs torch.compile modes, and auto's kernel per N -> reports/bench/mfu.md
 #
 # Inputs carried into the checkout (git-ignored): .whl/ (optuna and its 4 dependencies, Python 3.12
-# wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs). A previous run's state
-# comes back in as .carry/state.tar. Outputs go to $OUT (the device tool's return folder) when set.
+# wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs), or instead .carry/packed/
+# (device_env.sh unpacks it into .carry/data; 2021..2025 are 35 MB packed, 54 MB as store files),
+# prepared here with: tsflash data pack --root ../shared/data --out .carry/packed --start 2021 --end 2025
+# A previous run's state comes back in as .carry/state.tar. Outputs go to $OUT (the device tool's return folder) when set.
 #
 # The sweep writes to the git-ignored runs/ (RUN, default runs/h200-btcusdt-1m); publishing is a
 # deliberate copy into reports/. RUN=reports/h200-btcusdt-1m resumes (or re-reports) the published

@@ -56,6 +56,13 @@ BAD = [
      r"tsflash: error: --end 2024-01-01 is before --start 2024-01-02"),
     (["data", "fetch", "--start", "2024-01-01", "--end", "2024-01-02", "--base-url", "no/mirror", "--root", "store"],
      r"tsflash: error: --base-url local folder does not exist: no/mirror"),
+    # data pack / unpack (the refusals of values and checksums are in tests/test_transport.py)
+    (["data", "pack", "--root", "store"], r"tsflash data pack: error: the following arguments are required: --out"),
+    (["data", "pack", "--out", "p", "--start", "21"], r"tsflash data pack: error: argument --start: must be an integer >= 1970, got 21"),
+    (["data", "pack", "--root", "store", "--out", "p", "--start", "2025", "--end", "2024"],
+     r"tsflash: error: --end 2024 is before --start 2025"),
+    (["data", "pack", "--root", "nowhere", "--out", "p"], r"tsflash: error: pack: no BTCUSDT 1m year files in nowhere/btcusdt-1m"),
+    (["data", "unpack", "nowhere", "--root", "store"], r"tsflash: error: unpack: packed file not found: nowhere"),
     # bench precision
     (["bench", "precision", "--lengths", "0"],
      r"tsflash bench precision: error: argument --lengths: every length must be a power of two >= 2, got 0"),
