@@ -71,14 +71,26 @@ def direction_counts(confusion) -> tuple[int, int]:
 
 
 def cell_rows(cells: list[dict]) -> dict[int, dict[tuple[int, int], dict]]:
-    """{N: {(fold, seed): {"log_loss", "n_scored", "hits", "directional"}}} from model cell summaries."""
+    """{N: {(fold, seed): {"log_loss", "n_scored", "hits", "directional"}}} from model cell summaries,
+    plus, where the cell has them, "best_step", "stop_step" (validated stopping) and "cut" ({m: the
+    test log-loss with the context cut to m bars})."""
     out: dict[int, dict] = {}
     for c in cells:
-        m = c["metrics"]
+        m, cost = c["metrics"], c.get("cost") or {}
         hits, total = direction_counts(m["confusion"])
-        out.setdefault(int(c["n"]), {})[(int(c["fold"]), int(c["seed"]))] = {
-            "log_loss": float(m["log_loss"]), "n_scored": int(m["n_scored"]), "hits": hits, "directional": total}
+        row = {"log_loss": float(m["log_loss"]), "n_scored": int(m["n_scored"]), "hits": hits, "directional": total}
+        row |= {k: int(cost[k]) for k in ("best_step", "stop_step") if cost.get(k) is not None}
+        if c.get("far_context"):
+            row["cut"] = {int(k): float(v["log_loss"]) for k, v in sorted(c["far_context"].items(), key=lambda kv: int(kv[0]))}
+        out.setdefault(int(c["n"]), {})[(int(c["fold"]), int(c["seed"]))] = row
     return dict(sorted(out.items()))
+
+
+def found(rows: dict[tuple[int, int], dict], oracle_rate: float) -> int:
+    """Cells that found the planted effect: a direction hit rate past half-way from a coin flip
+    (0.5) to the oracle's."""
+    bar = 0.5 + (oracle_rate - 0.5) / 2
+    return sum(hit_rate(r) >= bar for r in rows.values())
 
 
 def hit_rate(row: dict) -> float:
@@ -181,6 +193,8 @@ def summarize_run(root: Path, source: str, with_oracle: bool = True) -> dict:
         if hits:
             total = sum(h["directional"] for h in hits.values())
             out["oracle"] = {"per_fold": hits, "hit_rate": sum(h["hits"] for h in hits.values()) / total}
+            for n, rows in by_n.items():
+                out["per_n"][n]["found"] = found(rows, out["oracle"]["hit_rate"])
     return out
 
 
@@ -209,7 +223,18 @@ def render_markdown(summary: dict) -> str:
         for n, row in run["per_n"].items():
             lines.append(f"| {n} | {row['cells']} | {_f(row['log_loss'])} | {_f(row['hit_rate'])} |")
         if run.get("oracle"):
-            lines.append(f"| oracle (sign of the planted drift) | | | {_f(run['oracle']['hit_rate'])} |")
+            rate = run["oracle"]["hit_rate"]
+            lines.append(f"| oracle (sign of the planted drift) | | | {_f(rate)} |")
+            counts = ", ".join(f"N={n}: {row['found']} of {row['cells']}" for n, row in run["per_n"].items())
+            lines += ["", f"Cells that found the echo (direction hit rate >= {_f(0.5 + (rate - 0.5) / 2)}, half-way "
+                      f"from a coin flip to the oracle): {counts}."]
+        lines += ["", "| N | cell | test log-loss | direction hit rate | best step / stopped at | log-loss, context cut "
+                  "to m bars |", "|---|---|---|---|---|---|"]
+        for n, row in run["per_n"].items():
+            for cell, r in row["per_cell"].items():
+                steps = f"{r['best_step']} / {r['stop_step']}" if "best_step" in r else "n/a"
+                cuts = ", ".join(f"{m}: {_f(v)}" for m, v in (r.get("cut") or {}).items()) or "-"
+                lines.append(f"| {n} | {cell} | {_f(r['log_loss'])} | {_f(hit_rate(r))} | {steps} | {cuts} |")
         lines += ["", "| shorter vs longer N | pairs | log-loss shorter - longer (sd) | longer better | t | p "
                   "| hit rate longer - shorter | t | p |", "|---|---|---|---|---|---|---|---|---|"]
         for p in run["pairs"]:

@@ -151,6 +151,28 @@ def test_direction_counts_and_pooling(controls):
     assert p["log_loss"] == pytest.approx((100 * 1.0 + 300 * 0.5) / 400) and p["hit_rate"] == pytest.approx(12 / 17)
 
 
+def test_cells_that_found_the_echo_with_their_stopping_and_far_context(controls):
+    c = [[5, 1, 2], [0, 9, 0], [3, 1, 7]]  # hit rate 12/17 = 0.706
+    coin = [[5, 0, 5], [0, 9, 0], [5, 0, 5]]  # 0.5
+    found = dict(fake_cell(64, 0, 0, 0.95, c), cost={"best_step": 600, "stop_step": 600},
+                 far_context={"512": {"log_loss": 1.01}, "16": {"log_loss": 1.02}})
+    rows = controls.cell_rows([found, fake_cell(64, 0, 1, 1.04, coin)])[64]
+    assert rows[(0, 0)]["best_step"] == 600 and list(rows[(0, 0)]["cut"]) == [16, 512]
+    assert "cut" not in rows[(0, 1)] and "best_step" not in rows[(0, 1)]
+    # half-way from a coin flip to an oracle at 0.8 is 0.65: one cell of two
+    assert controls.found(rows, 0.8) == 1 and controls.found(rows, 0.95) == 0
+    summary = {"runs": [{"source": "long-memory", "data": "synthetic:long-memory", "description": "d", "complete": True,
+                         "verdict": {"expected": "x", "as_expected": True}, "pairs": [],
+                         "per_n": {64: controls.pooled(rows) | {"found": 1, "per_cell": {
+                             f"fold{k}-seed{s}": r for (k, s), r in rows.items()}}},
+                         "oracle": {"hit_rate": 0.8}}]}
+    md = controls.render_markdown(summary)
+    assert "Cells that found the echo (direction hit rate >= 0.6500, half-way from a coin flip to the oracle): " \
+           "N=64: 1 of 2." in md
+    assert "| 64 | fold0-seed0 | 0.9500 | 0.7059 | 600 / 600 | 16: 1.0200, 512: 1.0100 |" in md
+    assert "| 64 | fold0-seed1 | 1.0400 | 0.5000 | n/a | - |" in md
+
+
 def test_paired_differences_and_verdicts(controls):
     ok = [[1, 0, 1], [0, 1, 0], [1, 0, 1]]
     good = [[3, 0, 1], [0, 1, 0], [1, 0, 3]]
