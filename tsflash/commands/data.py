@@ -77,7 +77,11 @@ def register(sub) -> None:
     q.add_argument("--timeout", type=options.positive_float, default=60.0, help="seconds per request (default: %(default)s)")
     q.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     q.set_defaults(func=cmd_fetch)
+    _register_transport(dsub, common, dataset)
 
+
+def _register_transport(dsub, common, dataset) -> None:
+    """`data pack` and `data unpack` (tsflash.transport)."""
     q = dsub.add_parser(
         "pack",
         help="pack year files losslessly for transport (about 35%% smaller)",

@@ -180,10 +180,7 @@ def run_fold(
 
     model.eval()
     y_prob, cut_probs, eval_seconds = _score_test(fwd_model, features, fd, n, cfg, device)
-    # the validation tail's probabilities, from the restored best weights: the trading rule fits its
-    # entry threshold on them (tsflash.strategy), never on test bars
-    val_prob = None if fd.val is None else predict_range(fwd_model, features, *fd.val, n=n,
-                                                         batch_tokens=cfg.eval.batch_tokens, device=device)[2].cpu().numpy()
+    val_prob = _score_validation(fwd_model, features, fd, n, cfg, device)
     cost = fold_cost(model, state, n=n, batch=batch, tokens_per_step=tc.tokens_per_step, n_train_bars=len(fd.fit_idx),
                      n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
     cost |= _training_record(state, tc, fd.val is not None, model)
@@ -192,6 +189,14 @@ def run_fold(
              "(observed %s)", fold, n, seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["steps"],
              cost["best_step"], cost["train_seconds"], cost["tokens_per_s"], cost["backend"], cost["backend_observed"])
     return result
+
+
+def _score_validation(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: ExperimentConfig, device):
+    """(V, 3) probabilities of the validation tail from the restored best weights, or None without a
+    tail: the trading rule fits its entry threshold on them (tsflash.strategy), never on test bars."""
+    if fd.val is None:
+        return None
+    return predict_range(fwd_model, features, *fd.val, n=n, batch_tokens=cfg.eval.batch_tokens, device=device)[2].cpu().numpy()
 
 
 def _score_test(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: ExperimentConfig, device):
