@@ -21,8 +21,8 @@ import torch
 
 from tsflash.errors import UserError
 from tsflash.ledger import Ledger, plan_slots, suggest_params, worker_id
-from tsflash.runfolder import encode_trial_key
-from tsflash.workers import CLAIMS_DIR, CellQueue, ClaimBoard, parse_devices
+from tsflash.runfolder import CLAIMS_DIR, encode_trial_key
+from tsflash.workers import CellQueue, ClaimBoard, parse_devices
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON_ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -220,8 +220,13 @@ class RunFolder:
         (`fold_scores_path`, all the trial's scoring needs of them). A state archive that left the
         per-bar files behind (a device's file size limit) keeps the summaries and the fold scores;
         a cell of a fold not yet scored is trained again."""
+        return self.cell_loadable(key, fold, seed) or (
+            _marker(self.cell_stem(key, fold, seed)).exists() and self.fold_scores_path(key, fold).exists())
+
+    def cell_loadable(self, key: str, fold: int, seed: int) -> bool:
+        """The cell's summary and its per-bar arrays are both there (what scoring it needs)."""
         stem = self.cell_stem(key, fold, seed)
-        return _marker(stem).exists() and (self.cell_npz(stem).exists() or self.fold_scores_path(key, fold).exists())
+        return _marker(stem).exists() and self.cell_npz(stem).exists()
 
     def saved_cell_keys(self) -> list[str]:
         """The trial key of every saved model cell (`cell_saved`), one entry a cell."""

@@ -344,16 +344,14 @@ class Objective:
         saved = read_fold_scores(folder, key, k)
         if saved is not None and saved.scoring == self.scoring:
             return saved
-        stems = [folder.cell_stem(key, k, s) for s in seeds]
-        if not all(folder.cell_marker(key, k, s).exists() and folder.cell_npz(st).exists()
-                   for s, st in zip(seeds, stems)):
+        if not all(folder.cell_loadable(key, k, s) for s in seeds):
             if saved is not None:
                 raise UserError(f"{folder.fold_scores_path(key, k)} was scored under {saved.scoring}, this run scores "
                                 f"under {self.scoring}, and fold {k}'s per-bar cells are gone: resume with the "
                                 "eval.strategy and eval.entry_threshold of the run's config.json")
             return None
-        scores = score_fold(key, k, [cell_arrays(st) for st in stems], [f"seed{s}" for s in seeds], self.strategy,
-                            self.fee)
+        scores = score_fold(key, k, [cell_arrays(folder.cell_stem(key, k, s)) for s in seeds],
+                            [f"seed{s}" for s in seeds], self.strategy, self.fee)
         write_fold_scores(folder, key, k, scores)
         return scores
 

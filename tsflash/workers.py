@@ -61,7 +61,7 @@ from pathlib import Path
 
 from tsflash.errors import UserError
 from tsflash.ledger import Ledger, holder_gone, worker_id
-from tsflash.runfolder import CLAIMS_DIR, RunFolder  # noqa: F401  (CLAIMS_DIR: re-exported for the tests)
+from tsflash.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
 
