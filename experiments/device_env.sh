@@ -2,7 +2,8 @@
 # Installs the carried wheels (.whl/: optuna and its dependencies, absent there) into /tmp/site,
 # puts the checkout on PYTHONPATH, rebuilds .carry/data from packed bars (.carry/packed/, made by
 # `tsflash data pack`; the store files would not fit the 64 MiB carry) when only those came,
-# unpacks a previous run's state (.carry/state.tar) and records the GPU in $OUT/gpu.txt ($OUT: the
+# unpacks previous runs' state (.carry/state*.tar, once per checkout even when two scripts run in
+# one call) and records the GPU in $OUT/gpu.txt ($OUT: the
 # device tool's return folder).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -17,5 +18,7 @@ fi
 if [ -d .carry/packed ] && [ ! -e .carry/data ]; then
   python3 -m tsflash.cli data unpack .carry/packed --root .carry/data || exit 1
 fi
-[ -f .carry/state.tar ] && tar xf .carry/state.tar
+for state in .carry/state*.tar; do
+  [ -f "$state" ] && [ ! -e "$state.unpacked" ] && tar xf "$state" && touch "$state.unpacked"
+done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

@@ -11,7 +11,7 @@
 # wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs), or instead .carry/packed/
 # (device_env.sh unpacks it into .carry/data; 2021..2025 are 35 MB packed, 54 MB as store files),
 # prepared here with: tsflash data pack --root ../shared/data --out .carry/packed --start 2021 --end 2025
-# A previous run's state comes back in as .carry/state.tar. Outputs go to $OUT (the device tool's return folder) when set.
+# A previous run's state comes back in as .carry/state-<run>.tar (what a run returns as $OUT/state-<run>.tar). Outputs go to $OUT (the device tool's return folder) when set.
 #
 # The sweep writes to the git-ignored runs/ (RUN, default runs/h200-btcusdt-1m); publishing is a
 # deliberate copy into reports/. RUN=reports/h200-btcusdt-1m resumes (or re-reports) the published
@@ -38,12 +38,12 @@ case "${1:-}" in
     # well inside the device's 10-minute limit; the next run resumes from the finished cells.
     # The timeout is only a safety net (a cell cut there resumes from its checkpoint next time).
     # DEVICES=all spreads the cells over every GPU of the machine (one worker each).
-    timeout --signal=INT 560 python3 -m tsflash.cli sweep --lengths "$LENGTHS" --data .carry/data \
+    timeout --signal=INT "${LIMIT_S:-560}" python3 -m tsflash.cli sweep --lengths "$LENGTHS" --data .carry/data \
       --devices "${DEVICES:-cuda:0}" --preset full --out "$RUN" --time-budget "$BUDGET_S" 2>&1 | tee "$OUT/sweep.log"
     echo "sweep exit: ${PIPESTATUS[0]}"
     # Per-bar cell files (~10 MB each) stay behind; the cell summaries, fold scores (scores/), series
     # and ledger go: the resume retrains only the cells of folds not yet scored (seeds not all saved).
-    tar cf "$OUT/state.tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$RUN"
+    tar cf "$OUT/state-$(basename "$RUN").tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$RUN"
     ls -la "$OUT"
     ;;
   scaling)
