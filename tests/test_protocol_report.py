@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 from test_report import make_run
 
@@ -70,7 +71,8 @@ def test_section_shows_curves_stopping_steps_seeds_and_far_context(tmp_path):
     assert seeds["rows"][0][3] == "0.0010"  # seed sd of log-loss: seeds differ by 0.001
     far = sec["far"]["rows"]
     assert [(r[0], r[1]) for r in far] == [("64", "32"), ("128", "32"), ("128", "64"), ("256", "32"), ("256", "64")]
-    assert all(r[4] == "-0.0020 ± 0.0000" and r[-1] == "6" for r in far)  # 2 folds x 3 seeds, full - cut
+    # 2 folds x 3 seeds, full - cut; both folds helped, equally, so no spread for a t
+    assert all(r[4] == "-0.0020 ± 0.0000" and r[8:] == ["6", "2/2", "n/a", "n/a"] for r in far)
     rows = dict(setup_rows(load_run(run)))
     assert rows["validation tail"].startswith("the last 2 days of each fold's training range, purged by 15 bars")
     assert rows["stopping"].startswith("validation loss every 10 steps and at the last; stop after 3 evaluations")
@@ -108,3 +110,18 @@ def test_runs_before_validated_stopping_get_sentences_not_empty_tables(tmp_path,
     if published:
         assert rows["positions"].startswith("rotary, base 10,000, slowest wavelength 47,117 bars: does NOT cover")
         assert rows["sampling"] == "uniform window starts (runs before balancing)"
+
+
+def test_far_context_test_averages_seeds_per_fold_then_t_over_folds():
+    """Hand-computed: fold means -0.002, -0.004, +0.001 -> mean -0.001667, sd 0.002517, t = -1.147."""
+    from tsflash.report.protocol import fold_t_test
+
+    diffs = [(0, -0.001), (0, -0.003), (1, -0.004), (1, -0.004), (1, -0.004), (2, 0.001)]
+    out = fold_t_test(diffs)
+    means = np.array([-0.002, -0.004, 0.001])
+    t = means.mean() / (means.std(ddof=1) / np.sqrt(3))
+    assert out["folds"] == 3 and out["better"] == 2
+    assert out["t"] == pytest.approx(t, rel=1e-12) and out["t"] == pytest.approx(-1.1471, abs=1e-4)
+    from scipy import stats
+    assert out["p"] == pytest.approx(2 * stats.t.sf(abs(t), df=2), rel=1e-12)
+    assert np.isnan(fold_t_test([(0, -0.001), (0, -0.002)])["t"])  # one fold: no test

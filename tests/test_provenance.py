@@ -23,6 +23,11 @@ def git(cwd: Path, *args: str) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
+@pytest.fixture(autouse=True)
+def no_stated_commit(monkeypatch):
+    monkeypatch.delenv("TSFLASH_GIT_COMMIT", raising=False)
+
+
 def copied_project(parent: Path) -> Path:
     """pyproject.toml and the tsflash package copied into `parent`/project."""
     project = parent / "project"
@@ -69,6 +74,18 @@ def test_the_project_checkout_reports_its_own_commit(tmp_path):
     (project / "pyproject.toml").write_text("# edited\n")
     assert git_commit(project) == f"{head}-dirty"
     assert git_commit(tmp_path / "nowhere") == "unknown"
+
+
+def test_a_stated_commit_wins_over_a_stale_git_directory(tmp_path, monkeypatch):
+    """A lent machine's copy may carry an old .git: the commit the copier states is the truth."""
+    project = copied_project(tmp_path)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "stale")
+    monkeypatch.setenv("TSFLASH_GIT_COMMIT", "021e2af")
+    assert git_commit(project) == "021e2af"
+    monkeypatch.delenv("TSFLASH_GIT_COMMIT")
+    assert git_commit(project) == git(project, "rev-parse", "HEAD")
 
 
 def test_this_checkout_and_package_versions():

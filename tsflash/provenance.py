@@ -36,19 +36,21 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def git_commit(root: Path = PROJECT_ROOT) -> str:
-    """HEAD (+ "-dirty" with uncommitted changes to tracked files) of the project's OWN checkout.
-
-    Only when `root` is the top of its git work tree: a copy of the project inside another
-    repository must not report that repository's commit. Otherwise $TSFLASH_GIT_COMMIT (set it
-    where the code runs from a copy without .git, e.g. a lent GPU machine), else "unknown".
+    """$TSFLASH_GIT_COMMIT when set: whoever copied the code says which commit it is (a lent GPU
+    machine's copy may hold a stale .git of its own, which must not be believed). Otherwise HEAD
+    (+ "-dirty" with uncommitted changes to tracked files) of the project's OWN checkout: only
+    when `root` is the top of its git work tree, since a copy of the project inside another
+    repository must not report that repository's commit. Else "unknown".
     """
+    if stated := os.environ.get("TSFLASH_GIT_COMMIT"):
+        return stated
     top = _git(root, "rev-parse", "--show-toplevel")
     if top is not None and Path(top).resolve() == Path(root).resolve():
         head = _git(root, "rev-parse", "HEAD")
         dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
         if head:
             return head + ("-dirty" if dirty else "")
-    return os.environ.get("TSFLASH_GIT_COMMIT") or "unknown"
+    return "unknown"
 
 
 def package_versions() -> dict:
@@ -71,7 +73,8 @@ def write_run_json(plan: SweepPlan) -> None:
     folder = plan.folder
     meta = folder.read_run() if folder.exists() else {}
     opts = plan.options
-    invocations = meta.get("invocations", []) + [{"started": now_utc(), "command": opts.command, "worker": worker_id()}]
+    invocations = meta.get("invocations", []) + [{"started": now_utc(), "command": opts.command, "worker": worker_id(),
+                                                 "git_commit": git_commit()}]  # a resumed run may run newer code
     meta.update({
         "run_key": plan.run_key,
         "config_hash": meta.get("config_hash", run_hash(plan.cfg)),

@@ -169,25 +169,45 @@ def seed_spread(per_n: dict[int, list[dict]]) -> tuple[dict, str]:
 
 
 def far_context(per_n: dict[int, list[dict]]) -> dict | None:
-    """Per N and cut: full and cut log-loss and accuracy, full − cut (mean ± sd over folds and seeds)."""
+    """Per N and cut: full and cut log-loss and accuracy, full − cut (mean ± sd over folds and seeds),
+    and the paired test of the log-loss difference (`fold_t_test`)."""
     rows = []
     for n, cs in per_n.items():
         cuts = sorted({int(m) for c in cs for m in c.get("far_context") or {}})
         for m in cuts:
-            pairs = [(c["metrics"], c["far_context"][str(m)]) for c in cs if str(m) in (c.get("far_context") or {})]
+            scored = [c for c in cs if str(m) in (c.get("far_context") or {})]
             row = [n, m]
             for k in ("log_loss", "accuracy"):
-                full = np.array([a[k] for a, _ in pairs])
-                cut = np.array([b[k] for _, b in pairs])
+                full = np.array([c["metrics"][k] for c in scored])
+                cut = np.array([c["far_context"][str(m)][k] for c in scored])
                 diff = full - cut
                 sd = float(diff.std(ddof=1)) if len(diff) > 1 else 0.0
                 row += [fmt(float(full.mean())), fmt(float(cut.mean())), f"{fmt(float(diff.mean()), '+.4f')} ± {fmt(sd)}"]
-            rows.append(row + [len(pairs)])
+            test = fold_t_test([(int(c["fold"]), c["metrics"]["log_loss"] - c["far_context"][str(m)]["log_loss"])
+                                for c in scored])
+            rows.append(row + [len(scored), f"{test['better']}/{test['folds']}", fmt(test["t"], ".2f"), fmt(test["p"], ".3g")])
     if not rows:
         return None
     header = ["N", "context cut to", "log-loss full", "log-loss cut", "full − cut", "accuracy full", "accuracy cut",
-              "full − cut", "cells"]
+              "full − cut", "cells", "folds where far context helps", "t (folds)", "p"]
     return _table(header, rows)
+
+
+def fold_t_test(diffs: list[tuple[int, float]]) -> dict:
+    """Paired test of full − cut log-loss: the seeds of a fold share its test bars, so they are
+    averaged first and the test is a two-sided one-sample t over the fold means (k − 1 degrees of
+    freedom). t and p are NaN with fewer than 2 folds or no spread between them."""
+    folds: dict[int, list[float]] = {}
+    for fold, d in diffs:
+        folds.setdefault(fold, []).append(float(d))
+    means = np.array([np.mean(v) for _, v in sorted(folds.items())])
+    out = {"folds": len(means), "better": int((means < 0).sum()), "t": float("nan"), "p": float("nan")}
+    if len(means) > 1 and np.ptp(means) > 0:
+        from scipy import stats  # the t distribution (scipy comes with scikit-learn)
+
+        res = stats.ttest_1samp(means, 0.0)
+        out.update(t=float(res.statistic), p=float(res.pvalue))
+    return out
 
 
 def plot_curves(per_n: dict[int, list[dict]], path: Path) -> Path | None:
@@ -229,7 +249,10 @@ def build(rd: RunData, nums: Numbers, out_dir: Path) -> dict:
     out = {"heading": HEADING, "figure": None, "stopping": None, "criterion": [], "far": None,
            "far_note": ("Full minus cut, mean ± sd over folds and seeds: a negative log-loss difference (positive for "
                         "accuracy) means the bars beyond the cut improved the forecast. The cut scoring uses the "
-                        "evaluation windows of the cut's length, so a cut bar sees cut/2..cut bars of context.")}
+                        "evaluation windows of the cut's length, so a cut bar sees cut/2..cut bars of context. "
+                        "Paired test of the log-loss difference: the seeds of a fold share its test bars, so they "
+                        "are averaged per fold, and t is the two-sided one-sample t over the fold means (folds "
+                        "where far context helps: fold means below 0).")}
     if _validated(cfg) and any((c["cost"].get("curve") or {}).get("step") for cs in per_n.values() for c in cs):
         out["intro"] = (f"Every N was trained under one rule: {SIGNAL}. The curves show where each N's validation "
                         "loss stopped improving; the table gives the restored best step and the last step trained.")
