@@ -18,6 +18,11 @@ any model can do.
 
     python experiments/controls.py --out runs/controls --device cuda --time-budget 400   # rerun until done
     python experiments/controls.py --out runs/controls --summary-only                    # just the summary
+    python experiments/controls.py --out runs/arm --against runs/controls                # an arm's cells beside the base run's
+
+An ARM is the same control run with one knob changed (e.g. `--set train.patience=10 --set
+train.steps=1200`, as many cells as the budget allowed): --against writes ARM/against.md and .json,
+each of its cells beside the same (N, fold, seed) cell of the base run, to measure what the knob moves.
 
 Resumable: each invocation continues both runs (long-memory first) where they stopped; with
 --time-budget no new trial starts after that many seconds, counted over both sweeps. The summary
@@ -33,6 +38,7 @@ import itertools
 import json
 import logging
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -248,6 +254,60 @@ def render_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def against(arm: Path, base: Path, source: str) -> dict:
+    """Each cell of the arm's run beside the same (N, fold, seed) cell of the base run: stopping,
+    test log-loss and direction hit rate, and whether each found the echo (long-memory)."""
+    arm_summary, base_summary = summarize_run(arm / source, source), summarize_run(base / source, source)
+    oracle = (base_summary.get("oracle") or {}).get("hit_rate")
+    bar = None if oracle is None else 0.5 + (oracle - 0.5) / 2
+    rows = []
+    for n, row in arm_summary["per_n"].items():
+        base_cells = (base_summary["per_n"].get(n) or {}).get("per_cell", {})
+        for cell, a in row["per_cell"].items():
+            if (b := base_cells.get(cell)) is None:
+                continue
+            rows.append({"n": n, "cell": cell, **{f"{side}_{k}": r.get(k) for side, r in (("base", b), ("arm", a))
+                                                   for k in ("best_step", "stop_step", "log_loss")},
+                         "base_hit_rate": hit_rate(b), "arm_hit_rate": hit_rate(a),
+                         "base_found": None if bar is None else hit_rate(b) >= bar,
+                         "arm_found": None if bar is None else hit_rate(a) >= bar})
+    arm_cfg, base_cfg = (read_json(RunFolder(r / source).config_json) for r in (arm, base))
+    changed = {f"{sec}.{k}": (base_cfg[sec].get(k), v) for sec, d in arm_cfg.items() if isinstance(d, dict)
+               for k, v in d.items() if base_cfg.get(sec, {}).get(k) != v}
+    return {"source": source, "arm": str(arm / source), "base": str(base / source), "changed": changed,
+            "oracle_hit_rate": oracle, "found_bar": bar, "cells": rows}
+
+
+def render_against(result: dict) -> str:
+    changed = ", ".join(f"`{k}` {a} -> {b}" for k, (a, b) in result["changed"].items()) or "nothing"
+    lines = [f"# {result['source']}: an arm against its base run", "",
+             f"Arm `{result['arm']}` against base `{result['base']}`: the same market, cells and seeds; changed: "
+             f"{changed}. Only the cells the arm has are compared."
+             + (" `train.steps` is also the length of the cosine learning-rate schedule, so the arm's rate decays "
+                "more slowly too." if "train.steps" in result["changed"] else ""), ""]
+    if result["found_bar"] is not None:
+        lines += [f"Found the echo: direction hit rate >= {_f(result['found_bar'])} (half-way from a coin flip to the "
+                  f"oracle's {_f(result['oracle_hit_rate'])}).", ""]
+    lines += ["| N | cell | best / stopped at (base) | best / stopped at (arm) | log-loss base | log-loss arm "
+              "| hit rate base | hit rate arm | found: base, arm |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in result["cells"]:
+        found = "n/a" if r["base_found"] is None else f"{'yes' if r['base_found'] else 'no'}, {'yes' if r['arm_found'] else 'no'}"
+        lines.append(f"| {r['n']} | {r['cell']} | {r['base_best_step']} / {r['base_stop_step']} | {r['arm_best_step']} / "
+                     f"{r['arm_stop_step']} | {_f(r['base_log_loss'])} | {_f(r['arm_log_loss'])} | "
+                     f"{_f(r['base_hit_rate'])} | {_f(r['arm_hit_rate'])} | {found} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_against(arm: Path, base: Path) -> list[dict]:
+    results = [against(arm, base, s) for s in SOURCES
+               if RunFolder(arm / s).exists() and RunFolder(base / s).exists()]
+    if not results:
+        raise SystemExit(f"--against: no control run in both {arm} and {base} (expected {' or '.join(SOURCES)})")
+    write_json(arm / "against.json", results)
+    write_text(arm / "against.md", "\n".join(render_against(r) for r in results))
+    return results
+
+
 def write_summary(out: Path, commands: list[str] | None = None) -> dict:
     runs = [summarize_run(out / s, s) for s in SOURCES if RunFolder(out / s).exists()]
     summary = {"runs": runs, "commands": commands or []}
@@ -299,9 +359,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (repeatable)")
     ap.add_argument("--time-budget", type=float, default=None, help="seconds after which no new trial starts")
     ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary of the runs in --out")
+    ap.add_argument("--against", type=Path, default=None, metavar="BASE",
+                    help="only write --out/against.md: each cell of --out's runs beside the same cell of BASE's")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    commands = [" ".join(["tsflash", *sweep_argv(s, args, None)]) for s in SOURCES]
+    if args.against is not None:
+        write_against(args.out, args.against)
+        log.info("against: %s", args.out / "against.md")
+        return 0
+    commands = [shlex.join(["tsflash", *sweep_argv(s, args, None)]) for s in SOURCES]
     if not args.summary_only:
         t0 = time.monotonic()
         for source in args.order:

@@ -133,6 +133,38 @@ def test_summary_of_the_toy_runs(toy_runs, controls, tmp_path):
     assert "tsflash sweep --data synthetic:long-memory:0 --lengths 16,32,128" in md  # how to rerun it
 
 
+def test_an_arm_beside_its_base_run(toy_runs, controls, tmp_path):
+    """--against: an arm (one knob changed, fewer cells) beside the same cells of the base run."""
+    import shutil
+
+    base, arm = tmp_path / "base", tmp_path / "arm"
+    (base / "long-memory").parent.mkdir()
+    (base / "long-memory").symlink_to(toy_runs["long-memory"])
+    shutil.copytree(toy_runs["long-memory"], arm / "long-memory")
+    cfg = json.loads((arm / "long-memory" / "config.json").read_text())
+    cfg["train"]["patience"] += 3
+    (arm / "long-memory" / "config.json").write_text(json.dumps(cfg))
+    kept = sorted((arm / "long-memory" / "cells" / "n128").glob("*.cell.json"))[0]
+    for path in (arm / "long-memory" / "cells").glob("n*/*.cell.json"):
+        if path != kept:
+            path.unlink()
+    cell = json.loads(kept.read_text())
+    cell["metrics"]["log_loss"] -= 0.01
+    kept.write_text(json.dumps(cell))
+    assert controls.main(["--out", str(arm), "--against", str(base)]) == 0
+    (result,) = json.loads((arm / "against.json").read_text())
+    assert result["changed"] == {"train.patience": [cfg["train"]["patience"] - 3, cfg["train"]["patience"]]}
+    (row,) = result["cells"]
+    assert row["n"] == 128 and row["cell"] == kept.name.removesuffix(".cell.json")
+    assert row["arm_log_loss"] == pytest.approx(row["base_log_loss"] - 0.01)
+    assert row["arm_hit_rate"] == row["base_hit_rate"] and row["arm_found"] == row["base_found"]
+    md = (arm / "against.md").read_text()
+    assert "changed: `train.patience`" in md and f"| 128 | {row['cell']} |" in md
+    assert not (arm / "summary.md").exists()  # --against writes only its comparison
+    with pytest.raises(SystemExit, match="no control run in both"):
+        controls.main(["--out", str(tmp_path / "empty"), "--against", str(base)])
+
+
 # ---------------------------------------------------------------------------------------------
 # The summary's arithmetic on hand-made cells
 

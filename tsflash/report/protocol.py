@@ -252,7 +252,9 @@ def build(rd: RunData, nums: Numbers, out_dir: Path) -> dict:
                         "evaluation windows of the cut's length, so a cut bar sees cut/2..cut bars of context. "
                         "Paired test of the log-loss difference: the seeds of a fold share its test bars, so they "
                         "are averaged per fold, and t is the two-sided one-sample t over the fold means (folds "
-                        "where far context helps: fold means below 0).")}
+                        "where far context helps: fold means below 0). Two cautions: the log-loss includes the "
+                        "flat-vs-move part, which a longer window can improve through volatility alone, with no "
+                        "direction skill; and a cut model sees less context than it was trained with.")}
     if _validated(cfg) and any((c["cost"].get("curve") or {}).get("step") for cs in per_n.values() for c in cs):
         out["intro"] = (f"Every N was trained under one rule: {SIGNAL}. The curves show where each N's validation "
                         "loss stopped improving; the table gives the restored best step and the last step trained.")
