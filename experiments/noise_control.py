@@ -426,9 +426,11 @@ def render_markdown(summary: dict, meta: dict | None = None) -> str:
         items = []
         for key, text in (("started", "started (UTC)"), ("runtime_s", "runtime (s)"),
                           ("mean_sweep_s", "mean time per sweep (s)"), ("git_commit", "git commit"),
-                          ("machine", "machine")):
+                          ("machine", "machine"), ("reused_seeds", "seeds whose finished runs were reused from the "
+                                                      "work folder, reports rebuilt, not retrained (runtime is the re-scoring)")):
             if meta.get(key) is not None:
                 val = meta[key]
+                val = ", ".join(map(str, val)) if isinstance(val, list) else val
                 items.append(f"- {text}: {val:.0f}" if isinstance(val, float) else f"- {text}: {val}")
         lines += items + [""]
     return "\n".join(lines)
@@ -454,6 +456,9 @@ def sweep_argv(seed: int, fee_bps: float, run_dir: Path, args) -> list[str]:
     return argv
 
 
+REUSED = "reused"  # train_one's word for a finished run taken from the work folder as it is
+
+
 def _is_finished(run_dir: Path) -> bool:
     try:
         return json.loads((run_dir / "run.json").read_text()).get("status") == "complete"
@@ -465,8 +470,11 @@ def train_one(seed: int, fee_bps: float, workdir: Path, args) -> tuple[Path, str
     """Run (or reuse) one seed's sweep at `fee_bps`; returns (run folder, error or None)."""
     run_dir = workdir / f"seed{seed}"
     if _is_finished(run_dir) and (run_dir / "results.json").exists():
-        log.info("seed %d: reusing the finished run %s", seed, run_dir)
-        return run_dir, None
+        from tsflash.report import build_report
+
+        log.info("seed %d: reusing the finished run %s (its report rebuilt with this code's rules)", seed, run_dir)
+        build_report(run_dir)
+        return run_dir, REUSED
     argv = sweep_argv(seed, fee_bps, run_dir, args)
     run_dir.mkdir(parents=True, exist_ok=True)
     log.info("seed %d: %s", seed, shlex.join(argv[1:]))
@@ -506,19 +514,24 @@ def score_one(run_dir: Path, seed: int, fee_bps: float, run_fee_bps: float) -> d
 
 
 def run_all(seeds: list[int], fees: list[float], workdir: Path, args) -> tuple[list[dict], list[float]]:
-    """Every (fee, seed) row and the seconds of each sweep: one training per seed, at fees[0]."""
+    """Every (fee, seed) row and the seconds of each sweep trained here (one per seed, at fees[0];
+    a finished run reused from the work folder has no row in the seconds)."""
     rows, secs = [], []
     for seed in seeds:
         t0 = time.monotonic()
         run_dir, error = train_one(seed, fees[0], workdir, args)
-        secs.append(time.monotonic() - t0)
+        reused = error == REUSED
+        error = None if reused else error
+        if not reused:
+            secs.append(time.monotonic() - t0)
         for fee in fees:
             if error:
                 rows.append({"fee_bps": float(fee), "seed": seed, "ok": False, "error": error})
                 continue
             t1 = time.monotonic()
             row = score_one(run_dir, seed, fee, fees[0])
-            row["seconds"] = (time.monotonic() - t1) + (secs[-1] if fee == fees[0] else 0.0)
+            row["seconds"] = (time.monotonic() - t1) + (secs[-1] if fee == fees[0] and not reused else 0.0)
+            row["reused"] = reused
             rows.append(row)
     return rows, secs
 
@@ -567,6 +580,7 @@ def _meta(argv: list[str] | None, args, fees: list[float], seeds: list[int], sta
         "started": started,
         "runtime_s": runtime,
         "mean_sweep_s": statistics.fmean(secs) if secs else None,
+        "reused_seeds": sorted({r["seed"] for r in rows if r.get("reused")}) or None,
         "seeds": seeds,
         "fees_bps": fees,
         "lengths": args.lengths,

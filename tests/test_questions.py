@@ -35,13 +35,16 @@ def _world(seed: int = 0):
 def _forecast(kind: str, q, rng) -> np.ndarray:
     if kind == "skill":  # knows the direction, not more about volatility than the prior
         return np.column_stack([2 / 3 * (1 - q), np.full_like(q, 1 / 3), 2 / 3 * q])
+    if kind == "half":  # half-way between the skilled forecast and the prior
+        return (_forecast("skill", q, rng) + 1 / 3) / 2
     jitter = rng.uniform(-0.02, 0.02, len(q)) * (12 if kind == "wild" else 1)  # no skill: noise around the prior
     return np.column_stack([1 / 3 - jitter, np.full_like(q, 1 / 3), 1 / 3 + jitter])
 
 
-def add_cells(run, skilled: set[int], seed: int = 0, wild: frozenset[int] = frozenset()):
-    """Per-bar cells for make_run's folder: N in `skilled` knows the direction, the rest do not (N in
-    `wild` strays far from the prior: no skill, a larger loss)."""
+def add_cells(run, skilled: set[int], seed: int = 0, wild: frozenset[int] = frozenset(),
+              half: frozenset[int] = frozenset()):
+    """Per-bar cells for make_run's folder: N in `skilled` knows the direction, N in `half` half as
+    well, the rest not at all (N in `wild` strays far from the prior: no skill, a larger loss)."""
     rng, q, y = _world(seed)
     t = np.arange(len(y), dtype=np.int64) * US_PER_BAR + 1_700_000_000_000_000 // 86_400_000_000 * 86_400_000_000
     per_fold = DAYS_PER_FOLD * BARS_PER_DAY
@@ -54,7 +57,8 @@ def add_cells(run, skilled: set[int], seed: int = 0, wild: frozenset[int] = froz
                  gross_returns=np.zeros(per_fold), net_returns=np.zeros(per_fold), next_ret=np.zeros(per_fold))
 
     for n in LENGTHS:
-        probs = _forecast("skill" if n in skilled else "wild" if n in wild else "noise", q, rng)
+        kind = "skill" if n in skilled else "half" if n in half else "wild" if n in wild else "noise"
+        probs = _forecast(kind, q, rng)
         for fold in range(2):
             save(run / "cells" / f"n{n}" / f"fold{fold}-seed0.npz", probs, fold)
     for name in ("prior", "logreg"):
@@ -118,6 +122,20 @@ def test_the_paired_test_is_diebold_mariano_on_daily_loss_sums(tmp_path):
     assert p.mean_diff == pytest.approx(ref.mean_diff, rel=1e-12) and p.se == pytest.approx(ref.se, rel=1e-12)
     assert p.mean_diff == pytest.approx((a.sum() - b.sum()) / n.sum(), rel=1e-12)  # the per-bar mean difference
     assert p.lo == pytest.approx(p.mean_diff - 1.959963984540054 * p.se)
+
+
+def test_a_longer_context_that_wins_answers_better_even_when_another_loses(tmp_path):
+    """The positive control's shape: the shortest N has some skill, one longer N none (worse, and it
+    counts: N=32 beats the prior), the longest N more (better). The answer is "better", mixed."""
+    run = add_cells(make_run(tmp_path, drift=0.0), skilled={256}, half=frozenset({32, 128}))
+    fq = compute(load_run(run)).forecast
+    by = {(p.series, p.reference, p.score): p for p in fq.comparisons}
+    assert fq.counts(by[("n256", "n32", "direction")]) and by[("n256", "n32", "direction")].mean_diff < 0
+    assert fq.counts(by[("n64", "n32", "direction")]) and by[("n64", "n32", "direction")].mean_diff > 0
+    assert fq.answer == "better" and fq.mixed
+    text = forecast_sentence(fq)
+    assert text.startswith("Longer context forecasts better: against N=32, lower loss for N=256 on the ")
+    assert "; but not at every length: higher loss for N=64 on the " in text
 
 
 @pytest.mark.parametrize("skilled, answer", [(set(), "no better"), ({32}, "worse")])

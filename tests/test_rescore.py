@@ -108,14 +108,17 @@ def test_the_noise_control_trains_each_seed_once_and_rescores(run, tmp_path):
     spec.loader.exec_module(nc)
     seed0 = tmp_path / "seed0"
     shutil.copytree(run, seed0, ignore=shutil.ignore_patterns("rescored"))
-    rows, _ = nc.run_all([0], [5.0, 0.0], tmp_path, nc._parser().parse_args([]))
-    assert [(r["fee_bps"], r["seed"], r["ok"]) for r in rows] == [(5.0, 0, True), (0.0, 0, True)]
+    (seed0 / "questions.json").write_text('{"forecast": {"answer": "stale"}}')  # a report of older rules
+    rows, secs = nc.run_all([0], [5.0, 0.0], tmp_path, nc._parser().parse_args([]))
+    assert [(r["fee_bps"], r["seed"], r["ok"], r["reused"]) for r in rows] == [(5.0, 0, True, True), (0.0, 0, True, True)]
+    assert secs == []  # nothing trained here: no sweep time to report
+    assert json.loads((seed0 / "questions.json").read_text())["forecast"]["answer"] != "stale"  # rebuilt
     assert len(json.loads((seed0 / "run.json").read_text())["invocations"]) == 1  # no second training
     zero = json.loads((seed0 / "rescored" / "fee-0bps" / "results.json").read_text())
     assert zero["setup"]["config"]["eval"]["fee_bps"] == 0.0
     zero_q = json.loads((seed0 / "rescored" / "fee-0bps" / "questions.json").read_text())
-    assert {k: v for k, v in rows[1].items() if k not in ("seconds", "git_commit")} == nc.row_from_results(zero, 0.0, 0,
-                                                                                                          zero_q)
+    assert {k: v for k, v in rows[1].items() if k not in ("seconds", "git_commit", "reused")} == nc.row_from_results(
+        zero, 0.0, 0, zero_q)
     assert rows[0]["q1_available"] and rows[0]["q1_answer"] == rows[1]["q1_answer"]  # forecasts do not pay fees
     assert rows[0]["q2_strategy"] == "horizon"
     five = json.loads((seed0 / "results.json").read_text())

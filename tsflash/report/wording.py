@@ -207,11 +207,10 @@ def forecast_sentence(fq) -> str:
     worse = [p for p in vs if fq.counts(p) and p.mean_diff > 0]
     if fq.answer == "better":
         head = f"Longer context forecasts better: against {shortest}, lower loss for " + "; ".join(map(_comparison, better))
+        if fq.mixed:
+            head += f"; but not at every length: higher loss for " + "; ".join(map(_comparison, worse))
     elif fq.answer == "worse":
         head = f"Longer context forecasts worse: against {shortest}, higher loss for " + "; ".join(map(_comparison, worse))
-    elif fq.mixed:
-        head = (f"Longer context forecasts no better: against {shortest} the significant differences go both ways "
-                f"(lower loss: {'; '.join(map(_comparison, better))}; higher loss: {'; '.join(map(_comparison, worse))})")
     elif fq.unskilled:
         head = ("Longer context forecasts no better: " + "; ".join(
             f"{_comparison(p)} differs from {shortest}, but {label(winner(p))}, the lower loss, does not beat the "
