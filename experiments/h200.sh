@@ -4,7 +4,7 @@
 #
 #   bash experiments/h200.sh bench     # attention crossover, precision oracle, training-step MFU -> reports/bench/
 #   bash experiments/h200.sh sweep     # the real sweep; resumable, so run it again until it reports "done"
-#   bash experiments/h200.sh scaling   # the default sweep on 1 GPU, then on all GPUs -> reports/bench/scaling.md
+#   bash experiments/h200.sh scaling   # the default sweep on 1 GPU, then on all GPUs -> reports/bench/scaling.md (resumable)
 #   bash experiments/h200.sh mfu       # training-step MFU, eager vs torch.compile modes, and auto's kernel per N -> reports/bench/mfu.md
 #
 # Inputs carried into the checkout (git-ignored): .whl/ (optuna and its 4 dependencies, Python 3.12
@@ -51,24 +51,37 @@ case "${1:-}" in
     # this machine (--devices all: one worker per GPU, each pulling (N, fold, seed) cells); the
     # wall-clock of the whole command (start-up, data, cells, precision check, report). Rows go
     # to reports/bench/scaling.json and .md (a row per GPU count and lengths, replaced on a rerun).
-    # SCALING_GPUS="1" or "all" runs one of the two (each fits a 10-minute call on its own).
+    # SCALING_GPUS="1" or "all" runs one of the two. Resumable: the 1-GPU default sweep takes about
+    # 13.5 minutes, more than one call, so each invocation stops starting cells after
+    # SCALING_BUDGET_S, adds its wall-clock to the run folder's scaling-seconds.json and returns
+    # $OUT/state-scaling.tar; carry it back as .carry/state-scaling.tar and call again until the log
+    # says "complete". SCALING_FRESH=1 starts a measurement over (the run folders are deleted).
     SCALING_LENGTHS=${SCALING_LENGTHS:-512,4096,32768}
     K=$(python3 -c "import torch; print(torch.cuda.device_count())")
+    t_call=$(date +%s)
     for gpus in ${SCALING_GPUS:-1 all}; do
       if [ "$gpus" = 1 ]; then devs=cuda:0; n=1; else devs=all; n=$K; fi
       [ "$gpus" != 1 ] && [ "$K" = 1 ] && { echo "one GPU only: no multi-GPU row"; continue; }
       run=runs/scaling-$n-gpu
-      rm -rf "$run"
+      [ "${SCALING_FRESH:-0}" = 1 ] && rm -rf "$run"
+      if [ -f "$run/run.json" ] && python3 -c "import json,sys; sys.exit(json.load(open('$run/run.json')).get('status') != 'complete')"; then
+        echo "$n GPU(s): complete in an earlier call"; continue
+      fi
+      left=$(( ${SCALING_LIMIT_S:-570} - ($(date +%s) - t_call) ))
+      [ "$left" -lt 120 ] && { echo "$n GPU(s): no time left in this call"; continue; }
+      budget=$(( left - 110 ))
       t0=$(date +%s.%N)
-      timeout --signal=INT 580 python3 -m tsflash.cli sweep --lengths "$SCALING_LENGTHS" --data .carry/data \
-        --devices "$devs" --preset full --out "$run" ${SCALING_ARGS:-} > "$OUT/scaling-$n.log" 2>&1
+      timeout --signal=INT "$left" python3 -m tsflash.cli sweep --lengths "$SCALING_LENGTHS" --data .carry/data \
+        --devices "$devs" --preset full --out "$run" --time-budget "$budget" ${SCALING_ARGS:-} >> "$OUT/scaling-$n.log" 2>&1
       echo "sweep on $n GPU(s) exit: $?"
       t1=$(date +%s.%N)
       tail -3 "$OUT/scaling-$n.log"
-      python3 -c "from pathlib import Path; from tsflash.bench import record_scaling
-print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, $t1 - $t0, '$SCALING_LENGTHS').read_text())"
+      python3 -c "from pathlib import Path; from tsflash.bench import add_scaling_time, record_scaling
+total, calls = add_scaling_time(Path('$run'), $t1 - $t0)
+print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total, '$SCALING_LENGTHS', calls).read_text())"
     done
     tar cf "$OUT/scaling.tar" reports/bench/scaling.json reports/bench/scaling.md
+    tar cf "$OUT/state-scaling.tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' runs/scaling-*-gpu 2>/dev/null
     ;;
   mfu)
     # Training-step MFU (one FLOPs rule) at N = 512, 4096, 32768 for eager, torch.compile "default"

@@ -316,5 +316,12 @@ def test_scaling_rows_speed_up_and_efficiency(tmp_path):
     bench.record_scaling(path, runs[2], 2, 110.0, "512,4096,32768")
     md = bench.record_scaling(path, runs[2], 2, 105.0, "512,4096,32768").read_text()  # a rerun replaces its row
     lines = md.splitlines()
-    assert lines[2] == "| 1 | 512,4096,32768 | 200 | 16 | 4.8 | 1.00x | 100% |"
-    assert lines[3] == "| 2 | 512,4096,32768 | 105 | 16 | 9.1 | 1.90x | 95% |" and len(lines) == 4
+    assert lines[2] == "| 1 | 512,4096,32768 | 200 | 1 | 16 | 4.8 | 1.00x | 100% |"
+    assert lines[3] == "| 2 | 512,4096,32768 | 105 | 1 | 16 | 9.1 | 1.90x | 95% |" and len(lines) == 4
+    # a 1-GPU sweep resumed over three device calls: their wall-clocks add up
+    assert bench.add_scaling_time(runs[1], 120.0) == (120.0, 1)
+    assert bench.add_scaling_time(runs[1], 60.5) == (180.5, 2)
+    total, calls = bench.add_scaling_time(runs[1], 29.5)
+    md = bench.record_scaling(path, runs[1], 1, total, "512,4096,32768", calls).read_text()
+    assert md.splitlines()[2] == "| 1 | 512,4096,32768 | 210 | 3 | 16 | 4.6 | 1.00x | 100% |"
+    assert md.splitlines()[3].startswith("| 2 | 512,4096,32768 | 105 | 1 | 16 | 9.1 | 2.00x | 100% |")

@@ -593,29 +593,46 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
 
 
 def scaling_markdown(rows: list[dict]) -> str:
-    """The scaling table from rows {"gpus", "seconds", "cells", "lengths", "complete"}: wall-clock,
-    cells per minute, speed-up and efficiency (T1 / (K * TK)) against the 1-GPU row of the same lengths."""
-    lines = ["| GPUs | lengths | wall-clock s | cells | cells per minute | speed-up | efficiency |",
-             "|---|---|---|---|---|---|---|"]
+    """The scaling table from rows {"gpus", "seconds", "cells", "lengths", "complete"[, "invocations"]}:
+    wall-clock, cells per minute, speed-up and efficiency (T1 / (K * TK)) against the 1-GPU row of
+    the same lengths. A row measured over several invocations (a sweep resumed across device calls)
+    sums their wall-clocks, each with its own start-up, and says how many."""
+    lines = ["| GPUs | lengths | wall-clock s | invocations | cells | cells per minute | speed-up | efficiency |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["lengths"], r["gpus"])):
         one = next((o for o in rows if o["gpus"] == 1 and o["lengths"] == r["lengths"] and o["complete"]), None)
         speedup = one["seconds"] / r["seconds"] if one and r["complete"] else None
         lines.append(f"| {r['gpus']} | {r['lengths']} | {r['seconds']:.0f}{'' if r['complete'] else ' (unfinished)'} | "
-                     f"{r['cells']} | {r['cells'] / r['seconds'] * 60:.1f} | {_fmt(speedup, '.2f')}x | "
-                     f"{_fmt(None if speedup is None else speedup / r['gpus'], '.0%')} |")
+                     f"{r.get('invocations', 1)} | {r['cells']} | {r['cells'] / r['seconds'] * 60:.1f} | "
+                     f"{_fmt(speedup, '.2f')}x | {_fmt(None if speedup is None else speedup / r['gpus'], '.0%')} |")
     return "\n".join(lines) + "\n"
 
 
-def record_scaling(path: Path, run_dir: Path, gpus: int, seconds: float, lengths: str) -> Path:
+SCALING_TIMES = "scaling-seconds.json"  # in the run folder: the wall-clock of each invocation
+
+
+def add_scaling_time(run_dir: Path, seconds: float) -> tuple[float, int]:
+    """Append one invocation's wall-clock to the run folder's SCALING_TIMES; returns (total seconds,
+    invocations) so far. A measurement that needs several device calls adds them up."""
+    import json
+
+    path = Path(run_dir) / SCALING_TIMES
+    times = json.loads(path.read_text())["seconds"] if path.exists() else []
+    times.append(float(seconds))
+    write_json(path, {"seconds": times})
+    return sum(times), len(times)
+
+
+def record_scaling(path: Path, run_dir: Path, gpus: int, seconds: float, lengths: str, invocations: int = 1) -> Path:
     """Add (or replace) the row of `gpus` GPUs and these lengths in `path` (scaling.json beside
-    scaling.md) from a finished sweep's folder, and rewrite scaling.md."""
+    scaling.md) from a sweep's folder (unfinished rows are marked), and rewrite scaling.md."""
     import json
 
     from tsflash.runfolder import RunFolder
 
     folder = RunFolder(run_dir)
-    row = {"gpus": gpus, "seconds": seconds, "cells": folder.n_finished_cells(), "lengths": lengths,
-           "complete": folder.is_complete(), "run": str(run_dir)}
+    row = {"gpus": gpus, "seconds": seconds, "invocations": invocations, "cells": folder.n_finished_cells(),
+           "lengths": lengths, "complete": folder.is_complete(), "run": str(run_dir)}
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     rows = [r for r in rows if (r["gpus"], r["lengths"]) != (gpus, lengths)] + [row]
     write_json(path, {"rows": rows})
