@@ -4,7 +4,6 @@ nothing written) and its resume after SIGKILL."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import signal

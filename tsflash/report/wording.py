@@ -208,7 +208,7 @@ def forecast_sentence(fq) -> str:
     if fq.answer == "better":
         head = f"Longer context forecasts better: against {shortest}, lower loss for " + "; ".join(map(_comparison, better))
         if fq.mixed:
-            head += f"; but not at every length: higher loss for " + "; ".join(map(_comparison, worse))
+            head += "; but not at every length: higher loss for " + "; ".join(map(_comparison, worse))
     elif fq.answer == "worse":
         head = f"Longer context forecasts worse: against {shortest}, higher loss for " + "; ".join(map(_comparison, worse))
     elif fq.unskilled:
