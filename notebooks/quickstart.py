@@ -16,7 +16,7 @@
 #
 # Where a researcher starts: build the package's `CausalTransformer`, train a tiny one on a slice
 # of 1-minute bars (or load a saved one), read up/flat/down probabilities for a window, and plot
-# the published sweep's cost and benefit against the context length N.
+# the published sweeps' two answers, cost and benefit against the context length N.
 #
 # Data: the bar store in `data/` (fill it with `tsflash data fetch ...` or `tsflash data import
 # FOLDER`), or another store named by the environment variable `TSFLASH_DATA`. Without bars for
@@ -129,43 +129,53 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# ## The published answer: cost and benefit against N
-# The sweep committed under `reports/h200-btcusdt-1m/` (H200, BTCUSDT 1m 2021-01..2025-06, five
-# walk-forward folds). `results.json` holds everything the report shows; here is its cost/benefit
-# core, next to the logistic-regression baseline.
+# ## The published answer: two questions, cost and benefit against N
+# The second edition, committed under `reports/h200-btcusdt-1m-second-edition/` (one H200,
+# BTCUSDT 1m 2021-01..2025-06, five walk-forward folds, three seeds, each N at its own validated
+# optimum): `questions.json` holds the two answers with every paired test, `results.json` everything
+# the report shows. Beside it, the first edition (`reports/h200-btcusdt-1m/`: one seed, a fixed
+# 200-step budget, N up to 131072).
 
 # %%
-run = REPO / "reports" / "h200-btcusdt-1m"
-results = json.loads((run / "results.json").read_text())
-print(results["verdict_sentence"])
+editions = {"second edition": REPO / "reports" / "h200-btcusdt-1m-second-edition",
+            "first edition": REPO / "reports" / "h200-btcusdt-1m"}
+questions = json.loads((editions["second edition"] / "questions.json").read_text())
+print("1. forecasting:", questions["forecast"]["sentence"].split(". Against")[0] + ".")
+print("2. trading:", questions["trading"]["sentence"])
 
-per_n = sorted(results["per_configuration"], key=lambda r: r["n"])
-ns = [r["n"] for r in per_n]
-logreg = results["baselines"]["baseline-logreg"]
-
+results = {name: json.loads((path / "results.json").read_text()) for name, path in editions.items()}
 fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
-axes[0].plot(ns, [r["tokens_per_s"] / 1e6 for r in per_n], "o-")
+for k, (name, res) in enumerate(results.items()):
+    per_n = sorted(res["per_configuration"], key=lambda r: r["n"])
+    ns = [r["n"] for r in per_n]
+    style = dict(marker="o", color=f"C{k}", label=name)
+    axes[0].plot(ns, [r["tokens_per_s"] / 1e6 for r in per_n], **style)
+    axes[1].plot(ns, [r["peak_memory_bytes"] / 2**30 for r in per_n], **style)
+    for r in per_n:
+        print(f"{name}, N={r['n']:>6}: acc {r['accuracy']:.4f}  log-loss {r['log_loss']:.4f}  "
+              f"{r['tokens_per_s'] / 1e6:.2f} M tok/s  {r['tflops']:.0f} TFLOP/s  kernel {r['backend']}")
+# The benefit as the paired tests see it: each N's per-bar log-loss minus the reference's on the
+# same test bars, with its 95 % interval (the fold-to-fold spread of the raw losses is far wider)
+for k, ref in enumerate(["n512", "baseline-logreg"]):
+    comps = sorted((c for c in questions["forecast"]["comparisons"] if c["reference"] == ref and c["score"] == "log_loss"),
+                   key=lambda c: int(c["series"][1:]))
+    xs = [int(c["series"][1:]) for c in comps]
+    mean = np.array([c["mean_diff"] for c in comps])
+    err = [mean - [c["lo"] for c in comps], [c["hi"] for c in comps] - mean]
+    axes[2].errorbar(xs, mean, yerr=err, marker="o", capsize=4, color=f"C{k + 2}",
+                     label=f"minus {'N=512' if ref == 'n512' else 'logistic regression'}")
 axes[0].set_ylabel("training throughput (M tokens/s)")
 axes[0].set_title("cost: throughput")
-axes[1].plot(ns, [r["peak_memory_bytes"] / 2**30 for r in per_n], "o-")
 axes[1].set_ylim(bottom=0)
 axes[1].set_ylabel("peak GPU memory (GiB)")
 axes[1].set_title("cost: memory (flat: fused attention)")
-axes[2].errorbar(ns, [r["log_loss"] for r in per_n], yerr=[r["log_loss_std"] for r in per_n], fmt="o-", capsize=4,
-                 label="transformer (mean ± fold s.d.)")
-axes[2].axhline(logreg["log_loss"], linestyle="--", color="C3", label="logistic regression")
-axes[2].axhline(np.log(3), linestyle=":", color="gray", label="uniform guess")
-axes[2].set_ylabel("out-of-sample log-loss (nats)")
-axes[2].set_title("benefit: log-loss (lower is better)")
-axes[2].legend(fontsize=8)
+axes[2].axhline(0, color="black", linewidth=0.8)
+axes[2].set_ylabel("log-loss difference per bar (nats)")
+axes[2].set_title("benefit, second edition (< 0: N better)")
 for ax in axes:
     ax.set_xscale("log", base=2)
-    ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlabel("context length N (bars)")
     ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
 fig.tight_layout()
 plt.show()
-
-for r in per_n:
-    print(f"N={r['n']:>6}: acc {r['accuracy']:.4f}  log-loss {r['log_loss']:.4f}  "
-          f"{r['tokens_per_s'] / 1e6:.2f} M tok/s  {r['tflops']:.0f} TFLOP/s  kernel {r['backend']}")

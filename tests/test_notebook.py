@@ -37,5 +37,6 @@ def test_notebook_executes_on_cpu(monkeypatch, tmp_path):
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "attention kernel that ran: flash" in text  # the CPU fused kernel, proven by the model
     assert "last bar:" in text and "N=131072" in text  # probabilities, and the published results read back
+    assert "1. forecasting: Longer context forecasts" in text and "2. trading: " in text
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
