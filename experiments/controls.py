@@ -285,6 +285,16 @@ def render_against(result: dict) -> str:
              f"{changed}. Only the cells the arm has are compared."
              + (" `train.steps` is also the length of the cosine learning-rate schedule, so the arm's rate decays "
                 "more slowly too." if "train.steps" in result["changed"] else ""), ""]
+    if not result["changed"]:
+        lines += ["Nothing changed: the arm is a rerun of the same cells, so the differences are run-to-run noise "
+                  "(on a GPU: kernels whose floating-point sums are not deterministic, such as the fused "
+                  "attention's backward, or code changes that should not matter).", ""]
+    if result["cells"]:
+        d = np.array([r["arm_log_loss"] - r["base_log_loss"] for r in result["cells"]])
+        moved = sum(r["arm_best_step"] != r["base_best_step"] for r in result["cells"])
+        lines += [f"Test log-loss, arm minus base over {len(d)} cells: mean {_f(float(d.mean()), '+.5f')}, mean absolute "
+                  f"{_f(float(np.abs(d).mean()), '.5f')}, largest absolute {_f(float(np.abs(d).max()), '.5f')}; the best "
+                  f"step moved in {moved} of {len(d)}.", ""]
     if result["found_bar"] is not None:
         lines += [f"Found the echo: direction hit rate >= {_f(result['found_bar'])} (half-way from a coin flip to the "
                   f"oracle's {_f(result['oracle_hit_rate'])}).", ""]

@@ -160,6 +160,8 @@ def test_an_arm_beside_its_base_run(toy_runs, controls, tmp_path):
     assert row["arm_hit_rate"] == row["base_hit_rate"] and row["arm_found"] == row["base_found"]
     md = (arm / "against.md").read_text()
     assert "changed: `train.patience`" in md and f"| 128 | {row['cell']} |" in md
+    assert "Test log-loss, arm minus base over 1 cells: mean -0.01000, mean absolute 0.01000" in md
+    assert "Nothing changed" not in md
     assert not (arm / "summary.md").exists()  # --against writes only its comparison
     with pytest.raises(SystemExit, match="no control run in both"):
         controls.main(["--out", str(tmp_path / "empty"), "--against", str(base)])
