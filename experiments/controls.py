@@ -257,7 +257,8 @@ def render_markdown(summary: dict) -> str:
 def against(arm: Path, base: Path, source: str) -> dict:
     """Each cell of the arm's run beside the same (N, fold, seed) cell of the base run: stopping,
     test log-loss and direction hit rate, and whether each found the echo (long-memory)."""
-    arm_summary, base_summary = summarize_run(arm / source, source), summarize_run(base / source, source)
+    arm_summary = summarize_run(arm / source, source, with_oracle=False)  # the same market: the base's oracle
+    base_summary = summarize_run(base / source, source)
     oracle = (base_summary.get("oracle") or {}).get("hit_rate")
     bar = None if oracle is None else 0.5 + (oracle - 0.5) / 2
     rows = []

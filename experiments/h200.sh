@@ -64,7 +64,7 @@ case "${1:-}" in
       [ "$gpus" != 1 ] && [ "$K" = 1 ] && { echo "one GPU only: no multi-GPU row"; continue; }
       run=runs/scaling-$n-gpu
       [ "${SCALING_FRESH:-0}" = 1 ] && rm -rf "$run"
-      if [ -f "$run/run.json" ] && python3 -c "import json,sys; sys.exit(json.load(open('$run/run.json')).get('status') != 'complete')"; then
+      if python3 -c "import sys; from tsflash.runfolder import RunFolder as R; f = R('$run'); sys.exit(not (f.exists() and f.is_complete()))"; then
         echo "$n GPU(s): complete in an earlier call"; continue
       fi
       left=$(( ${SCALING_LIMIT_S:-570} - ($(date +%s) - t_call) ))

@@ -456,9 +456,6 @@ def sweep_argv(seed: int, fee_bps: float, run_dir: Path, args) -> list[str]:
     return argv
 
 
-REUSED = "reused"  # train_one's word for a finished run taken from the work folder as it is
-
-
 def _is_finished(run_dir: Path) -> bool:
     try:
         return json.loads((run_dir / "run.json").read_text()).get("status") == "complete"
@@ -466,15 +463,16 @@ def _is_finished(run_dir: Path) -> bool:
         return False
 
 
-def train_one(seed: int, fee_bps: float, workdir: Path, args) -> tuple[Path, str | None]:
-    """Run (or reuse) one seed's sweep at `fee_bps`; returns (run folder, error or None)."""
+def train_one(seed: int, fee_bps: float, workdir: Path, args) -> tuple[Path, str | None, bool]:
+    """Run (or reuse) one seed's sweep at `fee_bps`; returns (run folder, error or None, reused: a
+    finished run taken from the work folder, its report rebuilt with this code's rules)."""
     run_dir = workdir / f"seed{seed}"
     if _is_finished(run_dir) and (run_dir / "results.json").exists():
         from tsflash.report import build_report
 
         log.info("seed %d: reusing the finished run %s (its report rebuilt with this code's rules)", seed, run_dir)
         build_report(run_dir)
-        return run_dir, REUSED
+        return run_dir, None, True
     argv = sweep_argv(seed, fee_bps, run_dir, args)
     run_dir.mkdir(parents=True, exist_ok=True)
     log.info("seed %d: %s", seed, shlex.join(argv[1:]))
@@ -486,12 +484,12 @@ def train_one(seed: int, fee_bps: float, workdir: Path, args) -> tuple[Path, str
         proc = subprocess.run(argv, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
     if proc.returncode == 0 and not _is_finished(run_dir):
         log.warning("seed %d: the sweep stopped at --time-budget before finishing; run the same command again", seed)
-        return run_dir, "unfinished (time budget): run the same command again to resume"
+        return run_dir, "unfinished (time budget): run the same command again to resume", False
     if proc.returncode != 0 or not (run_dir / "results.json").exists():
         tail = (run_dir / "noise-control-stdout.txt").read_text().splitlines()[-5:]
         log.error("seed %d: sweep failed (exit %d): %s", seed, proc.returncode, " | ".join(tail))
-        return run_dir, f"exit {proc.returncode}: {tail[-1] if tail else ''}"[:200]
-    return run_dir, None
+        return run_dir, f"exit {proc.returncode}: {tail[-1] if tail else ''}"[:200], False
+    return run_dir, None, False
 
 
 def score_one(run_dir: Path, seed: int, fee_bps: float, run_fee_bps: float) -> dict:
@@ -519,9 +517,7 @@ def run_all(seeds: list[int], fees: list[float], workdir: Path, args) -> tuple[l
     rows, secs = [], []
     for seed in seeds:
         t0 = time.monotonic()
-        run_dir, error = train_one(seed, fees[0], workdir, args)
-        reused = error == REUSED
-        error = None if reused else error
+        run_dir, error, reused = train_one(seed, fees[0], workdir, args)
         if not reused:
             secs.append(time.monotonic() - t0)
         for fee in fees:

@@ -3,7 +3,13 @@ saying why, where it is absent)."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -23,3 +29,26 @@ def shared_data() -> Path:
 def shared_store(shared_data: Path) -> Path:
     """The shared folder is laid out as a canonical store root: <root>/btcusdt-1m/btcusdt-1m-YYYY.parquet."""
     return shared_data
+
+
+def load_experiment(name: str):
+    """experiments/<name>.py imported as a module (the experiment scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sigkill_when(proc: subprocess.Popen, ready: Callable[[], bool], what: str, poll: float = 0.05,
+                 limit: float = 120.0) -> None:
+    """SIGKILL `proc` as soon as `ready()` holds, failing if it ends first or `what` does not happen
+    within `limit` seconds; returns once it is dead."""
+    deadline = time.monotonic() + limit
+    try:
+        while not ready():
+            assert proc.poll() is None, f"{what}: the process ended before it could be killed"
+            assert time.monotonic() < deadline, f"{what}: not within {limit:.0f} s"
+            time.sleep(poll)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()

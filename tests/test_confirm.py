@@ -4,16 +4,15 @@ nothing written) and its resume after SIGKILL."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import sigkill_when
 
 from tsflash import cli
 from tsflash.confirm import holdout_fold, missing_days
@@ -113,15 +112,8 @@ def test_resume_after_sigkill_gives_identical_numbers(tmp_path, swept, confirmed
     shutil.copytree(swept, run)
     cmd = [sys.executable, "-m", "tsflash.cli", "confirm", str(run), *HOLD]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    try:
-        while not list(run.glob("confirm/cells/n*/*.cell.json")):  # the first model cell is saved
-            assert proc.poll() is None, "confirm ended before it could be killed"
-            assert time.monotonic() < deadline, "no confirm cell within 120 s"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
+    sigkill_when(proc, lambda: bool(list(run.glob("confirm/cells/n*/*.cell.json"))), "the first confirm cell",
+                 poll=0.02)
     assert proc.returncode == -signal.SIGKILL
     assert not (run / "confirm.json").exists()
     assert cli.main(["confirm", str(run), *HOLD]) == 0

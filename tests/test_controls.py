@@ -11,7 +11,6 @@ the random walk, with the same settings, no N may beat another.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import time
@@ -20,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import load_experiment
 
 from tsflash.config import parse_overrides
 from tsflash.sweep import SweepOptions, run_sweep
 
-SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "controls.py"
 LENGTHS = [16, 32, 128]
 SOURCES = {"long-memory": "synthetic:long-memory:1:lag=48,strength=0.3", "random-walk": "synthetic:random-walk:1"}
 TOY = [
@@ -38,10 +37,7 @@ HOUR_US = 3600 * 10**6
 
 @pytest.fixture(scope="module")
 def controls():
-    spec = importlib.util.spec_from_file_location("controls", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("controls")
 
 
 @pytest.fixture(scope="module")

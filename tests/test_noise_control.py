@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "noise_control.py"
-
+from conftest import load_experiment
 
 @pytest.fixture(scope="module")
 def nc():
-    spec = importlib.util.spec_from_file_location("noise_control", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("noise_control")
 
 
 def fake_results(selected: str, sharpes: dict, dsr, pbo, min_dsr=0.95, max_pbo=0.5) -> dict:

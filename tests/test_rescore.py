@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_experiment
 
 from tsflash import cli
 from tsflash.errors import UserError
@@ -101,11 +102,7 @@ def test_keys_that_need_retraining_are_refused(run):
 def test_the_noise_control_trains_each_seed_once_and_rescores(run, tmp_path):
     """experiments/noise_control.py: run_all reuses the finished seed-0 sweep (trained at 5 bps)
     and re-scores it at 0 bps instead of training it again."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("noise_control", REPO / "experiments" / "noise_control.py")
-    nc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(nc)
+    nc = load_experiment("noise_control")
     seed0 = tmp_path / "seed0"
     shutil.copytree(run, seed0, ignore=shutil.ignore_patterns("rescored"))
     (seed0 / "questions.json").write_text('{"forecast": {"answer": "stale"}}')  # a report of older rules

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
 import signal
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import sigkill_when
 
 from tsflash import cli
 from tsflash.config import config_from_dict, parse_lengths, parse_overrides
@@ -23,9 +23,8 @@ from tsflash.errors import UserError
 from tsflash.plan import legacy_run_key, make_run_key, resolve_config, run_hash
 from tsflash.report import SECTIONS
 from tsflash.runfolder import DEFAULT_RUNS_ROOT, find_unfinished_run, write_json
-from tsflash.store import INTERVAL_US, find_gaps
 from tsflash.sweep import SweepOptions, plan_sweep, run_sweep
-from tsflash.synthetic import parse_source, random_walk_bars
+from tsflash.synthetic import parse_source
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -140,16 +139,8 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, finished_run, d
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "tsflash.cli", *sweep_argv(data_arg, out)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    try:
-        # kill once a model cell is saved: baselines and at least one (trial, fold) are done, more remain
-        while not list(out.glob("cells/n*/*.cell.json")):
-            assert proc.poll() is None, "the sweep ended before it could be killed"
-            assert time.monotonic() < deadline, "no model cell within 120 s"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
+    # kill once a model cell is saved: baselines and at least one (trial, fold) are done, more remain
+    sigkill_when(proc, lambda: bool(list(out.glob("cells/n*/*.cell.json"))), "the first model cell")
     assert proc.returncode == -signal.SIGKILL
     n_before = len(cell_markers(out))
     assert 3 <= n_before < 6 and not (out / "report.md").exists()
@@ -293,28 +284,6 @@ def test_cells_rescore_at_another_fee(finished_run):
 
 # ---------------------------------------------------------------------------------------------
 # synthetic bars
-
-
-def test_random_walk_bars_look_like_bars():
-    n = 20_000
-    bars = random_walk_bars(n, seed=3, start="2024-01-01")
-    assert len(bars) == n
-    step = INTERVAL_US["1m"]
-    assert bars.open_time[0] == 1_704_067_200_000_000
-    assert np.all(bars.open_time % step == 0) and np.all(np.diff(bars.open_time) > 0)
-    gaps = find_gaps(bars.open_time, step)
-    assert len(gaps) == 3 and np.all((gaps.missing >= 5) & (gaps.missing <= 120))
-    assert np.all(bars.high >= np.maximum(bars.open, bars.close)) and np.all(bars.low <= np.minimum(bars.open, bars.close))
-    assert np.all(bars.low > 0) and np.array_equal(bars.open[1:], bars.close[:-1])
-    assert np.all((bars.volume == 0) == (bars.trades == 0))
-    assert np.all((bars.taker_buy_base >= 0) & (bars.taker_buy_base <= bars.volume))
-    assert bars.trades.dtype == np.int64
-    # seeded: same seed same bars, another seed other bars
-    assert np.array_equal(random_walk_bars(n, seed=3, start="2024-01-01").close, bars.close)
-    assert not np.array_equal(random_walk_bars(n, seed=4, start="2024-01-01").close, bars.close)
-    # direction unpredictable: lag-1 autocorrelation of returns indistinguishable from 0
-    r = np.diff(np.log(bars.close))
-    assert abs(np.corrcoef(r[1:], r[:-1])[0, 1]) < 4 / np.sqrt(n)
 
 
 def test_synthetic_source_parsing():

@@ -184,10 +184,10 @@ def test_the_echo_is_the_documented_recursion():
 # The bars and the source strings
 
 
-def test_long_memory_bars_look_like_bars():
-    n = 30_000
-    where = Market(start="2024-01-01")
-    bars = long_memory_bars(n, seed=3, params=LongMemory(lag=500), market=where)
+def check_bars_like_binance(bars, n: int):
+    """n 1-minute bars from 2024-01-01 on the minute grid, with 3 gaps of 5-120 minutes, consistent
+    OHLC, each bar opening at the last close, volume and trades zero together, taker volume within
+    the volume. Returns the gaps."""
     assert len(bars) == n and bars.open_time[0] == 1_704_067_200_000_000
     assert np.all(bars.open_time % STEP == 0) and np.all(np.diff(bars.open_time) > 0)
     gaps = find_gaps(bars.open_time, STEP)
@@ -196,6 +196,27 @@ def test_long_memory_bars_look_like_bars():
     assert np.all(bars.low > 0) and np.array_equal(bars.open[1:], bars.close[:-1])
     assert np.all((bars.volume == 0) == (bars.trades == 0))
     assert np.all((bars.taker_buy_base >= 0) & (bars.taker_buy_base <= bars.volume))
+    return gaps
+
+
+def test_random_walk_bars_look_like_bars():
+    n = 20_000
+    bars = random_walk_bars(n, seed=3, start="2024-01-01")
+    check_bars_like_binance(bars, n)
+    assert bars.trades.dtype == np.int64
+    # seeded: same seed same bars, another seed other bars
+    assert np.array_equal(random_walk_bars(n, seed=3, start="2024-01-01").close, bars.close)
+    assert not np.array_equal(random_walk_bars(n, seed=4, start="2024-01-01").close, bars.close)
+    # direction unpredictable: lag-1 autocorrelation of returns indistinguishable from 0
+    r = np.diff(np.log(bars.close))
+    assert abs(np.corrcoef(r[1:], r[:-1])[0, 1]) < 4 / np.sqrt(n)
+
+
+def test_long_memory_bars_look_like_bars():
+    n = 30_000
+    where = Market(start="2024-01-01")
+    bars = long_memory_bars(n, seed=3, params=LongMemory(lag=500), market=where)
+    gaps = check_bars_like_binance(bars, n)
     assert np.array_equal(long_memory_bars(n, seed=3, params=LongMemory(lag=500), market=where).close, bars.close)
     assert not np.array_equal(long_memory_bars(n, seed=4, params=LongMemory(lag=500), market=where).close, bars.close)
     # the echo lives on the time grid: across a gap the next bar carries the move through it

@@ -73,8 +73,9 @@ def write_run_json(plan: SweepPlan) -> None:
     folder = plan.folder
     meta = folder.read_run() if folder.exists() else {}
     opts = plan.options
+    commit = git_commit()
     invocations = meta.get("invocations", []) + [{"started": now_utc(), "command": opts.command, "worker": worker_id(),
-                                                 "git_commit": git_commit()}]  # a resumed run may run newer code
+                                                 "git_commit": commit}]  # a resumed run may run newer code
     meta.update({
         "run_key": plan.run_key,
         "config_hash": meta.get("config_hash", run_hash(plan.cfg)),
@@ -94,7 +95,7 @@ def write_run_json(plan: SweepPlan) -> None:
         "seeds": plan.cfg.train.seeds,
         "storage": redact(plan.storage) if plan.shared else "sqlite (run folder)/optuna.db",
         "study_name": plan.study_name,
-        "git_commit": meta.get("git_commit", git_commit()),
+        "git_commit": meta.get("git_commit", commit),
         "packages": package_versions(),
     })
     write_json(folder.run_json, meta)
