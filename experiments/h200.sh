@@ -97,16 +97,28 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # the rotary tables have one length for every N), ~40-70 s each -> ~100-160 s per mode; in all
     # ~250-370 s. The limits below (80 + 2 x 230 s = 540 s) keep the call inside 10 minutes even
     # when a compile is slow; a variant that hits its limit loses its row, not the others'.
+    # MFU_PROFILE=STEPS adds where each step's time goes (`bench train --profile`: kernel time by
+    # kind and the device's idle time); MFU_DIR (default reports/bench/mfu) is where the variant
+    # folders go, mfu.md beside it (MFU_DIR=runs/mfu for a look that publishes nothing);
+    # MFU_LIMIT_S the limit of each compiled variant (max-autotune tunes every matmul: give it more).
     T="timeout --signal=INT"
-    for mode in ${MFU_MODES:-eager default reduce-overhead}; do
-      if [ "$mode" = eager ]; then flag=""; limit=80; else flag="--compile $mode"; limit=230; fi
-      rm -f "reports/bench/mfu/$mode/train.json"  # no row of an earlier run beside this run's
+    dir=${MFU_DIR:-reports/bench/mfu}
+    profile=${MFU_PROFILE:+--profile $MFU_PROFILE}
+    # MFU_HEAD128=1 adds the variant default-head128: "default" with 2 heads of 128 instead of 4 of
+    # 64 (same parameters and FLOPs, another model: not the experiment's, a measure of the kernel).
+    for mode in ${MFU_MODES:-eager default reduce-overhead} ${MFU_HEAD128:+default-head128}; do
+      case "$mode" in
+        eager) flag=""; limit=80 ;;
+        default-head128) flag="--compile default --heads 2"; limit=${MFU_LIMIT_S:-230} ;;
+        *) flag="--compile $mode"; limit=${MFU_LIMIT_S:-230} ;;
+      esac
+      rm -f "$dir/$mode/train.json"  # no row of an earlier run beside this run's
       $T $limit python3 -m tsflash.cli bench train --device cuda --lengths "${MFU_LENGTHS:-512,4096,32768}" $flag \
-        --force --out "reports/bench/mfu/$mode" 2>&1 | tee "$OUT/mfu-$mode.log" | tail -9
+        $profile --force --out "$dir/$mode" 2>&1 | tee "$OUT/mfu-$mode.log" | tail -16
       echo "mfu $mode exit: ${PIPESTATUS[0]}"
     done
-    python3 -c "from tsflash.bench import write_mfu_markdown; print(write_mfu_markdown('reports/bench/mfu').read_text())"
-    tar cf "$OUT/mfu.tar" reports/bench/mfu reports/bench/mfu.md
+    python3 -c "from tsflash.bench import write_mfu_markdown; print(write_mfu_markdown('$dir').read_text())"
+    tar cf "$OUT/mfu.tar" "$dir" "$(dirname "$dir")/mfu.md"
     ;;
   *)
     echo "usage: bash experiments/h200.sh bench|sweep|scaling|mfu" >&2

@@ -321,8 +321,9 @@ def _cuda_call_timer(device: torch.device, dtype: torch.dtype, shape: tuple[int,
     Inputs from a private generator (the caller's random state is left alone)."""
     batch, heads, n = shape
     g = torch.Generator(device=device).manual_seed(0)
-    q, k, v, grad = (torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype, generator=g)
-                     for _ in range(4))  # (B, H, N, hd) each
+    # (B, H, N, hd) views of (B, N, H, hd) memory: the layout the model hands the kernels
+    q, k, v, grad = (torch.randn(batch, n, heads, head_dim, device=device, dtype=dtype, generator=g).transpose(1, 2)
+                     for _ in range(4))
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 

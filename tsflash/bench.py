@@ -398,15 +398,68 @@ def matmul_ceiling(device: torch.device, size: int, dtype: torch.dtype, min_time
     return 2.0 * size**3 / seconds
 
 
+# Where a training step's device time goes: the first kind whose name fragment a kernel's (on CPU:
+# an operator's) name contains. Attention first: cuDNN's attention kernels are named "...sdpa...";
+# Triton matmul templates ("triton_tem_", max-autotune) before the other Triton kernels.
+STEP_KINDS = (
+    ("attention", ("sdpa", "fmha", "flash_", "attention")),
+    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "triton_tem", "aten::mm", "aten::addmm", "aten::bmm", "aten::linear")),
+    ("optimizer", ("multi_tensor", "adam", "foreach", "lpnorm")),
+    ("fused element-wise", ("triton_",)),
+)
+OTHER_KIND = "other"  # eager element-wise and reductions, copies, memsets
+
+
+def kernel_kind(name: str) -> str:
+    """The STEP_KINDS kind of a kernel or operator name (OTHER_KIND when none matches)."""
+    low = name.lower()
+    return next((kind for kind, parts in STEP_KINDS if any(p in low for p in parts)), OTHER_KIND)
+
+
+def profile_step(step, device: torch.device, steps: int, step_s: float) -> dict:
+    """Where `steps` calls of step() spend their time, per step, from torch.profiler.
+
+    CUDA: the device time of every kernel (one stream, so kernels do not overlap), summed by
+    `kernel_kind`; "idle" is the timed step (`step_s`, measured without the profiler) minus the
+    busy time: the device waiting for the host, i.e. how launch-bound the step is. CPU: the
+    operators' own (self) time instead of kernels. Returns {"ms": {kind: ms per step}, "busy_ms",
+    "idle_ms", "top": [(name, kind, ms per step)] of the 30 longest kernels}."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+        sync(device)
+    per_name: dict[str, float] = {}  # microseconds over all profiled steps
+    if cuda:
+        for event in prof.events():
+            if event.device_type == torch.autograd.DeviceType.CUDA:
+                per_name[event.name] = per_name.get(event.name, 0.0) + event.time_range.elapsed_us()
+    else:
+        for event in prof.key_averages():
+            per_name[event.key] = per_name.get(event.key, 0.0) + event.self_cpu_time_total
+    ms = {name: us / 1e3 / steps for name, us in per_name.items() if us > 0}
+    by_kind = {kind: 0.0 for kind, _ in STEP_KINDS} | {OTHER_KIND: 0.0}
+    for name, t in ms.items():
+        by_kind[kernel_kind(name)] += t
+    busy = sum(by_kind.values())
+    top = sorted(ms.items(), key=lambda item: -item[1])[:30]
+    return {"ms": by_kind, "busy_ms": busy, "idle_ms": max(step_s * 1e3 - busy, 0.0) if cuda else None,
+            "source": "CUDA kernels" if cuda else "CPU operators (self time)",
+            "top": [(name[:120], kernel_kind(name), t) for name, t in top]}
+
+
 def measure_train_step(config, n: int, batch: int, device: torch.device, steps: int, warmup: int,
-                       compile: bool | str, seed: int) -> dict:
+                       compile: bool | str, seed: int, profile: int = 0) -> dict:
     """Seconds per full training step (forward, the model's loss, backward, clip, AdamW) of a fresh
     model with `config` (a ModelConfig) on random (batch, n) inputs: one row, OOM recorded.
 
     The model is made ready as a sweep cell's is (tsflash.fastpath.prepare): `auto` decides its
     kernel at this shape before the first step (the row keeps the decision: kernel, runner-up,
     margin, median times), and `compile` (False, True or a torch.compile mode) compiles it with
-    the eager fallback. Warm-up steps absorb compiling; the row keeps the first call's seconds."""
+    the eager fallback. Warm-up steps absorb compiling; the row keeps the first call's seconds.
+    `profile` > 0: that many more steps under torch.profiler (`profile_step`), after the timed ones."""
     from tsflash.model import CausalTransformer
 
     cuda = device.type == "cuda"
@@ -440,6 +493,8 @@ def measure_train_step(config, n: int, batch: int, device: torch.device, steps: 
         seconds = (time.perf_counter() - start) / steps
         row.update(step_s=seconds, tokens_per_s=batch * n / seconds, peak_bytes=mem.peak_bytes,
                    peak_extra_bytes=mem.peak_extra_bytes, backend=model.attention_backend_used, status="ok")
+        if profile:
+            row["profile"] = profile_step(step, device, profile, seconds)
     except Exception as exc:
         if not is_oom(exc):
             raise
@@ -464,19 +519,21 @@ def bench_train(
     ceiling_size: int | None = None,
     compile: bool | str = False,
     seed: int = 0,
+    profile: int = 0,
 ) -> dict:
     """Time full training steps (forward, loss, backward, clip, AdamW) at fixed tokens per step.
 
     CUDA: bf16 autocast and fused AdamW; CPU: float32. Inputs are random (the data pipeline is not
     what is measured). MFU is against a matmul ceiling measured in the same run and dtype.
     `compile`: False (eager), True (tsflash.fastpath.COMPILE_MODE) or a torch.compile mode.
+    `profile` > 0: each row also says where its step's time goes (`profile_step`, that many steps).
     """
     from tsflash.model import ModelConfig
 
     lengths = check_arguments("train", lengths, {
         "tokens_per_step": (1, tokens_per_step), "n_features": (1, n_features), "d_model": (1, d_model),
         "n_layers": (1, n_layers), "n_heads": (1, n_heads), "steps": (1, steps), "warmup": (0, warmup),
-        "ceiling_size": (1, ceiling_size)})
+        "ceiling_size": (1, ceiling_size), "profile": (0, profile)})
     for n in lengths:
         if tokens_per_step % n:
             raise UserError(f"--tokens-per-step={tokens_per_step} must be a multiple of every length, got N={n}")
@@ -488,7 +545,7 @@ def bench_train(
     rows = []
     for n in lengths:
         config = ModelConfig(n_features=n_features, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention_backend=backend)
-        row = measure_train_step(config, n, tokens_per_step // n, device, steps, warmup, compile, seed)
+        row = measure_train_step(config, n, tokens_per_step // n, device, steps, warmup, compile, seed, profile)
         if row["status"] == "ok":
             flops = flops_per_token(row["n_params"], n_layers, d_model, n) * tokens_per_step
             row.update(model_tflops=flops / row["step_s"] / 1e12, mfu=flops / row["step_s"] / ceiling)
@@ -500,7 +557,7 @@ def bench_train(
         "settings": {"tokens_per_step": tokens_per_step, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
                      "n_features": n_features, "dtype": str(dtype), "backend": backend, "steps": steps, "warmup": warmup,
                      "compile": (fastpath.COMPILE_MODE if compile is True else compile) or False, "optimizer": "AdamW" + (" (fused)" if cuda else ""),
-                     "flops": "(6*P + 6*L*d_model*N) * tokens (tsflash.flops)"},
+                     "flops": "(6*P + 6*L*d_model*N) * tokens (tsflash.flops)", "profiled_steps": profile},
         "ceiling": {"matmul_size": ceiling_size, "dtype": str(dtype), "tflops": ceiling / 1e12},
         "auto_choice": attn.auto_report(),
         "rows": rows,
@@ -524,8 +581,31 @@ def train_table(result: dict) -> str:
     c = result["ceiling"]
     reasons = dict.fromkeys(f"eager: {r['compile']['reason']}" for r in rows
                             if r.get("compile") and r["compile"].get("mode") and not r["compile"].get("compiled"))
+    profiled = profile_markdown({"": result})
     return "\n".join([format_table(rows, columns), *reasons,
-                      f"ceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.3g} TFLOP/s"])
+                      f"ceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.3g} TFLOP/s",
+                      *(["", "where a step's time goes (ms per step):", profiled] if profiled else [])])
+
+
+def profile_markdown(results: dict[str, dict]) -> str:
+    """A Markdown table of where each profiled row's step goes: ms per step by kernel kind, idle
+    (the device waiting for the host) and the step; "" when no row was profiled. `results` keyed
+    by variant as in `mfu_markdown` (one unnamed result: no variant column)."""
+    kinds = [kind for kind, _ in STEP_KINDS] + [OTHER_KIND]
+    named = any(results)
+    lines = ["| " + " | ".join([*(["variant"] if named else []), "N", *kinds, "idle", "step"]) + " |"]
+    lines.append("|" + "---|" * (len(kinds) + 3 + named))
+    count = 0
+    for variant, result in results.items():
+        for r in result["rows"]:
+            prof = r.get("profile")
+            if not prof:
+                continue
+            count += 1
+            cells = [*([variant] if named else []), str(r["n"]), *(f"{prof['ms'].get(k, 0.0):.2f}" for k in kinds),
+                     _fmt(prof.get("idle_ms"), ".2f"), _fmt(r.get("step_s"), ".2f", 1e3)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) if count else ""
 
 
 def kernel_margin(choice: dict | None) -> str | None:
@@ -569,6 +649,11 @@ def mfu_markdown(results: dict[str, dict]) -> str:
     ceilings = ", ".join(f"{variant} {result['ceiling']['tflops']:.0f}" for variant, result in results.items())
     lines += ["", f"{env.get('gpu', env['device'])}, torch {env['torch']}; MFU against a {ceiling['matmul_size']}^3 "
               f"{ceiling['dtype']} matmul measured in each run ({ceilings} TFLOP/s)."]
+    profiled = profile_markdown(results)
+    if profiled:
+        lines += ["", "Where a step's time goes, ms per step (torch.profiler over the steps after the timed ones: "
+                  "device time of the kernels by kind; idle = the timed step minus the busy time, the device "
+                  "waiting for the host):", "", profiled]
     return "\n".join(lines) + "\n"
 
 

@@ -104,9 +104,11 @@ def rotary_tables(T: int, head_dim: int, base: float, device) -> tuple[torch.Ten
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, H, T, hd) by position; half-split pairing (x[..., i], x[..., i + hd/2])."""
-    x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, hd/2) each
-    out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, hd)
+    """Rotate (B, T, H, hd) by position; half-split pairing (x[..., i], x[..., i + hd/2]).
+    cos, sin: (T, hd/2), from `rotary_tables`."""
+    cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, hd/2): the same angle for every head
+    x1, x2 = x.float().chunk(2, dim=-1)  # (B, T, H, hd/2) each
+    out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, T, H, hd)
     return out.to(x.dtype)
 
 
@@ -121,9 +123,13 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
-        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).unbind(2)  # (B, T, H, hd) each
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        # The kernels take (B, H, T, hd) with any strides: q, k, v stay (B, T, H, hd) in memory, as
+        # they come out of the projection (rotary reads and writes rows in order; the output comes
+        # back in q's layout, so the head merge below is a view, not a copy). Measured on the H200,
+        # the head-major layout cost a transposing copy per layer: reports/bench/mfu.md.
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd) views
         # `auto` decides at this shape unless `tsflash.fastpath.prepare` pinned the kernel already
         backend = attention.resolve_backend(self.backend_name, q.device, q.dtype, q.shape[-1], shape=(B, self.n_heads, T))
         y = attention.sdpa(q, k, v, backend)  # (B, H, T, hd)

@@ -9,6 +9,7 @@ Examples:
     tsflash bench attention --lengths 256,512,1024,2048,4096,8192,16384,32768,65536,131072
     tsflash bench train --lengths 512,4096,32768,131072 --tokens-per-step 131072
     tsflash bench train --lengths 512,4096,32768 --compile reduce-overhead   # torch.compile with CUDA graphs
+    tsflash bench train --lengths 512,4096,32768 --compile --profile         # and where each step's time goes
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def register(sub) -> None:
     tr.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE", type=_compile_mode_type,
                     help="torch.compile the model, in torch.compile's MODE (default: default; reduce-overhead adds "
                     "CUDA graphs); eager, saying why, where it cannot")
+    tr.add_argument("--profile", nargs="?", const=3, default=0, type=non_negative_int, metavar="STEPS",
+                    help="after the timed steps, STEPS more (default 3) under torch.profiler: where the step's time "
+                    "goes (attention, matmul, optimizer, element-wise, idle)")
     tr.set_defaults(func=run_train)
 
 
@@ -190,7 +194,7 @@ def run_train(args) -> int:
     result = bench.bench_train(args.lengths, _device(args), tokens_per_step=args.tokens_per_step,
                                n_features=args.features, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
                                backend=args.backend, steps=args.steps, warmup=args.warmup,
-                               ceiling_size=args.ceiling_size, compile=args.compile or False)
+                               ceiling_size=args.ceiling_size, compile=args.compile or False, profile=args.profile)
     path = bench.write_json(out / "train.json", result)
     print(bench.train_table(result))
     print(f"wrote {path}")
