@@ -178,6 +178,47 @@ def test_bench_train_cli_writes_json(tmp_path, capsys):
     assert "MFU" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("name, kind", [
+    # kernel names from a profiled training step on the H200 (torch 2.11, cuDNN attention, compiled)
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0", "attention"),
+    ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*)", "attention"),
+    ("flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", "attention"),
+    ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "attention"),
+    ("nvjet_sm90_tst_128x128_64x6_1x2_h_bz_splitK_NTT", "matmul"),
+    ("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_64x64_tn_align1>(cutlass_75)", "matmul"),
+    ("triton_tem_fused_mm_0", "matmul"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+    ("triton_poi_fused__unsafe_view_gelu_gelu_backward_view_9", "fused element-wise"),
+    ("triton_per_fused__fused_rms_norm_backward__to_copy_add_view_10", "fused element-wise"),
+    ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float>>", "other"),
+    ("Memset (Device)", "other"),
+    # CPU operators
+    ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", "attention"),
+    ("aten::mm", "matmul"),
+    ("aten::gelu_backward", "other"),
+])
+def test_kernel_kind(name, kind):
+    assert bench.kernel_kind(name) == kind
+
+
+def test_bench_train_profile_says_where_the_step_goes(tmp_path, capsys):
+    rc = main(["bench", "train", "--lengths", "16", "--tokens-per-step", "64", "--d-model", "16", "--layers", "1",
+               "--heads", "2", "--features", "3", "--steps", "1", "--warmup", "0", "--ceiling-size", "32",
+               "--device", "cpu", "--profile", "2", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "train.json").read_text())
+    assert result["settings"]["profiled_steps"] == 2
+    prof = result["rows"][0]["profile"]
+    assert set(prof["ms"]) == {"attention", "matmul", "optimizer", "fused element-wise", "other"}
+    assert prof["ms"]["attention"] > 0 and prof["ms"]["matmul"] > 0 and prof["ms"]["optimizer"] > 0
+    assert prof["busy_ms"] == pytest.approx(sum(prof["ms"].values())) == pytest.approx(sum(prof["kernels"].values()))
+    assert prof["ms"] == bench.step_kinds(prof["kernels"])
+    assert prof["idle_ms"] is None  # no device to wait: CPU operators' own time
+    assert list(prof["kernels"].values()) == sorted(prof["kernels"].values(), reverse=True)
+    out = capsys.readouterr().out
+    assert "where a step's time goes (ms per step):" in out and "| N | attention | matmul |" in out
+
+
 def test_bench_train_rejects_lengths_that_do_not_divide_the_tokens(tmp_path, capsys):
     rc = main(["bench", "train", "--lengths", "64", "--tokens-per-step", "96", "--d-model", "16", "--layers", "1",
                "--heads", "2", "--ceiling-size", "32", "--device", "cpu", "--out", str(tmp_path)])
@@ -278,14 +319,14 @@ def test_a_cell_with_train_compile_on_cpu_runs_eager_with_the_same_results(caplo
 # ---- the published tables -----------------------------------------------------------------------------
 
 
-def train_result(mfu: dict[int, float], compiled: str | None, margin=0.05) -> dict:
-    rows = [{"n": n, "step_s": 0.01 * (i + 1), "mfu": m, "status": "ok",
+def train_result(mfu: dict[int, float], compiled: str | None, margin=0.05, ceiling=760.0) -> dict:
+    rows = [{"n": n, "step_s": 0.01 * (i + 1), "mfu": m, "model_tflops": m * ceiling, "status": "ok",
              "compile": {"compiled": bool(compiled), "mode": compiled, "reason": None,
                          "first_call_seconds": {"(2, 512, 16)": 30.0} if compiled else {}},
              "kernel_choice": {"chosen": "cudnn", "runner_up": "flash", "margin": margin,
                                "median_ms": {"cudnn": 1.0, "flash": 1.05}}} for i, (n, m) in enumerate(mfu.items())]
     return {"rows": rows, "environment": {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11"},
-            "ceiling": {"matmul_size": 8192, "dtype": "torch.bfloat16", "tflops": 760.0}}
+            "ceiling": {"matmul_size": 8192, "dtype": "torch.bfloat16", "tflops": ceiling}}
 
 
 def test_mfu_markdown_and_the_file_from_the_bench_folders(tmp_path):
@@ -299,6 +340,16 @@ def test_mfu_markdown_and_the_file_from_the_bench_folders(tmp_path):
     assert "| 512 | cudnn | flash | +5.0% | cudnn 1.000, flash 1.050 |" in text
     with pytest.raises(UserError, match="no \\*/train.json under"):
         bench.write_mfu_markdown(tmp_path / "empty")
+
+
+def test_mfu_markdown_divides_every_variant_by_the_highest_ceiling_of_the_call():
+    """Two processes with the same step time but ceilings 5 % apart get the same MFU."""
+    slow_ceiling = train_result({512: 0.30}, "default", ceiling=740.0)  # 222 TFLOP/s of model FLOPs
+    fast_ceiling = train_result({512: 222.0 / 777.0}, "reduce-overhead", ceiling=777.0)  # the same 222
+    text = bench.mfu_markdown({"default": slow_ceiling, "reduce-overhead": fast_ceiling})
+    assert "| 512 | default | 10.0 | 28.6% | default | 30.0 |" in text  # 222 / 777, not 222 / 740
+    assert "| 512 | reduce-overhead | 10.0 | 28.6% | reduce-overhead | 30.0 |" in text
+    assert "over 777 TFLOP/s, the highest of the 8192^3 torch.bfloat16 matmul ceilings" in text
 
 
 def test_scaling_rows_speed_up_and_efficiency(tmp_path):

@@ -402,7 +402,7 @@ def matmul_ceiling(device: torch.device, size: int, dtype: torch.dtype, min_time
 # an operator's) name contains. Attention first: cuDNN's attention kernels are named "...sdpa...";
 # Triton matmul templates ("triton_tem_", max-autotune) before the other Triton kernels.
 STEP_KINDS = (
-    ("attention", ("sdpa", "fmha", "flash_", "attention")),
+    ("attention", ("sdpa", "fmha", "flash_", "attention", "cudnn::fusion")),  # cudnn::fusion: its backward's helpers
     ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "triton_tem", "aten::mm", "aten::addmm", "aten::bmm", "aten::linear")),
     ("optimizer", ("multi_tensor", "adam", "foreach", "lpnorm")),
     ("fused element-wise", ("triton_",)),
@@ -419,11 +419,11 @@ def kernel_kind(name: str) -> str:
 def profile_step(step, device: torch.device, steps: int, step_s: float) -> dict:
     """Where `steps` calls of step() spend their time, per step, from torch.profiler.
 
-    CUDA: the device time of every kernel (one stream, so kernels do not overlap), summed by
-    `kernel_kind`; "idle" is the timed step (`step_s`, measured without the profiler) minus the
-    busy time: the device waiting for the host, i.e. how launch-bound the step is. CPU: the
-    operators' own (self) time instead of kernels. Returns {"ms": {kind: ms per step}, "busy_ms",
-    "idle_ms", "top": [(name, kind, ms per step)] of the 30 longest kernels}."""
+    CUDA: the device time of every kernel (one stream, so kernels do not overlap); "idle" is the
+    timed step (`step_s`, measured without the profiler) minus the busy time: the device waiting
+    for the host, i.e. how launch-bound the step is. CPU: the operators' own (self) time instead
+    of kernels. Returns {"kernels": {name: ms per step} (every kernel; names cut at 160
+    characters), "ms": {kind: ms per step} (`step_kinds`), "busy_ms", "idle_ms", "source"}."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
@@ -431,23 +431,28 @@ def profile_step(step, device: torch.device, steps: int, step_s: float) -> dict:
         for _ in range(steps):
             step()
         sync(device)
-    per_name: dict[str, float] = {}  # microseconds over all profiled steps
     if cuda:
-        for event in prof.events():
-            if event.device_type == torch.autograd.DeviceType.CUDA:
-                per_name[event.name] = per_name.get(event.name, 0.0) + event.time_range.elapsed_us()
+        timed = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     else:
-        for event in prof.key_averages():
-            per_name[event.key] = per_name.get(event.key, 0.0) + event.self_cpu_time_total
-    ms = {name: us / 1e3 / steps for name, us in per_name.items() if us > 0}
-    by_kind = {kind: 0.0 for kind, _ in STEP_KINDS} | {OTHER_KIND: 0.0}
-    for name, t in ms.items():
-        by_kind[kernel_kind(name)] += t
+        timed = [(e.key, e.self_cpu_time_total) for e in prof.key_averages()]
+    kernels: dict[str, float] = {}
+    for name, us in timed:
+        if us > 0:
+            kernels[name[:160]] = kernels.get(name[:160], 0.0) + us / 1e3 / steps
+    kernels = dict(sorted(kernels.items(), key=lambda item: -item[1]))
+    by_kind = step_kinds(kernels)
     busy = sum(by_kind.values())
-    top = sorted(ms.items(), key=lambda item: -item[1])[:30]
-    return {"ms": by_kind, "busy_ms": busy, "idle_ms": max(step_s * 1e3 - busy, 0.0) if cuda else None,
-            "source": "CUDA kernels" if cuda else "CPU operators (self time)",
-            "top": [(name[:120], kernel_kind(name), t) for name, t in top]}
+    return {"kernels": kernels, "ms": by_kind, "busy_ms": busy,
+            "idle_ms": max(step_s * 1e3 - busy, 0.0) if cuda else None,
+            "source": "CUDA kernels" if cuda else "CPU operators (self time)"}
+
+
+def step_kinds(kernels: dict[str, float]) -> dict[str, float]:
+    """{kind: ms} summed over {kernel name: ms} by `kernel_kind`, every kind present."""
+    by_kind = {kind: 0.0 for kind, _ in STEP_KINDS} | {OTHER_KIND: 0.0}
+    for name, ms in kernels.items():
+        by_kind[kernel_kind(name)] += ms
+    return by_kind
 
 
 def measure_train_step(config, n: int, batch: int, device: torch.device, steps: int, warmup: int,
@@ -602,7 +607,8 @@ def profile_markdown(results: dict[str, dict]) -> str:
             if not prof:
                 continue
             count += 1
-            cells = [*([variant] if named else []), str(r["n"]), *(f"{prof['ms'].get(k, 0.0):.2f}" for k in kinds),
+            by_kind = step_kinds(prof["kernels"]) if "kernels" in prof else prof["ms"]  # today's kinds where it can
+            cells = [*([variant] if named else []), str(r["n"]), *(f"{by_kind.get(k, 0.0):.2f}" for k in kinds),
                      _fmt(prof.get("idle_ms"), ".2f"), _fmt(r.get("step_s"), ".2f", 1e3)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) if count else ""
@@ -626,17 +632,35 @@ def compile_label(info: dict | None) -> str | None:
 # ---- the published tables: MFU per compile mode, scaling over GPUs ---------------------------------------
 
 
+# What each variant folder of `experiments/h200.sh mfu` ran (mfu.md says it under the table).
+MFU_VARIANTS = {
+    "eager": "no torch.compile",
+    "default": 'torch.compile mode "default" (inductor fuses the element-wise work)',
+    "reduce-overhead": 'torch.compile mode "reduce-overhead" (the same, replayed as CUDA graphs)',
+    "max-autotune-no-cudagraphs": 'torch.compile mode "max-autotune-no-cudagraphs" (matmuls tuned, epilogues fused)',
+    "default-head128": '"default" with 2 heads of 128 instead of 4 heads of 64: the same parameters and FLOPs, '
+                       "but another model than the experiment's; it shows what the attention kernel does at head size 128",
+}
+
+
 def mfu_markdown(results: dict[str, dict]) -> str:
     """One Markdown table from `bench_train` results keyed by variant ("eager", "default", ...):
     per N and variant the step time, MFU (one FLOPs rule) and compile outcome, then the kernel
-    `auto` chose at each N with its margin over the runner-up (from the first variant)."""
+    `auto` chose at each N with its margin over the runner-up (from the first variant).
+
+    One denominator for every variant: the highest matmul ceiling measured by any of the
+    variants' processes. Each process measures its own, and on the H200 they differ by up to 6 %
+    within one call (737 to 779 TFLOP/s): per-process ceilings would rank two variants with the
+    same step time apart. The highest is the most the chip showed, so the MFU is not flattered."""
     lines = ["| N | variant | step ms | MFU | compiled | first call s |", "|---|---|---|---|---|---|"]
     first = next(iter(results.values()))
+    ceiling_tflops = max(result["ceiling"]["tflops"] for result in results.values())
     for n in [r["n"] for r in first["rows"]]:
         for variant, result in results.items():
             r = next((r for r in result["rows"] if r["n"] == n), {})
             first_s = sum((r.get("compile") or {}).get("first_call_seconds", {}).values()) or None
-            cells = [str(n), variant, _fmt(r.get("step_s"), ".1f", 1e3), _fmt(r.get("mfu"), ".1%"),
+            mfu = r["model_tflops"] / ceiling_tflops if r.get("model_tflops") else None
+            cells = [str(n), variant, _fmt(r.get("step_s"), ".1f", 1e3), _fmt(mfu, ".1%"),
                      compile_label(r.get("compile")) or "-", _fmt(first_s, ".1f")]
             lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| N | kernel auto chose | runner-up | margin | median ms per candidate |", "|---|---|---|---|---|"]
@@ -647,8 +671,12 @@ def mfu_markdown(results: dict[str, dict]) -> str:
                      f"{_fmt(c.get('margin'), '+.1%')} | {medians} |")
     env, ceiling = first["environment"], first["ceiling"]
     ceilings = ", ".join(f"{variant} {result['ceiling']['tflops']:.0f}" for variant, result in results.items())
-    lines += ["", f"{env.get('gpu', env['device'])}, torch {env['torch']}; MFU against a {ceiling['matmul_size']}^3 "
-              f"{ceiling['dtype']} matmul measured in each run ({ceilings} TFLOP/s)."]
+    lines += ["", f"{env.get('gpu', env['device'])}, torch {env['torch']}; MFU = model FLOPs (tsflash.flops) per second "
+              f"over {ceiling_tflops:.0f} TFLOP/s, the highest of the {ceiling['matmul_size']}^3 {ceiling['dtype']} "
+              f"matmul ceilings measured by the variants' processes ({ceilings} TFLOP/s)."]
+    described = [f"**{v}**: {MFU_VARIANTS[v]}" for v in results if v in MFU_VARIANTS]
+    if described:
+        lines += ["", "Variants: " + "; ".join(described) + "."]
     profiled = profile_markdown(results)
     if profiled:
         lines += ["", "Where a step's time goes, ms per step (torch.profiler over the steps after the timed ones: "
