@@ -6,6 +6,7 @@
 #   bash experiments/h200.sh sweep     # the real sweep; resumable, so run it again until it reports "done"
 #   bash experiments/h200.sh scaling   # the default sweep on 1 GPU, then on all GPUs -> reports/bench/scaling.md (resumable)
 #   bash experiments/h200.sh mfu       # training-step MFU, eager vs torch.compile modes, and auto's kernel per N -> reports/bench/mfu.md
+#   bash experiments/h200.sh compile   # sweep cells plain vs train.compile=true, compiling counted -> reports/bench/compile-cells.md
 #
 # Inputs carried into the checkout (git-ignored): .whl/ (optuna and its 4 dependencies, Python 3.12
 # wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs), or instead .carry/packed/
@@ -120,8 +121,28 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     python3 -c "from tsflash.bench import write_mfu_markdown; print(write_mfu_markdown('$dir').read_text())"
     tar cf "$OUT/mfu.tar" "$dir" "$(dirname "$dir")/mfu.md"
     ;;
+  compile)
+    # torch.compile in the engine, cell by cell: the default config on the random walk (nothing to
+    # carry), folds COMPILE_FOLDS (0,4) at N = 512, 4096, 32768, seed 0, first plain, then with
+    # train.compile=true, one process each (a fresh compile cache: compiling is paid in full);
+    # reports/bench/compile-cells.md puts the two side by side (tsflash.bench.compile_cells_markdown).
+    # About 2 minutes per variant on the H200.
+    d=${COMPILE_DIR:-reports/bench/compile-cells}
+    for variant in eager compiled; do
+      flag=""; [ "$variant" = compiled ] && flag="--set train.compile=true"
+      rm -f "$d/$variant/engine-cuda.json"
+      timeout --signal=INT "${COMPILE_LIMIT_S:-270}" python3 benchmarks/bench_engine.py --data synthetic:random-walk \
+        --config default --lengths "${COMPILE_LENGTHS:-512,4096,32768}" --folds "${COMPILE_FOLDS:-0,4}" --device cuda \
+        $flag --out "$d/$variant" 2>&1 | grep -v "^USDT" | tee "$OUT/compile-$variant.log" | tail -10
+      echo "compile $variant exit: ${PIPESTATUS[0]}"
+    done
+    python3 -c "import json; from pathlib import Path; from tsflash import atomic; from tsflash.bench import compile_cells_markdown
+d = Path('$d'); text = compile_cells_markdown(*(json.loads((d / v / 'engine-cuda.json').read_text()) for v in ('eager', 'compiled')))
+atomic.write_text(d.with_suffix('.md'), text); print(text)"
+    tar cf "$OUT/compile.tar" "$d" "$d.md"
+    ;;
   *)
-    echo "usage: bash experiments/h200.sh bench|sweep|scaling|mfu" >&2
+    echo "usage: bash experiments/h200.sh bench|sweep|scaling|mfu|compile" >&2
     exit 2
     ;;
 esac

@@ -701,6 +701,38 @@ def write_mfu_markdown(folder: Path | str) -> Path:
     return path
 
 
+def compile_cells_markdown(eager: dict, compiled: dict) -> str:
+    """A Markdown table of what torch.compile does to a sweep's cells, from two
+    `benchmarks/bench_engine.py` results of the same cells (same config, data, folds and seed),
+    one plain and one with train.compile=true: per N the cells, the training seconds per step
+    (the compiled cell's include its compiling: the first call of each shape is a training step
+    or an evaluation batch), the compiling seconds inside them, the evaluation seconds, the
+    cells' total (training + evaluation) and the mean |difference| of the test log-loss."""
+    def cells(result):
+        return {(r["n"], r["fold"]): r for r in result["rows"] if "fold" in r}
+
+    plain, fast = cells(eager), cells(compiled)
+    lines = ["| N | cells | eager s/step | compiled s/step | compiling s | eager eval s | compiled eval s | "
+             "eager total s | compiled total s | speed-up | mean abs diff log-loss |", "|" + "---|" * 11]
+    for n in sorted({n for n, _ in plain}):
+        keys = sorted(k for k in plain if k[0] == n and k in fast)
+        if not keys:
+            continue
+        a, b = [plain[k] for k in keys], [fast[k] for k in keys]
+        per_step = [sum(r["train_seconds"] for r in rs) / sum(r["steps"] for r in rs) for rs in (a, b)]
+        compiling = sum(sum((r.get("compile") or {}).get("first_call_seconds", {}).values()) for r in b)
+        evals = [sum(r["eval_seconds"] for r in rs) for rs in (a, b)]
+        totals = [sum(r["train_seconds"] + r["eval_seconds"] for r in rs) for rs in (a, b)]
+        diff = sum(abs(x["log_loss"] - y["log_loss"]) for x, y in zip(a, b)) / len(keys)
+        lines.append(f"| {n} | {len(keys)} | {per_step[0]:.4f} | {per_step[1]:.4f} | {compiling:.1f} | {evals[0]:.1f} | "
+                     f"{evals[1]:.1f} | {totals[0]:.1f} | {totals[1]:.1f} | {totals[0] / totals[1]:.2f}x | {diff:.4f} |")
+    modes = {str((r.get("compile") or {}).get("mode")) for r in fast.values() if (r.get("compile") or {}).get("compiled")}
+    lines += ["", f"{compiled.get('device_name', compiled.get('device'))}, torch {compiled.get('torch')}; config "
+              f"{compiled.get('config')} on {compiled.get('data')}, compiled with mode {', '.join(sorted(modes)) or '(none: eager)'}; "
+              "one worker, so each shape compiles once per process (the first N pays for the shared graphs)."]
+    return "\n".join(lines) + "\n"
+
+
 def _fmt(value, spec: str, scale: float = 1.0) -> str:
     return "-" if value is None else format(value * scale, spec)
 

@@ -9,8 +9,9 @@ N) first and pins the choice on every attention layer; the first step then sees 
 
 Compile. With ``train.compile = true`` the forward (and through AOTAutograd the backward) goes
 through ``torch.compile(model, mode=COMPILE_MODE)``: inductor fuses the small element-wise ops
-(rotary, norms, GELU, casts) that make a step at small N memory- and launch-bound, and the
-mode "reduce-overhead" adds CUDA graphs. Which mode measures best is for
+(rotary, norms, GELU, casts) whose separate passes over memory dominate an eager step at small N
+(on the H200 at N=512: 18.2 of 25.3 ms, fused to 5.2 ms; the device idles 0.3 ms either way, so
+the step is bandwidth-, not launch-bound), and the mode "reduce-overhead" adds CUDA graphs. Which mode measures best is for
 `experiments/h200.sh mfu` to say (`tsflash bench train --compile MODE` per mode); COMPILE_MODE
 holds the answer. Compiling happens at the first call of each new shape, inside the first
 training step (counted in train_seconds) and the first evaluation batch (in eval_seconds): its
@@ -41,8 +42,9 @@ from tsflash.device import is_oom, sync
 log = logging.getLogger(__name__)
 
 # torch.compile mode of train.compile. Measured (reports/bench/mfu.md, one H200, one call): "default"
-# and "reduce-overhead" (CUDA graphs) run the training step equally fast (N=512 13.8 vs 13.7 ms,
-# 4096 21.5 vs 21.5, 32768 84.4 vs 83.9; eager 26.7 / 33.8 / 96.2), so "default": CUDA graphs keep
+# and "reduce-overhead" (CUDA graphs) run the training step equally fast (N=512 12.5 vs 12.4 ms,
+# 4096 19.7 vs 19.7, 32768 82.6 vs 82.7; eager 25.3 / 32.4 / 94.6): the compiled step is not
+# launch-bound (the device idles 0.3 ms of 12.5 at N=512), so "default": CUDA graphs keep
 # their memory in a private pool that torch.cuda.max_memory_allocated does not see (79 MiB "peak"
 # against 5.9 GiB), and the peak memory of a cell is one of the costs the report states.
 COMPILE_MODE = "default"

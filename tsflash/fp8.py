@@ -228,7 +228,8 @@ def capture_attention(model, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch
     """One no-grad forward of `model` on x (B, N, F); returns (logits (B, N, C), (q, k, v, out)).
 
     q, k, v, out: every layer's attention inputs (after rotary positions) and output, stacked as
-    (layers*B, H, N, hd) in the model's dtype.
+    (layers*B, H, N, hd) in the model's dtype, each in the memory layout the kernel saw
+    ((B, N, H, hd) rows: the same float64 reference gives the same bits).
     """
     captured = []
 
@@ -239,7 +240,11 @@ def capture_attention(model, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch
 
     with torch.no_grad(), attention_override(record):
         logits, _ = model(x)
-    return logits, tuple(torch.cat(t) for t in zip(*captured))
+
+    def stack(tensors):  # (layers*B, H, N, hd) views of (layers*B, N, H, hd) memory
+        return torch.cat([t.transpose(1, 2) for t in tensors]).transpose(1, 2)
+
+    return logits, tuple(stack(t) for t in zip(*captured))
 
 
 def decision_flips(model, x, exact_logits, fmt: str, mode: str, block: int, rotation) -> dict:
