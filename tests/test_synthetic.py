@@ -5,7 +5,6 @@ it; the source strings."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 import numpy as np
 import pytest
