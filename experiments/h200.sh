@@ -126,9 +126,10 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # carry), folds COMPILE_FOLDS (0,4) at N = 512, 4096, 32768, seed 0, first plain, then with
     # train.compile=true, one process each (a fresh compile cache: compiling is paid in full);
     # reports/bench/compile-cells.md puts the two side by side (tsflash.bench.compile_cells_markdown).
-    # About 2 minutes per variant on the H200.
+    # About 2 minutes per variant on the H200; COMPILE_VARIANTS=compiled reruns only that one (the
+    # other's engine-cuda.json stays).
     d=${COMPILE_DIR:-reports/bench/compile-cells}
-    for variant in eager compiled; do
+    for variant in ${COMPILE_VARIANTS:-eager compiled}; do
       flag=""; [ "$variant" = compiled ] && flag="--set train.compile=true"
       rm -f "$d/$variant/engine-cuda.json"
       timeout --signal=INT "${COMPILE_LIMIT_S:-270}" python3 benchmarks/bench_engine.py --data synthetic:random-walk \

@@ -108,3 +108,28 @@ def test_reduce_overhead_runs_a_cell_on_cuda(fresh_dynamo, monkeypatch):
     info = compiled.cost["compile"]
     assert info["compiled"] is True and info["mode"] == "reduce-overhead", info
     np.testing.assert_allclose(compiled.y_prob, eager.y_prob, atol=2e-2)
+
+
+def test_the_loss_denominator_is_not_compiled_into_the_graph(fresh_dynamo):
+    """Each fold has its own float denominator; a constant of the graph would recompile it for every
+    fold (62 s on the H200). One compilation serves every denominator, and the loss is the eager
+    model's bit for bit."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch.manual_seed(0)
+    model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
+    model.reserve_positions(32)
+    counter = CompileCounter()
+    forward = fastpath.Compiled(model, torch.compile(model, backend=counter), "default")
+    x, y = torch.randn(4, 32, 3), torch.randint(0, 3, (4, 32))
+    y[:, :5] = -1
+    frames = []
+    for denominator in (100.0, 123.456, 7.0):
+        _, loss = forward(x, y, denominator)
+        _, eager = model(x, y, denominator)
+        assert torch.equal(loss, eager), denominator
+        frames.append(counter.frame_count)
+    assert frames[0] > 0 and frames == [frames[0]] * 3  # compiled once, for the first denominator only
+    _, mean = forward(x, y)  # no denominator: the mean over scored positions, as eager
+    assert torch.equal(mean, model(x, y)[1])
+
