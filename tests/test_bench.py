@@ -352,6 +352,25 @@ def test_mfu_markdown_divides_every_variant_by_the_highest_ceiling_of_the_call()
     assert "over 777 TFLOP/s, the highest of the 8192^3 torch.bfloat16 matmul ceilings" in text
 
 
+def test_compile_cells_markdown_pairs_the_cells_and_counts_compiling_in():
+    def run(rows, **extra):
+        return {"rows": rows, "device_name": "NVIDIA H200", "torch": "2.11", "config": "default",
+                "data": "synthetic:random-walk", **extra}
+
+    def cell(n, fold, seconds, steps, log_loss, compiling=None):
+        info = {"compiled": True, "mode": "default", "first_call_seconds": {"(2, 512, 14)": compiling}} if compiling else None
+        return {"n": n, "fold": fold, "train_seconds": seconds, "eval_seconds": 0.5, "steps": steps,
+                "log_loss": log_loss, "compile": info}
+
+    eager = run([cell(512, 0, 8.0, 300, 1.0480), cell(512, 4, 9.0, 300, 1.0470), {"n": 512, "all_folds_wall_seconds": 20}])
+    compiled = run([cell(512, 0, 34.0, 300, 1.0484, compiling=30.0), cell(512, 4, 4.0, 300, 1.0466, compiling=0.01)])
+    text = bench.compile_cells_markdown(eager, compiled)
+    assert "| 512 | 0 | 300 / 300 | 26.7 | 113.3 | 30.0 | 13.3 | 8.5 | 34.5 | 0.0004 |" in text  # 34 s, 30 compiling
+    assert "| 512 | 4 | 300 / 300 | 30.0 | 13.3 | 0.0 | 13.3 | 9.5 | 4.5 | 0.0004 |" in text
+    assert "| all | | | | | | | 18.0 | 39.0 | |" in text
+    assert "compiled with mode default" in text
+
+
 def test_scaling_rows_speed_up_and_efficiency(tmp_path):
     from tsflash.runfolder import write_json
 

@@ -704,32 +704,33 @@ def write_mfu_markdown(folder: Path | str) -> Path:
 def compile_cells_markdown(eager: dict, compiled: dict) -> str:
     """A Markdown table of what torch.compile does to a sweep's cells, from two
     `benchmarks/bench_engine.py` results of the same cells (same config, data, folds and seed),
-    one plain and one with train.compile=true: per N the cells, the training seconds per step
-    (the compiled cell's include its compiling: the first call of each shape is a training step
-    or an evaluation batch), the compiling seconds inside them, the evaluation seconds, the
-    cells' total (training + evaluation) and the mean |difference| of the test log-loss."""
+    one plain and one with train.compile=true. Per cell (N, fold): the steps trained by each, the
+    training milliseconds per step of each (the compiled cell's include its compiling: the first
+    call of each shape is a training step), the compiling seconds among them and the compiled ms
+    per step without them, training + evaluation seconds of each, and the |difference| of the
+    test log-loss; then the total over all cells."""
     def cells(result):
         return {(r["n"], r["fold"]): r for r in result["rows"] if "fold" in r}
 
     plain, fast = cells(eager), cells(compiled)
-    lines = ["| N | cells | eager s/step | compiled s/step | compiling s | eager eval s | compiled eval s | "
-             "eager total s | compiled total s | speed-up | mean abs diff log-loss |", "|" + "---|" * 11]
-    for n in sorted({n for n, _ in plain}):
-        keys = sorted(k for k in plain if k[0] == n and k in fast)
-        if not keys:
-            continue
-        a, b = [plain[k] for k in keys], [fast[k] for k in keys]
-        per_step = [sum(r["train_seconds"] for r in rs) / sum(r["steps"] for r in rs) for rs in (a, b)]
-        compiling = sum(sum((r.get("compile") or {}).get("first_call_seconds", {}).values()) for r in b)
-        evals = [sum(r["eval_seconds"] for r in rs) for rs in (a, b)]
-        totals = [sum(r["train_seconds"] + r["eval_seconds"] for r in rs) for rs in (a, b)]
-        diff = sum(abs(x["log_loss"] - y["log_loss"]) for x, y in zip(a, b)) / len(keys)
-        lines.append(f"| {n} | {len(keys)} | {per_step[0]:.4f} | {per_step[1]:.4f} | {compiling:.1f} | {evals[0]:.1f} | "
-                     f"{evals[1]:.1f} | {totals[0]:.1f} | {totals[1]:.1f} | {totals[0] / totals[1]:.2f}x | {diff:.4f} |")
+    lines = ["| N | fold | steps eager / compiled | eager ms/step | compiled ms/step | compiling s | "
+             "compiled ms/step without compiling | eager s | compiled s | abs diff log-loss |", "|" + "---|" * 10]
+    totals = [0.0, 0.0]
+    for key in sorted(k for k in plain if k in fast):
+        a, b = plain[key], fast[key]
+        compiling = sum((b.get("compile") or {}).get("first_call_seconds", {}).values())
+        seconds = [r["train_seconds"] + r["eval_seconds"] for r in (a, b)]
+        totals = [t + x for t, x in zip(totals, seconds)]
+        lines.append(f"| {key[0]} | {key[1]} | {a['steps']} / {b['steps']} | {a['train_seconds'] / a['steps'] * 1e3:.1f} | "
+                     f"{b['train_seconds'] / b['steps'] * 1e3:.1f} | {compiling:.1f} | "
+                     f"{(b['train_seconds'] - compiling) / b['steps'] * 1e3:.1f} | {seconds[0]:.1f} | {seconds[1]:.1f} | "
+                     f"{abs(a['log_loss'] - b['log_loss']):.4f} |")
+    lines.append(f"| all | | | | | | | {totals[0]:.1f} | {totals[1]:.1f} | |")
     modes = {str((r.get("compile") or {}).get("mode")) for r in fast.values() if (r.get("compile") or {}).get("compiled")}
     lines += ["", f"{compiled.get('device_name', compiled.get('device'))}, torch {compiled.get('torch')}; config "
               f"{compiled.get('config')} on {compiled.get('data')}, compiled with mode {', '.join(sorted(modes)) or '(none: eager)'}; "
-              "one worker, so each shape compiles once per process (the first N pays for the shared graphs)."]
+              "one worker, one process per variant: each shape compiles once per process, so the first cell "
+              "at an N pays for the graphs the later cells reuse."]
     return "\n".join(lines) + "\n"
 
 
