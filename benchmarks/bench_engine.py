@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         t1 = time.perf_counter()
         for f in folds:
             r = run_fold(prepared, n, f, cfg.train.seeds[0], device, fold_inputs=inputs[f])
-            rows.append({"n": n, "fold": f, **{k: r.cost[k] for k in ("train_seconds", "epoch_seconds", "eval_seconds",
+            rows.append({"n": n, "fold": f, **{k: r.cost[k] for k in ("train_seconds", "epoch_seconds", "val_seconds", "eval_seconds",
                          "tokens_per_s", "peak_memory_bytes", "backend", "backend_observed", "tflops", "n_params",
                          "compile")}, "steps": r.cost["stop_step"],
                          "accuracy": r.metrics["accuracy"], "log_loss": r.metrics["log_loss"]})

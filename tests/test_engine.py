@@ -336,6 +336,7 @@ def test_early_stopping_restores_the_best_weights(validated, tmp_path):
     assert c["stop_step"] == c["best_step"] + 2 * 3  # two evaluations without improvement
     assert len(curve["train_loss"]) == len(curve["step"]) and all(np.isfinite(curve["train_loss"]))
     assert c["steps"] == c["stop_step"] and c["max_steps"] == 40 and (c["eval_every"], c["patience"]) == (3, 2)
+    assert c["val_seconds"] > 0  # the validation passes' own wall-clock, apart from train_seconds
     # the scored model is the best one: its validation loss is the best, recomputed from the saved weights
     from tsflash.model import CausalTransformer
 
@@ -380,6 +381,7 @@ def test_a_fixed_budget_without_a_validation_tail(results):
     c = results[32].cost
     assert c["curve"] == {"step": [], "train_loss": [], "val_loss": []}
     assert c["best_step"] is None and c["stop_step"] == c["steps"] == c["max_steps"] == 12
+    assert c["val_seconds"] == 0.0
 
 
 # ---- far context: the same test bars with the context cut ----------------------------------------------

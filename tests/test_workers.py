@@ -62,7 +62,7 @@ def one_worker_run(tmp_path_factory) -> Path:
 
 
 # Cost fields measure the machine, not the model: everything else of a cell must be identical.
-TIMING = {"seconds", "train_seconds", "epoch_seconds", "eval_seconds", "tokens_per_s", "tflops", "peak_memory_bytes",
+TIMING = {"seconds", "train_seconds", "val_seconds", "epoch_seconds", "eval_seconds", "tokens_per_s", "tflops", "peak_memory_bytes",
           "kernel_choice", "compile"}
 
 

@@ -8,6 +8,9 @@ epoch_seconds     train_seconds * n_train_bars / tokens_trained: the time one pa
                   tokens as the fold has training bars would take. Windows overlap, so an
                   "epoch" is a token count, not a pass over distinct windows; it makes folds and
                   N comparable.
+val_seconds       wall-clock of the validation passes that decide early stopping (compiling their
+                  shapes included; summed over resumed sessions; None for a cell resumed from a
+                  checkpoint written before this was recorded): the protocol's cost beside training.
 eval_seconds      wall-clock of scoring the test block.
 tokens_per_s      tokens_trained / train_seconds (every position of every window is a token).
 tflops            flops_per_token * tokens_trained / train_seconds / 1e12, with the one FLOPs
@@ -91,6 +94,7 @@ def fold_cost(model, state: dict, *, n: int, batch: int, tokens_per_step: int, n
     return {
         "train_seconds": seconds,
         "epoch_seconds": seconds * n_train_bars / tokens if tokens else float("nan"),
+        "val_seconds": state.get("val_seconds"),
         "eval_seconds": eval_seconds,
         "tokens_per_s": tokens / seconds if seconds > 0 else float("nan"),
         "peak_memory_bytes": peak_memory_bytes(device),

@@ -246,7 +246,10 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, 
         if validate or save:
             state["train_seconds"] = clock.pause()  # validation and checkpoint writes are not training
         if validate:
-            _evaluate_and_stop(state, model, _evaluating(model, val_loss), tc.patience)
+            t0 = time.perf_counter()
+            val = _evaluating(model, val_loss)  # a float: the device has finished
+            state["val_seconds"] = state.get("val_seconds", 0.0) + time.perf_counter() - t0  # absent: an older checkpoint
+            _evaluate_and_stop(state, model, val, tc.patience)
             log.info("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, step,
                      state["curve"]["train_loss"][-1], state["curve"]["val_loss"][-1], state["best_loss"],
                      state["best_step"])
@@ -386,7 +389,7 @@ def _adamw(model, tc: TrainConfig, device: torch.device) -> torch.optim.AdamW:
 
 
 def _fresh_state() -> dict:
-    return {"step": 0, "train_seconds": 0.0, "best_loss": math.inf, "best_step": 0, "bad_evals": 0, "stopped": False,
+    return {"step": 0, "train_seconds": 0.0, "val_seconds": 0.0, "best_loss": math.inf, "best_step": 0, "bad_evals": 0, "stopped": False,
             "best_model": None, "kernels_observed": None, "loss_sum": 0.0,
             "curve": {"step": [], "train_loss": [], "val_loss": []}}
 

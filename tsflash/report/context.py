@@ -136,9 +136,11 @@ def _label(key: str, interval: str | None) -> str:
 def cost_section(nums: Numbers, figures: dict, interval: str | None = None) -> dict:
     kind = memory_kind(nums.per_n)
     rows = [[_label(s["series"], interval), fmt(s["batch_size"]), fmt(s["steps"]), fmt(s["epoch_seconds"], ".2f"),
-             fmt(s["train_seconds"], ".2f"), fmt(s["tokens_per_s"], ",.0f"), fmt(s["peak_memory_bytes"] / 2**20, ",.0f"),
+             fmt(s["train_seconds"], ".2f"), fmt(s.get("val_seconds"), ".2f"), fmt(s["tokens_per_s"], ",.0f"), fmt(s["peak_memory_bytes"] / 2**20, ",.0f"),
              s["backend"], s.get("backend_observed") or "-", fmt(s["tflops"], ".3g"), s["device"]] for s in nums.per_n]
-    notes = ["Means over folds (and seeds). An epoch is as many tokens as the fold has training bars."]
+    notes = ["Means over folds (and seeds). An epoch is as many tokens as the fold has training bars. Validation is "
+             "the passes over the validation tail that decide early stopping, apart from training (n/a: cells saved "
+             "before it was recorded)."]
     if kind == "CUDA allocator":
         notes.append("Peak memory is torch.cuda.max_memory_allocated, reset per fold: what torch allocated on the GPU "
                      "(weights, activations, optimizer state), the quantity the memory claim is about.")
@@ -146,7 +148,7 @@ def cost_section(nums: Numbers, figures: dict, interval: str | None = None) -> d
         notes.append("Peak memory on CPU is the process's peak RSS (ru_maxrss: Python, torch, the data and earlier "
                      "folds included), an upper bound that cannot show the memory claim (memory flat in N with fused "
                      "attention); that needs CUDA's allocator statistics, i.e. a CUDA run.")
-    header = ["configuration", "batch", "steps", "epoch (s)", "train (s)", "tokens/s", f"peak memory (MiB, {kind})",
+    header = ["configuration", "batch", "steps", "epoch (s)", "train (s)", "validation (s)", "tokens/s", f"peak memory (MiB, {kind})",
               "kernel forced", "kernel observed", "TFLOP/s", "device"]
     notes.append("Kernel forced: the fused attention kernel each cell asked for; kernel observed: the kernel the "
                  "profiler saw run on each cell's first training step (\"-\": cells from before it was recorded).")
