@@ -650,7 +650,7 @@ def mfu_markdown(results: dict[str, dict]) -> str:
 
     One denominator for every variant: the highest matmul ceiling measured by any of the
     variants' processes. Each process measures its own, and on the H200 they differ by up to 6 %
-    within one call (737 to 779 TFLOP/s): per-process ceilings would rank two variants with the
+    within one call (753 to 799 TFLOP/s): per-process ceilings would rank two variants with the
     same step time apart. The highest is the most the chip showed, so the MFU is not flattered."""
     lines = ["| N | variant | step ms | MFU | compiled | first call s |", "|---|---|---|---|---|---|"]
     first = next(iter(results.values()))
