@@ -85,10 +85,13 @@ def test_a_compiled_cell_marks_each_step_and_matches_eager(fresh_dynamo, compile
     np.testing.assert_allclose(compiled.y_prob_cut[16], eager.y_prob_cut[16], rtol=1e-4, atol=1e-5)
     info = compiled.cost["compile"]
     assert info["compiled"] is True and info["mode"] == "reduce-overhead" and info["reason"] is None
-    # the first call of each shape timed: training (8 windows of 32), validation and test (no grad), the cut
+    # the first call of each shape timed: training (8 windows of 32) and its backward, validation and
+    # test (no grad), the cut
     firsts = info["first_call_seconds"]
     assert {(int(k.split(", ")[1]), k.endswith("no_grad")) for k in firsts} == {(32, False), (32, True), (16, True)}
-    assert [k for k in firsts if not k.endswith("no_grad")][0].startswith("(8, 32, "), firsts
+    training = sorted(k for k in firsts if not k.endswith("no_grad"))
+    assert len(training) == 2 and training[0].startswith("(8, 32, ") and training[1] == training[0] + " backward", firsts
+    assert all(t > 0 for t in firsts.values())
     # a CUDA-graph step begins before every compiled call: 3 training steps, then the no-grad batches
     calls = compile_on_cpu["calls"]
     assert len(calls) >= 3 + 3 and calls == list(range(1, len(calls) + 1))
@@ -133,3 +136,24 @@ def test_the_loss_denominator_is_not_compiled_into_the_graph(fresh_dynamo):
     _, mean = forward(x, y)  # no denominator: the mean over scored positions, as eager
     assert torch.equal(mean, model(x, y)[1])
 
+
+
+def test_the_first_backward_of_a_shape_is_timed_once(fresh_dynamo):
+    """The backward graph compiles at the first backward: its seconds join the shape's first call's,
+    under "<shape> backward"; the hooks that time it are gone afterwards."""
+    torch.manual_seed(0)
+    model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
+    model.reserve_positions(32)
+    forward = fastpath.Compiled(model, torch.compile(model, backend="aot_eager"), "default")
+    x, y = torch.randn(4, 32, 3), torch.randint(0, 3, (4, 32))
+    forward(x, y, 50.0)  # a first call whose loss is never backpropagated: nothing to time
+    assert set(model.compile_info["first_call_seconds"]) == {"(4, 32, 3)"}
+    forward(x[:2], y[:2], 50.0)[1].backward()
+    firsts = model.compile_info["first_call_seconds"]
+    assert set(firsts) == {"(4, 32, 3)", "(2, 32, 3)", "(2, 32, 3) backward"} and firsts["(2, 32, 3) backward"] > 0
+    timed = dict(firsts)
+    for _ in range(2):  # later calls and backwards of known shapes change nothing
+        forward(x, y, 50.0)[1].backward()
+        forward(x[:2], y[:2], 50.0)[1].backward()
+    assert model.compile_info["first_call_seconds"] == timed
+    assert not model.inp.weight._post_accumulate_grad_hooks  # removed once it ran

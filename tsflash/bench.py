@@ -731,9 +731,10 @@ def compile_cells_markdown(eager: dict, compiled: dict) -> str:
     lines += ["", f"{compiled.get('device_name', compiled.get('device'))}, torch {compiled.get('torch')}; config "
               f"{compiled.get('config')} on {compiled.get('data')}, compiled with mode {', '.join(sorted(modes)) or '(none: eager)'}; "
               "one worker, one process per variant: each shape compiles once per process, so the first cell "
-              "at an N pays for the graphs the later cells reuse. \"compiling s\" times the first forward call "
-              "of each training shape; a backward graph that compiles at its first backward is in the "
-              "training time only (the first cell's higher ms per step without compiling). No-grad shapes "
+              "at an N pays for the graphs the later cells reuse. \"compiling s\" times the first call of each "
+              "training shape and its first backward (where the backward graph compiles; cells recorded before "
+              "that was timed count it in the training time only: the first cell's higher ms per step without "
+              "compiling). No-grad shapes "
               "compile outside the training time: validation passes are not in it, test batches are in the "
               "evaluation time (the \"s\" columns: training + evaluation)."]
     return "\n".join(lines) + "\n"

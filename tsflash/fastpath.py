@@ -102,7 +102,10 @@ class Compiled:
     compiled module wraps the model). A real error of the model is raised again by the eager call.
 
     The first call of each new (shape, grad mode) is timed with the device synchronised: it
-    includes compiling (`model.compile_info["first_call_seconds"]`). With CUDA graphs (modes
+    includes compiling (`model.compile_info["first_call_seconds"]`). The backward graph compiles
+    at its first backward, so the first training call of a shape also times its loss's backward,
+    from the moment backward reaches the loss to the last gradient (the input projection's, the
+    first layer's), under "<shape> backward". With CUDA graphs (modes
     "reduce-overhead", "max-autotune") each call starts a new graph step: no caller keeps a
     forward's raw outputs past the next call (the loss is backpropagated, the logits are read)."""
 
@@ -143,7 +146,30 @@ class Compiled:
             sync(x.device)
             self.info["first_call_seconds"][signature] = time.perf_counter() - t0
         logits, loss = out
-        return logits, loss if scale is None else loss / scale
+        loss = loss if scale is None else loss / scale
+        if first and loss is not None and loss.requires_grad:
+            self.time_first_backward(loss, f"{signature} backward")
+        return logits, loss
+
+    def time_first_backward(self, loss: torch.Tensor, key: str) -> None:
+        """Add the seconds of `loss`'s backward (compiling the backward graph included) to
+        first_call_seconds[key]: hooks that remove themselves once it has run."""
+        started: list[float] = []
+        last = self.model.inp.weight  # the first layer's weight: its gradient comes last
+
+        def begin(grad_outputs):
+            sync(loss.device)
+            started.append(time.perf_counter())
+
+        def end(param):
+            if started:
+                sync(param.device)
+                self.info["first_call_seconds"][key] = time.perf_counter() - started[0]
+            # else another loss's backward came first: this one was never backpropagated
+            for handle in handles:
+                handle.remove()
+
+        handles = [loss.grad_fn.register_prehook(begin), last.register_post_accumulate_grad_hook(end)]
 
     def fall_back(self, exc: BaseException) -> None:
         text = str(exc).strip()
