@@ -156,9 +156,10 @@ class Compiled:
         first_call_seconds[key]: hooks that remove themselves once it has run."""
         started: list[float] = []
         last = self.model.inp.weight  # the first layer's weight: its gradient comes last
+        device = loss.device  # not the loss itself: the hooks must not keep its graph alive
 
         def begin(grad_outputs):
-            sync(loss.device)
+            sync(device)
             started.append(time.perf_counter())
 
         def end(param):
