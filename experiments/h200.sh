@@ -92,12 +92,11 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # first step of each N: dynamo, inductor and Triton from a cold cache; with CUDA graphs the
     # recording follows in the warm-up steps). reports/bench/mfu.md puts them side by side;
     # tsflash.fastpath.COMPILE_MODE is set from it.
-    # Time, estimated for a fresh H200 machine: start-up and the matmul ceiling ~15 s per process;
-    # eager ~10 s per N (auto's probe, 3 warm-up + 11 timed steps) -> ~45 s; each compiled mode
-    # compiles twice (N = 512 static, then one shape-generic graph that N = 4096 and 32768 share:
-    # the rotary tables have one length for every N), ~40-70 s each -> ~100-160 s per mode; in all
-    # ~250-370 s. The limits below (80 + 2 x 230 s = 540 s) keep the call inside 10 minutes even
-    # when a compile is slow; a variant that hits its limit loses its row, not the others'.
+    # Time: each compiled mode compiles twice (N = 512 static, then one shape-generic graph that
+    # N = 4096 and 32768 share: the rotary tables have one length for every N). Measured on the
+    # H200 (2026-12-01): eager, default, reduce-overhead and default-head128 with MFU_PROFILE=3 took
+    # 155 s in all. The limits below (80 + 230 s per compiled variant) keep the call inside 10
+    # minutes even when a compile is slow; a variant that hits its limit loses its row, not the others'.
     # MFU_PROFILE=STEPS adds where each step's time goes (`bench train --profile`: kernel time by
     # kind and the device's idle time); MFU_DIR (default reports/bench/mfu) is where the variant
     # folders go, mfu.md beside it (MFU_DIR=runs/mfu for a look that publishes nothing);
