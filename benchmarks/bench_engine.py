@@ -28,6 +28,7 @@ from tsflash.config import load_config, parse_lengths, parse_overrides
 from tsflash.datasource import load_data
 from tsflash.device import device_name, resolve_device, sync
 from tsflash.engine import fold_data, prepare, run_fold
+from tsflash.store import load_bars
 
 
 def main(argv=None) -> int:
@@ -47,7 +48,10 @@ def main(argv=None) -> int:
     lengths = parse_lengths(args.lengths)
 
     t0 = time.perf_counter()
-    bars, _ = load_data(cfg, args.data, cfg.train.seeds[0])
+    if args.data.startswith("synthetic:"):
+        bars, _ = load_data(cfg, args.data, cfg.train.seeds[0])
+    else:  # a store: read, never fetched (a lent GPU has no network, and a download is not loading)
+        bars = load_bars(Path(args.data), cfg.data.symbol, cfg.data.interval, cfg.data.start, cfg.data.end)
     t_load = time.perf_counter() - t0
     prepared = prepare(cfg, bars, device)
     folds = [int(f) for f in args.folds.split(",")] if args.folds else list(range(len(prepared.folds)))

@@ -106,13 +106,13 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     profile=${MFU_PROFILE:+--profile $MFU_PROFILE}
     # MFU_HEAD128=1 adds the variant default-head128: "default" with 2 heads of 128 instead of 4 of
     # 64 (same parameters and FLOPs, another model: not the experiment's, a measure of the kernel).
+    rm -f "$dir"/*/train.json  # no row (nor ceiling) of an earlier call beside this call's
     for mode in ${MFU_MODES:-eager default reduce-overhead} ${MFU_HEAD128:+default-head128}; do
       case "$mode" in
         eager) flag=""; limit=80 ;;
         default-head128) flag="--compile default --heads 2"; limit=${MFU_LIMIT_S:-230} ;;
         *) flag="--compile $mode"; limit=${MFU_LIMIT_S:-230} ;;
       esac
-      rm -f "$dir/$mode/train.json"  # no row of an earlier run beside this run's
       $T $limit python3 -m tsflash.cli bench train --device cuda --lengths "${MFU_LENGTHS:-512,4096,32768}" $flag \
         $profile --force --out "$dir/$mode" 2>&1 | tee "$OUT/mfu-$mode.log" | tail -16
       echo "mfu $mode exit: ${PIPESTATUS[0]}"

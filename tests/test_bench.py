@@ -190,6 +190,8 @@ def test_bench_train_cli_writes_json(tmp_path, capsys):
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
     ("triton_poi_fused__unsafe_view_gelu_gelu_backward_view_9", "fused element-wise"),
     ("triton_per_fused__fused_rms_norm_backward__to_copy_add_view_10", "fused element-wise"),
+    ("triton_poi_fused__scaled_dot_product_cudnn_attention_clone_3", "fused element-wise"),  # a copy, named after its op
+    ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, cutlass::bfloat16_t>>", "attention"),
     ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float>>", "other"),
     ("Memset (Device)", "other"),
     # CPU operators

@@ -377,6 +377,21 @@ def test_resume_after_kill_mid_validation_interval_is_identical(validated, tmp_p
             assert r.cost[k] == full.cost[k], k
 
 
+def test_validation_seconds_of_a_cell_resumed_from_an_older_checkpoint_are_unknown(validated, tmp_path):
+    """A checkpoint written before validation was timed has no val_seconds: the resumed cell says
+    None (n/a in the report), not the part after the resume as if it were all."""
+    first = engine.run_fold(validated, 32, 1, 0, checkpoint_dir=tmp_path)
+    assert first.cost["val_seconds"] > 0
+    (path,) = tmp_path.glob("*.pt")
+    blob = torch.load(path, weights_only=True)
+    del blob["state"]["val_seconds"]
+    blob["state"]["stopped"] = False  # so that the resumed cell trains and validates again
+    torch.save(blob, path)
+    again = engine.run_fold(validated, 32, 1, 0, checkpoint_dir=tmp_path)
+    assert again.cost["steps"] > first.cost["steps"]  # it did validate after the resume
+    assert again.cost["val_seconds"] is None
+
+
 def test_a_fixed_budget_without_a_validation_tail(results):
     c = results[32].cost
     assert c["curve"] == {"step": [], "train_loss": [], "val_loss": []}

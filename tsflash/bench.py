@@ -398,22 +398,26 @@ def matmul_ceiling(device: torch.device, size: int, dtype: torch.dtype, min_time
     return 2.0 * size**3 / seconds
 
 
-# Where a training step's device time goes: the first kind whose name fragment a kernel's (on CPU:
-# an operator's) name contains. Attention first: cuDNN's attention kernels are named "...sdpa...";
-# Triton matmul templates ("triton_tem_", max-autotune) before the other Triton kernels.
+# Where a training step's device time goes. Kernels inductor generated go by their name's prefix
+# (whatever ops their name lists after it: a layout copy for attention is named after attention):
+# "triton_tem" matmul templates (max-autotune), every other "triton_" kernel fused element-wise.
+# The rest go to the first kind whose name fragment the kernel's (on CPU: the operator's) name
+# contains; attention before matmul, since FlashAttention's names carry "cutlass::" template types.
+TRITON_KINDS = (("triton_tem", "matmul"), ("triton_", "fused element-wise"))
 STEP_KINDS = (
     ("attention", ("sdpa", "fmha", "flash_", "attention", "cudnn::fusion")),  # cudnn::fusion: its backward's helpers
-    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "triton_tem", "aten::mm", "aten::addmm", "aten::bmm", "aten::linear")),
+    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "aten::mm", "aten::addmm", "aten::bmm", "aten::linear")),
     ("optimizer", ("multi_tensor", "adam", "foreach", "lpnorm")),
-    ("fused element-wise", ("triton_",)),
+    ("fused element-wise", ()),
 )
 OTHER_KIND = "other"  # eager element-wise and reductions, copies, memsets
 
 
 def kernel_kind(name: str) -> str:
-    """The STEP_KINDS kind of a kernel or operator name (OTHER_KIND when none matches)."""
+    """The kind (TRITON_KINDS, STEP_KINDS) of a kernel or operator name; OTHER_KIND when none matches."""
     low = name.lower()
-    return next((kind for kind, parts in STEP_KINDS if any(p in low for p in parts)), OTHER_KIND)
+    prefixed = next((kind for prefix, kind in TRITON_KINDS if low.startswith(prefix)), None)
+    return prefixed or next((kind for kind, parts in STEP_KINDS if any(p in low for p in parts)), OTHER_KIND)
 
 
 def profile_step(step, device: torch.device, steps: int, step_s: float) -> dict:
@@ -707,8 +711,8 @@ def compile_cells_markdown(eager: dict, compiled: dict) -> str:
     one plain and one with train.compile=true. Per cell (N, fold): the steps trained by each, the
     training milliseconds per step of each (the compiled cell's include its compiling: the first
     call of each shape is a training step), the compiling seconds among them and the compiled ms
-    per step without them, training + evaluation seconds of each, and the |difference| of the
-    test log-loss; then the total over all cells."""
+    per step without them, training + validation + evaluation seconds of each, and the
+    |difference| of the test log-loss; then the total over all cells."""
     def cells(result):
         return {(r["n"], r["fold"]): r for r in result["rows"] if "fold" in r}
 
@@ -720,7 +724,7 @@ def compile_cells_markdown(eager: dict, compiled: dict) -> str:
         a, b = plain[key], fast[key]
         firsts = (b.get("compile") or {}).get("first_call_seconds", {})
         compiling = sum(t for shape, t in firsts.items() if not shape.endswith("no_grad"))  # inside train_seconds
-        seconds = [r["train_seconds"] + r["eval_seconds"] for r in (a, b)]
+        seconds = [r["train_seconds"] + (r.get("val_seconds") or 0.0) + r["eval_seconds"] for r in (a, b)]
         totals = [t + x for t, x in zip(totals, seconds)]
         lines.append(f"| {key[0]} | {key[1]} | {a['steps']} / {b['steps']} | {a['train_seconds'] / a['steps'] * 1e3:.1f} | "
                      f"{b['train_seconds'] / b['steps'] * 1e3:.1f} | {compiling:.1f} | "
@@ -736,7 +740,9 @@ def compile_cells_markdown(eager: dict, compiled: dict) -> str:
               "that was timed count it in the training time only: the first cell's higher ms per step without "
               "compiling). No-grad shapes "
               "compile outside the training time: validation passes are not in it, test batches are in the "
-              "evaluation time (the \"s\" columns: training + evaluation)."]
+              "evaluation time. The \"s\" columns: training + validation (where the cell recorded it) + evaluation."
+              + ("" if all(r.get("val_seconds") is not None for r in (*plain.values(), *fast.values())) else
+                 " Some cells did not record their validation time: their columns leave it out.")]
     return "\n".join(lines) + "\n"
 
 

@@ -105,7 +105,9 @@ class Compiled:
     includes compiling (`model.compile_info["first_call_seconds"]`). The backward graph compiles
     at its first backward, so the first training call of a shape also times its loss's backward,
     from the moment backward reaches the loss to the last gradient (the input projection's, the
-    first layer's), under "<shape> backward". With CUDA graphs (modes
+    first layer's), under "<shape> backward". A lower bound where a shape's first call is not
+    backpropagated or a known shape recompiles (neither happens in the engine or the benchmark).
+    With CUDA graphs (modes
     "reduce-overhead", "max-autotune") each call starts a new graph step: no caller keeps a
     forward's raw outputs past the next call (the loss is backpropagated, the logits are read)."""
 

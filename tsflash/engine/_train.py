@@ -166,6 +166,7 @@ def run_fold(
     checkpoint = _Checkpoint(checkpoint_dir, _identity(prepared, n, fold, seed, settings, tc), n, fold, seed,
                              checkpoint_every_s, device)
     state = checkpoint.load(model, optimizer) or _fresh_state()
+    state.setdefault("val_seconds", None)  # a checkpoint written before validation was timed: unknown, not 0
 
     reset_peak_memory(device)
     first = tc.steps if state["stopped"] else state["step"]  # a stopped run draws no more batches
@@ -248,7 +249,8 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, 
         if validate:
             t0 = time.perf_counter()
             val = _evaluating(model, val_loss)  # a float: the device has finished
-            state["val_seconds"] = state.get("val_seconds", 0.0) + time.perf_counter() - t0  # absent: an older checkpoint
+            if state["val_seconds"] is not None:  # None: resumed from a checkpoint that did not record it
+                state["val_seconds"] += time.perf_counter() - t0
             _evaluate_and_stop(state, model, val, tc.patience)
             log.info("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, step,
                      state["curve"]["train_loss"][-1], state["curve"]["val_loss"][-1], state["best_loss"],
