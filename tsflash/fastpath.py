@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 # and "reduce-overhead" (CUDA graphs) run the training step equally fast (N=512 12.5 vs 12.4 ms,
 # 4096 19.7 vs 19.7, 32768 82.6 vs 82.7; eager 25.3 / 32.4 / 94.6): the compiled step is not
 # launch-bound (the device idles 0.3 ms of 12.5 at N=512), so "default": CUDA graphs keep
-# their memory in a private pool that torch.cuda.max_memory_allocated does not see (79 MiB "peak"
-# against 5.9 GiB), and the peak memory of a cell is one of the costs the report states.
+# their memory in a private pool that torch.cuda.max_memory_allocated does not see (79-143 MiB "peak"
+# against 5.5 GiB for "default"), and the peak memory of a cell is one of the costs the report states.
 COMPILE_MODE = "default"
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
