@@ -124,7 +124,7 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # torch.compile in the engine, cell by cell: the default config on the random walk (nothing to
     # carry), folds COMPILE_FOLDS (0,4) at N = 512, 4096, 32768, seed 0, first plain, then with
     # train.compile=true, one process each (a fresh compile cache: compiling is paid in full);
-    # reports/bench/compile-cells.md puts the two side by side (tsflash.bench.compile_cells_markdown).
+    # reports/bench/compile-cells.md puts the two side by side (tsflash.bench.write_compile_cells_markdown).
     # About 2 minutes per variant on the H200; COMPILE_VARIANTS=compiled reruns only that one (the
     # other's engine-cuda.json stays).
     d=${COMPILE_DIR:-reports/bench/compile-cells}
@@ -136,9 +136,7 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
         $flag --out "$d/$variant" 2>&1 | grep -v "^USDT" | tee "$OUT/compile-$variant.log" | tail -10
       echo "compile $variant exit: ${PIPESTATUS[0]}"
     done
-    python3 -c "import json; from pathlib import Path; from tsflash import atomic; from tsflash.bench import compile_cells_markdown
-d = Path('$d'); text = compile_cells_markdown(*(json.loads((d / v / 'engine-cuda.json').read_text()) for v in ('eager', 'compiled')))
-atomic.write_text(d.with_suffix('.md'), text); print(text)"
+    python3 -c "from tsflash.bench import write_compile_cells_markdown; print(write_compile_cells_markdown('$d').read_text())"
     tar cf "$OUT/compile.tar" "$d" "$d.md"
     ;;
   *)

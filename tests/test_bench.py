@@ -354,7 +354,7 @@ def test_mfu_markdown_divides_every_variant_by_the_highest_ceiling_of_the_call()
     assert "over 777 TFLOP/s, the highest of the 8192^3 torch.bfloat16 matmul ceilings" in text
 
 
-def test_compile_cells_markdown_pairs_the_cells_and_counts_compiling_in():
+def test_compile_cells_markdown_pairs_the_cells_and_counts_compiling_in(tmp_path):
     def run(rows, **extra):
         return {"rows": rows, "device_name": "NVIDIA H200", "torch": "2.11", "config": "default",
                 "data": "synthetic:random-walk", **extra}
@@ -371,6 +371,9 @@ def test_compile_cells_markdown_pairs_the_cells_and_counts_compiling_in():
     assert "| 512 | 0 | 300 / 300 | 26.7 | 113.3 | 30.0 | 13.3 | 8.5 | 34.5 | 0.0004 |" in text  # 34 s, 30 compiling
     assert "| 512 | 4 | 300 / 300 | 30.0 | 13.3 | 0.0 | 13.3 | 9.5 | 4.5 | 0.0004 |" in text
     assert "| all | | | | | | | 18.0 | 39.0 | |" in text
+    for variant, result in (("eager", eager), ("compiled", compiled)):
+        bench.write_json(tmp_path / "cells" / variant / "engine-cuda.json", result)
+    assert bench.write_compile_cells_markdown(tmp_path / "cells").read_text() == text
     assert "compiled with mode default" in text
 
 

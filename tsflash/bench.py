@@ -611,7 +611,7 @@ def profile_markdown(results: dict[str, dict]) -> str:
             if not prof:
                 continue
             count += 1
-            by_kind = step_kinds(prof["kernels"]) if "kernels" in prof else prof["ms"]  # today's kinds where it can
+            by_kind = step_kinds(prof["kernels"])  # today's kinds, from the kernels' own times
             cells = [*([variant] if named else []), str(r["n"]), *(f"{by_kind.get(k, 0.0):.2f}" for k in kinds),
                      _fmt(prof.get("idle_ms"), ".2f"), _fmt(r.get("step_s"), ".2f", 1e3)]
             lines.append("| " + " | ".join(cells) + " |")
@@ -744,6 +744,17 @@ def compile_cells_markdown(eager: dict, compiled: dict) -> str:
               + ("" if all(r.get("val_seconds") is not None for r in (*plain.values(), *fast.values())) else
                  " Some cells did not record their validation time: their columns leave it out.")]
     return "\n".join(lines) + "\n"
+
+
+def write_compile_cells_markdown(folder: Path | str) -> Path:
+    """<folder>.md from <folder>/eager and <folder>/compiled's engine-cuda.json (`compile_cells_markdown`)."""
+    import json
+
+    folder = Path(folder)
+    eager, compiled = (json.loads((folder / v / "engine-cuda.json").read_text()) for v in ("eager", "compiled"))
+    path = folder.with_suffix(".md")
+    atomic.write_text(path, compile_cells_markdown(eager, compiled))
+    return path
 
 
 def _fmt(value, spec: str, scale: float = 1.0) -> str:
