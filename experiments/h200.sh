@@ -101,6 +101,9 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # kind and the device's idle time); MFU_DIR (default reports/bench/mfu) is where the variant
     # folders go, mfu.md beside it (MFU_DIR=runs/mfu for a look that publishes nothing);
     # MFU_LIMIT_S the limit of each compiled variant (max-autotune tunes every matmul: give it more).
+    # MFU_MODES picks the variants (eager and torch.compile modes, "tuned" among them);
+    # MFU_BANDWIDTH=1 adds `bench train --bandwidth` to the variant "default" (the bytes inductor's
+    # kernels move per step against the copy ceiling: a separate compile per N after the timed rows).
     T="timeout --signal=INT"
     dir=${MFU_DIR:-reports/bench/mfu}
     profile=${MFU_PROFILE:+--profile $MFU_PROFILE}
@@ -111,6 +114,7 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
       case "$mode" in
         eager) flag=""; limit=80 ;;
         default-head128) flag="--compile default --heads 2"; limit=${MFU_LIMIT_S:-230} ;;
+        default) flag="--compile default ${MFU_BANDWIDTH:+--bandwidth}"; limit=${MFU_LIMIT_S:-230} ;;
         *) flag="--compile $mode"; limit=${MFU_LIMIT_S:-230} ;;
       esac
       $T $limit python3 -m tsflash.cli bench train --device cuda --lengths "${MFU_LENGTHS:-512,4096,32768}" $flag \

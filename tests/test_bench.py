@@ -221,6 +221,64 @@ def test_bench_train_profile_says_where_the_step_goes(tmp_path, capsys):
     assert "where a step's time goes (ms per step):" in out and "| N | attention | matmul |" in out
 
 
+def test_inductor_bandwidth_profile_is_read_from_torchs_own_output(tmp_path):
+    """The text comes from torch's own writer (triton_heuristics.end_graph, what a compiled graph
+    calls under profile_bandwidth): the first block of each graph counts, each call of a kernel
+    adds its bytes, and a graph's later calls (garbage under the profile) are left out."""
+    from torch._inductor.runtime import triton_heuristics as th
+
+    out = tmp_path / "bandwidth.txt"
+
+    def graph(wrapper_file, calls):  # end_graph names the block after its caller's file
+        th.start_graph()
+        th.collected_calls.extend(calls)
+        exec(compile("end_graph(out)", wrapper_file, "exec"), {"end_graph": th.end_graph, "out": str(out)})
+
+    graph("forward.py", [(0.2, 0.5, 2500.0, "triton_poi_fused_gelu_8"), (0.1, 0.4, 4000.0, "triton_per_fused_rms_norm_1"),
+                         (0.1, 0.4, 4000.0, "triton_per_fused_rms_norm_1")])
+    graph("backward.py", [(0.3, 1.0, 3333.3, "triton_poi_fused_gelu_backward_9")])
+    graph("forward.py", [(9.0, 9.0, 1000.0, "triton_poi_fused_gelu_8")])  # the next step: not counted
+    th.start_graph()
+    parsed = bench.parse_inductor_bandwidth(out.read_text())
+    assert parsed["graphs"] == 2
+    assert parsed["gb"] == pytest.approx(2.3) and parsed["ms"] == pytest.approx(0.7)
+    assert parsed["kernels"] == {"triton_poi_fused_gelu_backward_9": {"calls": 1, "gb": 1.0, "ms": 0.3},
+                                 "triton_poi_fused_gelu_8": {"calls": 1, "gb": 0.5, "ms": 0.2},
+                                 "triton_per_fused_rms_norm_1": {"calls": 2, "gb": 0.8, "ms": 0.2}}
+    assert list(parsed["kernels"])[0] == "triton_poi_fused_gelu_backward_9"  # the most time first
+    assert bench.parse_inductor_bandwidth("") == {"graphs": 0, "gb": 0.0, "ms": 0.0, "kernels": {}}
+
+
+def test_bandwidth_markdown_puts_the_element_wise_bytes_at_the_copy_ceiling():
+    """A 10 ms step at 30 % MFU whose fused element-wise kernels took 4 ms for 8 GB: at a 4 TB/s
+    copy ceiling those bytes take 2 ms, so the step could be 8 ms, 37.5 % MFU, by fusion alone."""
+    result = train_result({512: 0.30}, "default", ceiling=800.0)
+    row = result["rows"][0]
+    row["profile"] = {"kernels": {"triton_poi_fused_gelu_8": 4.0, "nvjet_sm90_tst_128x128": 3.0, "cudnn_sdpa_fprop": 3.0}}
+    row["bandwidth"] = {"graphs": 2, "gb": 8.0, "ms": 3.5, "kernels": {}}
+    result["ceiling"]["copy_gbs"] = 4000.0
+    text = bench.bandwidth_markdown({"default": result})
+    assert "| default | 512 | 8.00 | 4.00 | 2.00 | 2.00 | 10.00 | 8.00 | 37.5% |" in text
+    assert "Copy ceiling 4.00 TB/s" in text
+    assert "The fused element-wise work against the memory bandwidth" in bench.mfu_markdown({"default": result})
+    del row["bandwidth"]
+    assert bench.bandwidth_markdown({"default": result}) == ""
+
+
+def test_bench_train_bandwidth_needs_compile_and_is_empty_where_nothing_compiles(tmp_path, capsys):
+    args = ["bench", "train", "--lengths", "16", "--tokens-per-step", "32", "--d-model", "16", "--layers", "1",
+            "--heads", "2", "--features", "3", "--steps", "1", "--warmup", "0", "--ceiling-size", "32",
+            "--device", "cpu", "--bandwidth", "--out", str(tmp_path)]
+    assert main(args) == 2
+    assert "--bandwidth counts the bytes of inductor's compiled kernels: give --compile too" in capsys.readouterr().err
+    assert not (tmp_path / "train.json").exists()
+    assert main([*args, "--compile"]) == 0
+    result = json.loads((tmp_path / "train.json").read_text())
+    assert result["settings"]["bandwidth"] is True and result["ceiling"]["copy_gbs"] > 0
+    assert result["rows"][0]["bandwidth"] is None  # CPU: eager, no Triton kernel to count
+    assert "copy" in capsys.readouterr().out
+
+
 def test_bench_train_rejects_lengths_that_do_not_divide_the_tokens(tmp_path, capsys):
     rc = main(["bench", "train", "--lengths", "64", "--tokens-per-step", "96", "--d-model", "16", "--layers", "1",
                "--heads", "2", "--ceiling-size", "32", "--device", "cpu", "--out", str(tmp_path)])
@@ -256,7 +314,7 @@ def test_bench_train_keeps_autos_decision_and_says_why_it_ran_eager(tmp_path, ca
     assert "eager: torch.compile is applied on CUDA only" in out and "vs runner-up" in out
     assert "train.compile: running eager on cpu: torch.compile is applied on CUDA only" in caplog.text
     assert main(["bench", "train", "--compile", "turbo"]) == 2
-    assert "argument --compile: must be one of default, reduce-overhead, max-autotune" in capsys.readouterr().err
+    assert "argument --compile: must be one of default, reduce-overhead, tuned, max-autotune" in capsys.readouterr().err
 
 
 def test_a_compiler_failure_falls_back_to_eager_and_says_why(caplog):

@@ -34,11 +34,13 @@ def fresh_dynamo():
 @pytest.fixture
 def compile_on_cpu(monkeypatch):
     """fastpath's compile branch on CPU: no eager reason, torch.compile through "aot_eager"; counts
-    the calls of the compiled forward and the CUDA-graph step marks: {"calls": [...], "marks": [...]}."""
+    the calls of the compiled forward and the CUDA-graph step marks, and what torch.compile was
+    given: {"calls": [...], "marks": [...], "kwargs": [...]}."""
     real_compile = torch.compile
-    seen = {"calls": [], "marks": []}
+    seen = {"calls": [], "marks": [], "kwargs": []}
 
-    def compile(model, mode):
+    def compile(model, mode=None, options=None):
+        seen["kwargs"].append({"mode": mode, "options": options})
         compiled = real_compile(model, backend="aot_eager")
 
         def call(*args, **kwargs):
@@ -70,6 +72,20 @@ def test_prepare_reserves_the_rotary_tables_before_any_forward(fresh_dynamo, com
     big = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
     fastpath.prepare(big, "cpu", n=2 * ROTARY_AUTO_LONGEST, batch=1, compile=True)
     assert big.rope_cos.shape == (2 * ROTARY_AUTO_LONGEST, 4)
+
+
+def test_the_tuned_mode_passes_inductor_options_not_a_mode(fresh_dynamo, compile_on_cpu):
+    """torch.compile takes a mode or options, not both: "tuned" (tsflash's) is "default" with
+    inductor's Triton kernels tuned, so options only; torch's modes go through as modes."""
+    model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
+    tuned = fastpath.prepare(model, "cpu", n=64, batch=2, compile="tuned")
+    assert isinstance(tuned, fastpath.Compiled) and not tuned.graphs and model.compile_info["mode"] == "tuned"
+    fastpath.prepare(model, "cpu", n=64, batch=2, compile="reduce-overhead")
+    assert compile_on_cpu["kwargs"] == [
+        {"mode": None, "options": {"max_autotune_pointwise": True, "coordinate_descent_tuning": True}},
+        {"mode": "reduce-overhead", "options": None}]
+    with pytest.raises(ValueError, match="compile mode must be one of default, reduce-overhead, tuned.*got 'fast'"):
+        fastpath.compile_kwargs("fast")
 
 
 def test_a_compiled_cell_marks_each_step_and_matches_eager(fresh_dynamo, compile_on_cpu, caplog, monkeypatch):

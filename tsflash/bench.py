@@ -17,6 +17,7 @@ All three run on CPU (tiny sizes, for tests) and on CUDA (bf16, the real figures
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -398,6 +399,87 @@ def matmul_ceiling(device: torch.device, size: int, dtype: torch.dtype, min_time
     return 2.0 * size**3 / seconds
 
 
+def copy_ceiling(device: torch.device, nbytes: int | None = None, min_time: float = 0.3) -> float:
+    """Measured bytes/s of a device-to-device copy, bytes read plus bytes written: the practical
+    memory-bandwidth ceiling (2 GiB on CUDA, far above the L2 cache; 64 MiB on CPU)."""
+    nbytes = nbytes or (2**31 if device.type == "cuda" else 2**26)
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    seconds = time_call(lambda: dst.copy_(src), device, min_time, max_reps=50)
+    del src, dst
+    free_memory(device)
+    return 2.0 * nbytes / seconds
+
+
+# Inductor's bandwidth profile (torch._inductor.config.profile_bandwidth): every Triton kernel it
+# generated is timed alone at its first call, with the bytes it reads and writes (inductor's own
+# count), and each compiled graph's call writes a block to profile_bandwidth_output:
+#   TRITON KERNELS BANDWIDTH INFO (<the graph's wrapper file>)
+#   0.193ms    \t0.537 GB \t 2780.12GB/s \t 12.34% \t triton_poi_fused_gelu_8
+#   ...
+#   SUMMARY (<file>)
+_BANDWIDTH_BLOCK = re.compile(r"^TRITON KERNELS BANDWIDTH INFO \((?P<graph>.*)\)\s*$")
+_BANDWIDTH_LINE = re.compile(r"^\s*(?P<ms>[0-9.eE+-]+)ms\s+(?P<gb>[0-9.eE+-]+) GB\s+(?P<gbs>[0-9.eE+-]+)GB/s\s+"
+                             r"[0-9.]+%\s+(?P<kernel>\S+)\s*$")
+
+
+def parse_inductor_bandwidth(text: str) -> dict:
+    """One training step's Triton kernels from inductor's bandwidth profile (the text above): the
+    first block of each compiled graph (the step's first call of it; later calls repeat it) gives
+    every kernel call of the step. Returns {"graphs": count, "gb": bytes/1e9 moved per step,
+    "ms": the kernels' isolated times summed, "kernels": {name: {"calls", "gb", "ms"}} by ms}."""
+    graphs: set[str] = set()
+    kernels: dict[str, dict] = {}
+    current = False  # inside the first block of a graph
+    for line in text.splitlines():
+        block = _BANDWIDTH_BLOCK.match(line.strip())
+        if block:
+            current = block["graph"] not in graphs
+            graphs.add(block["graph"])
+            continue
+        if line.startswith("SUMMARY"):
+            current = False
+            continue
+        call = _BANDWIDTH_LINE.match(line)
+        if call and current:
+            k = kernels.setdefault(call["kernel"], {"calls": 0, "gb": 0.0, "ms": 0.0})
+            k["calls"] += 1
+            k["gb"] += float(call["gb"])
+            k["ms"] += float(call["ms"])
+    kernels = dict(sorted(kernels.items(), key=lambda item: -item[1]["ms"]))
+    return {"graphs": len(graphs), "gb": sum(k["gb"] for k in kernels.values()),
+            "ms": sum(k["ms"] for k in kernels.values()), "kernels": kernels}
+
+
+def measure_inductor_bandwidth(config, n: int, batch: int, device: torch.device, seed: int) -> dict | None:
+    """The bytes inductor's kernels move in one training step at (batch, n): a fresh model compiled
+    ("default", for this shape alone) under inductor's bandwidth profile, one step, parsed by
+    `parse_inductor_bandwidth`. None where nothing compiles to Triton (CPU, no Triton).
+
+    A diagnostic, never a timing: under the profile a kernel runs only at its first call (later
+    calls reuse its measurement), so the step computes garbage. Dynamo's caches are reset before
+    and after, so no compiled graph of it is reused by anything else."""
+    import tempfile
+
+    import torch._inductor.config as inductor_config
+
+    if fastpath.eager_reason(device) is not None:
+        return None
+    torch._dynamo.reset()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "bandwidth.txt"
+            with inductor_config.patch(profile_bandwidth=True, profile_bandwidth_regex="",
+                                       profile_bandwidth_output=str(out), force_disable_caches=True):
+                measure_train_step(config, n, batch, device, steps=1, warmup=1, compile="default", seed=seed)
+            parsed = parse_inductor_bandwidth(out.read_text() if out.exists() else "")
+    finally:
+        torch._dynamo.reset()
+    return parsed if parsed["kernels"] else None
+
+
 # Where a training step's device time goes. Kernels inductor generated go by their name's prefix
 # (whatever ops their name lists after it: a layout copy for attention is named after attention):
 # "triton_tem" matmul templates (max-autotune), every other "triton_" kernel fused element-wise.
@@ -529,6 +611,7 @@ def bench_train(
     compile: bool | str = False,
     seed: int = 0,
     profile: int = 0,
+    bandwidth: bool = False,
 ) -> dict:
     """Time full training steps (forward, loss, backward, clip, AdamW) at fixed tokens per step.
 
@@ -536,6 +619,9 @@ def bench_train(
     what is measured). MFU is against a matmul ceiling measured in the same run and dtype.
     `compile`: False (eager), True (tsflash.fastpath.COMPILE_MODE) or a torch.compile mode.
     `profile` > 0: each row also says where its step's time goes (`profile_step`, that many steps).
+    `bandwidth`: after every N is timed, each row also gets the bytes inductor's kernels move per
+    step (`measure_inductor_bandwidth`, a separate compile per N), to set against the copy ceiling
+    measured beside the matmul ceiling.
     """
     from tsflash.model import ModelConfig
 
@@ -550,7 +636,8 @@ def bench_train(
     dtype = torch.bfloat16 if cuda else torch.float32
     ceiling_size = ceiling_size or (8192 if cuda else 512)
     ceiling = matmul_ceiling(device, ceiling_size, dtype)
-    log.info("matmul ceiling %d^3 %s: %.2f TFLOP/s", ceiling_size, dtype, ceiling / 1e12)
+    copy = copy_ceiling(device)
+    log.info("matmul ceiling %d^3 %s: %.2f TFLOP/s; copy %.0f GB/s", ceiling_size, dtype, ceiling / 1e12, copy / 1e9)
     rows = []
     for n in lengths:
         config = ModelConfig(n_features=n_features, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention_backend=backend)
@@ -560,14 +647,20 @@ def bench_train(
             row.update(model_tflops=flops / row["step_s"] / 1e12, mfu=flops / row["step_s"] / ceiling)
         log.info("train %s", row)
         rows.append(row)
+    if bandwidth:  # after every timed row: its compiles and dynamo resets touch none of them
+        for row in rows:
+            row["bandwidth"] = measure_inductor_bandwidth(config, row["n"], row["batch"], device, seed)
+            log.info("inductor bandwidth N=%d: %s", row["n"], None if row["bandwidth"] is None else
+                     f"{row['bandwidth']['gb']:.2f} GB in {row['bandwidth']['ms']:.2f} ms")
     return {
         "kind": "train",
         "environment": environment(device),
         "settings": {"tokens_per_step": tokens_per_step, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
                      "n_features": n_features, "dtype": str(dtype), "backend": backend, "steps": steps, "warmup": warmup,
                      "compile": (fastpath.COMPILE_MODE if compile is True else compile) or False, "optimizer": "AdamW" + (" (fused)" if cuda else ""),
-                     "flops": "(6*P + 6*L*d_model*N) * tokens (tsflash.flops)", "profiled_steps": profile},
-        "ceiling": {"matmul_size": ceiling_size, "dtype": str(dtype), "tflops": ceiling / 1e12},
+                     "flops": "(6*P + 6*L*d_model*N) * tokens (tsflash.flops)", "profiled_steps": profile,
+                     "bandwidth": bandwidth},
+        "ceiling": {"matmul_size": ceiling_size, "dtype": str(dtype), "tflops": ceiling / 1e12, "copy_gbs": copy / 1e9},
         "auto_choice": attn.auto_report(),
         "rows": rows,
     }
@@ -591,9 +684,12 @@ def train_table(result: dict) -> str:
     reasons = dict.fromkeys(f"eager: {r['compile']['reason']}" for r in rows
                             if r.get("compile") and r["compile"].get("mode") and not r["compile"].get("compiled"))
     profiled = profile_markdown({"": result})
+    moved = bandwidth_markdown({"": result})
+    copy = f"; copy {c['copy_gbs']:.0f} GB/s" if c.get("copy_gbs") else ""
     return "\n".join([format_table(rows, columns), *reasons,
-                      f"ceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.3g} TFLOP/s",
-                      *(["", "where a step's time goes (ms per step):", profiled] if profiled else [])])
+                      f"ceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.3g} TFLOP/s{copy}",
+                      *(["", "where a step's time goes (ms per step):", profiled] if profiled else []),
+                      *(["", "the element-wise work against the memory bandwidth:", moved] if moved else [])])
 
 
 def profile_markdown(results: dict[str, dict]) -> str:
@@ -616,6 +712,44 @@ def profile_markdown(results: dict[str, dict]) -> str:
                      _fmt(prof.get("idle_ms"), ".2f"), _fmt(r.get("step_s"), ".2f", 1e3)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) if count else ""
+
+
+def bandwidth_markdown(results: dict[str, dict]) -> str:
+    """A Markdown table setting the bytes inductor's kernels move per step (rows measured with
+    `bandwidth`) against the memory bandwidth, "" when no row has them. Per variant and N: the GB
+    per step, the profiled device time of the fused element-wise kernels and the bandwidth that
+    makes, the time those bytes take at the copy ceiling, and the step (and its MFU) had the
+    element-wise work run at that ceiling with everything else as profiled: how far fusion alone
+    could go. One copy ceiling and one matmul ceiling for every row, the highest any of the
+    variants' processes measured (as `mfu_markdown`)."""
+    copy_gbs = max((r["ceiling"].get("copy_gbs") or 0.0 for r in results.values()), default=0.0)
+    tflops = max(r["ceiling"]["tflops"] for r in results.values()) if results else 0.0
+    named = any(results)
+    lines = ["| " + " | ".join([*(["variant"] if named else []), "N", "element-wise GB per step", "profiled ms",
+                                "achieved TB/s", "ms at the copy ceiling", "step ms", "step ms, element-wise at the ceiling",
+                                "MFU then"]) + " |", "|" + "---|" * (8 + named)]
+    count = 0
+    for variant, result in results.items():
+        for r in result["rows"]:
+            bw, prof = r.get("bandwidth"), r.get("profile")
+            if not bw or not prof or not copy_gbs or not r.get("step_s"):
+                continue
+            count += 1
+            fused = step_kinds(prof["kernels"])["fused element-wise"]
+            floor = bw["gb"] / copy_gbs * 1e3
+            step = r["step_s"] * 1e3
+            bound = step - fused + floor
+            mfu = r["model_tflops"] * step / bound / tflops if r.get("model_tflops") and tflops else None
+            cells = [*([variant] if named else []), str(r["n"]), f"{bw['gb']:.2f}", f"{fused:.2f}",
+                     _fmt(bw["gb"] / fused if fused else None, ".2f"), f"{floor:.2f}", f"{step:.2f}", f"{bound:.2f}",
+                     _fmt(mfu, ".1%")]
+            lines.append("| " + " | ".join(cells) + " |")
+    if not count:
+        return ""
+    return "\n".join(lines + ["", f"Copy ceiling {copy_gbs / 1e3:.2f} TB/s (a 2 GiB device-to-device copy, bytes read + "
+                                  "written); the GB are inductor's count of what its Triton kernels read and write in one "
+                                  "training step (torch._inductor.config.profile_bandwidth, each N compiled for its own "
+                                  "shape in a separate pass)."])
 
 
 def kernel_margin(choice: dict | None) -> str | None:
@@ -641,6 +775,8 @@ MFU_VARIANTS = {
     "eager": "no torch.compile",
     "default": 'torch.compile mode "default" (inductor fuses the element-wise work)',
     "reduce-overhead": 'torch.compile mode "reduce-overhead" (the same, replayed as CUDA graphs)',
+    "tuned": '"default" with inductor\'s Triton kernels (fused element-wise work, norms) tuned block size by '
+             "block size (tsflash.fastpath.COMPILE_OPTIONS; matmuls left to cuBLAS)",
     "max-autotune-no-cudagraphs": 'torch.compile mode "max-autotune-no-cudagraphs" (matmuls tuned, epilogues fused)',
     "default-head128": '"default" with 2 heads of 128 instead of 4 heads of 64: the same parameters and FLOPs, '
                        "but another model than the experiment's; it shows what the attention kernel does at head size 128",
@@ -686,6 +822,10 @@ def mfu_markdown(results: dict[str, dict]) -> str:
         lines += ["", "Where a step's time goes, ms per step (torch.profiler over the steps after the timed ones: "
                   "device time of the kernels by kind; idle = the timed step minus the busy time, the device "
                   "waiting for the host):", "", profiled]
+    moved = bandwidth_markdown(results)
+    if moved:
+        lines += ["", "The fused element-wise work against the memory bandwidth (how much of the step fusion alone "
+                  "could still save):", "", moved]
     return "\n".join(lines) + "\n"
 
 

@@ -48,7 +48,19 @@ log = logging.getLogger(__name__)
 # their memory in a private pool that torch.cuda.max_memory_allocated does not see (79-143 MiB "peak"
 # against 5.5 GiB for "default"), and the peak memory of a cell is one of the costs the report states.
 COMPILE_MODE = "default"
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# "tuned" is tsflash's, not a torch.compile mode: "default" with inductor's own Triton kernels (the
+# fused element-wise work and norms, bandwidth-bound at d_model 256) tuned block size by block size,
+# and the matmuls left to cuBLAS (max-autotune's matmul tuning took 13.5 s per shape on the H200).
+COMPILE_OPTIONS = {"tuned": {"max_autotune_pointwise": True, "coordinate_descent_tuning": True}}
+COMPILE_MODES = ("default", "reduce-overhead", "tuned", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile_kwargs(mode: str) -> dict:
+    """torch.compile's keyword arguments for a mode of COMPILE_MODES (torch takes a mode or
+    inductor options, not both)."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+    return {"options": dict(COMPILE_OPTIONS[mode])} if mode in COMPILE_OPTIONS else {"mode": mode}
 
 
 def prepare(model, device, *, n: int, batch: int, compile: bool | str = False):
@@ -67,7 +79,7 @@ def prepare(model, device, *, n: int, batch: int, compile: bool | str = False):
             log.info("train.compile: running eager on %s: %s", device, why)
         model.compile_info = {"compiled": False, "mode": mode, "reason": why}
         return model
-    return Compiled(model, torch.compile(model, mode=mode), mode)
+    return Compiled(model, torch.compile(model, **compile_kwargs(mode)), mode)
 
 
 def pin_attention(model, device: torch.device, *, n: int, batch: int) -> dict:

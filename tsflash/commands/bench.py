@@ -10,6 +10,7 @@ Examples:
     tsflash bench train --lengths 512,4096,32768,131072 --tokens-per-step 131072
     tsflash bench train --lengths 512,4096,32768 --compile reduce-overhead   # torch.compile with CUDA graphs
     tsflash bench train --lengths 512,4096,32768 --compile --profile         # and where each step's time goes
+    tsflash bench train --lengths 512,4096,32768 --compile --profile --bandwidth  # and its bytes against the bandwidth
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ def register(sub) -> None:
     tr.add_argument("--profile", nargs="?", const=3, default=0, type=non_negative_int, metavar="STEPS",
                     help="after the timed steps, STEPS more (default 3) under torch.profiler: where the step's time "
                     "goes (attention, matmul, optimizer, element-wise, idle)")
+    tr.add_argument("--bandwidth", action="store_true",
+                    help="with --compile: after the timed steps, the bytes inductor's kernels move per step (a separate "
+                    "compile per N under inductor's bandwidth profile), set against the measured copy ceiling")
     tr.set_defaults(func=run_train)
 
 
@@ -190,11 +194,14 @@ def run_train(args) -> int:
         raise UserError(f"--d-model={args.d_model} must be divisible by --heads={args.heads}")
     if (args.d_model // args.heads) % 2:
         raise UserError(f"--d-model / --heads must be even (rotary positions), got {args.d_model}/{args.heads}")
+    if args.bandwidth and not args.compile:
+        raise UserError("--bandwidth counts the bytes of inductor's compiled kernels: give --compile too")
     out = output_folder(args.out, "train", ["train.json"], args.force)
     result = bench.bench_train(args.lengths, _device(args), tokens_per_step=args.tokens_per_step,
                                n_features=args.features, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
                                backend=args.backend, steps=args.steps, warmup=args.warmup,
-                               ceiling_size=args.ceiling_size, compile=args.compile or False, profile=args.profile)
+                               ceiling_size=args.ceiling_size, compile=args.compile or False, profile=args.profile,
+                               bandwidth=args.bandwidth)
     path = bench.write_json(out / "train.json", result)
     print(bench.train_table(result))
     print(f"wrote {path}")
