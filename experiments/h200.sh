@@ -109,7 +109,9 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     profile=${MFU_PROFILE:+--profile $MFU_PROFILE}
     # MFU_HEAD128=1 adds the variant default-head128: "default" with 2 heads of 128 instead of 4 of
     # 64 (same parameters and FLOPs, another model: not the experiment's, a measure of the kernel).
-    rm -f "$dir"/*/train.json  # no row (nor ceiling) of an earlier call beside this call's
+    # no row (nor ceiling) of an earlier call beside this call's; MFU_KEEP=1 for a second
+    # invocation in the same call (other variants or lengths, e.g. MFU_MODES=tuned MFU_LENGTHS=512)
+    [ "${MFU_KEEP:-0}" = 1 ] || rm -f "$dir"/*/train.json
     for mode in ${MFU_MODES:-eager default reduce-overhead} ${MFU_HEAD128:+default-head128}; do
       case "$mode" in
         eager) flag=""; limit=80 ;;

@@ -471,7 +471,9 @@ def measure_inductor_bandwidth(config, n: int, batch: int, device: torch.device,
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "bandwidth.txt"
-            with inductor_config.patch(profile_bandwidth=True, profile_bandwidth_regex="",
+            # benchmark_harness off: with an output file inductor would also run each new graph on
+            # random inputs at compile time (and torch 2.11 fails there: a missing argument)
+            with inductor_config.patch(profile_bandwidth=True, profile_bandwidth_regex="", benchmark_harness=False,
                                        profile_bandwidth_output=str(out), force_disable_caches=True):
                 measure_train_step(config, n, batch, device, steps=1, warmup=1, compile="default", seed=seed)
             parsed = parse_inductor_bandwidth(out.read_text() if out.exists() else "")
