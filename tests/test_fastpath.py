@@ -117,6 +117,27 @@ def test_a_compiled_cell_marks_each_step_and_matches_eager(fresh_dynamo, compile
         assert cost["kernel_choice"]["shape"] == {"batch": 8, "heads": 2, "n": 32}
 
 
+def test_a_compiled_cell_observes_its_kernels_after_the_compiling_step(fresh_dynamo, compile_on_cpu, monkeypatch):
+    """The profiler that proves which kernel ran would also record every op of compiling: a
+    compiled cell is observed on its second step (one compiled call before), an eager one on its first."""
+    from tsflash import attention
+
+    real = attention.observe_kernel_ops
+    calls_before = []
+
+    def observe():
+        calls_before.append(len(compile_on_cpu["calls"]))
+        return real()
+
+    monkeypatch.setattr(attention, "observe_kernel_ops", observe)
+    compiled = tiny_cell(True)
+    assert calls_before == [1]
+    assert compiled.cost["backend_observed"] == "flash CPU"
+    eager = tiny_cell(False)
+    assert calls_before == [1, len(compile_on_cpu["calls"])]  # eager: before any call of its own
+    assert eager.cost["kernels_observed"] == compiled.cost["kernels_observed"]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 def test_reduce_overhead_runs_a_cell_on_cuda(fresh_dynamo, monkeypatch):
     """On a GPU: the real mode "reduce-overhead" (CUDA graphs) trains, validates and scores a

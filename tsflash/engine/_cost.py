@@ -2,8 +2,8 @@
 
 train_seconds     wall-clock of the optimizer steps (CUDA synchronised; checkpoint writes and
                   validation passes excluded; summed over resumed sessions). The first step of
-                  a cell runs under the profiler (`kernels_observed`) and is counted: it is a
-                  real training step.
+                  a cell (the second when compiled: the first one compiles) runs under the
+                  profiler (`kernels_observed`) and is counted: it is a real training step.
 epoch_seconds     train_seconds * n_train_bars / tokens_trained: the time one pass over as many
                   tokens as the fold has training bars would take. Windows overlap, so an
                   "epoch" is a token count, not a pass over distinct windows; it makes folds and

@@ -223,7 +223,11 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, 
     if state.get("kernels_observed") is None:
         attention.warm_up_profiler()  # its one-time setup is not part of a training step
     clock = StepClock(device, state["train_seconds"])
-    step = state["step"]
+    step = first = state["step"]
+    # A compiled forward compiles in its first step: the profiler would record every op of the
+    # compiling and autotuning too (on the H200 3-6 s more to process them, seen in no timer), so
+    # the kernels are observed one step later, the same graph running (unless there is no later step).
+    compiles = isinstance(fwd_model, fastpath.Compiled)
     model.train()
     while step < tc.steps and not state["stopped"]:
         clock.start()
@@ -231,7 +235,7 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, 
         for group in optimizer.param_groups:
             group["lr"] = lr
         x, y, denominator = batch_at(step)  # (B, n, F), (B, n), float
-        with _observe_kernels_once(state):
+        with _observe_kernels_once(state, now=not compiles or step > first or step + 1 >= tc.steps):
             with autocast(device):
                 _, loss = fwd_model(x, y, denominator)
             loss.backward()
@@ -288,11 +292,11 @@ def _batch_source(windows: BalancedWindows, features: torch.Tensor, labels: torc
 
 
 @contextlib.contextmanager
-def _observe_kernels_once(state: dict):
-    """Run the block under the profiler on a cell's first step (once: the result is kept in
-    `state`, which checkpoints carry across a resume). Same math (the parity test of a step
+def _observe_kernels_once(state: dict, now: bool = True):
+    """Run the block under the profiler on a cell's first step (`now`; once: the result is kept
+    in `state`, which checkpoints carry across a resume). Same math (the parity test of a step
     checks it bit for bit); it adds some tens of ms to that one step, which stays timed."""
-    if state.get("kernels_observed") is not None:
+    if state.get("kernels_observed") is not None or not now:
         yield
         return
     with attention.observe_kernel_ops() as ops:
