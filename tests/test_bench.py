@@ -251,14 +251,18 @@ def test_inductor_bandwidth_profile_is_read_from_torchs_own_output(tmp_path):
 
 def test_bandwidth_markdown_puts_the_element_wise_bytes_at_the_copy_ceiling():
     """A 10 ms step at 30 % MFU whose fused element-wise kernels took 4 ms for 8 GB: at a 4 TB/s
-    copy ceiling those bytes take 2 ms, so the step could be 8 ms, 37.5 % MFU, by fusion alone."""
+    copy ceiling 6 GB take 1.5 ms; the other 2 GB were counted for a kernel that ran alone in
+    0.25 ms (8 TB/s: an overcount), so 0.25 ms. The step could be 7.75 ms, 38.7 % MFU."""
     result = train_result({512: 0.30}, "default", ceiling=800.0)
     row = result["rows"][0]
     row["profile"] = {"kernels": {"triton_poi_fused_gelu_8": 4.0, "nvjet_sm90_tst_128x128": 3.0, "cudnn_sdpa_fprop": 3.0}}
-    row["bandwidth"] = {"graphs": 2, "gb": 8.0, "ms": 3.5, "kernels": {}}
+    row["bandwidth"] = {"graphs": 2, "gb": 8.0, "ms": 2.25, "kernels": {
+        "triton_poi_fused_gelu_8": {"calls": 4, "gb": 6.0, "ms": 2.0},
+        "triton_poi_fused_cat_mul_slice_4": {"calls": 4, "gb": 2.0, "ms": 0.25}}}
     result["ceiling"]["copy_gbs"] = 4000.0
+    assert bench.element_wise_floor_ms(row["bandwidth"], 4000.0) == pytest.approx(1.75)
     text = bench.bandwidth_markdown({"default": result})
-    assert "| default | 512 | 8.00 | 4.00 | 2.00 | 2.00 | 10.00 | 8.00 | 37.5% |" in text
+    assert "| default | 512 | 8.00 | 4.00 | 2.00 | 1.75 | 10.00 | 7.75 | 38.7% |" in text
     assert "Copy ceiling 4.00 TB/s" in text
     assert "The fused element-wise work against the memory bandwidth" in bench.mfu_markdown({"default": result})
     del row["bandwidth"]

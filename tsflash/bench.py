@@ -738,7 +738,7 @@ def bandwidth_markdown(results: dict[str, dict]) -> str:
                 continue
             count += 1
             fused = step_kinds(prof["kernels"])["fused element-wise"]
-            floor = bw["gb"] / copy_gbs * 1e3
+            floor = element_wise_floor_ms(bw, copy_gbs)
             step = r["step_s"] * 1e3
             bound = step - fused + floor
             mfu = r["model_tflops"] * step / bound / tflops if r.get("model_tflops") and tflops else None
@@ -751,7 +751,18 @@ def bandwidth_markdown(results: dict[str, dict]) -> str:
     return "\n".join(lines + ["", f"Copy ceiling {copy_gbs / 1e3:.2f} TB/s (a 2 GiB device-to-device copy, bytes read + "
                                   "written); the GB are inductor's count of what its Triton kernels read and write in one "
                                   "training step (torch._inductor.config.profile_bandwidth, each N compiled for its own "
-                                  "shape in a separate pass)."])
+                                  "shape in a separate pass); \"ms at the copy ceiling\" takes each kernel's count at the "
+                                  "ceiling, or the kernel's own time measured alone where that is less (its count is then "
+                                  "more than it can have moved: inductor counts a whole buffer where a kernel reads a "
+                                  "slice of it). \"MFU then\" is how far fusion alone could go for these bytes; fewer "
+                                  "bytes (another precision or kernels fused across matmuls) are not in it."])
+
+
+def element_wise_floor_ms(bandwidth: dict, copy_gbs: float) -> float:
+    """The milliseconds the kernels of `bandwidth` (`parse_inductor_bandwidth`) would take at the
+    copy ceiling: per kernel its counted GB at `copy_gbs`, or its own time measured alone where
+    that is less (a count implying more than the ceiling overstates what the kernel moves)."""
+    return sum(min(k["gb"] / copy_gbs * 1e3, k["ms"]) for k in bandwidth["kernels"].values())
 
 
 def kernel_margin(choice: dict | None) -> str | None:

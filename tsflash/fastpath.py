@@ -51,6 +51,8 @@ COMPILE_MODE = "default"
 # "tuned" is tsflash's, not a torch.compile mode: "default" with inductor's own Triton kernels (the
 # fused element-wise work and norms, bandwidth-bound at d_model 256) tuned block size by block size,
 # and the matmuls left to cuBLAS (max-autotune's matmul tuning took 13.5 s per shape on the H200).
+# Measured (reports/bench/fusion/mfu.md): N=512 12.40 ms per step against 12.63, for 121 s of
+# compiling against 15: not worth it in cells of a few hundred steps, so not COMPILE_MODE.
 COMPILE_OPTIONS = {"tuned": {"max_autotune_pointwise": True, "coordinate_descent_tuning": True}}
 COMPILE_MODES = ("default", "reduce-overhead", "tuned", "max-autotune", "max-autotune-no-cudagraphs")
 
