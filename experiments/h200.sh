@@ -116,7 +116,7 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
       case "$mode" in
         eager) flag=""; limit=80 ;;
         default-head128) flag="--compile default --heads 2"; limit=${MFU_LIMIT_S:-230} ;;
-        default) flag="--compile default ${MFU_BANDWIDTH:+--bandwidth}"; limit=${MFU_LIMIT_S:-230} ;;
+        default) flag="--compile default"; [ "${MFU_BANDWIDTH:-0}" = 1 ] && flag="$flag --bandwidth"; limit=${MFU_LIMIT_S:-230} ;;
         *) flag="--compile $mode"; limit=${MFU_LIMIT_S:-230} ;;
       esac
       $T $limit python3 -m tsflash.cli bench train --device cuda --lengths "${MFU_LENGTHS:-512,4096,32768}" $flag \

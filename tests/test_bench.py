@@ -262,7 +262,7 @@ def test_bandwidth_markdown_puts_the_element_wise_bytes_at_the_copy_ceiling():
     result["ceiling"]["copy_gbs"] = 4000.0
     assert bench.element_wise_floor_ms(row["bandwidth"], 4000.0) == pytest.approx(1.75)
     text = bench.bandwidth_markdown({"default": result})
-    assert "| default | 512 | 8.00 | 4.00 | 2.00 | 1.75 | 10.00 | 7.75 | 38.7% |" in text
+    assert "| default | 512 | 8.00 | 4.00 | 1.75 | 1.75 | 10.00 | 7.75 | 38.7% |" in text  # 7 GB counted, capped, in 4 ms
     assert "Copy ceiling 4.00 TB/s" in text
     assert "The fused element-wise work against the memory bandwidth" in bench.mfu_markdown({"default": result})
     del row["bandwidth"]
@@ -280,7 +280,38 @@ def test_bench_train_bandwidth_needs_compile_and_is_empty_where_nothing_compiles
     result = json.loads((tmp_path / "train.json").read_text())
     assert result["settings"]["bandwidth"] is True and result["ceiling"]["copy_gbs"] > 0
     assert result["rows"][0]["bandwidth"] is None  # CPU: eager, no Triton kernel to count
-    assert "copy" in capsys.readouterr().out
+    assert re.search(r"; copy \d+ GB/s", capsys.readouterr().out)
+    assert main([*args, "--compile", "max-autotune", "--force"]) == 2
+    assert "--bandwidth: mode max-autotune" in capsys.readouterr().err
+
+
+def test_the_bandwidth_pass_keeps_only_whole_steps_of_rows_that_ran(monkeypatch):
+    """A shape out of memory gets no bandwidth pass; a pass whose step did not finish, or wrote
+    fewer than a forward and a backward graph, gives None rather than a partial count."""
+    import torch._inductor.config as inductor_config
+
+    block = "TRITON KERNELS BANDWIDTH INFO ({})\n0.100ms    \t0.400 GB \t 4000.00GB/s \t 100.00% \t triton_poi_k\nSUMMARY\n"
+
+    def fake_step(graphs, status):
+        def step(*args, **kwargs):  # writes where the patched inductor config says, as compiled graphs do
+            with open(inductor_config.profile_bandwidth_output, "a") as f:
+                f.write("".join(block.format(g) for g in graphs))
+            return {"status": status}
+        return step
+
+    monkeypatch.setattr(bench.fastpath, "eager_reason", lambda device: None)
+    for graphs, status, gb in ((["fwd.py"], "ok", None), (["fwd.py", "bwd.py"], "oom", None), (["fwd.py", "bwd.py"], "ok", 0.8)):
+        monkeypatch.setattr(bench, "measure_train_step", fake_step(graphs, status))
+        got = bench.measure_inductor_bandwidth(None, 16, 2, CPU, 0)
+        assert (got and got["gb"]) == (gb and pytest.approx(gb)), (graphs, status, got)
+
+    passes = []
+    monkeypatch.setattr(bench, "measure_train_step", lambda config, n, *a, **k: {
+        "n": n, "batch": 128 // n, "status": "oom" if n == 64 else "ok", "step_s": 0.01, "n_params": 10})
+    monkeypatch.setattr(bench, "measure_inductor_bandwidth", lambda config, n, *a: passes.append(n))
+    result = bench.bench_train([16, 64], CPU, tokens_per_step=128, d_model=16, n_layers=1, n_heads=2,
+                               ceiling_size=32, bandwidth=True)
+    assert passes == [16] and "bandwidth" not in result["rows"][1]
 
 
 def test_bench_train_rejects_lengths_that_do_not_divide_the_tokens(tmp_path, capsys):
@@ -437,6 +468,13 @@ def test_compile_cells_markdown_pairs_the_cells_and_counts_compiling_in(tmp_path
         bench.write_json(tmp_path / "cells" / variant / "engine-cuda.json", result)
     assert bench.write_compile_cells_markdown(tmp_path / "cells").read_text() == text
     assert "compiled with mode default" in text
+    # these cells recorded no "<shape> backward": the footnote says where its compiling went
+    assert "cells recorded before the backward was timed" in text and "compare the ms per step" not in text
+    for r in compiled["rows"]:
+        r["compile"]["first_call_seconds"]["(2, 512, 14) backward"] = 0.5
+    compiled["rows"][0]["steps"] = 160  # early stopping ended it elsewhere
+    text = bench.compile_cells_markdown(eager, compiled)
+    assert "cells recorded before the backward was timed" not in text and "compare the ms per step" in text
 
 
 def test_scaling_rows_speed_up_and_efficiency(tmp_path):

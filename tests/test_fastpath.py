@@ -136,6 +136,11 @@ def test_a_compiled_cell_observes_its_kernels_after_the_compiling_step(fresh_dyn
     eager = tiny_cell(False)
     assert calls_before == [1, len(compile_on_cpu["calls"])]  # eager: before any call of its own
     assert eager.cost["kernels_observed"] == compiled.cost["kernels_observed"]
+    # a compiled cell of one step has no later step: observed on the compiling one
+    cfg = load_config("default", {**TINY, "train": {**TINY["train"], "compile": True, "steps": 1, "warmup_steps": 0,
+                                                   "eval_every": 1}})
+    one = engine.run_fold(engine.prepare(cfg, random_walk_bars(8000, seed=1), "cpu"), 32, 0, 0)
+    assert one.cost["steps"] == 1 and one.cost["kernels_observed"] == eager.cost["kernels_observed"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")

@@ -456,7 +456,10 @@ def parse_inductor_bandwidth(text: str) -> dict:
 def measure_inductor_bandwidth(config, n: int, batch: int, device: torch.device, seed: int) -> dict | None:
     """The bytes inductor's kernels move in one training step at (batch, n): a fresh model compiled
     ("default", for this shape alone) under inductor's bandwidth profile, one step, parsed by
-    `parse_inductor_bandwidth`. None where nothing compiles to Triton (CPU, no Triton).
+    `parse_inductor_bandwidth`. None where nothing compiles to Triton (CPU, no Triton), and
+    where the step did not run whole (out of memory; fewer than the forward and backward graphs).
+    The fused kernels and their bytes are the same in every mode but max-autotune's (whose matmul
+    templates are Triton kernels too), so "default" stands for them.
 
     A diagnostic, never a timing: under the profile a kernel runs only at its first call (later
     calls reuse its measurement), so the step computes garbage. Dynamo's caches are reset before
@@ -475,11 +478,14 @@ def measure_inductor_bandwidth(config, n: int, batch: int, device: torch.device,
             # random inputs at compile time (and torch 2.11 fails there: a missing argument)
             with inductor_config.patch(profile_bandwidth=True, profile_bandwidth_regex="", benchmark_harness=False,
                                        profile_bandwidth_output=str(out), force_disable_caches=True):
-                measure_train_step(config, n, batch, device, steps=1, warmup=1, compile="default", seed=seed)
+                row = measure_train_step(config, n, batch, device, steps=1, warmup=1, compile="default", seed=seed)
             parsed = parse_inductor_bandwidth(out.read_text() if out.exists() else "")
     finally:
         torch._dynamo.reset()
-    return parsed if parsed["kernels"] else None
+    if row["status"] != "ok" or parsed["graphs"] < 2:  # a step is a forward and a backward graph at least
+        log.warning("inductor bandwidth N=%d: no whole step (%s, %d graphs)", n, row["status"], parsed["graphs"])
+        return None
+    return parsed
 
 
 # Where a training step's device time goes. Kernels inductor generated go by their name's prefix
@@ -619,11 +625,11 @@ def bench_train(
 
     CUDA: bf16 autocast and fused AdamW; CPU: float32. Inputs are random (the data pipeline is not
     what is measured). MFU is against a matmul ceiling measured in the same run and dtype.
-    `compile`: False (eager), True (tsflash.fastpath.COMPILE_MODE) or a torch.compile mode.
-    `profile` > 0: each row also says where its step's time goes (`profile_step`, that many steps).
-    `bandwidth`: after every N is timed, each row also gets the bytes inductor's kernels move per
-    step (`measure_inductor_bandwidth`, a separate compile per N), to set against the copy ceiling
-    measured beside the matmul ceiling.
+    `compile`: False (eager), True (tsflash.fastpath.COMPILE_MODE) or a mode of
+    tsflash.fastpath.COMPILE_MODES. `profile` > 0: each row also says where its step's time goes (`profile_step`, that many steps).
+    `bandwidth`: after every N is timed, each row that ran also gets the bytes inductor's kernels
+    move per step (`measure_inductor_bandwidth`, a separate compile per N), to set against the copy
+    ceiling measured beside the matmul ceiling (`bandwidth_markdown` needs `profile` too).
     """
     from tsflash.model import ModelConfig
 
@@ -641,8 +647,8 @@ def bench_train(
     copy = copy_ceiling(device)
     log.info("matmul ceiling %d^3 %s: %.2f TFLOP/s; copy %.0f GB/s", ceiling_size, dtype, ceiling / 1e12, copy / 1e9)
     rows = []
+    config = ModelConfig(n_features=n_features, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention_backend=backend)
     for n in lengths:
-        config = ModelConfig(n_features=n_features, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention_backend=backend)
         row = measure_train_step(config, n, tokens_per_step // n, device, steps, warmup, compile, seed, profile)
         if row["status"] == "ok":
             flops = flops_per_token(row["n_params"], n_layers, d_model, n) * tokens_per_step
@@ -650,7 +656,7 @@ def bench_train(
         log.info("train %s", row)
         rows.append(row)
     if bandwidth:  # after every timed row: its compiles and dynamo resets touch none of them
-        for row in rows:
+        for row in (r for r in rows if r["status"] == "ok"):
             row["bandwidth"] = measure_inductor_bandwidth(config, row["n"], row["batch"], device, seed)
             log.info("inductor bandwidth N=%d: %s", row["n"], None if row["bandwidth"] is None else
                      f"{row['bandwidth']['gb']:.2f} GB in {row['bandwidth']['ms']:.2f} ms")
@@ -728,7 +734,7 @@ def bandwidth_markdown(results: dict[str, dict]) -> str:
     tflops = max(r["ceiling"]["tflops"] for r in results.values()) if results else 0.0
     named = any(results)
     lines = ["| " + " | ".join([*(["variant"] if named else []), "N", "element-wise GB per step", "profiled ms",
-                                "achieved TB/s", "ms at the copy ceiling", "step ms", "step ms, element-wise at the ceiling",
+                                "TB/s achieved", "ms at the copy ceiling", "step ms", "step ms, element-wise at the ceiling",
                                 "MFU then"]) + " |", "|" + "---|" * (8 + named)]
     count = 0
     for variant, result in results.items():
@@ -739,11 +745,12 @@ def bandwidth_markdown(results: dict[str, dict]) -> str:
             count += 1
             fused = step_kinds(prof["kernels"])["fused element-wise"]
             floor = element_wise_floor_ms(bw, copy_gbs)
+            moved = floor * copy_gbs / 1e3  # GB: each kernel's count, capped as in the floor
             step = r["step_s"] * 1e3
             bound = step - fused + floor
             mfu = r["model_tflops"] * step / bound / tflops if r.get("model_tflops") and tflops else None
             cells = [*([variant] if named else []), str(r["n"]), f"{bw['gb']:.2f}", f"{fused:.2f}",
-                     _fmt(bw["gb"] / fused if fused else None, ".2f"), f"{floor:.2f}", f"{step:.2f}", f"{bound:.2f}",
+                     _fmt(moved / fused if fused else None, ".2f"), f"{floor:.2f}", f"{step:.2f}", f"{bound:.2f}",
                      _fmt(mfu, ".1%")]
             lines.append("| " + " | ".join(cells) + " |")
     if not count:
@@ -754,11 +761,14 @@ def bandwidth_markdown(results: dict[str, dict]) -> str:
                                   "shape in a separate pass); \"ms at the copy ceiling\" takes each kernel's count at the "
                                   "ceiling, or the kernel's own time measured alone where that is less (its count is then "
                                   "more than it can have moved: inductor counts a whole buffer where a kernel reads a "
-                                  "slice of it). \"MFU then\" is how far fusion alone could go for these bytes; fewer "
+                                  "slice of it); \"TB/s achieved\" divides those bytes by the profiled time. The timed "
+                                  "steps ran the graphs of the timed process (from the second N on, one graph for any "
+                                  "shape, whose kernels are named apart), so bytes and times are matched per step, not "
+                                  "per kernel. \"MFU then\" is how far fusion alone could go for these bytes; fewer "
                                   "bytes (another precision or kernels fused across matmuls) are not in it."])
 
 
-def element_wise_floor_ms(bandwidth: dict, copy_gbs: float) -> float:
+def element_wise_floor_ms(bandwidth: dict, copy_gbs: float) -> float:  # GB/s -> ms
     """The milliseconds the kernels of `bandwidth` (`parse_inductor_bandwidth`) would take at the
     copy ceiling: per kernel its counted GB at `copy_gbs`, or its own time measured alone where
     that is less (a count implying more than the ceiling overstates what the kernel moves)."""
@@ -885,17 +895,24 @@ def compile_cells_markdown(eager: dict, compiled: dict) -> str:
                      f"{abs(a['log_loss'] - b['log_loss']):.4f} |")
     lines.append(f"| all | | | | | | | {totals[0]:.1f} | {totals[1]:.1f} | |")
     modes = {str((r.get("compile") or {}).get("mode")) for r in fast.values() if (r.get("compile") or {}).get("compiled")}
+    backward_untimed = any(  # a compiled cell with a training shape but no "<shape> backward"
+        not any(k.endswith(" backward") for k in firsts) and any(not k.endswith("no_grad") for k in firsts)
+        for firsts in ((r.get("compile") or {}).get("first_call_seconds", {}) for r in fast.values()))
     lines += ["", f"{compiled.get('device_name', compiled.get('device'))}, torch {compiled.get('torch')}; config "
               f"{compiled.get('config')} on {compiled.get('data')}, compiled with mode {', '.join(sorted(modes)) or '(none: eager)'}; "
               "one worker, one process per variant: each shape compiles once per process, so the first cell "
               "at an N pays for the graphs the later cells reuse. \"compiling s\" times the first call of each "
-              "training shape and its first backward (where the backward graph compiles; cells recorded before "
-              "that was timed count it in the training time only: the first cell's higher ms per step without "
-              "compiling). No-grad shapes "
-              "compile outside the training time: validation passes are not in it, test batches are in the "
-              "evaluation time. The \"s\" columns: training + validation (where the cell recorded it) + evaluation."
+              "training shape and its first backward (where the backward graph compiles)"
+              + ("" if not backward_untimed else "; cells recorded before the backward was timed count its "
+                 "compiling in the training time only: the first cell's higher ms per step without compiling")
+              + ". No-grad shapes compile outside the training time: validation passes are not in it, test "
+              "batches are in the evaluation time. The \"s\" columns: training + validation (where the cell "
+              "recorded it) + evaluation."
               + ("" if all(r.get("val_seconds") is not None for r in (*plain.values(), *fast.values())) else
-                 " Some cells did not record their validation time: their columns leave it out.")]
+                 " Some cells did not record their validation time: their columns leave it out.")
+              + ("" if all(plain[k]["steps"] == fast[k]["steps"] for k in plain if k in fast) else
+                 " Where early stopping ended a cell at another step (GPU and compiled numerics differ in the last "
+                 "bits), the totals cover different numbers of steps: compare the ms per step.")]
     return "\n".join(lines) + "\n"
 
 

@@ -68,7 +68,7 @@ def compile_kwargs(mode: str) -> dict:
 def prepare(model, device, *, n: int, batch: int, compile: bool | str = False):
     """Pin `model`'s attention kernel for (batch, n) on `device`, then return the callable that
     runs its forward: `model` itself (eager) or a `Compiled` wrapper. `compile`: False, True
-    (COMPILE_MODE) or a torch.compile mode. The decision and the compile outcome are kept on the
+    (COMPILE_MODE) or a mode of COMPILE_MODES. The decision and the compile outcome are kept on the
     model as `kernel_choice` and `compile_info` (for the cell's cost record)."""
     device = torch.device(device)
     model.kernel_choice = pin_attention(model, device, n=n, batch=batch)

@@ -107,7 +107,8 @@ def register(sub) -> None:
                     "goes (attention, matmul, optimizer, element-wise, idle)")
     tr.add_argument("--bandwidth", action="store_true",
                     help="with --compile: after the timed steps, the bytes inductor's kernels move per step (a separate "
-                    "compile per N under inductor's bandwidth profile), set against the measured copy ceiling")
+                    "compile per N under inductor's bandwidth profile), set against the measured copy ceiling; "
+                    "implies --profile")
     tr.set_defaults(func=run_train)
 
 
@@ -196,6 +197,11 @@ def run_train(args) -> int:
         raise UserError(f"--d-model / --heads must be even (rotary positions), got {args.d_model}/{args.heads}")
     if args.bandwidth and not args.compile:
         raise UserError("--bandwidth counts the bytes of inductor's compiled kernels: give --compile too")
+    if args.bandwidth and args.compile.startswith("max-autotune"):
+        raise UserError(f"--bandwidth: mode {args.compile} compiles matmuls to Triton too, whose bytes would count as "
+                        "element-wise work; use default, reduce-overhead or tuned")
+    if args.bandwidth and not args.profile:
+        args.profile = 3  # the bytes are set against the profiled time of the element-wise kernels
     out = output_folder(args.out, "train", ["train.json"], args.force)
     result = bench.bench_train(args.lengths, _device(args), tokens_per_step=args.tokens_per_step,
                                n_features=args.features, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
