@@ -626,7 +626,8 @@ def bench_train(
     CUDA: bf16 autocast and fused AdamW; CPU: float32. Inputs are random (the data pipeline is not
     what is measured). MFU is against a matmul ceiling measured in the same run and dtype.
     `compile`: False (eager), True (tsflash.fastpath.COMPILE_MODE) or a mode of
-    tsflash.fastpath.COMPILE_MODES. `profile` > 0: each row also says where its step's time goes (`profile_step`, that many steps).
+    tsflash.fastpath.COMPILE_MODES. `profile` > 0: each row also says where its step's time goes
+    (`profile_step`, that many steps).
     `bandwidth`: after every N is timed, each row that ran also gets the bytes inductor's kernels
     move per step (`measure_inductor_bandwidth`, a separate compile per N), to set against the copy
     ceiling measured beside the matmul ceiling (`bandwidth_markdown` needs `profile` too).
@@ -722,6 +723,12 @@ def profile_markdown(results: dict[str, dict]) -> str:
     return "\n".join(lines) if count else ""
 
 
+def highest_ceiling(results: dict[str, dict], key: str) -> float:
+    """The highest ceiling `key` ("tflops", "copy_gbs") that any of the results' processes measured
+    (0.0 where none did): one denominator for every variant of a call (`mfu_markdown`)."""
+    return max((result["ceiling"].get(key) or 0.0 for result in results.values()), default=0.0)
+
+
 def bandwidth_markdown(results: dict[str, dict]) -> str:
     """A Markdown table setting the bytes inductor's kernels move per step (rows measured with
     `bandwidth`) against the memory bandwidth, "" when no row has them. Per variant and N: the GB
@@ -730,8 +737,7 @@ def bandwidth_markdown(results: dict[str, dict]) -> str:
     element-wise work run at that ceiling with everything else as profiled: how far fusion alone
     could go. One copy ceiling and one matmul ceiling for every row, the highest any of the
     variants' processes measured (as `mfu_markdown`)."""
-    copy_gbs = max((r["ceiling"].get("copy_gbs") or 0.0 for r in results.values()), default=0.0)
-    tflops = max(r["ceiling"]["tflops"] for r in results.values()) if results else 0.0
+    copy_gbs, tflops = highest_ceiling(results, "copy_gbs"), highest_ceiling(results, "tflops")
     named = any(results)
     lines = ["| " + " | ".join([*(["variant"] if named else []), "N", "element-wise GB per step", "profiled ms",
                                 "TB/s achieved", "ms at the copy ceiling", "step ms", "step ms, element-wise at the ceiling",
@@ -817,7 +823,7 @@ def mfu_markdown(results: dict[str, dict]) -> str:
     same step time apart. The highest is the most the chip showed, so the MFU is not flattered."""
     lines = ["| N | variant | step ms | MFU | compiled | first call s |", "|---|---|---|---|---|---|"]
     first = next(iter(results.values()))
-    ceiling_tflops = max(result["ceiling"]["tflops"] for result in results.values())
+    ceiling_tflops = highest_ceiling(results, "tflops")
     for n in [r["n"] for r in first["rows"]]:
         for variant, result in results.items():
             r = next((r for r in result["rows"] if r["n"] == n), {})

@@ -294,8 +294,9 @@ def _batch_source(windows: BalancedWindows, features: torch.Tensor, labels: torc
 @contextlib.contextmanager
 def _observe_kernels_once(state: dict, now: bool = True):
     """Run the block under the profiler on a cell's first step (the second when compiled: `now`
-    says when; once: the result is kept in `state`, which checkpoints carry across a resume). Same math (the parity test of a step
-    checks it bit for bit); it adds some tens of ms to that one step, which stays timed."""
+    says when; once: the result is kept in `state`, which checkpoints carry across a resume).
+    Same math (the parity test of a step checks it bit for bit); it adds some tens of ms to that
+    one step, which stays timed."""
     if state.get("kernels_observed") is not None or not now:
         yield
         return

@@ -78,6 +78,7 @@ _SCORES = ("accuracy", "balanced_accuracy", "log_loss", "macro_f1", "mcc", "mean
 # Direction apart from volatility (tsflash.metrics.direction_metrics); NaN in cells saved before them.
 _DIRECTION = ("direction_hit_rate", "direction_log_loss", "move_log_loss", "direction_log_loss_moves")
 _COST_MEANS = ("epoch_seconds", "train_seconds", "val_seconds", "eval_seconds", "tokens_per_s", "tflops", "peak_memory_bytes")
+_COST_SUMMARY = tuple(m for m in _COST_MEANS if m != "eval_seconds")  # what a configuration's summary averages
 _COST_FIRST = ("backend", "backend_observed", "n_params", "batch_size", "steps", "tokens_per_step", "device")
 _DATES = ("train_start", "train_end", "test_start", "test_end")
 
@@ -121,7 +122,7 @@ def summarize(rows: list[dict], series: str) -> dict:
         out[m] = float(np.mean(v))
         out[f"{m}_std"] = float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
     if rs[0]["kind"] == "model":
-        for m in ("epoch_seconds", "train_seconds", "val_seconds", "tokens_per_s", "tflops", "peak_memory_bytes"):
+        for m in _COST_SUMMARY:
             out[m] = float(np.nanmean([r[m] for r in rs])) if any(np.isfinite(r[m]) for r in rs) else float("nan")
         for m in _COST_FIRST:
             out[m] = rs[0][m]
