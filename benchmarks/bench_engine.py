@@ -33,7 +33,7 @@ from tsflash.store import load_bars
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", required=True, help="store root, or synthetic:random-walk[:SEED]")
+    ap.add_argument("--data", required=True, help="store root, or synthetic:KIND[:SEED[:PARAMS]] (tsflash.datasource)")
     ap.add_argument("--config", default="first-edition")
     ap.add_argument("--lengths", default="32768")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:K")
@@ -69,12 +69,13 @@ def main(argv=None) -> int:
             rows.append({"n": n, "fold": f, **{k: r.cost[k] for k in ("train_seconds", "epoch_seconds", "val_seconds", "eval_seconds",
                          "tokens_per_s", "peak_memory_bytes", "backend", "backend_observed", "tflops", "n_params",
                          "compile")}, "steps": r.cost["stop_step"],
-                         "accuracy": r.metrics["accuracy"], "log_loss": r.metrics["log_loss"]})
+                         **{k: r.metrics[k] for k in ("accuracy", "log_loss", "direction_hit_rate", "direction_log_loss")}})
             c = r.cost
             print(f"N={n:>6} fold {f}: train {c['train_seconds']:.1f} s ({c['stop_step']} steps), "
                   f"eval {c['eval_seconds']:.1f} s, "
                   f"{c['tokens_per_s'] / 1e6:.2f} M tok/s, {c['tflops']:.0f} TFLOP/s, peak {c['peak_memory_bytes'] / 2**30:.2f} GiB, "
-                  f"{c['backend_observed']}, acc {r.metrics['accuracy']:.4f}", flush=True)
+                  f"{c['backend_observed']}, acc {r.metrics['accuracy']:.4f}, hit rate {r.metrics['direction_hit_rate']:.4f}, "
+                  f"log-loss {r.metrics['log_loss']:.4f}", flush=True)
         sync(device)
         wall = time.perf_counter() - t1
         rows.append({"n": n, "all_folds_wall_seconds": wall})

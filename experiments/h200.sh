@@ -102,6 +102,10 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # folders go, mfu.md beside it (MFU_DIR=runs/mfu for a look that publishes nothing);
     # MFU_LIMIT_S the limit of each compiled variant (max-autotune tunes every matmul: give it more).
     # MFU_MODES picks the variants (eager and torch.compile modes, "tuned" among them);
+    # Model variants (other models than the experiment's, measures of what its numerics cost):
+    # default-head128, default-bf16-residual (`--residual compute`) and default-head128-bf16-residual.
+    # max-autotune-no-cudagraphs (2026-12-01): compiling N=512 did not finish in 420 s (every matmul
+    # shape tuned, forward and backward; cuBLAS won the large ones, so no GELU was fused into them).
     # MFU_BANDWIDTH=1 adds `bench train --bandwidth` to the variant "default" (the bytes inductor's
     # kernels move per step against the copy ceiling: a separate compile per N after the timed rows).
     T="timeout --signal=INT"
@@ -113,11 +117,16 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # invocation in the same call (other variants or lengths, e.g. MFU_MODES=tuned MFU_LENGTHS=512)
     [ "${MFU_KEEP:-0}" = 1 ] || rm -f "$dir"/*/train.json
     for mode in ${MFU_MODES:-eager default reduce-overhead} ${MFU_HEAD128:+default-head128}; do
-      case "$mode" in
-        eager) flag=""; limit=80 ;;
-        default-head128) flag="--compile default --heads 2"; limit=${MFU_LIMIT_S:-230} ;;
-        default) flag="--compile default"; [ "${MFU_BANDWIDTH:-0}" = 1 ] && flag="$flag --bandwidth"; limit=${MFU_LIMIT_S:-230} ;;
-        *) flag="--compile $mode"; limit=${MFU_LIMIT_S:-230} ;;
+      # A variant is a compile mode (or eager) with model suffixes: -head128 (2 heads of 128, `--heads 2`)
+      # and -bf16-residual (`--residual compute`), e.g. reduce-overhead-head128-bf16-residual.
+      base=$mode; model=""
+      case "$base" in *-bf16-residual) model="--residual compute"; base=${base%-bf16-residual} ;; esac
+      case "$base" in *-head128) model="--heads 2 $model"; base=${base%-head128} ;; esac
+      case "$base" in
+        eager) flag="$model"; limit=80 ;;
+        default) flag="--compile default $model"; [ "${MFU_BANDWIDTH:-0}" = 1 ] && [ -z "$model" ] && flag="$flag --bandwidth"
+                 limit=${MFU_LIMIT_S:-230} ;;
+        *) flag="--compile $base $model"; limit=${MFU_LIMIT_S:-230} ;;
       esac
       $T $limit python3 -m tsflash.cli bench train --device cuda --lengths "${MFU_LENGTHS:-512,4096,32768}" $flag \
         $profile --force --out "$dir/$mode" 2>&1 | tee "$OUT/mfu-$mode.log" | tail -16
@@ -145,8 +154,28 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     python3 -c "from tsflash.bench import write_compile_cells_markdown; print(write_compile_cells_markdown('$d').read_text())"
     tar cf "$OUT/compile.tar" "$d" "$d.md"
     ;;
+  model-variants)
+    # Does the model that meets the MFU targets (mfu variant default-head128-bf16-residual: 2 heads
+    # of 128, residual stream in bf16) learn what the experiment's model learns? Both compiled, on
+    # the positive control (synthetic:long-memory, the planted echo only a long context can use), the
+    # default protocol, VARIANTS_LENGTHS at folds VARIANTS_FOLDS, seed 0, one process each;
+    # `tsflash.bench.write_model_variants_markdown` puts them side by side -> <dir>.md.
+    d=${VARIANTS_DIR:-reports/bench/model-variants}
+    for variant in experiment fast; do
+      flag="--set train.compile=true"
+      [ "$variant" = fast ] && flag="$flag --set model.n_heads=2 --set model.residual=compute"
+      rm -f "$d/$variant/engine-cuda.json"
+      timeout --signal=INT "${VARIANTS_LIMIT_S:-270}" python3 benchmarks/bench_engine.py \
+        --data "${VARIANTS_DATA:-synthetic:long-memory:0:strength=0.2}" --config default \
+        --lengths "${VARIANTS_LENGTHS:-512,32768}" --folds "${VARIANTS_FOLDS:-0,4}" --device cuda $flag \
+        --out "$d/$variant" 2>&1 | tee "$OUT/variants-$variant.log" | grep -E "^N=|preparation|wrote"
+      echo "variant $variant exit: ${PIPESTATUS[0]}"
+    done
+    python3 -c "from tsflash.bench import write_model_variants_markdown; print(write_model_variants_markdown('$d').read_text())"
+    tar cf "$OUT/variants.tar" "$d" "$d.md"
+    ;;
   *)
-    echo "usage: bash experiments/h200.sh bench|sweep|scaling|mfu|compile" >&2
+    echo "usage: bash experiments/h200.sh bench|sweep|scaling|mfu|compile|model-variants" >&2
     exit 2
     ;;
 esac

@@ -501,3 +501,29 @@ def test_scaling_rows_speed_up_and_efficiency(tmp_path):
     md = bench.record_scaling(path, runs[1], 1, total, "512,4096,32768", calls).read_text()
     assert md.splitlines()[2] == "| 1 | 512,4096,32768 | 210 | 3 | 16 | 4.6 | 1.00x | 100% |"
     assert md.splitlines()[3].startswith("| 2 | 512,4096,32768 | 105 | 1 | 16 | 9.1 | 2.00x | 100% |")
+
+
+def test_model_variants_markdown_pairs_the_cells_and_leaves_compiling_out(tmp_path):
+    def run(rows, overrides):
+        return {"rows": rows, "device_name": "NVIDIA H200", "torch": "2.11", "config": "default",
+                "data": "synthetic:long-memory:0:strength=0.2", "overrides": overrides}
+
+    def cell(n, fold, seconds, steps, log_loss, hit, compiling):
+        return {"n": n, "fold": fold, "train_seconds": seconds, "steps": steps, "log_loss": log_loss,
+                "direction_hit_rate": hit, "compile": {"compiled": True, "first_call_seconds": {
+                    "(2, 512, 14)": compiling, "(2, 512, 14) backward": 1.0, "(3, 512, 14) no_grad": 5.0}}}
+
+    experiment = run([cell(512, 0, 24.0, 300, 1.0480, 0.5210, 20.0), cell(32768, 0, 50.0, 560, 0.9910, 0.6810, 0.0),
+                      {"n": 512, "all_folds_wall_seconds": 30}], ["train.compile=true"])
+    fast = run([cell(512, 0, 18.0, 280, 1.0470, 0.5230, 14.0), cell(32768, 0, 40.0, 500, 0.9950, 0.6700, 0.0)],
+               ["train.compile=true", "model.n_heads=2", "model.residual=compute"])
+    text = bench.model_variants_markdown({"experiment": experiment, "fast": fast})
+    assert "| 512 | 0 | 300 / 280 | 10.0 | 10.7 | 1.0480 | 1.0470 | -0.0010 | 0.5210 | 0.5230 |" in text  # (24-20-1)/300
+    assert "| 32768 | 0 | 560 / 500 | 87.5 | 78.0 | 0.9910 | 0.9950 | +0.0040 | 0.6810 | 0.6700 |" in text
+    assert "| mean | | | | | | | +0.0015 | | |" in text
+    assert "**fast**: `--set train.compile=true` `--set model.n_heads=2` `--set model.residual=compute`" in text
+    for variant, result in (("experiment", experiment), ("fast", fast)):
+        bench.write_json(tmp_path / "variants" / variant / "engine-cuda.json", result)
+    assert bench.write_model_variants_markdown(tmp_path / "variants").read_text() == text
+    with pytest.raises(ValueError, match="compares two variants"):
+        bench.model_variants_markdown({"experiment": experiment})

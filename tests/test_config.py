@@ -100,6 +100,7 @@ FIELD_CASES = [
     ({"splits": {"scheme": "kfold"}}, "splits.scheme must be 'expanding' or 'rolling', got 'kfold'"),
     ({"splits": {"scheme": "rolling"}}, "splits.train_days must be >= 1 when splits.scheme is 'rolling', got 0"),
     ({"model": {"attention_backend": "turbo"}}, "model.attention_backend must be one of auto, cudnn, flash, efficient, math, got 'turbo'"),
+    ({"model": {"residual": "fp16"}}, "model.residual must be one of param, compute, got 'fp16'"),
     ({"model": {"d_model": 250}}, "model.d_model=250 must be divisible by model.n_heads=4"),
     ({"model": {"d_model": 12, "n_heads": 4}}, "model.d_model / model.n_heads must be even (rotary positions), got 12/4"),
     ({"eval": {"batch_tokens": 1024}}, "eval.batch_tokens must be >= the longest context length 32768, got 1024"),
@@ -289,5 +290,6 @@ def test_fields_added_later_leave_older_configs_unchanged():
     assert protocol["splits"]["val_days"] == 30 and protocol["eval"]["context_cuts"] == [512, 4096]
     assert "rope_base" not in protocol["model"]  # auto, its default
     assert protocol["eval"]["strategy"] == "horizon"  # not the value an older config means: written
+    assert "residual" not in protocol["model"]  # float32, as every published run trained
     assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
-                                "eval.context_cuts", "eval.strategy", "eval.entry_threshold"}
+                                "model.residual", "eval.context_cuts", "eval.strategy", "eval.entry_threshold"}

@@ -89,6 +89,38 @@ def test_bf16_autocast_runs_fused_and_returns_float32_logits():
     assert model.attention_backend_used == "flash"
 
 
+def _residual_dtypes(model, x):
+    """The dtype of the residual stream entering each block and the final norm."""
+    seen = []
+    hooks = [m.register_forward_pre_hook(lambda _m, args: seen.append(args[0].dtype)) for m in (*model.blocks, model.norm)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, _ = model(x)
+    for h in hooks:
+        h.remove()
+    return seen, logits
+
+
+def test_the_residual_stream_dtype_follows_the_config_under_autocast():
+    x = torch.randn(2, 32, 5)
+    param, compute = small_model(residual="param"), small_model(residual="compute")
+    seen_param, logits_param = _residual_dtypes(param, x)
+    seen_compute, logits_compute = _residual_dtypes(compute, x)
+    assert set(seen_param) == {torch.float32} and len(seen_param) == 3  # two blocks and the final norm
+    assert set(seen_compute) == {torch.bfloat16} and len(seen_compute) == 3
+    assert logits_compute.dtype == torch.float32  # logits stay float32 either way
+    assert not torch.equal(logits_param, logits_compute)  # other numerics ...
+    assert torch.allclose(logits_param, logits_compute, atol=0.05)  # ... of the same model
+    # Outside autocast the compute dtype is the parameters': the two are the same model, bit for bit
+    assert torch.equal(param(x)[0], compute(x)[0])
+    assert set(param.state_dict()) == set(compute.state_dict())  # the same parameters: checkpoints interchange
+
+
+def test_a_checkpoint_keeps_the_residual_dtype(tmp_path):
+    model = small_model(residual="compute")
+    loaded = CausalTransformer.load(model.save(tmp_path / "model.pt"))
+    assert loaded.config.residual == "compute"
+
+
 def test_wrong_feature_count_is_a_clear_error():
     with pytest.raises(UserError, match=r"n_features=5 per bar, got shape \(1, 8, 4\)"):
         small_model()(torch.randn(1, 8, 4))
@@ -101,6 +133,7 @@ def test_wrong_feature_count_is_a_clear_error():
         (dict(attention_backend="fast"), r"attention_backend must be one of .*got 'fast'"),
         (dict(norm="batch"), r"norm must be 'rmsnorm' or 'layernorm', got 'batch'"),
         (dict(d_model=12, n_heads=4), r"even head size, got d_model/n_heads=3"),
+        (dict(residual="half"), r"residual must be one of \('param', 'compute'\), got 'half'"),
     ],
 )
 def test_bad_config_is_a_clear_error(overrides, message):

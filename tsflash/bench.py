@@ -612,6 +612,7 @@ def bench_train(
     d_model: int = 256,
     n_layers: int = 4,
     n_heads: int = 4,
+    residual: str = "param",
     backend: str = "auto",
     steps: int = 10,
     warmup: int = 3,
@@ -648,7 +649,8 @@ def bench_train(
     copy = copy_ceiling(device)
     log.info("matmul ceiling %d^3 %s: %.2f TFLOP/s; copy %.0f GB/s", ceiling_size, dtype, ceiling / 1e12, copy / 1e9)
     rows = []
-    config = ModelConfig(n_features=n_features, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention_backend=backend)
+    config = ModelConfig(n_features=n_features, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                         attention_backend=backend, residual=residual)
     for n in lengths:
         row = measure_train_step(config, n, tokens_per_step // n, device, steps, warmup, compile, seed, profile)
         if row["status"] == "ok":
@@ -665,7 +667,7 @@ def bench_train(
         "kind": "train",
         "environment": environment(device),
         "settings": {"tokens_per_step": tokens_per_step, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
-                     "n_features": n_features, "dtype": str(dtype), "backend": backend, "steps": steps, "warmup": warmup,
+                     "residual": residual, "n_features": n_features, "dtype": str(dtype), "backend": backend, "steps": steps, "warmup": warmup,
                      "compile": (fastpath.COMPILE_MODE if compile is True else compile) or False, "optimizer": "AdamW" + (" (fused)" if cuda else ""),
                      "flops": "(6*P + 6*L*d_model*N) * tokens (tsflash.flops)", "profiled_steps": profile,
                      "bandwidth": bandwidth},
@@ -809,6 +811,11 @@ MFU_VARIANTS = {
     "max-autotune-no-cudagraphs": 'torch.compile mode "max-autotune-no-cudagraphs" (matmuls tuned, epilogues fused)',
     "default-head128": '"default" with 2 heads of 128 instead of 4 heads of 64: the same parameters and FLOPs, '
                        "but another model than the experiment's; it shows what the attention kernel does at head size 128",
+    "default-bf16-residual": '"default" with the residual stream in bf16 (`--residual compute`) instead of float32: '
+                             "the same parameters and FLOPs, fewer bytes for the norms and residual adds, other numerics",
+    "default-head128-bf16-residual": '"default" with both: 2 heads of 128 and the residual stream in bf16',
+    "reduce-overhead-head128-bf16-residual": '"reduce-overhead" (CUDA graphs) with both: 2 heads of 128 and the '
+                                             "residual stream in bf16",
 }
 
 
@@ -930,6 +937,58 @@ def write_compile_cells_markdown(folder: Path | str) -> Path:
     eager, compiled = (json.loads((folder / v / "engine-cuda.json").read_text()) for v in ("eager", "compiled"))
     path = folder.with_suffix(".md")
     atomic.write_text(path, compile_cells_markdown(eager, compiled))
+    return path
+
+
+MODEL_VARIANTS = ("experiment", "fast")  # experiments/h200.sh model-variants: the reference first
+
+
+def model_variants_markdown(results: dict[str, dict]) -> str:
+    """Do two models learn the same thing? A Markdown table from `benchmarks/bench_engine.py` results
+    of the same cells (config, data, folds, seed) with different model settings (their `--set`
+    overrides), the first the reference. Per cell (N, fold): each variant's steps trained, training
+    ms per step outside compiling, test log-loss and direction hit rate, and the other variant's
+    log-loss minus the reference's; then the mean difference over the cells."""
+    names = list(results)
+    if len(names) != 2:
+        raise ValueError(f"model_variants_markdown compares two variants, got {names}")
+    cells = [{(r["n"], r["fold"]): r for r in results[v]["rows"] if "fold" in r} for v in names]
+    ref, other = names
+
+    def ms_per_step(r):
+        firsts = (r.get("compile") or {}).get("first_call_seconds", {})
+        compiling = sum(t for shape, t in firsts.items() if not shape.endswith("no_grad"))
+        return (r["train_seconds"] - compiling) / r["steps"] * 1e3
+
+    lines = [f"| N | fold | steps {ref} / {other} | ms/step {ref} | ms/step {other} | log-loss {ref} | "
+             f"log-loss {other} | {other} - {ref} | hit rate {ref} | hit rate {other} |", "|" + "---|" * 10]
+    diffs = []
+    for key in sorted(k for k in cells[0] if k in cells[1]):
+        a, b = cells[0][key], cells[1][key]
+        diffs.append(b["log_loss"] - a["log_loss"])
+        lines.append(f"| {key[0]} | {key[1]} | {a['steps']} / {b['steps']} | {ms_per_step(a):.1f} | {ms_per_step(b):.1f} | "
+                     f"{a['log_loss']:.4f} | {b['log_loss']:.4f} | {diffs[-1]:+.4f} | "
+                     f"{a['direction_hit_rate']:.4f} | {b['direction_hit_rate']:.4f} |")
+    if diffs:
+        lines.append(f"| mean | | | | | | | {sum(diffs) / len(diffs):+.4f} | | |")
+    r0 = results[ref]
+    lines += ["", f"{r0.get('device_name', r0.get('device'))}, torch {r0.get('torch')}; config {r0.get('config')} on "
+              f"{r0.get('data')}, seed of the config's first; " + "; ".join(
+                  f"**{v}**: " + (" ".join(f"`--set {o}`" for o in results[v].get("overrides", [])) or "the config as it is")
+                  for v in names)
+              + ". One process per variant; ms per step leaves out the compiling of each training shape. "
+              "One seed: a cell that finds a planted effect and one that does not can differ by more than the models do."]
+    return "\n".join(lines) + "\n"
+
+
+def write_model_variants_markdown(folder: Path | str, variants: tuple[str, ...] = MODEL_VARIANTS) -> Path:
+    """<folder>.md from <folder>/<variant>/engine-cuda.json for each variant (`model_variants_markdown`)."""
+    import json
+
+    folder = Path(folder)
+    results = {v: json.loads((folder / v / "engine-cuda.json").read_text()) for v in variants}
+    path = folder.with_suffix(".md")
+    atomic.write_text(path, model_variants_markdown(results))
     return path
 
 

@@ -82,6 +82,9 @@ class ModelSettings:
     # Rotary base; 0 = auto: the smallest (2-digit) base whose slowest wavelength is at least
     # 4 x 131072 bars at this head size (tsflash.config.rotary_base_for), the same for every N.
     rope_base: float = 0.0
+    # The residual stream's dtype (tsflash.model.ModelConfig.residual): "param" (float32 under bf16
+    # autocast, the published runs') or "compute" (bf16 on CUDA: fewer bytes moved, other numerics).
+    residual: str = "param"
 
 
 @dataclass
@@ -266,6 +269,7 @@ def merge_overrides(a: dict, b: dict) -> dict:
 # The known attention backends, here without torch so that a config can be checked without it
 # (tsflash.attention.BACKENDS is this tuple).
 ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
+RESIDUAL_DTYPES = ("param", "compute")  # model.residual: the parameters' dtype, or autocast's
 SCHEMES = ("expanding", "rolling")
 STRATEGIES = ("one-bar", "horizon")  # eval.strategy (tsflash.strategy)
 ENTRY_FIT = -1.0  # eval.entry_threshold: fit the entry threshold on the validation tail
@@ -274,7 +278,7 @@ SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
 # Fields added after runs were published, at the default that an older config.json (without
 # them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
 ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
-               "eval.context_cuts": [], "eval.strategy": "one-bar", "eval.entry_threshold": -1.0}
+               "model.residual": "param", "eval.context_cuts": [], "eval.strategy": "one-bar", "eval.entry_threshold": -1.0}
 
 # Rotary positions: the longest context the automatic base covers, and the cover rule: the slowest
 # rotation's wavelength is at least ROTARY_COVER times every context length N, so that no two
@@ -491,6 +495,8 @@ def _check_model_and_budget(cfg: ExperimentConfig) -> None:
     m = cfg.model
     if m.attention_backend not in ATTENTION_BACKENDS:
         raise UserError(f"model.attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, got {m.attention_backend!r}")
+    if m.residual not in RESIDUAL_DTYPES:
+        raise UserError(f"model.residual must be one of {', '.join(RESIDUAL_DTYPES)}, got {m.residual!r}")
     if m.d_model % m.n_heads:
         raise UserError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}")
     if (m.d_model // m.n_heads) % 2:

@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tsflash import atomic, attention
-from tsflash.config import rotary_base
+from tsflash.config import RESIDUAL_DTYPES, rotary_base
 from tsflash.errors import UserError
 
 CHECKPOINT_FORMAT = "tsflash.model/1"
@@ -48,6 +48,9 @@ class ModelConfig:
     attention_backend: str = "auto"  # auto | cudnn | flash | efficient | math
     rope_base: float = 0.0  # 0 = auto: covers N = 131072 at this head size (`rotary_base_for`)
     norm: str = "rmsnorm"  # rmsnorm | layernorm (pre-norm, no bias)
+    # The residual stream's dtype: "param" keeps it in the parameters' (float32 under bf16 autocast);
+    # "compute" in autocast's (bf16 on CUDA): half the bytes for the norms and residual adds, other numerics.
+    residual: str = "param"
 
     def validate(self) -> "ModelConfig":
         if self.n_features < 1:
@@ -58,6 +61,8 @@ class ModelConfig:
             raise UserError(f"rotary positions need an even head size, got d_model/n_heads={self.d_model // self.n_heads}")
         if self.norm not in ("rmsnorm", "layernorm"):
             raise UserError(f"model norm must be 'rmsnorm' or 'layernorm', got {self.norm!r}")
+        if self.residual not in RESIDUAL_DTYPES:
+            raise UserError(f"model residual must be one of {RESIDUAL_DTYPES}, got {self.residual!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise UserError(f"model dropout must be in [0, 1), got {self.dropout}")
         attention.check_backend_name(self.attention_backend)
@@ -243,8 +248,9 @@ class CausalTransformer(nn.Module):
         if Fdim != self.config.n_features:
             raise UserError(f"model input must have n_features={self.config.n_features} per bar, got shape {tuple(x.shape)}")
         cos, sin = self.rotary(T, x.device)  # (T, hd/2) each
-        # Residual stream in the parameters' dtype: float32 even under bf16 autocast (float64 models stay float64).
-        h = self.inp(x).to(self.inp.weight.dtype)  # (B, T, C)
+        h = self.inp(x)  # (B, T, C) in the compute dtype: bf16 under CUDA autocast
+        if self.config.residual == "param":  # float32 even under bf16 autocast (float64 models stay float64)
+            h = h.to(self.inp.weight.dtype)
         for block in self.blocks:
             h = block(h, cos, sin)  # (B, T, C)
         logits = self.head(self.norm(h))  # (B, T, 3)

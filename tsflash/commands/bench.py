@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tsflash.commands import options
 from tsflash.commands.options import non_negative_float, non_negative_int, positive_float, positive_int
-from tsflash.config import ATTENTION_BACKENDS
+from tsflash.config import ATTENTION_BACKENDS, RESIDUAL_DTYPES
 from tsflash.errors import UserError
 
 RUNS_BENCH = Path("runs/bench")
@@ -94,6 +94,9 @@ def register(sub) -> None:
     tr.add_argument("--d-model", type=positive_int, default=256)
     tr.add_argument("--layers", type=positive_int, default=4)
     tr.add_argument("--heads", type=positive_int, default=4)
+    tr.add_argument("--residual", choices=RESIDUAL_DTYPES, default="param",
+                    help="the residual stream's dtype: param (float32 under bf16 autocast, the experiment's) or "
+                    "compute (bf16: fewer bytes, other numerics)")
     tr.add_argument("--backend", type=backend, default="auto", help=" | ".join(ATTENTION_BACKENDS))
     tr.add_argument("--steps", type=positive_int, default=10, help="timed steps per N")
     tr.add_argument("--warmup", type=non_negative_int, default=3)
@@ -205,7 +208,7 @@ def run_train(args) -> int:
     out = output_folder(args.out, "train", ["train.json"], args.force)
     result = bench.bench_train(args.lengths, _device(args), tokens_per_step=args.tokens_per_step,
                                n_features=args.features, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
-                               backend=args.backend, steps=args.steps, warmup=args.warmup,
+                               residual=args.residual, backend=args.backend, steps=args.steps, warmup=args.warmup,
                                ceiling_size=args.ceiling_size, compile=args.compile or False, profile=args.profile,
                                bandwidth=args.bandwidth)
     path = bench.write_json(out / "train.json", result)
