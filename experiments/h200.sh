@@ -161,9 +161,17 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # default protocol, VARIANTS_LENGTHS at folds VARIANTS_FOLDS, seed 0, one process each;
     # `tsflash.bench.write_model_variants_markdown` puts them side by side -> <dir>.md.
     d=${VARIANTS_DIR:-reports/bench/model-variants}
-    for variant in experiment fast; do
+    # VARIANTS (default "experiment fast"): experiment, fast (both changes), head128 or bf16-residual
+    # (one each); a variant's folder is replaced, the others' stay.
+    for variant in ${VARIANTS:-experiment fast}; do
       flag="--set train.compile=true"
-      [ "$variant" = fast ] && flag="$flag --set model.n_heads=2 --set model.residual=compute"
+      case "$variant" in
+        experiment) ;;
+        fast) flag="$flag --set model.n_heads=2 --set model.residual=compute" ;;
+        head128) flag="$flag --set model.n_heads=2" ;;
+        bf16-residual) flag="$flag --set model.residual=compute" ;;
+        *) echo "unknown model variant $variant" >&2; exit 2 ;;
+      esac
       rm -f "$d/$variant/engine-cuda.json"
       timeout --signal=INT "${VARIANTS_LIMIT_S:-270}" python3 benchmarks/bench_engine.py \
         --data "${VARIANTS_DATA:-synthetic:long-memory:0:strength=0.2}" --config default \
