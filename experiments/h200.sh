@@ -159,7 +159,9 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # of 128, residual stream in bf16) learn what the experiment's model learns? Both compiled, on
     # the positive control (synthetic:long-memory, the planted echo only a long context can use), the
     # default protocol, VARIANTS_LENGTHS at folds VARIANTS_FOLDS, seed 0, one process each;
-    # `tsflash.bench.write_model_variants_markdown` puts them side by side -> <dir>.md.
+    # `tsflash.bench.write_model_variants_markdown` puts them side by side -> <dir>.md. Folds 0 and 2:
+    # where seed 0 found the echo at N=32768 in the published controls (reports/controls/protocol).
+    # VARIANTS_ARGS adds flags, e.g. "--set train.seeds=[1]" (bench_engine trains the first seed).
     d=${VARIANTS_DIR:-reports/bench/model-variants}
     # VARIANTS (default "experiment fast"): experiment, fast (both changes), head128 or bf16-residual
     # (one each); a variant's folder is replaced, the others' stay.
@@ -175,7 +177,7 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
       rm -f "$d/$variant/engine-cuda.json"
       timeout --signal=INT "${VARIANTS_LIMIT_S:-270}" python3 benchmarks/bench_engine.py \
         --data "${VARIANTS_DATA:-synthetic:long-memory:0:strength=0.2}" --config default \
-        --lengths "${VARIANTS_LENGTHS:-512,32768}" --folds "${VARIANTS_FOLDS:-0,4}" --device cuda $flag \
+        --lengths "${VARIANTS_LENGTHS:-512,32768}" --folds "${VARIANTS_FOLDS:-0,2}" --device cuda $flag ${VARIANTS_ARGS:-} \
         --out "$d/$variant" 2>&1 | tee "$OUT/variants-$variant.log" | grep -E "^N=|preparation|wrote"
       echo "variant $variant exit: ${PIPESTATUS[0]}"
     done
