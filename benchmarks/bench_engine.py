@@ -82,7 +82,8 @@ def main(argv=None) -> int:
         print(f"N={n}: {len(folds)} folds in {wall:.1f} s wall-clock", flush=True)
 
     result = {
-        "config": cfg.name, "config_hash": cfg.hash(), "overrides": args.overrides, "data": args.data, "device": str(device),
+        "config": cfg.name, "config_hash": cfg.hash(), "overrides": args.overrides, "seed": cfg.train.seeds[0],
+        "data": args.data, "device": str(device),
         "device_name": device_name(device),
         "torch": torch.__version__, "bars": len(bars), "prep_seconds": t_prep, "load_seconds": t_load,
         "prepare_timings": prepared.timings, "rows": rows, "command": " ".join(sys.argv),

@@ -503,27 +503,39 @@ def test_scaling_rows_speed_up_and_efficiency(tmp_path):
     assert md.splitlines()[3].startswith("| 2 | 512,4096,32768 | 105 | 1 | 16 | 9.1 | 2.00x | 100% |")
 
 
-def test_model_variants_markdown_pairs_the_cells_and_leaves_compiling_out(tmp_path):
-    def run(rows, overrides):
+def test_model_variants_markdown_pairs_the_cells_by_seed_and_leaves_compiling_out(tmp_path):
+    def run(rows, overrides, **extra):
         return {"rows": rows, "device_name": "NVIDIA H200", "torch": "2.11", "config": "default",
-                "data": "synthetic:long-memory:0:strength=0.2", "overrides": overrides}
+                "data": "synthetic:long-memory:0:strength=0.2", "overrides": overrides, **extra}
 
     def cell(n, fold, seconds, steps, log_loss, hit, compiling):
         return {"n": n, "fold": fold, "train_seconds": seconds, "steps": steps, "log_loss": log_loss,
                 "direction_hit_rate": hit, "compile": {"compiled": True, "first_call_seconds": {
                     "(2, 512, 14)": compiling, "(2, 512, 14) backward": 1.0, "(3, 512, 14) no_grad": 5.0}}}
 
-    experiment = run([cell(512, 0, 24.0, 300, 1.0480, 0.5210, 20.0), cell(32768, 0, 50.0, 560, 0.9910, 0.6810, 0.0),
-                      {"n": 512, "all_folds_wall_seconds": 30}], ["train.compile=true"])
-    fast = run([cell(512, 0, 18.0, 280, 1.0470, 0.5230, 14.0), cell(32768, 0, 40.0, 500, 0.9950, 0.6700, 0.0)],
-               ["train.compile=true", "model.n_heads=2", "model.residual=compute"])
+    fast_flags = ["train.compile=true", "model.n_heads=2", "model.residual=compute"]
+    # seed 0: no "seed" field (results written before it): the config's first seed, 0
+    experiment = [run([cell(512, 0, 24.0, 300, 1.0480, 0.5210, 20.0), cell(32768, 0, 50.0, 560, 0.9910, 0.6810, 0.0),
+                       {"n": 512, "all_folds_wall_seconds": 30}], ["train.compile=true"]),
+                  run([cell(512, 0, 24.0, 300, 1.0400, 0.5200, 20.0)], ["train.compile=true", "train.seeds=[1]"])]
+    fast = [run([cell(512, 0, 18.0, 280, 1.0470, 0.5230, 14.0), cell(32768, 0, 40.0, 500, 0.9950, 0.6700, 0.0)], fast_flags),
+            run([cell(512, 0, 18.0, 280, 1.0500, 0.5230, 14.0)], [*fast_flags, "train.seeds=[1]"], seed=1)]
     text = bench.model_variants_markdown({"experiment": experiment, "fast": fast})
-    assert "| 512 | 0 | 300 / 280 | 10.0 | 10.7 | 1.0480 | 1.0470 | -0.0010 | 0.5210 | 0.5230 |" in text  # (24-20-1)/300
-    assert "| 32768 | 0 | 560 / 500 | 87.5 | 78.0 | 0.9910 | 0.9950 | +0.0040 | 0.6810 | 0.6700 |" in text
-    assert "| mean | | | | | | | +0.0015 | | |" in text
+    lines = text.splitlines()
+    assert lines[2:6] == [
+        "| 512 | 0 | 0 | experiment | 300 | 10.0 | 1.0480 |  | 0.5210 |",  # (24 - 20 - 1) s / 300 steps
+        "| 512 | 0 | 0 | fast | 280 | 10.7 | 1.0470 | -0.0010 | 0.5230 |",
+        "| 512 | 0 | 1 | experiment | 300 | 10.0 | 1.0400 |  | 0.5200 |",
+        "| 512 | 0 | 1 | fast | 280 | 10.7 | 1.0500 | +0.0100 | 0.5230 |"]
+    assert "| 32768 | 0 | 0 | fast | 500 | 78.0 | 0.9950 | +0.0040 | 0.6700 |" in text
+    assert "| fast | 3 | +0.0043 | 2 |" in text  # (-0.0010 + 0.0100 + 0.0040) / 3; two cells worse
     assert "**fast**: `--set train.compile=true` `--set model.n_heads=2` `--set model.residual=compute`" in text
-    for variant, result in (("experiment", experiment), ("fast", fast)):
-        bench.write_json(tmp_path / "variants" / variant / "engine-cuda.json", result)
-    assert bench.write_model_variants_markdown(tmp_path / "variants").read_text() == text
-    with pytest.raises(ValueError, match="compares two variants"):
+    for seed in (0, 1):
+        for variant, results in (("fast", fast), ("experiment", experiment)):
+            bench.write_json(tmp_path / f"seed{seed}" / variant / "engine-cuda.json", results[seed])
+    path = bench.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed1")
+    assert path == tmp_path / "seed0.md" and path.read_text() == text  # the experiment first, found in any order
+    with pytest.raises(ValueError, match="compares two or more variants"):
         bench.model_variants_markdown({"experiment": experiment})
+    with pytest.raises(UserError, match="no experiment/engine-cuda.json under"):
+        bench.write_model_variants_markdown(tmp_path / "seed0" / "fast")

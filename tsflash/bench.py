@@ -873,7 +873,7 @@ def write_mfu_markdown(folder: Path | str) -> Path:
     folder = Path(folder)
     order = ["eager", *fastpath.COMPILE_MODES]
     found = {p.parent.name: json.loads(p.read_text()) for p in folder.glob("*/train.json")}
-    results = {v: found[v] for v in sorted(found, key=lambda v: order.index(v) if v in order else len(order))}
+    results = {v: found[v] for v in sorted(found, key=lambda v: (order.index(v) if v in order else len(order), v))}
     if not results:
         raise UserError(f"no */train.json under {folder}")
     path = folder.parent / "mfu.md"
@@ -940,54 +940,77 @@ def write_compile_cells_markdown(folder: Path | str) -> Path:
     return path
 
 
-MODEL_VARIANTS = ("experiment", "fast")  # experiments/h200.sh model-variants: the reference first
+MODEL_REFERENCE = "experiment"  # experiments/h200.sh model-variants: the experiment's model, the others' reference
 
 
-def model_variants_markdown(results: dict[str, dict]) -> str:
-    """Do two models learn the same thing? A Markdown table from `benchmarks/bench_engine.py` results
-    of the same cells (config, data, folds, seed) with different model settings (their `--set`
-    overrides), the first the reference. Per cell (N, fold): each variant's steps trained, training
-    ms per step outside compiling, test log-loss and direction hit rate, and the other variant's
-    log-loss minus the reference's; then the mean difference over the cells."""
+def engine_seed(result: dict) -> int:
+    """The seed a `benchmarks/bench_engine.py` result trained (the config's first, after its --set
+    overrides; results written before it recorded "seed" say it through those)."""
+    if "seed" in result:
+        return result["seed"]
+    from tsflash.config import load_config, parse_overrides
+
+    seeds = parse_overrides(result.get("overrides", [])).get("train", {}).get("seeds")
+    return (seeds if seeds is not None else load_config(result["config"]).train.seeds)[0]
+
+
+def model_variants_markdown(results: dict[str, list[dict]]) -> str:
+    """Do other models learn what the experiment's learns? A Markdown table from
+    `benchmarks/bench_engine.py` results of the same cells (config, data, folds, seeds) with other
+    model settings (their `--set` overrides): `results` maps each variant to its results (one per
+    seed), the first variant the reference. Per cell (N, fold, seed) and variant: steps trained,
+    training ms per step outside compiling, test log-loss, its difference from the reference's and
+    the direction hit rate; then per variant the mean difference over the cells both have."""
     names = list(results)
-    if len(names) != 2:
-        raise ValueError(f"model_variants_markdown compares two variants, got {names}")
-    cells = [{(r["n"], r["fold"]): r for r in results[v]["rows"] if "fold" in r} for v in names]
-    ref, other = names
+    if len(names) < 2:
+        raise ValueError(f"model_variants_markdown compares two or more variants, got {names}")
+    cells = {v: {(r["n"], r["fold"], engine_seed(res)): r for res in results[v] for r in res["rows"] if "fold" in r}
+             for v in names}
+    ref = names[0]
 
     def ms_per_step(r):
         firsts = (r.get("compile") or {}).get("first_call_seconds", {})
         compiling = sum(t for shape, t in firsts.items() if not shape.endswith("no_grad"))
         return (r["train_seconds"] - compiling) / r["steps"] * 1e3
 
-    lines = [f"| N | fold | steps {ref} / {other} | ms/step {ref} | ms/step {other} | log-loss {ref} | "
-             f"log-loss {other} | {other} - {ref} | hit rate {ref} | hit rate {other} |", "|" + "---|" * 10]
-    diffs = []
-    for key in sorted(k for k in cells[0] if k in cells[1]):
-        a, b = cells[0][key], cells[1][key]
-        diffs.append(b["log_loss"] - a["log_loss"])
-        lines.append(f"| {key[0]} | {key[1]} | {a['steps']} / {b['steps']} | {ms_per_step(a):.1f} | {ms_per_step(b):.1f} | "
-                     f"{a['log_loss']:.4f} | {b['log_loss']:.4f} | {diffs[-1]:+.4f} | "
-                     f"{a['direction_hit_rate']:.4f} | {b['direction_hit_rate']:.4f} |")
-    if diffs:
-        lines.append(f"| mean | | | | | | | {sum(diffs) / len(diffs):+.4f} | | |")
-    r0 = results[ref]
+    lines = [f"| N | fold | seed | variant | steps | ms/step | test log-loss | minus {ref} | direction hit rate |",
+             "|" + "---|" * 9]
+    diffs: dict[str, list[float]] = {v: [] for v in names[1:]}
+    for key in sorted(cells[ref]):
+        for v in names:
+            r = cells[v].get(key)
+            if r is None:
+                continue
+            diff = "" if v == ref else f"{r['log_loss'] - cells[ref][key]['log_loss']:+.4f}"
+            if v != ref:
+                diffs[v].append(r["log_loss"] - cells[ref][key]["log_loss"])
+            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {v} | {r['steps']} | {ms_per_step(r):.1f} | "
+                         f"{r['log_loss']:.4f} | {diff} | {r['direction_hit_rate']:.4f} |")
+    lines += ["", f"| variant | cells | mean log-loss minus {ref} | cells with a higher log-loss |", "|---|---|---|---|"]
+    for v, d in diffs.items():
+        lines.append(f"| {v} | {len(d)} | {_fmt(sum(d) / len(d) if d else None, '+.4f')} | {sum(x > 0 for x in d)} |")
+    r0 = results[ref][0]
+    flags = {v: " ".join(f"`--set {o}`" for o in results[v][0].get("overrides", []) if not o.startswith("train.seeds="))
+             for v in names}
     lines += ["", f"{r0.get('device_name', r0.get('device'))}, torch {r0.get('torch')}; config {r0.get('config')} on "
-              f"{r0.get('data')}, seed of the config's first; " + "; ".join(
-                  f"**{v}**: " + (" ".join(f"`--set {o}`" for o in results[v].get("overrides", [])) or "the config as it is")
-                  for v in names)
-              + ". One process per variant; ms per step leaves out the compiling of each training shape. "
-              "One seed: a cell that finds a planted effect and one that does not can differ by more than the models do."]
+              f"{r0.get('data')}; " + "; ".join(f"**{v}**: {flags[v] or 'the config as it is'}" for v in names)
+              + ". One process per variant and seed; ms per step leaves out the compiling of each training shape."]
     return "\n".join(lines) + "\n"
 
 
-def write_model_variants_markdown(folder: Path | str, variants: tuple[str, ...] = MODEL_VARIANTS) -> Path:
-    """<folder>.md from <folder>/<variant>/engine-cuda.json for each variant (`model_variants_markdown`)."""
+def write_model_variants_markdown(*folders: Path | str, out: Path | str | None = None) -> Path:
+    """`out` (default: the first folder's name + .md) from <folder>/<variant>/engine-cuda.json in
+    each folder (one folder per seed; `model_variants_markdown`), the experiment's model first."""
     import json
 
-    folder = Path(folder)
-    results = {v: json.loads((folder / v / "engine-cuda.json").read_text()) for v in variants}
-    path = folder.with_suffix(".md")
+    results: dict[str, list[dict]] = {}
+    for folder in map(Path, folders):
+        for p in sorted(folder.glob("*/engine-cuda.json")):
+            results.setdefault(p.parent.name, []).append(json.loads(p.read_text()))
+    if MODEL_REFERENCE not in results:
+        raise UserError(f"no {MODEL_REFERENCE}/engine-cuda.json under {', '.join(map(str, folders))}")
+    results = {MODEL_REFERENCE: results.pop(MODEL_REFERENCE), **results}
+    path = Path(out) if out is not None else Path(folders[0]).with_suffix(".md")
     atomic.write_text(path, model_variants_markdown(results))
     return path
 
