@@ -162,7 +162,9 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # `tsflash.bench.write_model_variants_markdown` puts them side by side -> <dir>.md. Folds 0 and 2:
     # where seed 0 found the echo at N=32768 in the published controls (reports/controls/protocol).
     # VARIANTS_ARGS adds flags, e.g. "--set train.seeds=[1]" (bench_engine trains the first seed).
-    d=${VARIANTS_DIR:-reports/bench/model-variants}
+    # VARIANTS_DIR: one folder per seed and folds under reports/bench/model-variants (the table,
+    # model-variants.md beside it, covers every such folder).
+    d=${VARIANTS_DIR:-reports/bench/model-variants/seed0-folds0-2}; top=$(dirname "$d")
     # VARIANTS (default "experiment fast"): experiment, fast (both changes), head128 or bf16-residual
     # (one each); a variant's folder is replaced, the others' stay.
     for variant in ${VARIANTS:-experiment fast}; do
@@ -181,8 +183,9 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
         --out "$d/$variant" 2>&1 | tee "$OUT/variants-$variant.log" | grep -E "^N=|preparation|wrote"
       echo "variant $variant exit: ${PIPESTATUS[0]}"
     done
-    python3 -c "from tsflash.bench import write_model_variants_markdown; print(write_model_variants_markdown('$d').read_text())"
-    tar cf "$OUT/variants.tar" "$d" "$d.md"
+    python3 -c "from pathlib import Path; from tsflash.bench import write_model_variants_markdown as w
+print(w(*sorted(p for p in Path('$top').iterdir() if p.is_dir()), out='$top.md').read_text())"
+    tar cf "$OUT/variants.tar" "$d" "$top.md"
     ;;
   *)
     echo "usage: bash experiments/h200.sh bench|sweep|scaling|mfu|compile|model-variants" >&2
