@@ -165,6 +165,7 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # VARIANTS_DIR: one folder per seed and folds under reports/bench/model-variants (the table,
     # model-variants.md beside it, covers every such folder).
     d=${VARIANTS_DIR:-reports/bench/model-variants/seed0-folds0-2}; top=$(dirname "$d")
+    data=${VARIANTS_DATA:-synthetic:long-memory:0:strength=0.2}
     # VARIANTS (default "experiment fast"): experiment, fast (both changes), head128 or bf16-residual
     # (one each); a variant's folder is replaced, the others' stay.
     for variant in ${VARIANTS:-experiment fast}; do
@@ -178,13 +179,13 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
       esac
       rm -f "$d/$variant/engine-cuda.json"
       timeout --signal=INT "${VARIANTS_LIMIT_S:-270}" python3 benchmarks/bench_engine.py \
-        --data "${VARIANTS_DATA:-synthetic:long-memory:0:strength=0.2}" --config default \
+        --data "$data" --config default \
         --lengths "${VARIANTS_LENGTHS:-512,32768}" --folds "${VARIANTS_FOLDS:-0,2}" --device cuda $flag ${VARIANTS_ARGS:-} \
         --out "$d/$variant" 2>&1 | tee "$OUT/variants-$variant.log" | grep -E "^N=|preparation|wrote"
       echo "variant $variant exit: ${PIPESTATUS[0]}"
     done
-    python3 -c "from pathlib import Path; from tsflash.bench import write_model_variants_markdown as w
-print(w(*sorted(p for p in Path('$top').iterdir() if p.is_dir()), out='$top.md').read_text())"
+    python3 -c "from pathlib import Path; from tsflash.bench import control_found_bar, write_model_variants_markdown as w
+print(w(*sorted(p for p in Path('$top').iterdir() if p.is_dir()), out='$top.md', found_at=control_found_bar('$data')).read_text())"
     tar cf "$OUT/variants.tar" "$d" "$top.md"
     ;;
   *)

@@ -535,7 +535,23 @@ def test_model_variants_markdown_pairs_the_cells_by_seed_and_leaves_compiling_ou
             bench.write_json(tmp_path / f"seed{seed}" / variant / "engine-cuda.json", results[seed])
     path = bench.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed1")
     assert path == tmp_path / "seed0.md" and path.read_text() == text  # the experiment first, found in any order
+    found = bench.model_variants_markdown({"experiment": experiment, "fast": fast}, found_at=0.6)
+    assert "| fast | 3 | +0.0043 | 2 | 1, 1 |" in found  # at N=32768 both found it (0.6810, 0.6700)
+    assert ("| variant | cells | mean log-loss minus experiment | cells with a higher log-loss | found the effect "
+            "(hit rate >= 0.6000): experiment, variant |\n|---|---|---|---|---|\n") in found
     with pytest.raises(ValueError, match="compares two or more variants"):
         bench.model_variants_markdown({"experiment": experiment})
     with pytest.raises(UserError, match="no experiment/engine-cuda.json under"):
         bench.write_model_variants_markdown(tmp_path / "seed0" / "fast")
+
+
+def test_the_found_bar_is_half_way_to_the_published_controls_oracle(tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"runs": [{"data": "synthetic:long-memory:0:strength=0.2", "oracle": {"hit_rate": 0.69}},
+                                            {"data": "synthetic:random-walk:0"}]}))
+    assert bench.control_found_bar("synthetic:long-memory:0:strength=0.2", summary) == pytest.approx(0.595)
+    assert bench.control_found_bar("synthetic:random-walk:0", summary) is None  # no oracle: nothing planted
+    assert bench.control_found_bar("synthetic:long-memory:1", summary) is None
+    assert bench.control_found_bar("x", tmp_path / "absent.json") is None
+    # the published summary's bar, as its report states it
+    assert f"{bench.control_found_bar('synthetic:long-memory:0:strength=0.2'):.4f}" == "0.5947"

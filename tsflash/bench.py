@@ -954,13 +954,15 @@ def engine_seed(result: dict) -> int:
     return (seeds if seeds is not None else load_config(result["config"]).train.seeds)[0]
 
 
-def model_variants_markdown(results: dict[str, list[dict]]) -> str:
+def model_variants_markdown(results: dict[str, list[dict]], found_at: float | None = None) -> str:
     """Do other models learn what the experiment's learns? A Markdown table from
     `benchmarks/bench_engine.py` results of the same cells (config, data, folds, seeds) with other
     model settings (their `--set` overrides): `results` maps each variant to its results (one per
     seed), the first variant the reference. Per cell (N, fold, seed) and variant: steps trained,
     training ms per step outside compiling, test log-loss, its difference from the reference's and
-    the direction hit rate; then per variant the mean difference over the cells both have."""
+    the direction hit rate; then per variant the mean difference over the cells both have and, with
+    `found_at` (a hit rate: the positive control's half-way mark from a coin flip to its oracle),
+    how many of the cells found the planted effect."""
     names = list(results)
     if len(names) < 2:
         raise ValueError(f"model_variants_markdown compares two or more variants, got {names}")
@@ -986,9 +988,16 @@ def model_variants_markdown(results: dict[str, list[dict]]) -> str:
                 diffs[v].append(r["log_loss"] - cells[ref][key]["log_loss"])
             lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {v} | {r['steps']} | {ms_per_step(r):.1f} | "
                          f"{r['log_loss']:.4f} | {diff} | {r['direction_hit_rate']:.4f} |")
-    lines += ["", f"| variant | cells | mean log-loss minus {ref} | cells with a higher log-loss |", "|---|---|---|---|"]
+    found = "" if found_at is None else f" found the effect (hit rate >= {found_at:.4f}): {ref}, variant |"
+    lines += ["", f"| variant | cells | mean log-loss minus {ref} | cells with a higher log-loss |" + found,
+              "|---|---|---|---|" + ("---|" if found_at is not None else "")]
     for v, d in diffs.items():
-        lines.append(f"| {v} | {len(d)} | {_fmt(sum(d) / len(d) if d else None, '+.4f')} | {sum(x > 0 for x in d)} |")
+        row = f"| {v} | {len(d)} | {_fmt(sum(d) / len(d) if d else None, '+.4f')} | {sum(x > 0 for x in d)} |"
+        if found_at is not None:
+            shared = [k for k in cells[v] if k in cells[ref]]
+            row += (f" {sum(cells[ref][k]['direction_hit_rate'] >= found_at for k in shared)}, "
+                    f"{sum(cells[v][k]['direction_hit_rate'] >= found_at for k in shared)} |")
+        lines.append(row)
     r0 = results[ref][0]
     flags = {v: " ".join(f"`--set {o}`" for o in results[v][0].get("overrides", []) if not o.startswith("train.seeds="))
              for v in names}
@@ -998,7 +1007,25 @@ def model_variants_markdown(results: dict[str, list[dict]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_model_variants_markdown(*folders: Path | str, out: Path | str | None = None) -> Path:
+CONTROLS_SUMMARY = Path("reports/controls/protocol/summary.json")  # the published controls (experiments/controls.py)
+
+
+def control_found_bar(data: str, summary: Path | str = CONTROLS_SUMMARY) -> float | None:
+    """The hit rate at which a cell has found the planted effect of the control market `data`:
+    half-way from a coin flip to the oracle's hit rate in the published controls' summary, as
+    experiments/controls.py counts them; None when the summary has no oracle for `data`."""
+    import json
+
+    summary = Path(summary)
+    if not summary.exists():
+        return None
+    runs = json.loads(summary.read_text())["runs"]
+    rate = next((r["oracle"]["hit_rate"] for r in runs if r["data"] == data and (r.get("oracle") or {}).get("hit_rate")), None)
+    return None if rate is None else 0.5 + (rate - 0.5) / 2
+
+
+def write_model_variants_markdown(*folders: Path | str, out: Path | str | None = None,
+                                  found_at: float | None = None) -> Path:
     """`out` (default: the first folder's name + .md) from <folder>/<variant>/engine-cuda.json in
     each folder (one folder per seed; `model_variants_markdown`), the experiment's model first."""
     import json
@@ -1011,7 +1038,7 @@ def write_model_variants_markdown(*folders: Path | str, out: Path | str | None =
         raise UserError(f"no {MODEL_REFERENCE}/engine-cuda.json under {', '.join(map(str, folders))}")
     results = {MODEL_REFERENCE: results.pop(MODEL_REFERENCE), **results}
     path = Path(out) if out is not None else Path(folders[0]).with_suffix(".md")
-    atomic.write_text(path, model_variants_markdown(results))
+    atomic.write_text(path, model_variants_markdown(results, found_at))
     return path
 
 
