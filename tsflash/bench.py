@@ -881,6 +881,13 @@ def write_mfu_markdown(folder: Path | str) -> Path:
     return path
 
 
+def training_compile_seconds(cell: dict) -> float:
+    """The compiling inside an engine cell's train_seconds: the first call of each training shape
+    and its first backward (no-grad shapes compile outside the training time)."""
+    firsts = (cell.get("compile") or {}).get("first_call_seconds", {})
+    return sum(t for shape, t in firsts.items() if not shape.endswith("no_grad"))
+
+
 def compile_cells_markdown(eager: dict, compiled: dict) -> str:
     """A Markdown table of what torch.compile does to a sweep's cells, from two
     `benchmarks/bench_engine.py` results of the same cells (same config, data, folds and seed),
@@ -898,8 +905,7 @@ def compile_cells_markdown(eager: dict, compiled: dict) -> str:
     totals = [0.0, 0.0]
     for key in sorted(k for k in plain if k in fast):
         a, b = plain[key], fast[key]
-        firsts = (b.get("compile") or {}).get("first_call_seconds", {})
-        compiling = sum(t for shape, t in firsts.items() if not shape.endswith("no_grad"))  # inside train_seconds
+        compiling = training_compile_seconds(b)
         seconds = [r["train_seconds"] + (r.get("val_seconds") or 0.0) + r["eval_seconds"] for r in (a, b)]
         totals = [t + x for t, x in zip(totals, seconds)]
         lines.append(f"| {key[0]} | {key[1]} | {a['steps']} / {b['steps']} | {a['train_seconds'] / a['steps'] * 1e3:.1f} | "
@@ -971,9 +977,7 @@ def model_variants_markdown(results: dict[str, list[dict]], found_at: float | No
     ref = names[0]
 
     def ms_per_step(r):
-        firsts = (r.get("compile") or {}).get("first_call_seconds", {})
-        compiling = sum(t for shape, t in firsts.items() if not shape.endswith("no_grad"))
-        return (r["train_seconds"] - compiling) / r["steps"] * 1e3
+        return (r["train_seconds"] - training_compile_seconds(r)) / r["steps"] * 1e3
 
     lines = [f"| N | fold | seed | variant | steps | ms/step | test log-loss | minus {ref} | direction hit rate |",
              "|" + "---|" * 9]
