@@ -53,6 +53,7 @@ if str(REPO) not in sys.path:
 from tsflash import cli  # noqa: E402
 from tsflash.atomic import write_json, write_text  # noqa: E402
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
+from tsflash.synthetic import found_bar  # noqa: E402
 
 log = logging.getLogger("controls")
 
@@ -95,7 +96,7 @@ def cell_rows(cells: list[dict]) -> dict[int, dict[tuple[int, int], dict]]:
 def found(rows: dict[tuple[int, int], dict], oracle_rate: float) -> int:
     """Cells that found the planted effect: a direction hit rate past half-way from a coin flip
     (0.5) to the oracle's."""
-    bar = 0.5 + (oracle_rate - 0.5) / 2
+    bar = found_bar(oracle_rate)
     return sum(hit_rate(r) >= bar for r in rows.values())
 
 
@@ -232,7 +233,7 @@ def render_markdown(summary: dict) -> str:
             rate = run["oracle"]["hit_rate"]
             lines.append(f"| oracle (sign of the planted drift) | | | {_f(rate)} |")
             counts = ", ".join(f"N={n}: {row['found']} of {row['cells']}" for n, row in run["per_n"].items())
-            lines += ["", f"Cells that found the echo (direction hit rate >= {_f(0.5 + (rate - 0.5) / 2)}, half-way "
+            lines += ["", f"Cells that found the echo (direction hit rate >= {_f(found_bar(rate))}, half-way "
                       f"from a coin flip to the oracle): {counts}."]
         lines += ["", "| N | cell | test log-loss | direction hit rate | best step / stopped at | log-loss, context cut "
                   "to m bars |", "|---|---|---|---|---|---|"]
@@ -260,7 +261,7 @@ def against(arm: Path, base: Path, source: str) -> dict:
     arm_summary = summarize_run(arm / source, source, with_oracle=False)  # the same market: the base's oracle
     base_summary = summarize_run(base / source, source)
     oracle = (base_summary.get("oracle") or {}).get("hit_rate")
-    bar = None if oracle is None else 0.5 + (oracle - 0.5) / 2
+    bar = None if oracle is None else found_bar(oracle)
     rows = []
     for n, row in arm_summary["per_n"].items():
         base_cells = (base_summary["per_n"].get(n) or {}).get("per_cell", {})

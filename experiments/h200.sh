@@ -7,6 +7,7 @@
 #   bash experiments/h200.sh scaling   # the default sweep on 1 GPU, then on all GPUs -> reports/bench/scaling.md (resumable)
 #   bash experiments/h200.sh mfu       # training-step MFU, eager vs torch.compile modes, and auto's kernel per N -> reports/bench/mfu.md
 #   bash experiments/h200.sh compile   # sweep cells plain vs train.compile=true, compiling counted -> reports/bench/compile-cells.md
+#   bash experiments/h200.sh model-variants  # faster models against the experiment's on the positive control -> reports/bench/model-variants.md
 #
 # Inputs carried into the checkout (git-ignored): .whl/ (optuna and its 4 dependencies, Python 3.12
 # wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs), or instead .carry/packed/
@@ -101,9 +102,9 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # kind and the device's idle time); MFU_DIR (default reports/bench/mfu) is where the variant
     # folders go, mfu.md beside it (MFU_DIR=runs/mfu for a look that publishes nothing);
     # MFU_LIMIT_S the limit of each compiled variant (max-autotune tunes every matmul: give it more).
-    # MFU_MODES picks the variants (eager and torch.compile modes, "tuned" among them);
-    # Model variants (other models than the experiment's, measures of what its numerics cost):
-    # default-head128, default-bf16-residual (`--residual compute`) and default-head128-bf16-residual.
+    # MFU_MODES picks the variants: eager and torch.compile modes ("tuned" among them), each with
+    # optional model suffixes (other models than the experiment's: what its numerics cost), e.g.
+    # default-head128, default-bf16-residual, default-head128-bf16-residual (parsed below).
     # max-autotune-no-cudagraphs (2026-12-01): compiling N=512 did not finish in 420 s (every matmul
     # shape tuned, forward and backward; cuBLAS won the large ones, so no GELU was fused into them).
     # MFU_BANDWIDTH=1 adds `bench train --bandwidth` to the variant "default" (the bytes inductor's
@@ -155,21 +156,21 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     tar cf "$OUT/compile.tar" "$d" "$d.md"
     ;;
   model-variants)
-    # Does the model that meets the MFU targets (mfu variant default-head128-bf16-residual: 2 heads
-    # of 128, residual stream in bf16) learn what the experiment's model learns? Both compiled, on
-    # the positive control (synthetic:long-memory, the planted echo only a long context can use), the
-    # default protocol, VARIANTS_LENGTHS at folds VARIANTS_FOLDS, seed 0, one process each;
-    # `tsflash.bench.write_model_variants_markdown` puts them side by side -> <dir>.md. Folds 0 and 2:
-    # where seed 0 found the echo at N=32768 in the published controls (reports/controls/protocol).
-    # VARIANTS_ARGS adds flags, e.g. "--set train.seeds=[1]" (bench_engine trains the first seed).
-    # VARIANTS_DIR: one folder per seed and folds under reports/bench/model-variants (the table,
-    # model-variants.md beside it, covers every such folder).
-    d=${VARIANTS_DIR:-reports/bench/model-variants/seed0-folds0-2}; top=$(dirname "$d")
+    # Do the models that run faster (the mfu variants -head128 and -bf16-residual) learn what the
+    # experiment's model learns? Each compiled, on the positive control (synthetic:long-memory, the
+    # planted echo only a long context can use), the default protocol, VARIANTS_LENGTHS at folds
+    # VARIANTS_FOLDS (0,2: where seed 0 found the echo at N=32768 in the published controls,
+    # reports/controls/protocol), seed VARIANTS_SEED (0), one process per variant.
+    # VARIANTS (default "experiment fast"): experiment, fast (both changes), head128 or bf16-residual.
+    # Results go to VARIANTS_TOP (reports/bench/model-variants)/seed<S>-folds<F>/<variant>/ (that
+    # variant's folder is replaced, the others stay); VARIANTS_TOP.md is the table over every
+    # folder there (`tsflash.bench.write_model_variants_markdown`), with the cells that found the
+    # echo counted at the published controls' bar. Keep one VARIANTS_DATA per VARIANTS_TOP.
     data=${VARIANTS_DATA:-synthetic:long-memory:0:strength=0.2}
-    # VARIANTS (default "experiment fast"): experiment, fast (both changes), head128 or bf16-residual
-    # (one each); a variant's folder is replaced, the others' stay.
+    seed=${VARIANTS_SEED:-0}; folds=${VARIANTS_FOLDS:-0,2}
+    top=${VARIANTS_TOP:-reports/bench/model-variants}; d=$top/seed$seed-folds${folds//,/-}
     for variant in ${VARIANTS:-experiment fast}; do
-      flag="--set train.compile=true"
+      flag="--set train.compile=true --set train.seeds=[$seed]"
       case "$variant" in
         experiment) ;;
         fast) flag="$flag --set model.n_heads=2 --set model.residual=compute" ;;
@@ -178,11 +179,12 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
         *) echo "unknown model variant $variant" >&2; exit 2 ;;
       esac
       rm -f "$d/$variant/engine-cuda.json"
-      timeout --signal=INT "${VARIANTS_LIMIT_S:-270}" python3 benchmarks/bench_engine.py \
-        --data "$data" --config default \
-        --lengths "${VARIANTS_LENGTHS:-512,32768}" --folds "${VARIANTS_FOLDS:-0,2}" --device cuda $flag ${VARIANTS_ARGS:-} \
+      set -f  # the flags split into words, but "[0]" is no file pattern
+      timeout --signal=INT "${VARIANTS_LIMIT_S:-270}" python3 benchmarks/bench_engine.py --data "$data" \
+        --config default --lengths "${VARIANTS_LENGTHS:-512,32768}" --folds "$folds" --device cuda $flag \
         --out "$d/$variant" 2>&1 | tee "$OUT/variants-$variant.log" | grep -E "^N=|preparation|wrote"
       echo "variant $variant exit: ${PIPESTATUS[0]}"
+      set +f
     done
     python3 -c "from pathlib import Path; from tsflash.bench import control_found_bar, write_model_variants_markdown as w
 print(w(*sorted(p for p in Path('$top').iterdir() if p.is_dir()), out='$top.md', found_at=control_found_bar('$data')).read_text())"

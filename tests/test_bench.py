@@ -517,32 +517,35 @@ def test_model_variants_markdown_pairs_the_cells_by_seed_and_leaves_compiling_ou
     # seed 0: no "seed" field (results written before it): the config's first seed, 0
     experiment = [run([cell(512, 0, 24.0, 300, 1.0480, 0.5210, 20.0), cell(32768, 0, 50.0, 560, 0.9910, 0.6810, 0.0),
                        {"n": 512, "all_folds_wall_seconds": 30}], ["train.compile=true"]),
-                  run([cell(512, 0, 24.0, 300, 1.0400, 0.5200, 20.0)], ["train.compile=true", "train.seeds=[1]"])]
-    fast = [run([cell(512, 0, 18.0, 280, 1.0470, 0.5230, 14.0), cell(32768, 0, 40.0, 500, 0.9950, 0.6700, 0.0)], fast_flags),
+                  run([cell(512, 0, 24.0, 300, 1.0400, 0.6200, 20.0)], ["train.compile=true", "train.seeds=[1]"])]
+    # "bf16-fast" sorts before "experiment": the reference still comes first
+    fast = [run([cell(512, 0, 18.0, 280, 1.0470, 0.5230, 14.0), cell(32768, 0, 40.0, 500, 0.9950, 0.5700, 0.0)], fast_flags),
             run([cell(512, 0, 18.0, 280, 1.0500, 0.5230, 14.0)], [*fast_flags, "train.seeds=[1]"], seed=1)]
-    text = bench.model_variants_markdown({"experiment": experiment, "fast": fast})
+    text = bench.model_variants_markdown({"experiment": experiment, "bf16-fast": fast})
     lines = text.splitlines()
     assert lines[2:6] == [
         "| 512 | 0 | 0 | experiment | 300 | 10.0 | 1.0480 |  | 0.5210 |",  # (24 - 20 - 1) s / 300 steps
-        "| 512 | 0 | 0 | fast | 280 | 10.7 | 1.0470 | -0.0010 | 0.5230 |",
-        "| 512 | 0 | 1 | experiment | 300 | 10.0 | 1.0400 |  | 0.5200 |",
-        "| 512 | 0 | 1 | fast | 280 | 10.7 | 1.0500 | +0.0100 | 0.5230 |"]
-    assert "| 32768 | 0 | 0 | fast | 500 | 78.0 | 0.9950 | +0.0040 | 0.6700 |" in text
-    assert "| fast | 3 | +0.0043 | 2 |" in text  # (-0.0010 + 0.0100 + 0.0040) / 3; two cells worse
-    assert "**fast**: `--set train.compile=true` `--set model.n_heads=2` `--set model.residual=compute`" in text
-    for seed in (0, 1):
-        for variant, results in (("fast", fast), ("experiment", experiment)):
-            bench.write_json(tmp_path / f"seed{seed}" / variant / "engine-cuda.json", results[seed])
-    path = bench.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed1")
-    assert path == tmp_path / "seed0.md" and path.read_text() == text  # the experiment first, found in any order
-    found = bench.model_variants_markdown({"experiment": experiment, "fast": fast}, found_at=0.6)
-    assert "| fast | 3 | +0.0043 | 2 | 1, 1 |" in found  # at N=32768 both found it (0.6810, 0.6700)
+        "| 512 | 0 | 0 | bf16-fast | 280 | 10.7 | 1.0470 | -0.0010 | 0.5230 |",
+        "| 512 | 0 | 1 | experiment | 300 | 10.0 | 1.0400 |  | 0.6200 |",
+        "| 512 | 0 | 1 | bf16-fast | 280 | 10.7 | 1.0500 | +0.0100 | 0.5230 |"]
+    assert "| 32768 | 0 | 0 | bf16-fast | 500 | 78.0 | 0.9950 | +0.0040 | 0.5700 |" in text
+    assert "| bf16-fast | 3 | +0.0043 | 2 |" in text  # (-0.0010 + 0.0100 + 0.0040) / 3; two cells worse
+    assert "**bf16-fast**: `--set train.compile=true` `--set model.n_heads=2` `--set model.residual=compute`" in text
+    found = bench.model_variants_markdown({"experiment": experiment, "bf16-fast": fast}, found_at=0.6)
+    assert "| bf16-fast | 3 | +0.0043 | 2 | 2, 0 |" in found  # the experiment found it twice (0.6810, 0.6200), fast never
     assert ("| variant | cells | mean log-loss minus experiment | cells with a higher log-loss | found the effect "
             "(hit rate >= 0.6000): experiment, variant |\n|---|---|---|---|---|\n") in found
+    for seed in (0, 1):
+        for variant, results in (("bf16-fast", fast), ("experiment", experiment)):
+            bench.write_json(tmp_path / f"seed{seed}" / variant / "engine-cuda.json", results[seed])
+    path = bench.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed1")
+    assert path == tmp_path / "seed0.md" and path.read_text() == text  # the experiment first, whatever the names
     with pytest.raises(ValueError, match="compares two or more variants"):
         bench.model_variants_markdown({"experiment": experiment})
     with pytest.raises(UserError, match="no experiment/engine-cuda.json under"):
-        bench.write_model_variants_markdown(tmp_path / "seed0" / "fast")
+        bench.write_model_variants_markdown(tmp_path / "seed0" / "bf16-fast")
+    with pytest.raises(UserError, match="model variant experiment: cell N=512 fold 0 seed 0 is in two results"):
+        bench.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed0")
 
 
 def test_the_found_bar_is_half_way_to_the_published_controls_oracle(tmp_path):

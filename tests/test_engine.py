@@ -277,6 +277,19 @@ class _Kill(Exception):
     pass
 
 
+def test_a_checkpoint_from_before_model_residual_still_belongs_to_its_run(prepared):
+    """Checkpoints written before model.residual existed hashed model settings without it; at its
+    old value ("param") the identity is theirs, at another it is another run's."""
+    from tsflash.engine._train import _identity, _model_config
+
+    settings, _ = _model_config(prepared.cfg, 5, None)
+    tc = prepared.cfg.train
+    before = {k: v for k, v in settings.items() if k != "residual"}
+    assert settings["residual"] == "param"
+    assert _identity(prepared, 32, 1, 0, settings, tc) == _identity(prepared, 32, 1, 0, before, tc)
+    assert _identity(prepared, 32, 1, 0, settings | {"residual": "compute"}, tc) != _identity(prepared, 32, 1, 0, before, tc)
+
+
 def test_resume_after_kill_gives_identical_results(prepared, results, tmp_path):
     def kill_at_5(step):
         if step == 5:

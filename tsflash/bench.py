@@ -29,6 +29,7 @@ from tsflash.config import check_context_length
 from tsflash.device import PeakMemory, autocast, device_name, free_memory, is_oom, sync
 from tsflash.errors import UserError
 from tsflash.flops import FWD_BWD, attention_forward_flops, flops_per_token
+from tsflash.synthetic import found_bar
 
 log = logging.getLogger(__name__)
 
@@ -867,7 +868,7 @@ def mfu_markdown(results: dict[str, dict]) -> str:
 
 def write_mfu_markdown(folder: Path | str) -> Path:
     """<folder>/../mfu.md from the train.json of each variant folder in `folder` (eager first,
-    then the compile modes in tsflash.fastpath.COMPILE_MODES order)."""
+    then the compile modes in tsflash.fastpath.COMPILE_MODES order, then the other variants by name)."""
     import json
 
     folder = Path(folder)
@@ -972,8 +973,15 @@ def model_variants_markdown(results: dict[str, list[dict]], found_at: float | No
     names = list(results)
     if len(names) < 2:
         raise ValueError(f"model_variants_markdown compares two or more variants, got {names}")
-    cells = {v: {(r["n"], r["fold"], engine_seed(res)): r for res in results[v] for r in res["rows"] if "fold" in r}
-             for v in names}
+    cells: dict[str, dict[tuple, dict]] = {v: {} for v in names}
+    for v in names:
+        for res in results[v]:
+            for r in (r for r in res["rows"] if "fold" in r):
+                key = (r["n"], r["fold"], engine_seed(res))
+                if key in cells[v]:
+                    raise UserError(f"model variant {v}: cell N={key[0]} fold {key[1]} seed {key[2]} is in two results; "
+                                    "keep one folder per seed and folds")
+                cells[v][key] = r
     ref = names[0]
 
     def ms_per_step(r):
@@ -1011,13 +1019,14 @@ def model_variants_markdown(results: dict[str, list[dict]], found_at: float | No
     return "\n".join(lines) + "\n"
 
 
-CONTROLS_SUMMARY = Path("reports/controls/protocol/summary.json")  # the published controls (experiments/controls.py)
+# The published controls (experiments/controls.py), in the checkout this package runs from
+CONTROLS_SUMMARY = Path(__file__).resolve().parents[1] / "reports" / "controls" / "protocol" / "summary.json"
 
 
 def control_found_bar(data: str, summary: Path | str = CONTROLS_SUMMARY) -> float | None:
     """The hit rate at which a cell has found the planted effect of the control market `data`:
-    half-way from a coin flip to the oracle's hit rate in the published controls' summary, as
-    experiments/controls.py counts them; None when the summary has no oracle for `data`."""
+    `tsflash.synthetic.found_bar` of the oracle's hit rate in the published controls' summary;
+    None when the summary (or its oracle for `data`) is not there."""
     import json
 
     summary = Path(summary)
@@ -1025,7 +1034,7 @@ def control_found_bar(data: str, summary: Path | str = CONTROLS_SUMMARY) -> floa
         return None
     runs = json.loads(summary.read_text())["runs"]
     rate = next((r["oracle"]["hit_rate"] for r in runs if r["data"] == data and (r.get("oracle") or {}).get("hit_rate")), None)
-    return None if rate is None else 0.5 + (rate - 0.5) / 2
+    return None if rate is None else found_bar(rate)
 
 
 def write_model_variants_markdown(*folders: Path | str, out: Path | str | None = None,

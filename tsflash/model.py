@@ -62,7 +62,7 @@ class ModelConfig:
         if self.norm not in ("rmsnorm", "layernorm"):
             raise UserError(f"model norm must be 'rmsnorm' or 'layernorm', got {self.norm!r}")
         if self.residual not in RESIDUAL_DTYPES:
-            raise UserError(f"model residual must be one of {RESIDUAL_DTYPES}, got {self.residual!r}")
+            raise UserError(f"model residual must be one of {', '.join(RESIDUAL_DTYPES)}, got {self.residual!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise UserError(f"model dropout must be in [0, 1), got {self.dropout}")
         attention.check_backend_name(self.attention_backend)

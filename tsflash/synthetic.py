@@ -173,6 +173,12 @@ def random_walk_bars(
 # The long-memory market (positive control)
 
 
+def found_bar(oracle_hit_rate: float) -> float:
+    """The direction hit rate at which a model has found a planted effect: half-way from a coin
+    flip (0.5) to the oracle's (the sign of the planted drift), as the controls count them."""
+    return 0.5 + (oracle_hit_rate - 0.5) / 2
+
+
 @dataclass(frozen=True)
 class LongMemory:
     """Parameters of `long_memory_bars` (each can be set in the source string, e.g.

@@ -401,10 +401,16 @@ def _fresh_state() -> dict:
             "curve": {"step": [], "train_loss": [], "val_loss": []}}
 
 
+# Model settings added after checkpoints were written, at the value those checkpoints trained with:
+# left out of the identity at that value, so that a cell cut before the field existed still resumes.
+IDENTITY_ADDED_LATER = {"residual": "param"}
+
+
 def _identity(prepared: Prepared, n: int, fold: int, seed: int, settings: dict, tc: TrainConfig) -> str:
     """A short hash of everything that makes a checkpoint belong to one run."""
+    model = {k: v for k, v in settings.items() if k not in IDENTITY_ADDED_LATER or v != IDENTITY_ADDED_LATER[k]}
     identity = {"format": CHECKPOINT_FORMAT, "config": prepared.cfg.hash(), "n": n, "fold": fold, "seed": seed,
-                "model": settings, "train": dataclasses.asdict(tc),
+                "model": model, "train": dataclasses.asdict(tc),
                 "bars": [len(prepared.open_time), int(prepared.open_time[0]), int(prepared.open_time[-1])]}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
