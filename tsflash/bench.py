@@ -995,11 +995,11 @@ def model_variants_markdown(results: dict[str, list[dict]], found_at: float | No
             r = cells[v].get(key)
             if r is None:
                 continue
-            diff = "" if v == ref else f"{r['log_loss'] - cells[ref][key]['log_loss']:+.4f}"
             if v != ref:
                 diffs[v].append(r["log_loss"] - cells[ref][key]["log_loss"])
             lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {v} | {r['steps']} | {ms_per_step(r):.1f} | "
-                         f"{r['log_loss']:.4f} | {diff} | {r['direction_hit_rate']:.4f} |")
+                         f"{r['log_loss']:.4f} | {'' if v == ref else format(diffs[v][-1], '+.4f')} | "
+                         f"{r['direction_hit_rate']:.4f} |")
     found = "" if found_at is None else f" found the effect (hit rate >= {found_at:.4f}): {ref}, variant |"
     lines += ["", f"| variant | cells | mean log-loss minus {ref} | cells with a higher log-loss |" + found,
               "|---|---|---|---|" + ("---|" if found_at is not None else "")]
