@@ -10,7 +10,7 @@ import: writes three synthetic monthly Binance archives of 1-second bars (2024-1
     one merges into the 2025 year file the second one wrote). The import streams: the bound does
     not grow with the month or the year.
 year: builds (or reuses, with --store) a store of --days days of synthetic 1-second bars from
-    2024-07-01 (365 days = 31,536,000 bars), month by month through tsflash.store.merge_parts,
+    2024-07-01 (365 days = 31,536,000 bars), month by month through tsflash.data.store.merge_parts,
     then in a fresh process loads them (load_bars) and runs each stage of the pipeline with
     experiments/btc-1s.toml on --device, synchronised: features, forward returns, segments and
     gaps, flat band and labels, then engine.prepare + fold_data as the sweep calls them. Peak
@@ -38,9 +38,10 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tsflash import ingest, store  # noqa: E402
+from tsflash.data import ingest  # noqa: E402
+from tsflash.data import store
 from tsflash.atomic import write_json  # noqa: E402
-from tsflash.synthetic import random_walk_bars  # noqa: E402
+from tsflash.data.synthetic import random_walk_bars  # noqa: E402
 
 SYMBOL, INTERVAL = "BTCUSDT", "1s"
 MONTHS = (("2024-12", "ms"), ("2025-01", "us"), ("2025-02", "us"))
@@ -165,9 +166,9 @@ def child_year(root: str, device: str, days: int) -> dict:
     from tsflash.config import load_config
     from tsflash.device import device_name, peak_memory_bytes, reset_peak_memory, resolve_device, sync
     from tsflash.engine import fold_data, prepare
-    from tsflash.features import as_tensor, compute_features
-    from tsflash.labels import fit_flat_band, forward_log_returns, make_labels
-    from tsflash.windows import segment_ids
+    from tsflash.dataset.features import as_tensor, compute_features
+    from tsflash.dataset.labels import fit_flat_band, forward_log_returns, make_labels
+    from tsflash.dataset.windows import segment_ids
 
     dev = resolve_device(device)
     end = (dt.date(2024, 7, 1) + dt.timedelta(days=days - 1)).isoformat()

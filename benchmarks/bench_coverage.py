@@ -5,7 +5,7 @@
 
 For each fold and N, the expected weight of every fit bar in the loss (how many of all possible
 draws score it, over the mean), under the uniform window starts used before issue 17 and under
-`tsflash.windows.BalancedWindows`: the share of fit bars never scored, the lowest and highest
+`tsflash.dataset.windows.BalancedWindows`: the share of fit bars never scored, the lowest and highest
 weight, and the mean weight of the last 7 and 30 days before the validation tail's purge.
 Prints a Markdown table.
 """
@@ -20,9 +20,9 @@ import torch
 from tsflash.config import load_config, parse_lengths
 from tsflash.engine import contiguous_runs, split_validation
 from tsflash.intervals import INTERVAL_US, bars_per_day
-from tsflash.splits import WalkForward
-from tsflash.store import load_bars
-from tsflash.windows import BalancedWindows, fit_pieces, range_coverage, segment_ids, window_starts
+from tsflash.dataset.splits import WalkForward
+from tsflash.data.store import load_bars
+from tsflash.dataset.windows import BalancedWindows, fit_pieces, range_coverage, segment_ids, window_starts
 
 
 def weights(scheme: str, runs, seg: torch.Tensor, n: int) -> np.ndarray:

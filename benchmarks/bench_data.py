@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tsflash import ingest, store
+from tsflash.data import ingest
+from tsflash.data import store
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from tsflash import atomic
 from tsflash.config import merge_overrides, parse_lengths, parse_overrides
 from tsflash.engine import fold_data, prepare, run_fold
-from tsflash.plan import SweepOptions, resolve_config
-from tsflash.store import load_bars
+from tsflash.sweep.plan import SweepOptions, resolve_config
+from tsflash.data.store import load_bars
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,7 @@ Runs `tsflash sweep` (in this process, through the CLI, so the runs are ordinary
 folders) on two synthetic markets with the bar count of the configured range (the default
 2021-01-01..2025-06-30) and the default protocol:
 
-    OUT/long-memory   --data synthetic:long-memory:SEED   a one-week echo (tsflash.synthetic.LongMemory):
+    OUT/long-memory   --data synthetic:long-memory:SEED   a one-week echo (tsflash.data.synthetic.LongMemory):
                                                           only N=32768 reaches it; N=512, 4096 cannot
     OUT/random-walk   --data synthetic:random-walk:SEED   no N can beat another
 
@@ -53,7 +53,7 @@ if str(REPO) not in sys.path:
 from tsflash import cli  # noqa: E402
 from tsflash.atomic import write_json, write_text  # noqa: E402
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
-from tsflash.synthetic import found_bar  # noqa: E402
+from tsflash.data.synthetic import found_bar  # noqa: E402
 
 log = logging.getLogger("controls")
 
@@ -152,15 +152,15 @@ def verdict(source: str, pairs: list[dict]) -> dict:
 
 def oracle_hits(folder: RunFolder, cells: list[dict]) -> dict[int, dict] | None:
     """Per fold, the oracle's direction hit rate on the test bars of a long-memory run: the sign of
-    the planted drift (`tsflash.synthetic.echo_signal`) against the true up/down labels (flat
+    the planted drift (`tsflash.data.synthetic.echo_signal`) against the true up/down labels (flat
     band of the fold's cells). Regenerates the bars from the run's config and source (seconds)."""
     import torch
 
     from tsflash.config import config_from_dict
-    from tsflash.datasource import load_data
-    from tsflash.labels import forward_log_returns, make_labels
-    from tsflash.store import to_us
-    from tsflash.synthetic import INTERVAL_US, LongMemory, echo_signal, grid_returns
+    from tsflash.data.source import load_data
+    from tsflash.dataset.labels import forward_log_returns, make_labels
+    from tsflash.data.store import to_us
+    from tsflash.data.synthetic import INTERVAL_US, LongMemory, echo_signal, grid_returns
 
     data = read_json(folder.data_json)
     if "params" not in data:
@@ -217,7 +217,7 @@ def render_markdown(summary: dict) -> str:
     lines = ["# Controls: can the pipeline see a long-context benefit, and only when there is one?", "",
              "Two synthetic markets with the bar count of the configured range, run through the default sweep "
              "protocol (`experiments/controls.py`). `long-memory`: the drift of each return echoes a move "
-             "that ended `lag` bars earlier (`tsflash.synthetic.LongMemory`), so only a context that reaches back "
+             "that ended `lag` bars earlier (`tsflash.data.synthetic.LongMemory`), so only a context that reaches back "
              "that far can use it; `random-walk`: the direction is unpredictable. "
              "Direction hit rate: correct sign among bars both truly and predicted up/down. "
              "Paired differences over the (fold, seed) cells that both lengths have; p: two-sided t test.", ""]
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"context lengths (default {DEFAULT_LENGTHS})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic bars (default 0)")
     ap.add_argument("--long-memory", default="", metavar="KEY=VALUE,...",
-                    help="parameters of the long-memory market, e.g. strength=0.1 (default: tsflash.synthetic.LongMemory)")
+                    help="parameters of the long-memory market, e.g. strength=0.1 (default: tsflash.data.synthetic.LongMemory)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--preset", default="full", help="sweep preset (default full: the config as written)")
     ap.add_argument("--config", default="default", help="sweep config, a preset name or .toml path (default: default)")

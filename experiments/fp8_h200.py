@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from tsflash import atomic, fp8
+from tsflash import atomic
+from tsflash.bench import fp8
 from tsflash.config import load_config, parse_lengths, parse_overrides
 from tsflash.device import resolve_device
 
@@ -38,7 +39,7 @@ CELL_OVERRIDES = ["data.start=2024-01-01", "data.end=2024-12-31", "splits.n_fold
 def train_cell(args, device) -> tuple[Path | None, torch.Tensor | None, dict]:
     """(model checkpoint, the fold's normalised features (T, F), what happened) -- never raises."""
     from tsflash.engine import fold_data, prepare, run_fold
-    from tsflash.store import load_bars
+    from tsflash.data.store import load_bars
 
     overrides = CELL_OVERRIDES + [f"lengths=[{args.train_n}]"] + args.set
     info: dict = {"overrides": overrides, "train_n": args.train_n, "seed": 0}
@@ -75,7 +76,7 @@ def train_cell(args, device) -> tuple[Path | None, torch.Tensor | None, dict]:
 def write(result: dict, out: Path) -> None:
     atomic.write_json(out / "precision-fp8.json", result)
     native = result.get("native_fp8") or {}
-    text = ["# FP8 attention precision (tsflash.fp8)", "",
+    text = ["# FP8 attention precision (tsflash.bench.fp8)", "",
             f"{result['environment'].get('gpu', result['environment']['device'])}, torch {result['environment']['torch']}; "
             f"block {result['settings']['block']} tokens x head_dim; model: {result['settings']['model']}", "",
             fp8.markdown_table(result), "",

@@ -19,7 +19,7 @@ predictable by construction:
 - Question 1 (forecasting, paired Diebold-Mariano tests of each N against the shortest N,
   Holm-adjusted at 5 %; fee-independent, so counted once per seed). The walk's SIGN is
   unpredictable, but the SIZE of its moves is partly forecastable (its volatility clusters,
-  tsflash.synthetic), so the log-loss can truly differ between N (a model that learned the
+  tsflash.data.synthetic), so the log-loss can truly differ between N (a model that learned the
   volatility less well is truly worse). Two counts: a run answering "better" (the "yes" that the
   control must not give), and the clean false positive, a run in which some longer N differs
   from the shortest N on the direction score (up-vs-down log-loss) at Holm 5 %: no context can

@@ -32,11 +32,11 @@ import numpy as np
 import torch
 
 from tsflash import CausalTransformer, ModelConfig
-from tsflash.features import FEATURE_NAMES, Normalizer, compute_features
-from tsflash.labels import CLASS_NAMES, fit_flat_band, forward_log_returns, make_labels
-from tsflash.store import load_bars
-from tsflash.synthetic import random_walk_bars
-from tsflash.windows import gather_windows
+from tsflash.dataset.features import FEATURE_NAMES, Normalizer, compute_features
+from tsflash.dataset.labels import CLASS_NAMES, fit_flat_band, forward_log_returns, make_labels
+from tsflash.data.store import load_bars
+from tsflash.data.synthetic import random_walk_bars
+from tsflash.dataset.windows import gather_windows
 
 torch.manual_seed(0)
 REPO = Path.cwd() if (Path.cwd() / "tsflash").is_dir() else Path.cwd().parent

@@ -56,7 +56,7 @@ BAD = [
      r"tsflash: error: --end 2024-01-01 is before --start 2024-01-02"),
     (["data", "fetch", "--start", "2024-01-01", "--end", "2024-01-02", "--base-url", "no/mirror", "--root", "store"],
      r"tsflash: error: --base-url local folder does not exist: no/mirror"),
-    # data pack / unpack (the refusals of values and checksums are in tests/test_transport.py)
+    # data pack / unpack (the refusals of values and checksums are in tests/data/test_transport.py)
     (["data", "pack", "--root", "store"], r"tsflash data pack: error: the following arguments are required: --out"),
     (["data", "pack", "--out", "p", "--start", "21"], r"tsflash data pack: error: argument --start: must be an integer >= 1970, got 21"),
     (["data", "pack", "--root", "store", "--out", "p", "--start", "2025", "--end", "2024"],
@@ -141,7 +141,7 @@ BAD = [
     # report
     (["report", "run", "--set", "eval.fee=2"], r"tsflash report: error: argument --set: unknown config key 'eval.fee'; known keys here: .*fee_bps.*"),
     (["report", "nope"], r"tsflash: error: report: run folder not found: nope"),
-    # confirm (the refusals that need a finished run are in tests/test_confirm.py)
+    # confirm (the refusals that need a finished run are in tests/sweep/test_confirm.py)
     (["confirm", "run"], r"tsflash confirm: error: the following arguments are required: --start"),
     (["confirm", "run", "--start", "2025-02-30"],
      r"tsflash confirm: error: argument --start: expected a date YYYY-MM-DD, got '2025-02-30'"),
@@ -309,9 +309,9 @@ def test_sweep_says_the_preset_once_and_records_the_command(tmp_path):
 
 def test_report_set_reaches_build_report(tmp_path, capsys):
     """`--set` and `--out` reach build_report: this run has summaries but no per-bar cells, so the
-    re-scoring is refused in one line and nothing is written (tests/test_rescore.py re-scores a
+    re-scoring is refused in one line and nothing is written (tests/report/test_rescore.py re-scores a
     real tiny sweep through build_report)."""
-    from test_report import make_run
+    from tests.report.test_report import make_run
 
     run = make_run(tmp_path, drift=0.0)
     out = tmp_path / "fee2"

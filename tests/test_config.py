@@ -136,7 +136,7 @@ def test_the_published_config_still_validates():
 
 
 def test_the_known_attention_backends_are_the_attention_modules():
-    from tsflash import attention
+    from tsflash.model import attention
     from tsflash.config import ATTENTION_BACKENDS
 
     assert ATTENTION_BACKENDS == attention.BACKENDS
@@ -150,7 +150,7 @@ def test_the_range_rule_is_the_splitters_rule(interval, scheme, train_days):
     import datetime
 
     from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day
-    from tsflash.splits import WalkForward
+    from tsflash.dataset.splits import WalkForward
 
     per_day = bars_per_day(INTERVAL_US[interval])
     splits = {"n_folds": 2, "test_days": 2, "scheme": scheme, "train_days": train_days, "val_days": 0}  # no tail: the splitter's rule
@@ -224,7 +224,7 @@ def test_the_default_is_the_fair_test_protocol():
 def test_the_cpu_preset_keeps_the_protocol_at_small_size():
     """experiments/cpu.toml over the default (as `tsflash sweep` lays it on a machine without CUDA):
     stopping that can act within its few steps, the same seeds, cuts shorter than its longest N."""
-    from tsflash.plan import SweepOptions, resolve_config
+    from tsflash.sweep.plan import SweepOptions, resolve_config
 
     default = load_config("default")
     cfg, preset, note = resolve_config(SweepOptions(lengths=[512, 4096, 32768]), "cpu")

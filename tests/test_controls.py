@@ -1,4 +1,4 @@
-"""The positive and the noise control at toy size through the whole pipeline (tsflash.sweep.run_sweep),
+"""The positive and the noise control at toy size through the whole pipeline (tsflash.sweep.run.run_sweep),
 and experiments/controls.py's summary.
 
 Toy long-memory market: the echo lag is 48 bars (the full-size default is 10080) with a strong drift
@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import load_experiment
+from tests.conftest import load_experiment
 
 from tsflash.config import parse_overrides
-from tsflash.sweep import SweepOptions, run_sweep
+from tsflash.sweep.run import SweepOptions, run_sweep
 
 LENGTHS = [16, 32, 128]
 SOURCES = {"long-memory": "synthetic:long-memory:1:lag=48,strength=0.3", "random-walk": "synthetic:random-walk:1"}

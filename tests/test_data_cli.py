@@ -12,7 +12,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from tsflash import cli, ingest, store
+from tsflash import cli
+from tsflash.data import ingest
+from tsflash.data import store
 
 MIN_US = store.INTERVAL_US["1m"]
 

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from conftest import load_experiment
+from tests.conftest import load_experiment
 
 @pytest.fixture(scope="module")
 def nc():

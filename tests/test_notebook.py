@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO, SHARED_DATA
+from tests.conftest import REPO, SHARED_DATA
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

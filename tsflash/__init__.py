@@ -1,8 +1,8 @@
 """tsflash: does a longer context help a causal transformer forecast BTC direction?
 
 Public API (see README):
-    CausalTransformer, ModelConfig   -- the model (tsflash.model)
-    load_bars                        -- bars from the canonical store (tsflash.store)
+    CausalTransformer, ModelConfig   -- the model (tsflash.model.transformer)
+    load_bars                        -- bars from the canonical store (tsflash.data.store)
     load_config                      -- experiment presets (tsflash.config)
 """
 
@@ -13,11 +13,11 @@ __all__ = ["CausalTransformer", "ModelConfig", "load_bars", "load_config", "__ve
 
 def __getattr__(name):  # lazy: `import tsflash` must not import torch for the data CLI
     if name in ("CausalTransformer", "ModelConfig"):
-        from tsflash import model
+        from tsflash.model import transformer as model
 
         return getattr(model, name)
     if name == "load_bars":
-        from tsflash.store import load_bars
+        from tsflash.data.store import load_bars
 
         return load_bars
     if name == "load_config":

@@ -71,7 +71,7 @@ class SplitConfig:
 
 @dataclass
 class ModelSettings:
-    """Fields of `tsflash.model.ModelConfig` that a preset may set (n_features is derived)."""
+    """Fields of `tsflash.model.transformer.ModelConfig` that a preset may set (n_features is derived)."""
 
     d_model: int = 256
     n_layers: int = 4
@@ -82,7 +82,7 @@ class ModelSettings:
     # Rotary base; 0 = auto: the smallest (2-digit) base whose slowest wavelength is at least
     # 4 x 131072 bars at this head size (tsflash.config.rotary_base_for), the same for every N.
     rope_base: float = 0.0
-    # The residual stream's dtype (tsflash.model.ModelConfig.residual): "param" (float32 under bf16
+    # The residual stream's dtype (tsflash.model.transformer.ModelConfig.residual): "param" (float32 under bf16
     # autocast, the published runs') or "compute" (bf16 on CUDA: fewer bytes moved, other numerics).
     residual: str = "param"
 
@@ -114,7 +114,7 @@ class EvalConfig:
     fee_bps: float = 5.0  # cost per unit of turnover (position change of 1), in basis points
     baseline_lags: int = 16  # logistic-regression baseline sees the last k bars' features
     batch_tokens: int = 262144  # evaluation forward pass size
-    # The trading rule scored (tsflash.strategy): "horizon" holds each decision for labels.horizon
+    # The trading rule scored (tsflash.scoring.strategy): "horizon" holds each decision for labels.horizon
     # bars, as the label looks ahead; "one-bar" re-decides every bar. Applied at scoring time.
     strategy: str = "one-bar"  # what an older config.json means; experiments/default.toml sets "horizon"
     entry_threshold: float = -1.0  # -1: fitted per cell on the validation tail; else fixed in [0, 1)
@@ -267,11 +267,11 @@ def merge_overrides(a: dict, b: dict) -> dict:
 
 
 # The known attention backends, here without torch so that a config can be checked without it
-# (tsflash.attention.BACKENDS is this tuple).
+# (tsflash.model.attention.BACKENDS is this tuple).
 ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
 RESIDUAL_DTYPES = ("param", "compute")  # model.residual: the parameters' dtype, or autocast's
 SCHEMES = ("expanding", "rolling")
-STRATEGIES = ("one-bar", "horizon")  # eval.strategy (tsflash.strategy)
+STRATEGIES = ("one-bar", "horizon")  # eval.strategy (tsflash.scoring.strategy)
 ENTRY_FIT = -1.0  # eval.entry_threshold: fit the entry threshold on the validation tail
 SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
 

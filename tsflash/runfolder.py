@@ -22,7 +22,7 @@ Layout of a run folder (`runs/<YYYYMMDD-HHMMSS>-<config hash>` by default)::
     forecasts/<trial key or baseline-<name>>.npz   per-day loss sums of the forecasts (the paired
                                                    tests of question 1; small, kept when cells are not)
     checkpoints/<trial key>/fold<k>-seed<s>/       engine checkpoints of unfinished cells
-    claims/<job>.claim, claims/.lock               workers' claims on unfinished jobs (tsflash.workers;
+    claims/<job>.claim, claims/.lock               workers' claims on unfinished jobs (tsflash.sweep.workers;
                                                    removed when the run completes)
     ledger.json, precision.json, results.json, report.md, report.html, *.parquet, figures/
     confirm.md, confirm.html, confirm.json   `tsflash confirm`: the verdict re-tested on a later hold-out
@@ -242,7 +242,7 @@ class RunFolder:
         return self.root / "scores"
 
     def fold_scores_path(self, key: str, fold: int) -> Path:
-        """scores/<key>/fold<k>.npz: fold `fold` of trial `key` scored (tsflash.scoring.write_fold_scores)."""
+        """scores/<key>/fold<k>.npz: fold `fold` of trial `key` scored (tsflash.scoring.daily.write_fold_scores)."""
         return self.scores_dir / key / f"fold{fold}.npz"
 
     def checkpoint_dir(self, key: str, fold: int, seed: int) -> Path:

@@ -41,7 +41,7 @@ def _backends_type(text: str) -> list[str] | None:
     """auto, or a comma-separated subset of the fused backends."""
     if text == "auto":
         return None
-    from tsflash.attention import FUSED_BACKENDS
+    from tsflash.model.attention import FUSED_BACKENDS
 
     backends = [b.strip() for b in text.split(",") if b.strip()]
     if not backends or any(b not in FUSED_BACKENDS for b in backends):
@@ -50,8 +50,8 @@ def _backends_type(text: str) -> list[str] | None:
 
 
 def _compile_mode_type(text: str) -> str:
-    """A torch.compile mode of tsflash.fastpath.COMPILE_MODES (torch loads only when --compile is given)."""
-    from tsflash.fastpath import COMPILE_MODES
+    """A torch.compile mode of tsflash.model.fastpath.COMPILE_MODES (torch loads only when --compile is given)."""
+    from tsflash.model.fastpath import COMPILE_MODES
 
     return options.choice_type(COMPILE_MODES)(text)
 
@@ -165,7 +165,7 @@ def _dtype(name: str):
 
 
 def run_precision(args) -> int:
-    from tsflash import bench
+    from tsflash.bench import tables as bench
 
     out = output_folder(args.out, "precision", ["precision.json"], args.force)
     result = bench.bench_precision(args.lengths, _device(args), model_path=args.model, n_features=args.features,
@@ -177,7 +177,7 @@ def run_precision(args) -> int:
 
 
 def run_attention(args) -> int:
-    from tsflash import bench
+    from tsflash.bench import tables as bench
 
     out = output_folder(args.out, "attention", ["attention.json", "attention.png"], args.force)
     result = bench.bench_attention(args.lengths, _device(args), tokens=args.tokens, heads=args.heads,
@@ -192,7 +192,7 @@ def run_attention(args) -> int:
 
 
 def run_train(args) -> int:
-    from tsflash import bench
+    from tsflash.bench import tables as bench
 
     if args.d_model % args.heads:
         raise UserError(f"--d-model={args.d_model} must be divisible by --heads={args.heads}")

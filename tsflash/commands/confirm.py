@@ -33,7 +33,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from tsflash.confirm import confirm
+    from tsflash.sweep.confirm import confirm
 
     md, html, js = confirm(args.run_dir, args.start, args.end, args.data, args.device)
     print(f"confirm: {md}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tsflash import store
+from tsflash.data import store
 from tsflash.commands import options
 from tsflash.errors import UserError
 
@@ -81,7 +81,7 @@ def register(sub) -> None:
 
 
 def _register_transport(dsub, common, dataset) -> None:
-    """`data pack` and `data unpack` (tsflash.transport)."""
+    """`data pack` and `data unpack` (tsflash.data.transport)."""
     q = dsub.add_parser(
         "pack",
         help="pack year files losslessly for transport (about 35%% smaller)",
@@ -116,7 +116,7 @@ def _print_import(report) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from tsflash.ingest import import_paths
+    from tsflash.data.ingest import import_paths
 
     report = import_paths(args.paths, args.root, args.symbol, args.interval)
     _print_import(report)
@@ -124,7 +124,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from tsflash.fetch import ARCHIVE_URL, fetch
+    from tsflash.data.fetch import ARCHIVE_URL, fetch
 
     report = fetch(
         args.symbol, args.interval, args.start, args.end, args.root, args.base_url or ARCHIVE_URL,
@@ -141,7 +141,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from tsflash import transport
+    from tsflash.data import transport
 
     if args.start is not None and args.end is not None and args.end < args.start:
         raise UserError(f"--end {args.end} is before --start {args.start}")
@@ -159,7 +159,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 
 def cmd_unpack(args: argparse.Namespace) -> int:
-    from tsflash import transport
+    from tsflash.data import transport
 
     src = args.src[0] if len(args.src) == 1 and args.src[0].is_dir() else args.src
     written = transport.unpack(src, args.root)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tsflash import config
 from tsflash.errors import UserError
-from tsflash.synthetic import parse_source
+from tsflash.data.synthetic import parse_source
 
 
 def _argument(check: Callable, text: str, flag: str):
@@ -54,9 +54,9 @@ def device_type(text: str) -> str:
 
 
 def devices_type(text: str) -> list[str]:
-    """One worker per device: cuda:0,cuda:1 | all | cpu | cpu,cpu (tsflash.workers.parse_devices:
+    """One worker per device: cuda:0,cuda:1 | all | cpu | cpu,cpu (tsflash.sweep.workers.parse_devices:
     one kind, no GPU twice, every GPU present)."""
-    from tsflash.workers import parse_devices  # torch loads only for commands that take --devices
+    from tsflash.sweep.workers import parse_devices  # torch loads only for commands that take --devices
 
     return _argument(parse_devices, text, "--devices")
 
@@ -145,7 +145,7 @@ def override_type(text: str) -> str:
 
 
 def data_type(text: str) -> str:
-    """A bar store folder, or synthetic:random-walk[:SEED] (tsflash.synthetic.parse_source)."""
+    """A bar store folder, or synthetic:random-walk[:SEED] (tsflash.data.synthetic.parse_source)."""
     if _argument(parse_source, text, "--data") is None and not Path(text).is_dir():
         raise argparse.ArgumentTypeError(
             f"bar store folder not found: {text} (create it with `tsflash data import FOLDER` or "

@@ -79,7 +79,7 @@ def _command_line(args) -> str:
 
 
 def run(args) -> int:
-    from tsflash import sweep
+    from tsflash.sweep import run as sweep
 
     opts = sweep.SweepOptions(
         lengths=args.lengths,

@@ -18,7 +18,7 @@ Stages, one module each (this package re-exports their public names):
                                                            context cut); the saved cell
     _baselines  run_baselines, lagged_features             class prior and logistic regression
     _cost       (FoldResult.cost)                          time, tokens/s, TFLOP/s, memory, kernels
-    tsflash.flops  flops_per_token                         the one FLOPs rule (engine and bench)
+    tsflash.model.flops  flops_per_token                         the one FLOPs rule (engine and bench)
 
 Data flow and leakage guards
 ----------------------------
@@ -43,7 +43,7 @@ from tsflash.engine._baselines import MAX_LOGREG_ROWS, lagged_features, run_base
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare, split_validation
 from tsflash.engine._train import CHECKPOINT_FORMAT, lr_at, run_fold, sample_starts, step_seed
-from tsflash.flops import flops_per_token
+from tsflash.model.flops import flops_per_token
 
 __all__ = [
     "CHECKPOINT_FORMAT",

@@ -14,7 +14,7 @@ import torch
 from tsflash.engine._evaluate import FoldResult, fold_result
 from tsflash.engine._prepare import FoldData, Prepared, fold_data
 from tsflash.errors import UserError
-from tsflash.features import FEATURE_NAMES
+from tsflash.dataset.features import FEATURE_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def run_baselines(prepared: Prepared, fold: int, fold_inputs: FoldData | None = 
         values (`direction_blind`), so it can forecast how likely a move is but not its sign
         (beyond the class frequencies). What the transformer adds over it is direction.
     Each also scores the fold's validation tail when there is one (kept for the horizon
-    strategy's entry threshold, tsflash.strategy).
+    strategy's entry threshold, tsflash.scoring.strategy).
     """
     cfg = prepared.cfg
     fd = fold_inputs if fold_inputs is not None else fold_data(prepared, fold)

@@ -14,7 +14,7 @@ val_seconds       wall-clock of the validation passes that decide early stopping
 eval_seconds      wall-clock of scoring the test block.
 tokens_per_s      tokens_trained / train_seconds (every position of every window is a token).
 tflops            flops_per_token * tokens_trained / train_seconds / 1e12, with the one FLOPs
-                  rule `tsflash.flops.flops_per_token` = 6 P + 6 L d N (derivation there).
+                  rule `tsflash.model.flops.flops_per_token` = 6 P + 6 L d N (derivation there).
 peak_memory_bytes `tsflash.device.peak_memory_bytes`: the CUDA allocator's peak since the cell
                   began; on CPU the process's peak RSS (process-wide, so an upper bound).
 backend           the attention kernel forced (`CausalTransformer.attention_backend_used`).
@@ -22,12 +22,12 @@ backend_observed  the kernel the profiler saw run on the cell's first training s
                   "FLASH", "EFFICIENT", "flash CPU", "MATH"; None when the cell was resumed from
                   a checkpoint written before this was recorded, or no SDPA kernel ran).
 kernels_observed  the raw profiler op names behind backend_observed, forward and backward.
-kernel_choice     how the kernel was decided before the first step (`tsflash.fastpath.prepare`):
+kernel_choice     how the kernel was decided before the first step (`tsflash.model.fastpath.prepare`):
                   for `auto` the shape timed, the candidates, their median ms, the runner-up, the
                   margin and the tie rule; for an explicit backend the name and "asked for".
-compile           the torch.compile outcome (`tsflash.fastpath`): {"compiled", "mode", "reason"
+compile           the torch.compile outcome (`tsflash.model.fastpath`): {"compiled", "mode", "reason"
                   (why eager), "first_call_seconds" per shape (compiling included)}.
-Both are None for a model that `tsflash.fastpath.prepare` did not make ready.
+Both are None for a model that `tsflash.model.fastpath.prepare` did not make ready.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import time
 
 import torch
 
-from tsflash import attention
+from tsflash.model import attention
 from tsflash.device import peak_memory_bytes, sync
-from tsflash.flops import flops_per_token
+from tsflash.model.flops import flops_per_token
 
 log = logging.getLogger(__name__)
 

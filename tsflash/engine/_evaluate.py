@@ -20,14 +20,14 @@ from tsflash import atomic
 from tsflash.device import autocast
 from tsflash.engine._prepare import FoldData, Prepared
 from tsflash.errors import UserError
-from tsflash.metrics import (
+from tsflash.scoring.metrics import (
     classification_metrics,
     direction_metrics,
     positions_from_probs,
     return_summary,
     strategy_returns,
 )
-from tsflash.windows import eval_windows, gather_windows
+from tsflash.dataset.windows import eval_windows, gather_windows
 
 
 @torch.no_grad()
@@ -76,7 +76,7 @@ def validation_loss(model, fd: FoldData, features: torch.Tensor, labels: torch.T
 
 _ARRAYS = ("test_time", "y_true", "y_prob", "position", "gross_returns", "net_returns")
 # Optional arrays (a cell saved before they existed loads them empty): what re-scoring under the
-# horizon strategy needs (tsflash.strategy), and the validation tail its entry threshold is fitted on.
+# horizon strategy needs (tsflash.scoring.strategy), and the validation tail its entry threshold is fitted on.
 _OPTIONAL = ("next_ret", "val_time", "val_prob", "val_next_ret")
 _FLOAT16 = ("y_prob", "val_prob")  # stored as float16 (half the size; every score reads them back)
 
@@ -179,7 +179,7 @@ def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.
 
     val_prob : (V, 3) probabilities of the fold's validation tail `fd.val` in bar order, when the
         caller scored it; kept with the cell so that the horizon strategy's entry threshold can
-        be fitted on it (tsflash.strategy), never on test bars.
+        be fitted on it (tsflash.scoring.strategy), never on test bars.
     """
     test = fd.test_idx
     y_true = fd.labels[torch.as_tensor(test, device=fd.labels.device)].cpu().numpy().astype(np.int8)

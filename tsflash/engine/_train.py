@@ -17,7 +17,7 @@ and rule for when to stop; what N changes is only the context the positions see.
   after ``train.patience`` evaluations without improvement, or at ``train.steps`` (the maximum),
   and the weights of the best evaluation are restored. Each N is compared at its own validated
   optimum, not at a step count that favours one N (the published fixed 200 steps).
-* Coverage-balanced sampling (`tsflash.windows.BalancedWindows`): every training bar has the
+* Coverage-balanced sampling (`tsflash.dataset.windows.BalancedWindows`): every training bar has the
   same chance of being scored at every N, the last days before the validation tail included.
 * The loss of a step is the cross-entropy summed over its scored positions divided by their
   EXPECTED count (batch x mean scored positions per window, exact by index arithmetic), not by
@@ -72,14 +72,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tsflash import atomic, attention, fastpath
+from tsflash import atomic
+from tsflash.model import attention
+from tsflash.model import fastpath
 from tsflash.config import ADDED_LATER, ExperimentConfig, TrainConfig, rotary_wavelength
 from tsflash.device import autocast, reset_peak_memory, sync
 from tsflash.engine._cost import StepClock, fold_cost
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data
 from tsflash.errors import UserError
-from tsflash.windows import BalancedWindows, check_window_length, fit_pieces, gather_windows
+from tsflash.dataset.windows import BalancedWindows, check_window_length, fit_pieces, gather_windows
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +148,7 @@ def run_fold(
     The cell's first training step runs under the profiler: the cost record keeps the attention
     kernel it saw (`backend_observed`, `kernels_observed`) beside the forced one (`backend`).
     """
-    from tsflash.model import CausalTransformer  # torch-heavy; imported where needed
+    from tsflash.model.transformer import CausalTransformer  # torch-heavy; imported where needed
 
     cfg = prepared.cfg
     device = torch.device(device) if device is not None else prepared.device
@@ -160,7 +162,7 @@ def run_fold(
     settings, mconf = _model_config(cfg, features.shape[1], model_overrides)
     torch.manual_seed(seed)  # initial weights depend on the seed only, not on n or the fold
     model = CausalTransformer(mconf).to(device)
-    # the attention kernel decided at this shape before the first step, then compiled (tsflash.fastpath)
+    # the attention kernel decided at this shape before the first step, then compiled (tsflash.model.fastpath)
     fwd_model = fastpath.prepare(model, device, n=n, batch=batch, compile=tc.compile)
     optimizer = _adamw(model, tc, device)
     checkpoint = _Checkpoint(checkpoint_dir, _identity(prepared, n, fold, seed, settings, tc), n, fold, seed,
@@ -194,7 +196,7 @@ def run_fold(
 
 def _score_validation(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: ExperimentConfig, device):
     """(V, 3) probabilities of the validation tail from the restored best weights, or None without a
-    tail: the trading rule fits its entry threshold on them (tsflash.strategy), never on test bars."""
+    tail: the trading rule fits its entry threshold on them (tsflash.scoring.strategy), never on test bars."""
     if fd.val is None:
         return None
     return predict_range(fwd_model, features, *fd.val, n=n, batch_tokens=cfg.eval.batch_tokens, device=device)[2].cpu().numpy()
@@ -364,7 +366,7 @@ def _train_settings(cfg: ExperimentConfig, n, train_overrides: dict | None) -> t
 
 def _model_config(cfg: ExperimentConfig, n_features: int, model_overrides: dict | None):
     """(settings dict, ModelConfig): the preset's model settings with the overrides."""
-    from tsflash.model import ModelConfig
+    from tsflash.model.transformer import ModelConfig
 
     settings = dataclasses.asdict(cfg.model) | (model_overrides or {})
     known = {f.name for f in dataclasses.fields(ModelConfig)} - {"n_features"}

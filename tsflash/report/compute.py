@@ -1,5 +1,5 @@
 """The report's numbers, computed once from a `RunData`: fold table, per-configuration summaries,
-the run's selection (through `tsflash.selection.select_run`, the one place the DSR and PBO of a
+the run's selection (through `tsflash.stats.selection.select_run`, the one place the DSR and PBO of a
 run are computed), the baselines' daily statistics and the two questions' numbers. No
 formatting here.
 
@@ -9,13 +9,13 @@ questions.py):
 Question 1, forecasting: does a longer context forecast the label better? Paired tests on the
 same test bars: for each N against the shortest N and against the logistic baseline, on the
 per-bar log-loss and on the direction score, a Diebold-Mariano test
-(`tsflash.selection.diebold_mariano`), Holm-adjusted across all comparisons (`selection.holm`).
+(`tsflash.stats.selection.diebold_mariano`), Holm-adjusted across all comparisons (`selection.holm`).
 
 - Forecasts: the seed ensemble per N (the mean of its seeds' probabilities for each bar): the
   question is about what N lets the model learn, not about one initialisation; each seed alone
   gives the per-seed signs.
 - Scores: the 3-class log-loss of each labelled bar, and the direction score, the up-vs-down
-  log-loss on every bar whose outcome moved (`tsflash.metrics.bar_losses`: a proper score on a
+  log-loss on every bar whose outcome moved (`tsflash.scoring.metrics.bar_losses`: a proper score on a
   bar set that depends on the outcome only, so both forecasts are scored on the same bars).
 - The test runs on UTC days: each day's summed loss difference, divided by the mean number of
   scored bars per day, so that the mean of the daily values is exactly the per-bar mean
@@ -36,7 +36,7 @@ per-bar log-loss and on the direction score, a Diebold-Mariano test
   below N=512's with Holm p 0.009, because N=512 strayed further from 50/50; "less wrong than
   the shortest N" is not "forecasts better". Such differences are listed (`unskilled`) and the
   sentence names them, but they decide nothing.
-- The per-day loss sums (`tsflash.scoring.fold_losses`) are written by the sweep per trial and
+- The per-day loss sums (`tsflash.scoring.daily.fold_losses`) are written by the sweep per trial and
   baseline (forecasts/*.npz, small: they survive where the per-bar cells are not kept), else
   computed from the per-bar cells (cells/**/*.npz); the report writes them beside itself as
   forecast_daily.parquet, and reads that file when neither is there. Without any, the report
@@ -44,7 +44,7 @@ per-bar log-loss and on the direction score, a Diebold-Mariano test
   summaries instead.
 
 Question 2, trading: is any of it tradable after multiple testing? The candidates' daily net
-returns under the run's trading rule (`tsflash.strategy`) go through the DSR and PBO gates
+returns under the run's trading rule (`tsflash.scoring.strategy`) go through the DSR and PBO gates
 (`selection.select_run`); here, per candidate and baseline, the mean gross and net returns per
 bar, the turnover and the break-even fee, pooled over folds from the cells' summaries (seeds as
 one equal-weight portfolio, as the sweep scores them), and whether any candidate makes money.
@@ -59,13 +59,13 @@ from statistics import NormalDist
 
 import numpy as np
 
-from tsflash import selection as sel
+from tsflash.stats import selection as sel
 from tsflash.intervals import INTERVAL_US, bars_per_day
-from tsflash.metrics import DAILY_SUMS, hit_rate_from_confusion
+from tsflash.scoring.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.report.rundata import RunData
 from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
-from tsflash.scoring import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
-from tsflash.strategy import Strategy
+from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
+from tsflash.scoring.strategy import Strategy
 
 PERIODS_PER_YEAR = 365.0  # daily returns; BTC trades every day
 METRICS = (
@@ -75,7 +75,7 @@ METRICS = (
     ("mcc", "MCC", "higher"),
 )
 _SCORES = ("accuracy", "balanced_accuracy", "log_loss", "macro_f1", "mcc", "mean_net_return", "turnover")
-# Direction apart from volatility (tsflash.metrics.direction_metrics); NaN in cells saved before them.
+# Direction apart from volatility (tsflash.scoring.metrics.direction_metrics); NaN in cells saved before them.
 _DIRECTION = ("direction_hit_rate", "direction_log_loss", "move_log_loss", "direction_log_loss_moves")
 _COST_MEANS = ("epoch_seconds", "train_seconds", "val_seconds", "eval_seconds", "tokens_per_s", "tflops", "peak_memory_bytes")
 _COST_SUMMARY = tuple(m for m in _COST_MEANS if m != "eval_seconds")  # what a configuration's summary averages
@@ -167,7 +167,7 @@ SCORES = {"log_loss": ("log_loss", "n_labelled"), "direction": ("direction_loss"
 
 
 # ---------------------------------------------------------------------------------------------
-# The per-day loss table: columns series, member, fold, day and tsflash.metrics.DAILY_SUMS
+# The per-day loss table: columns series, member, fold, day and tsflash.scoring.metrics.DAILY_SUMS
 
 
 def losses_from_sweep(rd: RunData, names: list[str]) -> dict | None:

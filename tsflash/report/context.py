@@ -27,7 +27,7 @@ from tsflash.report.wording import (
     pm,
     timed_label,
 )
-from tsflash.strategy import Strategy
+from tsflash.scoring.strategy import Strategy
 
 SECTIONS = (
     "The two questions and the answers",

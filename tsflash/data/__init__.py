@@ -1,0 +1,16 @@
+"""Bars in and out: the canonical Parquet store (`store`), importing Binance archives and Parquet
+(`ingest`), fetching them with checksums (`fetch`), a compact lossless transport form
+(`transport`), the sweep's bar source for a configured range (`source`), and the controls'
+synthetic markets (`synthetic`). Torch-free."""
+
+from tsflash._exports import lazy_exports
+
+_EXPORTS = {
+    "Bars": "store", "load_bars": "store", "find_gaps": "store", "list_datasets": "store",
+    "import_paths": "ingest", "fetch": "fetch", "pack_store": "transport", "unpack": "transport",
+    "load_data": "source", "configured_bar_count": "source",
+    "random_walk_bars": "synthetic", "long_memory_bars": "synthetic", "synthetic_bars": "synthetic",
+    "parse_source": "synthetic",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,1 @@
+"""Selection statistics (split by the layout work)."""

@@ -1,0 +1,12 @@
+"""The context-length sweep: its options and plan (`plan`), the run (`run`), the trial ledger on
+optuna's storage (`ledger`), one worker per device (`workers`), cost estimates, ETA and the log
+(`progress`), where a run came from (`provenance`), and the out-of-time confirmation (`confirm`)."""
+
+from tsflash._exports import lazy_exports
+
+_EXPORTS = {
+    "SweepOptions": "plan", "SweepPlan": "plan", "plan_sweep": "plan", "run_sweep": "run",
+    "confirm": "confirm", "HoldOut": "confirm",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

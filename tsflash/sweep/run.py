@@ -1,0 +1,477 @@
+"""The context-length sweep: one optuna trial per configuration, resumable cell by cell.
+
+`tsflash sweep --lengths 512,4096,32768` trains and evaluates every context length N over all
+walk-forward folds, keeps a trial ledger, and writes the report. The unit of work is a CELL: one
+(trial, fold, seed) model run, or one fold's baselines. Each finished cell is saved atomically in
+the run folder (layout: tsflash.runfolder), so killing the sweep at any moment (even SIGKILL) and
+running the same command again recomputes only unfinished cells; engine checkpoints let an
+interrupted cell resume too. Once every seed of a fold is saved, the fold is scored into a small
+fold file (`Objective.fold_scores`), which then stands in for its cells' per-bar arrays: a copy
+of the run folder without those (a device's state archive) loses only the cells of unscored folds.
+
+The sweep is optuna's idiom: `Objective(trial)` runs one configuration (N, plus searched values
+with --trials) over every fold and seed, reports per-fold daily net Sharpe ratios as intermediate
+values, keeps the paths of its saved series in `user_attrs`, and returns its daily net Sharpe
+ratio over all folds, scored at the run's fee from the saved per-bar positions (tsflash.scoring.daily).
+The cells are the unit of parallel work: `_work`, one worker per device (`--devices`), claims
+cells of open trials and runs `Objective._cell` on each (the worker that saves the last seed of a
+fold scores the fold); the worker that finds every cell of a trial saved scores it by calling
+`Objective(trial)`, which joins its fold files, and completes it in the ledger
+(tsflash.sweep.workers: claims, order, liveness). The DSR uses the number of COMPLETE
+trials in the study and the variance of their values.
+
+Where things live: the options, config, run key and run folder choice in tsflash.sweep.plan; the
+ledger (slots, popping trials, liveness) in tsflash.sweep.ledger; the workers and their claims in
+tsflash.sweep.workers; run.json and data.json in tsflash.sweep.provenance; the cost estimates, ETA and log
+in tsflash.sweep.progress; the bars in tsflash.data.source.
+
+Sharing a study: `--storage postgresql://user:pass@host/db` (or any SQLAlchemy URL optuna
+accepts; needs the driver, e.g. psycopg2) together with the same `--out` on a shared file system
+lets the workers of several hosts pull cells from one run. The first invocation creates the
+study and enqueues the plan; later ones load it and only add missing slots. The invocation whose
+workers leave the study complete writes the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+from optuna.trial import Trial
+
+from tsflash import engine
+from tsflash.model import attention
+from tsflash.bench import tables as bench
+from tsflash.config import ExperimentConfig
+from tsflash.data.source import configured_bar_count, load_data
+from tsflash.errors import UserError
+from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params
+from tsflash.model.transformer import CausalTransformer, ModelConfig
+from tsflash.sweep.plan import SweepOptions, SweepPlan, plan_sweep  # the sweep's public API: SweepOptions, plan_sweep, run_sweep
+from tsflash.sweep.progress import (
+    CostModel, Progress, Work, baseline_work, format_seconds, model_work, n_params, precision_work, prior_rates,
+    run_logging, warn_if_long,
+)
+from tsflash.sweep.provenance import mark_complete, record_kernel_choices, write_data_json, write_run_json
+from tsflash.report import build_report
+from tsflash.runfolder import RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json
+from tsflash.scoring.daily import (
+    FoldScores, baseline_losses, cell_arrays, cell_returns, concat_losses, daily_series, daily_series_of_folds,
+    daily_sharpe, objective_value, read_fold_scores, result_arrays, score_fold, scored_arrays, scoring_id,
+    write_fold_scores, write_losses,
+)
+from tsflash.scoring.strategy import Strategy
+from tsflash.data.store import iso
+from tsflash.sweep.workers import CellQueue, ClaimBoard, Job, run_workers, tidy_claims, worker_tag
+
+log = logging.getLogger(__name__)
+
+CLASSIFICATION = ("accuracy", "balanced_accuracy", "log_loss", "mcc")
+
+
+def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
+    """Run (or resume) the sweep and write the report; returns the run folder.
+
+    Returns early (without the report) when other workers still run trials of a shared study, or
+    when --time-budget stopped it.
+    """
+    if isinstance(plan, SweepOptions):
+        plan = plan_sweep(plan)
+    folder = plan.folder
+    created = not folder.root.exists()
+    folder.root.mkdir(parents=True, exist_ok=True)
+    try:
+        with run_logging(folder.log_file):
+            return _run_in_folder(plan)
+    except UserError:
+        # A new run that failed before finishing any cell (no data, offline, ...) leaves no
+        # empty run folder behind for the next command to "resume".
+        if created and not folder.cells_dir.exists():
+            shutil.rmtree(folder.root, ignore_errors=True)
+        raise
+
+
+def _run_in_folder(plan: SweepPlan) -> Path:
+    folder = plan.folder
+    board = ClaimBoard(folder.root, shared=plan.shared)
+    if plan.preset_note:
+        log.warning("%s", plan.preset_note)
+    if plan.fee_note:
+        log.warning("%s", plan.fee_note)
+    log.info("run folder %s (%s)", folder.root, "resuming" if plan.resumed else "new")
+    with board.lock():  # run.json is shared with the workers of other hosts
+        write_run_json(plan)
+    if not _run_cells(plan, board):
+        log.info("the study is unfinished (cells left to other workers, or to a rerun after --time-budget); "
+                 "the run that completes it writes the report")
+        return folder.root
+    with board.lock():
+        if not board.take("report"):
+            log.info("another worker is writing the report")
+            return folder.root
+    try:
+        md, html = build_report(folder.root)
+        mark_complete(folder)
+    finally:
+        board.release("report")
+    folder.tidy_checkpoints()
+    tidy_claims(folder.root)
+    log.info("report: %s and %s", md, html)
+    return folder.root
+
+
+def _run_cells(plan: SweepPlan, board: ClaimBoard) -> bool:
+    """Enqueue the planned trials, then run one worker per device (`_work`; in this process for
+    one device). True when every planned trial, the baselines and the precision check are done."""
+    cfg, folder, opts = plan.cfg, plan.folder, plan.options
+    slots = plan_slots(cfg.lengths, opts.trials, cfg.train.lr, cfg.train.weight_decay)
+    with board.lock():  # two workers syncing at once would enqueue a slot twice
+        ledger = Ledger.open(plan.study_name, plan.storage, slots, shared=plan.shared, seed=cfg.train.seeds[0])
+        ledger.sync()
+    results = run_workers(_work, plan, plan.devices)
+    ledger.write_json(folder.ledger_json)
+    if ledger.is_complete() and _baselines_done(folder, cfg) and not _precision_due(plan):
+        return True
+    if any(r["out_of_time"] for r in results):
+        log.info("time budget of %.0f s used: no new cell was started after it; run the same command again to "
+                 "resume", opts.time_budget)
+    return False
+
+
+def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
+    """One worker on `device`: prepare the data once, then claim and run jobs (tsflash.sweep.workers)
+    until none is left. Returns {"device", "out_of_time", "jobs"}."""
+    t0 = time.monotonic()
+    plan = dataclasses.replace(plan, device=device)
+    cfg, folder, opts = plan.cfg, plan.folder, plan.options
+    with run_logging(folder.log_file, tag=worker_tag(device, index)) if n_workers > 1 else contextlib.nullcontext():
+        slots = plan_slots(cfg.lengths, opts.trials, cfg.train.lr, cfg.train.weight_decay)
+        ledger = Ledger.open(plan.study_name, plan.storage, slots, shared=plan.shared, seed=cfg.train.seeds[0])
+        model_params = n_params(cfg)
+        cost = CostModel(prior_rates(device))
+        _observe_saved_cells(cost, folder, cfg, model_params)
+        lengths = [s.params["n"] for s in slots]
+        todo, done = _todo(folder, cfg, lengths, model_params)
+        finale = [precision_work(cfg)] if _precision_due(plan) else []
+        if index == 0:
+            warn_if_long(todo + finale, cost, device, f"{len(todo)} of {done + len(todo)} cells to do"
+                         + (", then the precision check" if finale else "")
+                         + (f", on {n_workers} workers" if n_workers > 1 else ""), workers=n_workers)
+        prepared = _prepare_data(plan, write=index == 0)
+        progress = Progress(todo, cost, done, bar=False if n_workers > 1 else None, workers=n_workers)
+        objective = Objective(plan, prepared, ledger, progress, model_params)
+        board = ClaimBoard(folder.root, shared=plan.shared, device=device)
+        deadline = None if opts.time_budget is None else t0 + opts.time_budget
+        queue = CellQueue(board, ledger, cells=functools.partial(_cells_of, folder, cfg),
+                          params_of=functools.partial(_params_of, cfg, opts.trials),
+                          baselines_done=functools.partial(_baselines_done, folder, cfg),
+                          precision_due=functools.partial(_precision_due, plan), deadline=deadline)
+        jobs = 0
+        try:
+            for job in queue:
+                progress.set_remaining(*_todo(folder, cfg, lengths, model_params))  # other workers' cells too
+                _run_job(job, objective, board, finale)
+                jobs += 1
+        finally:
+            progress.close()
+    return {"device": device, "out_of_time": queue.out_of_time, "jobs": jobs}
+
+
+def _run_job(job: Job, objective: Objective, board: ClaimBoard, finale: list[Work]) -> None:
+    """One claimed job (tsflash.sweep.workers.Job) on this worker."""
+    plan = objective.plan
+    if job.kind == "baselines":
+        objective.run_baselines()
+    elif job.kind == "cell":
+        objective._cell(job.trial, job.params, job.key, job.fold, job.seed)
+        with board.lock():  # the decisions behind this cell's kernel, for the run manifest
+            record_kernel_choices(plan.folder, attention.auto_report())
+    elif job.kind == "score":
+        objective.ledger.tell(job.trial, objective(job.trial))
+    elif job.kind == "precision":
+        _run_precision(plan, objective.prepared.n_features, objective.progress.estimate(finale))
+
+
+def _prepare_data(plan: SweepPlan, write: bool) -> engine.Prepared:
+    """Load the bars and prepare features, labels and folds on the worker's device (once per worker)."""
+    cfg, opts = plan.cfg, plan.options
+    t0 = time.monotonic()
+    log.info("loading %s %s bars %s..%s from %s", cfg.data.symbol, cfg.data.interval, cfg.data.start, cfg.data.end,
+             opts.data)
+    bars, source = load_data(cfg, opts.data, default_seed=cfg.train.seeds[0])
+    log.info("preparing features, labels and %d walk-forward folds for %d bars on %s", cfg.splits.n_folds, len(bars),
+             plan.device)
+    prepared = engine.prepare(cfg, bars, plan.device)
+    prep_s = time.monotonic() - t0
+    log.info("data ready in %.1fs", prep_s)
+    if write:
+        write_data_json(plan.folder, cfg, bars, source, prepared.folds, prep_s)
+    return prepared
+
+
+def _cells_of(folder: RunFolder, cfg: ExperimentConfig, key: str) -> list[tuple[int, int, bool]]:
+    """(fold, seed, saved?) of every cell of trial key `key`."""
+    return [(k, s, folder.cell_saved(key, k, s)) for k in range(cfg.splits.n_folds) for s in cfg.train.seeds]
+
+
+def _params_of(cfg: ExperimentConfig, trials: int, trial: Trial) -> tuple[dict, str]:
+    """A trial's parameters (drawn once, when it is popped) and its key, kept in its user attrs."""
+    params = suggest_params(trial, cfg.lengths, cfg.train.lr, cfg.train.weight_decay, trials > 1)
+    key = encode_trial_key(params)
+    if trial.user_attrs.get("key") != key:
+        trial.set_user_attr("key", key)
+    return params, key
+
+
+def _baselines_done(folder: RunFolder, cfg: ExperimentConfig) -> bool:
+    return all(_baseline_saved(folder, k) for k in range(cfg.splits.n_folds))
+
+
+def _baseline_saved(folder: RunFolder, k: int) -> bool:
+    """Fold k's baselines are done: their summary, and their per-bar arrays unless each baseline's
+    daily series, written with its loss table once every fold is done, is there (a state archive
+    leaves the arrays behind; a published run has no loss tables of its baselines)."""
+    marker = folder.baseline_marker(k)
+    return marker.exists() and all(folder.cell_npz(folder.baseline_stem(k, name)).exists()
+                                   or folder.series_path(baseline_series_name(name)).exists()
+                                   for name in read_json(marker)["baselines"])
+
+
+def _precision_due(plan: SweepPlan) -> bool:
+    return plan.options.precision and not plan.folder.precision_json.exists()
+
+
+def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], model_params: int) -> tuple[list[Work], int]:
+    """(cells not finished yet, cells finished): baselines per fold, model cells per N."""
+    n_folds, n_seeds = cfg.splits.n_folds, len(cfg.train.seeds)
+    n_bars = configured_bar_count(cfg)
+    todo = [baseline_work(cfg, k, n_bars) for k in range(n_folds) if not _baseline_saved(folder, k)]
+    finished = Counter(decode_trial_key(key)["n"] for key in folder.saved_cell_keys())
+    for n, n_slots in Counter(slot_lengths).items():
+        todo += [model_work(cfg, n, model_params)] * max(n_slots * n_folds * n_seeds - finished[n], 0)
+    total = n_folds + len(slot_lengths) * n_folds * n_seeds
+    return todo, total - len(todo)
+
+
+def _observe_saved_cells(cost: CostModel, folder: RunFolder, cfg: ExperimentConfig, model_params: int) -> None:
+    """Cells finished by earlier invocations refine the estimate before any cell runs here."""
+    cells, _ = folder.cell_summaries()
+    for c in cells:
+        seconds = c.get("seconds") or c["cost"].get("train_seconds", 0.0) + c["cost"].get("eval_seconds", 0.0)
+        if seconds > 0:
+            cost.observe(model_work(cfg, c["n"], model_params), seconds)
+
+
+# ---------------------------------------------------------------------------------------------
+# The objective
+
+
+class Objective:
+    """optuna's objective: one trial = one configuration over every fold and seed.
+
+    Holds what every trial shares: the prepared data, each fold's fitted inputs (normaliser, flat
+    band; computed once per process), the run folder, the ledger and the progress.
+    """
+
+    def __init__(self, plan: SweepPlan, prepared: engine.Prepared, ledger: Ledger, progress: Progress, model_params: int):
+        self.plan, self.cfg, self.folder = plan, plan.cfg, plan.folder
+        self.prepared, self.ledger, self.progress = prepared, ledger, progress
+        self.model_params = model_params  # parameters of the model, for the cost estimates
+        self.fee = plan.cfg.eval.fee_bps
+        self.strategy = Strategy.from_config(plan.cfg.to_dict())  # the trading rule scored (tsflash.scoring.strategy)
+        self.scoring = scoring_id(self.strategy, self.fee)  # what a fold file must have been scored under
+        self.n_folds = len(prepared.folds)
+        self._fold_inputs: dict[int, engine.FoldData] = {}
+
+    def fold_inputs(self, k: int) -> engine.FoldData:
+        if k not in self._fold_inputs:
+            self._fold_inputs[k] = engine.fold_data(self.prepared, k)
+        return self._fold_inputs[k]
+
+    def __call__(self, trial: Trial) -> float:
+        slot = self.ledger.claim(trial)
+        cfg = self.cfg
+        params = suggest_params(trial, cfg.lengths, cfg.train.lr, cfg.train.weight_decay, self.plan.options.trials > 1)
+        key = encode_trial_key(params)
+        trial.set_user_attr("key", key)
+        to_do = sum(not self.folder.cell_saved(key, k, s) for k in range(self.n_folds) for s in cfg.train.seeds)
+        log.info("trial %s (slot %s): %d of %d cells to do, about %s", key, slot, to_do,
+                 self.n_folds * len(cfg.train.seeds),
+                 format_seconds(self.progress.estimate([model_work(cfg, params["n"], self.model_params)] * to_do)))
+        folds = []
+        for k in range(self.n_folds):
+            folds.append(fold := self._scored_fold(trial, params, key, k))
+            if np.isfinite(fold_sr := daily_sharpe(fold.daily.net)):
+                trial.report(fold_sr, step=k)
+            metrics = read_json(self.folder.cell_marker(key, k, cfg.train.seeds[0]))["metrics"]
+            trial.set_user_attr(f"fold{k}_metrics", {m: metrics[m] for m in CLASSIFICATION})
+        result_paths = [self.folder.relative(self.folder.cell_stem(key, k, s))
+                        for k in range(self.n_folds) for s in cfg.train.seeds]
+        daily = daily_series_of_folds([f.daily for f in folds])
+        path = self.folder.write_series(key, **daily)
+        write_losses(self.folder, key, concat_losses([f.losses for f in folds]))  # question 1's paired tests read these
+        trial.set_user_attr("result_paths", result_paths)
+        trial.set_user_attr("daily_returns_path", self.folder.relative(path))
+        trial.set_user_attr("daily_sharpe_defined", bool(np.std(daily["net"]) > 0))
+        value = objective_value(daily["net"])
+        log.info("trial %s: daily net Sharpe %.4f over %d days (fee %g bps)", key, value, len(daily["net"]), self.fee)
+        return value
+
+    def _scored_fold(self, trial: Trial, params: dict, key: str, k: int) -> FoldScores:
+        """Fold k of the trial scored, its cells that are not saved trained first (a score job
+        finds them all saved)."""
+        if (scores := self.fold_scores(key, k)) is None:
+            for seed in self.cfg.train.seeds:
+                self._cell(trial, params, key, k, seed)
+            scores = self.fold_scores(key, k)
+        return scores
+
+    def fold_scores(self, key: str, k: int) -> FoldScores | None:
+        """Fold k of trial `key` scored: read from its fold file, else scored from its seeds'
+        per-bar cells and written there; None while a seed of the fold is not saved with its arrays.
+
+        Two workers that save the fold's last seeds at once may both score it: each writes the
+        same arrays atomically (tsflash.scoring.daily.write_fold_scores), so no lock is needed.
+        """
+        folder, seeds = self.folder, self.cfg.train.seeds
+        saved = read_fold_scores(folder, key, k)
+        if saved is not None and saved.scoring == self.scoring:
+            return saved
+        if not all(folder.cell_loadable(key, k, s) for s in seeds):
+            if saved is not None:
+                raise UserError(f"{folder.fold_scores_path(key, k)} was scored under {saved.scoring}, this run scores "
+                                f"under {self.scoring}, and fold {k}'s per-bar cells are gone: resume with the "
+                                "eval.strategy and eval.entry_threshold of the run's config.json")
+            return None
+        scores = score_fold(key, k, [cell_arrays(folder.cell_stem(key, k, s)) for s in seeds],
+                            [f"seed{s}" for s in seeds], self.strategy, self.fee)
+        write_fold_scores(folder, key, k, scores)
+        return scores
+
+    def _cell(self, trial: Trial, params: dict, key: str, k: int, seed: int) -> None:
+        """One (trial, fold, seed), unless saved: trained, scored and saved; the fold's last seed
+        to be saved also scores the fold (`fold_scores`)."""
+        folder, n = self.folder, int(params["n"])
+        stem, marker = folder.cell_stem(key, k, seed), folder.cell_marker(key, k, seed)
+        if folder.cell_saved(key, k, seed):
+            return
+        self.progress.start(model_work(self.cfg, n, self.model_params), f"{key} fold {k} seed {seed}")
+        t1 = time.monotonic()
+        ckpt = folder.checkpoint_dir(key, k, seed)
+        train_over = {p: v for p, v in params.items() if p in ("lr", "weight_decay")}
+        res = engine.run_fold(self.prepared, n, k, seed, self.plan.device, checkpoint_dir=ckpt,
+                              train_overrides=train_over or None, fold_inputs=self.fold_inputs(k),
+                              on_step=lambda step: self.progress.step(step, self.cfg.train.steps))
+        res.save(stem)
+        seconds = time.monotonic() - t1
+        write_json(marker, self._summary(res, kind="model", key=key, name=key, params=params, fold=k, seed=seed,
+                                         stem=stem) | {"seconds": seconds})
+        shutil.rmtree(ckpt, ignore_errors=True)  # the cell is saved: its checkpoint is dead weight
+        with contextlib.suppress(OSError):
+            ckpt.parent.rmdir()  # only when empty
+        m = res.metrics
+        self.progress.finish(
+            f"{key} fold {k} seed {seed}: acc {m['accuracy']:.4f} bal {m['balanced_accuracy']:.4f} "
+            f"logloss {m['log_loss']:.4f} mcc {m['mcc']:.4f}, {res.cost.get('tokens_per_s', float('nan')):.0f} tok/s "
+            f"({seconds:.1f}s)")
+        self.fold_scores(key, k)  # written once every seed of the fold is saved
+        self.ledger.heartbeat(trial)
+
+    def run_baselines(self) -> None:
+        """The class prior and the logistic regression, once per fold (independent of N and seed)."""
+        folder, n_bars, n_features = self.folder, len(self.prepared.open_time), self.prepared.n_features
+        todo = {k: baseline_work(self.cfg, k, n_bars, n_features) for k in range(self.n_folds)
+                if not _baseline_saved(folder, k)}
+        if todo:
+            log.info("baselines (class prior, logistic regression) on %d fold(s): about %s", len(todo),
+                     format_seconds(self.progress.estimate(list(todo.values()))))
+        for k, work in todo.items():
+            self.progress.start(work, f"baselines fold {k}")
+            t1 = time.monotonic()
+            summaries = {}
+            for name, res in engine.run_baselines(self.prepared, k, fold_inputs=self.fold_inputs(k)).items():
+                stem = folder.baseline_stem(k, name)
+                res.save(stem)
+                summaries[name] = self._summary(res, kind="baseline", key=baseline_series_name(name), name=name,
+                                                params={}, fold=k, seed=None, stem=stem)
+            seconds = time.monotonic() - t1
+            write_json(folder.baseline_marker(k), {"fold": k, "baselines": summaries, "seconds": seconds})
+            accs = ", ".join(f"{n} acc {s['metrics']['accuracy']:.4f}" for n, s in summaries.items())
+            self.progress.finish(f"baselines fold {k}: {accs} ({seconds:.1f}s)")
+        for name in read_json(folder.baseline_marker(0))["baselines"]:
+            series = baseline_series_name(name)
+            if not folder.series_path(series).exists():
+                parts = [cell_returns(folder.baseline_stem(k, name), self.fee, self.strategy)
+                         for k in range(self.n_folds)]
+                folder.write_series(series, **daily_series(parts))
+                write_losses(folder, series, baseline_losses(folder, name, self.n_folds))
+
+    def _summary(self, res: engine.FoldResult, **where) -> dict:
+        return cell_summary(res, self.folder, self.strategy, self.fee, **where)
+
+
+def cell_summary(res: engine.FoldResult, folder: RunFolder, strategy, fee_bps: float, *, kind: str, key: str,
+                 name: str, params: dict, fold: int, seed: int | None, stem: Path) -> dict:
+    """A cell's summary (its marker file): what the report reads, without the per-bar arrays.
+    Shared by the sweep and `tsflash confirm`."""
+    return {
+        "kind": kind, "key": key, "name": name,
+        "n": int(params["n"]) if params.get("n") else None,
+        "params": params,
+        "fold": int(fold),
+        "seed": None if seed is None else int(seed),
+        "train_start": iso(res.train_start), "train_end": iso(res.train_end),
+        "test_start": iso(res.test_start), "test_end": iso(res.test_end),
+        "metrics": dict(res.metrics),  # its mean_net_return is at fee_bps, under the one-bar rule
+        "fee_bps": fee_bps,
+        "strategy": scored_arrays(result_arrays(res), strategy, fee_bps)[1],  # the rule scored, at fee_bps
+        "cost": dict(res.cost or {}),  # with the learning curve and stopping steps of a model cell
+        "far_context": dict(res.far_context),  # metrics with the context cut (tsflash.engine._evaluate)
+        "flat_threshold": float(res.flat_threshold),
+        "n_bars": int(len(res.test_time)),
+        "result_path": folder.relative(stem),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The precision check
+
+
+def _run_precision(plan: SweepPlan, n_features: int, estimate_s: float) -> None:
+    """The precision oracle (tsflash.bench.tables.bench_precision) at each N, once per run folder.
+
+    Small on purpose: one sequence per N, a freshly initialised model of the sweep's size (its
+    attention head size is what the kernels see), bf16 fused path against float64.
+    """
+    cfg, folder = plan.cfg, plan.folder
+    log.info("precision check at N=%s (bf16 fused attention against exact float64): this takes about %s",
+             ", ".join(map(str, cfg.lengths)), format_seconds(estimate_s))
+    t1 = time.monotonic()
+    seed = cfg.train.seeds[0]
+    try:
+        torch.manual_seed(seed)
+        model = CausalTransformer(ModelConfig(n_features=n_features, **dataclasses.asdict(cfg.model)))
+        with tempfile.TemporaryDirectory(dir=folder.root) as tmp:
+            model_path = Path(tmp) / "fresh-model.pt"
+            model.save(model_path)
+            result = bench.bench_precision(
+                list(cfg.lengths), torch.device(plan.device), model_path=model_path, heads=cfg.model.n_heads,
+                head_dim=cfg.model.d_model // cfg.model.n_heads, backend=cfg.model.attention_backend, seed=seed,
+            )
+        result["available"] = True
+        result["settings"]["model"] = f"fresh (seed {seed}), d_model={cfg.model.d_model}, n_layers={cfg.model.n_layers}"
+    except Exception as exc:  # a diagnostic: record the failure, never lose a finished sweep
+        log.warning("precision oracle failed: %s: %s", exc.__class__.__name__, exc)
+        result = {"available": False, "reason": f"{exc.__class__.__name__}: {exc}"}
+    result["seconds"] = time.monotonic() - t1
+    write_json(folder.precision_json, result)
+    log.info("precision oracle at N=%s in %.1fs", cfg.lengths, result["seconds"])
