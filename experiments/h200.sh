@@ -39,9 +39,10 @@ case "${1:-}" in
     # --time-budget: start no new cell after BUDGET_S seconds, so each run ends on a cell boundary
     # well inside the device's 10-minute limit; the next run resumes from the finished cells.
     # The timeout is only a safety net (a cell cut there resumes from its checkpoint next time).
-    # DEVICES=all spreads the cells over every GPU of the machine (one worker each).
+    # DEVICES=all spreads the cells over every GPU of the machine (one worker each). SWEEP_ARGS adds
+    # sweep options, e.g. SWEEP_ARGS="--set train.seeds=[3,4,5]" for an A/A replicate of a run.
     timeout --signal=INT "${LIMIT_S:-560}" python3 -m tsflash.cli sweep --lengths "$LENGTHS" --data .carry/data \
-      --devices "${DEVICES:-cuda:0}" --preset full --out "$RUN" --time-budget "$BUDGET_S" 2>&1 | tee "$OUT/sweep.log"
+      --devices "${DEVICES:-cuda:0}" --preset full --out "$RUN" --time-budget "$BUDGET_S" ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep.log"
     echo "sweep exit: ${PIPESTATUS[0]}"
     # Per-bar cell files (~10 MB each) stay behind; the cell summaries, fold scores (scores/), series
     # and ledger go: the resume retrains only the cells of folds not yet scored (seeds not all saved).
