@@ -85,7 +85,7 @@ def test_workers_share_a_postgres_study_and_survive_a_sigkill(postgres, one_work
     assert len(done) == N_CELLS and set(done.values()) == {1}  # every cell finished, each exactly once
     name = re.sub(r"(n\d+) fold (\d+) seed (\d+)", r"\1/fold\2-seed\3", killed_cell)
     assert re.search(rf"taking over {re.escape(name)} from worker \S+:{host_b.pid}:", log)  # by a live worker
-    assert re.search(rf"\[cpu#\d\] tsflash\.progress: \[\d/\d\] {killed_cell}: ", log)  # ... which finished it
+    assert re.search(rf"\[cpu#\d\] tsflash\.sweep\.progress: \[\d/\d\] {killed_cell}: ", log)  # ... which finished it
 
     ledger = json.loads((run / "ledger.json").read_text())
     assert sorted(t["state"] for t in ledger["trials"]) == ["COMPLETE", "COMPLETE"]  # no trial lost or repeated

@@ -93,7 +93,7 @@ def report_numbers(run: Path) -> dict:
 
 def completions(log: str) -> Counter:
     """How many times each cell was finished, from the "[i/total] <cell>: ..." lines of sweep.log."""
-    return Counter(re.findall(r"tsflash\.progress: \[\d+/\d+\] (n\d+ fold \d+ seed \d+|baselines fold \d+): ", log))
+    return Counter(re.findall(r"tsflash\.sweep\.progress: \[\d+/\d+\] (n\d+ fold \d+ seed \d+|baselines fold \d+): ", log))
 
 
 # ---- devices --------------------------------------------------------------------------------------
