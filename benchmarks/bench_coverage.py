@@ -17,7 +17,8 @@ import argparse
 import numpy as np
 import torch
 
-from tsflash.config import load_config, parse_lengths
+from tsflash.commands.options import parse_lengths
+from tsflash.config import load_config
 from tsflash.engine import contiguous_runs, split_validation
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.dataset.splits import WalkForward

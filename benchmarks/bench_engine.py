@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from tsflash.atomic import write_json
-from tsflash.config import load_config, parse_lengths, parse_overrides
+from tsflash.commands.options import parse_lengths, parse_overrides
+from tsflash.config import load_config
 from tsflash.data.source import load_data
 from tsflash.device import device_name, resolve_device, sync
 from tsflash.engine import fold_data, prepare, run_fold

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from tsflash import atomic
-from tsflash.config import merge_overrides, parse_lengths, parse_overrides
+from tsflash.commands.options import parse_lengths, parse_overrides
+from tsflash.config import merge_overrides
 from tsflash.engine import fold_data, prepare, run_fold
 from tsflash.sweep.plan import SweepOptions, resolve_config
 from tsflash.data.store import load_bars

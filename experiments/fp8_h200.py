@@ -26,7 +26,8 @@ import torch
 
 from tsflash import atomic
 from tsflash.bench import fp8
-from tsflash.config import load_config, parse_lengths, parse_overrides
+from tsflash.commands.options import parse_lengths, parse_overrides
+from tsflash.config import load_config
 from tsflash.device import resolve_device
 
 log = logging.getLogger("fp8_h200")

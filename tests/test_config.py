@@ -101,6 +101,7 @@ FIELD_CASES = [
     ({"splits": {"scheme": "rolling"}}, "splits.train_days must be >= 1 when splits.scheme is 'rolling', got 0"),
     ({"model": {"attention_backend": "turbo"}}, "model.attention_backend must be one of auto, cudnn, flash, efficient, math, got 'turbo'"),
     ({"model": {"residual": "fp16"}}, "model.residual must be one of param, compute, got 'fp16'"),
+    ({"model": {"norm": "batchnorm"}}, "model.norm must be one of rmsnorm, layernorm, got 'batchnorm'"),
     ({"model": {"d_model": 250}}, "model.d_model=250 must be divisible by model.n_heads=4"),
     ({"model": {"d_model": 12, "n_heads": 4}}, "model.d_model / model.n_heads must be even (rotary positions), got 12/4"),
     ({"eval": {"batch_tokens": 1024}}, "eval.batch_tokens must be >= the longest context length 32768, got 1024"),
@@ -136,10 +137,43 @@ def test_the_published_config_still_validates():
 
 
 def test_the_known_attention_backends_are_the_attention_modules():
-    from tsflash.model import attention
-    from tsflash.config import ATTENTION_BACKENDS
+    from tsflash.model import attention, spec
 
-    assert ATTENTION_BACKENDS == attention.BACKENDS
+    assert attention.BACKENDS is spec.ATTENTION_BACKENDS and attention.FUSED_BACKENDS is spec.FUSED_BACKENDS
+
+
+def test_importing_the_config_loads_neither_torch_nor_scikit_learn():
+    """The data command line and the report check configs without torch; the command line's
+    parsing imports this module, and scikit-learn alone would cost it most of a second."""
+    import subprocess
+    import sys
+
+    code = "import sys, tsflash.config; print([m for m in ('torch', 'sklearn', 'polars') if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_preset_model_table_is_the_model_config_less_what_the_data_fixes():
+    """ModelConfig inherits ModelSettings: a field added to the model is a preset key (`norm` was
+    missing from the preset once), and the engine's ModelConfig(n_features, **settings) takes them all."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from tsflash.config import ADDED_LATER, ModelSettings
+    from tsflash.model.spec import ModelConfig
+
+    settings = [f.name for f in dataclasses.fields(ModelSettings)]
+    assert [f.name for f in dataclasses.fields(ModelConfig)] == [*settings, "n_features", "n_classes"]
+    cfg = load_config("default", {"model": {"norm": "layernorm", "d_model": 64}})
+    built = ModelConfig(n_features=5, **dataclasses.asdict(cfg.model))
+    assert built.norm == "layernorm" and dataclasses.asdict(built) == {**dataclasses.asdict(cfg.model),
+                                                                        "n_features": 5, "n_classes": 3}
+    # a model field the published config.json lacks is added later at its default, so that run keeps its hash
+    published = json.loads((Path(__file__).resolve().parent.parent / "reports" / "h200-btcusdt-1m" / "config.json").read_text())
+    for name in set(settings) - set(published["model"]):
+        assert ADDED_LATER[f"model.{name}"] == getattr(ModelSettings(), name), name
+    assert "norm" not in load_config("default").to_dict()["model"] and cfg.to_dict()["model"]["norm"] == "layernorm"
 
 
 @pytest.mark.parametrize("interval", ["1m", "1h", "1d"])
@@ -291,5 +325,7 @@ def test_fields_added_later_leave_older_configs_unchanged():
     assert "rope_base" not in protocol["model"]  # auto, its default
     assert protocol["eval"]["strategy"] == "horizon"  # not the value an older config means: written
     assert "residual" not in protocol["model"]  # float32, as every published run trained
+    assert "norm" not in protocol["model"]  # rmsnorm, as every published run trained
     assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
-                                "model.residual", "eval.context_cuts", "eval.strategy", "eval.entry_threshold"}
+                                "model.residual", "model.norm", "eval.context_cuts", "eval.strategy",
+                                "eval.entry_threshold"}

@@ -21,7 +21,7 @@ import pytest
 import torch
 from tests.conftest import load_experiment
 
-from tsflash.config import parse_overrides
+from tsflash.commands.options import parse_overrides
 from tsflash.sweep.run import SweepOptions, run_sweep
 
 LENGTHS = [16, 32, 128]

@@ -8,6 +8,12 @@ Presets live in `experiments/*.toml`; a preset overrides a few fields of the def
 Unknown keys and wrong types are errors that name the key, so a typo never silently runs the
 default. Every run writes its resolved config (`to_dict`) into its run folder.
 
+`validate` composes the rules of the concepts a config names, each kept where the concept lives:
+symbols (`tsflash.data.store.check_symbol`), the model's names and shape (`tsflash.model.spec`)
+and rotary cover (`tsflash.model.rotary`), walk-forward feasibility
+(`tsflash.dataset.splits.min_samples`) and the trading rules (`tsflash.scoring.strategy`). The
+command-line parsing of lengths and `--set` is in `tsflash.commands.options`.
+
 Fields added after runs were published (`ADDED_LATER`) default to the value that an older
 config.json, which lacks them, means now; `to_dict` leaves them out while they hold that value,
 so such a run keeps its config hash and run key. The current protocol (validation tail, early
@@ -22,14 +28,17 @@ import functools
 import hashlib
 import json
 import math
-import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tsflash.data.store import check_symbol
+from tsflash.dataset.splits import min_samples
 from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_bars, duration_days, parse_duration
+from tsflash.model.rotary import ROTARY_COVER, rotary_base_for, rotary_covers, rotary_wavelength
+from tsflash.model.spec import ModelSettings
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 
@@ -67,24 +76,6 @@ class SplitConfig:
     # purged from the bars trained on by `purge` bars (and from the test block by the fold's purge).
     val_days: int = 0  # 0 = no validation tail: a fixed budget of train.steps
     val_fraction: float = 0.0  # retired (replaced by val_days); kept so older config.json files load: must be 0
-
-
-@dataclass
-class ModelSettings:
-    """Fields of `tsflash.model.transformer.ModelConfig` that a preset may set (n_features is derived)."""
-
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    mlp_ratio: int = 4
-    dropout: float = 0.0
-    attention_backend: str = "auto"
-    # Rotary base; 0 = auto: the smallest (2-digit) base whose slowest wavelength is at least
-    # 4 x 131072 bars at this head size (tsflash.config.rotary_base_for), the same for every N.
-    rope_base: float = 0.0
-    # The residual stream's dtype (tsflash.model.transformer.ModelConfig.residual): "param" (float32 under bf16
-    # autocast, the published runs') or "compute" (bf16 on CUDA: fewer bytes moved, other numerics).
-    residual: str = "param"
 
 
 @dataclass
@@ -212,45 +203,6 @@ def check_context_length(n, where: str = "lengths") -> int:
     return n
 
 
-def parse_lengths(text: str, flag: str = "--lengths") -> list[int]:
-    """"512,4096" -> [512, 4096]: powers of two >= 2, distinct, sorted."""
-    parts = [p.strip() for p in str(text).split(",")]
-    if not parts or any(p == "" for p in parts):
-        raise UserError(f"{flag}: give comma-separated powers of two such as 512,4096,32768, got {text!r}")
-    out = []
-    for p in parts:
-        try:
-            n = int(p)
-        except ValueError:
-            raise UserError(f"{flag}: every length must be an integer (a power of two >= 2), got {p!r}") from None
-        out.append(check_context_length(n, flag))
-    if len(set(out)) != len(out):
-        raise UserError(f"{flag}: lengths must be distinct, got {text!r}")
-    return sorted(out)
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """["train.steps=3", "model.d_model=16"] -> {"train": {"steps": 3}, "model": {"d_model": 16}}.
-
-    Values are TOML literals (3, 1e-3, true, [0, 1], "text"); a bare word is taken as a string.
-    """
-    out: dict = {}
-    for item in items or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set: expected KEY=VALUE such as train.steps=3, got {item!r}")
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw
-        node = out
-        *parents, leaf = key.strip().split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return out
-
-
 def check_overrides(overrides: dict) -> dict:
     """Check the keys and value types of `overrides` against the config's fields (the value rules
     are checked by `validate`, on the whole resolved config); returns `overrides`."""
@@ -266,55 +218,13 @@ def merge_overrides(a: dict, b: dict) -> dict:
     return out
 
 
-# The known attention backends, here without torch so that a config can be checked without it
-# (tsflash.model.attention.BACKENDS is this tuple).
-ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
-RESIDUAL_DTYPES = ("param", "compute")  # model.residual: the parameters' dtype, or autocast's
 SCHEMES = ("expanding", "rolling")
-STRATEGIES = ("one-bar", "horizon")  # eval.strategy (tsflash.scoring.strategy)
-ENTRY_FIT = -1.0  # eval.entry_threshold: fit the entry threshold on the validation tail
-SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")
 
 # Fields added after runs were published, at the default that an older config.json (without
 # them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
 ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
-               "model.residual": "param", "eval.context_cuts": [], "eval.strategy": "one-bar", "eval.entry_threshold": -1.0}
-
-# Rotary positions: the longest context the automatic base covers, and the cover rule: the slowest
-# rotation's wavelength is at least ROTARY_COVER times every context length N, so that no two
-# positions within a window look alike to the slowest pair (the old fixed base 10000 gave about
-# 47,000 bars at head size 64: positions aliased within N = 131072).
-ROTARY_AUTO_LONGEST = 131072
-ROTARY_COVER = 4
-
-
-def rotary_wavelength(head_dim: int, base: float) -> float:
-    """Slowest rotary wavelength in bars: pair i turns by base^(-2i/head_dim) per bar, and the
-    slowest pair (i = head_dim/2 - 1) repeats after 2 pi base^((head_dim - 2)/head_dim) bars."""
-    return 2 * math.pi * base ** ((head_dim - 2) / head_dim)
-
-
-def rotary_base_for(head_dim: int, longest: int = ROTARY_AUTO_LONGEST) -> float:
-    """The smallest base, rounded up to 2 significant digits, whose slowest wavelength is at least
-    ROTARY_COVER * longest bars. A head size of 2 has one pair, which turns 1 rad per bar whatever
-    the base: no base covers anything, and 10000 is returned (the config rule then says so)."""
-    if head_dim <= 2:
-        return 10000.0
-    exact = (ROTARY_COVER * longest / (2 * math.pi)) ** (head_dim / (head_dim - 2))
-    step = 10 ** (math.floor(math.log10(exact)) - 1)
-    return float(math.ceil(exact / step) * step)
-
-
-def rotary_base(head_dim: int, rope_base: float) -> float:
-    """The base a model uses: `rope_base`, or the automatic one when it is 0."""
-    return float(rope_base) if rope_base else rotary_base_for(head_dim)
-
-
-def check_symbol(symbol: str, where: str = "symbol") -> str:
-    """The one rule for a symbol (it becomes part of a store path): letters and digits; upper-cased."""
-    if not isinstance(symbol, str) or not SYMBOL_RE.match(symbol):
-        raise UserError(f"{where} must be letters and digits only (e.g. BTCUSDT), got {symbol!r}")
-    return symbol.upper()
+               "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
+               "eval.entry_threshold": -1.0}
 
 
 @dataclass(frozen=True)
@@ -432,16 +342,6 @@ def _check_fields(cfg: ExperimentConfig) -> None:
         raise UserError(f"eval.context_cuts must be distinct, got {cuts!r}")
 
 
-def check_strategy(kind, threshold, where: str = "eval") -> None:
-    """The rules of eval.strategy and eval.entry_threshold (`where` names the user's key prefix)."""
-    if kind not in STRATEGIES:
-        raise UserError(f"{where}.strategy must be one of {', '.join(STRATEGIES)}, got {kind!r}")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
-            threshold == ENTRY_FIT or 0.0 <= threshold < 1.0):
-        raise UserError(f"{where}.entry_threshold must be -1 (fitted on the validation tail) or in [0, 1), "
-                        f"got {threshold!r}")
-
-
 def _check_data(cfg: ExperimentConfig) -> None:
     check_symbol(cfg.data.symbol, "data.symbol")
     if cfg.data.interval not in INTERVAL_US:
@@ -467,8 +367,7 @@ def _check_splits(cfg: ExperimentConfig) -> None:
             f"splits.purge={sp.purge} must be >= labels.horizon={cfg.labels.horizon} (or -1 for the horizon): "
             "a shorter purge lets training labels look into the test block"
         )
-    # The walk-forward's first fold needs purge + (train window, or one bar) before its test block:
-    # the same rule as WalkForward, on the bar count of the configured range.
+    # WalkForward's rule (`min_samples`) on the bar count of the configured range
     interval_us = INTERVAL_US[cfg.data.interval]
     per_day = bars_per_day(interval_us)
     days = (datetime.date.fromisoformat(cfg.data.end) - datetime.date.fromisoformat(cfg.data.start)).days + 1
@@ -482,7 +381,7 @@ def _check_splits(cfg: ExperimentConfig) -> None:
     if sp.val_days:  # the validation tail and its purge come out of the first fold's training range
         train += sp.val_days * per_day + cfg.purge
         train_words += f", a validation tail of splits.val_days={sp.val_days} days and its purge"
-    need = sp.n_folds * sp.test_days * per_day + cfg.purge + train
+    need = min_samples(sp.n_folds, sp.test_days * per_day, cfg.purge, first_train=train)
     if days * US_PER_DAY // interval_us < need:
         raise UserError(
             f"the data range data.start..data.end = {cfg.data.start}..{cfg.data.end} ({days} days) is too short for "
@@ -492,15 +391,7 @@ def _check_splits(cfg: ExperimentConfig) -> None:
 
 
 def _check_model_and_budget(cfg: ExperimentConfig) -> None:
-    m = cfg.model
-    if m.attention_backend not in ATTENTION_BACKENDS:
-        raise UserError(f"model.attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, got {m.attention_backend!r}")
-    if m.residual not in RESIDUAL_DTYPES:
-        raise UserError(f"model.residual must be one of {', '.join(RESIDUAL_DTYPES)}, got {m.residual!r}")
-    if m.d_model % m.n_heads:
-        raise UserError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}")
-    if (m.d_model // m.n_heads) % 2:
-        raise UserError(f"model.d_model / model.n_heads must be even (rotary positions), got {m.d_model}/{m.n_heads}")
+    cfg.model.check("model.")
     for n in cfg.lengths:
         if cfg.train.tokens_per_step % n:
             raise UserError(
@@ -517,20 +408,18 @@ def _check_model_and_budget(cfg: ExperimentConfig) -> None:
 
 
 def _check_rotary(cfg: ExperimentConfig) -> None:
-    """Rotary positions cover every N: slowest wavelength >= ROTARY_COVER * N."""
+    """Rotary positions cover every N (`tsflash.model.rotary.rotary_covers`)."""
     m = cfg.model
     if 0 < m.rope_base <= 1:
         raise UserError(f"model.rope_base must be 0 (auto) or > 1, got {m.rope_base}")
-    head_dim = m.d_model // m.n_heads
-    base = rotary_base(head_dim, m.rope_base)
-    wavelength, longest = rotary_wavelength(head_dim, base), max(cfg.lengths)
-    if wavelength < ROTARY_COVER * longest:
+    head_dim, base, longest = m.head_dim, m.rotary_base, max(cfg.lengths)
+    if not rotary_covers(head_dim, base, longest):
         fix = (f"set model.rope_base >= {rotary_base_for(head_dim, longest):.3g}" if head_dim > 2
                else "use a head size model.d_model / model.n_heads >= 4")
         raise UserError(
             f"rotary positions do not cover N={longest} (lengths): the slowest wavelength at model.rope_base="
             f"{m.rope_base:g} ({'auto, ' if not m.rope_base else ''}base {base:.3g}, head size {head_dim}) is "
-            f"{wavelength:,.0f} bars < {ROTARY_COVER} x N; {fix}")
+            f"{rotary_wavelength(head_dim, base):,.0f} bars < {ROTARY_COVER} x N; {fix}")
 
 
 def _check_budget(cfg: ExperimentConfig) -> None:
@@ -539,6 +428,14 @@ def _check_budget(cfg: ExperimentConfig) -> None:
     if sp.val_days and tr.eval_every < 1:
         raise UserError(f"train.eval_every must be >= 1 when splits.val_days > 0 (the validation loss is measured "
                         f"every eval_every steps and at the last step), got {tr.eval_every}")
+
+
+def _check_eval(cfg: ExperimentConfig) -> None:
+    # Imported here: tsflash.scoring loads scikit-learn (most of a second), which the command
+    # line's parsing, which imports this module, does not need.
+    from tsflash.scoring.strategy import check_strategy
+
+    check_strategy(cfg.eval.strategy, cfg.eval.entry_threshold)
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -551,7 +448,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _check_data(cfg)
     _check_splits(cfg)
     _check_model_and_budget(cfg)
-    check_strategy(cfg.eval.strategy, cfg.eval.entry_threshold)
+    _check_eval(cfg)
     _check_budget(cfg)
     return cfg
 

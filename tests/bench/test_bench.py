@@ -15,14 +15,14 @@ from tsflash import device, engine
 from tsflash.bench import tables as bench
 from tsflash.model import flops
 from tsflash.cli import main
-from tsflash.config import parse_lengths
+from tsflash.commands.options import parse_lengths
 from tsflash.errors import UserError
 
 CPU = torch.device("cpu")
 
 
 def test_lengths_follow_the_one_rule():
-    """`tsflash bench --lengths` goes through config.parse_lengths: a repeated length is refused
+    """`tsflash bench --lengths` goes through options.parse_lengths: a repeated length is refused
     (bench once dropped it silently), and bench functions check the lengths they are given."""
     assert parse_lengths("512,64") == [64, 512]
     with pytest.raises(UserError, match=r"^--lengths: lengths must be distinct, got '512,64, 64'$"):

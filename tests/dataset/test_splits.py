@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import tsflash.dataset.splits
 from tsflash.errors import UserError
-from tsflash.dataset.splits import WalkForward, draw_folds
+from tsflash.dataset.splits import WalkForward, draw_folds, min_samples
 
 
 def test_docstring_diagrams_and_examples_hold():
@@ -88,6 +88,18 @@ def test_smallest_valid_sizes_are_accepted():
     (tr, te), = WalkForward(1, 10, purge=5).split(16)
     np.testing.assert_array_equal(tr, [0])
     np.testing.assert_array_equal(te, np.arange(6, 16))
+
+
+@settings(max_examples=200, deadline=None)
+@given(n_splits=st.integers(1, 6), test_size=st.integers(1, 30), purge=st.integers(0, 20),
+       train_size=st.one_of(st.none(), st.integers(1, 40)))
+def test_min_samples_is_the_fewest_samples_the_splitter_takes(n_splits, test_size, purge, train_size):
+    """The one feasibility rule (tsflash.config.validate applies it to the configured range)."""
+    need = min_samples(n_splits, test_size, purge, 1 if train_size is None else train_size)
+    cv = WalkForward(n_splits, test_size, train_size=train_size, purge=purge)
+    assert len(list(cv.split(need))) == n_splits
+    with pytest.raises(UserError, match=rf"Too many splits.*n_samples >= .* = {need}$"):
+        list(cv.split(need - 1))
 
 
 @settings(max_examples=300, deadline=None)

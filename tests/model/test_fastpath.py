@@ -16,7 +16,8 @@ import torch
 
 from tsflash import CausalTransformer, ModelConfig, engine
 from tsflash.model import fastpath
-from tsflash.config import ROTARY_AUTO_LONGEST, load_config
+from tsflash.config import load_config
+from tsflash.model.rotary import ROTARY_AUTO_LONGEST
 from tsflash.data.synthetic import random_walk_bars
 
 TINY = {"lengths": [32], "splits": {"n_folds": 1, "test_days": 1, "val_days": 1},

@@ -143,8 +143,8 @@ def test_wrong_feature_count_is_a_clear_error():
     [
         (dict(d_model=30), r"d_model=30 must be divisible by n_heads=4"),
         (dict(attention_backend="fast"), r"attention_backend must be one of .*got 'fast'"),
-        (dict(norm="batch"), r"norm must be 'rmsnorm' or 'layernorm', got 'batch'"),
-        (dict(d_model=12, n_heads=4), r"even head size, got d_model/n_heads=3"),
+        (dict(norm="batch"), r"norm must be one of rmsnorm, layernorm, got 'batch'"),
+        (dict(d_model=12, n_heads=4), r"d_model / n_heads must be even \(rotary positions\), got 12/4"),
         (dict(residual="half"), r"residual must be one of param, compute, got 'half'"),
     ],
 )
@@ -239,7 +239,7 @@ def _slowest_wavelength(model: CausalTransformer) -> float:
 
 @pytest.mark.parametrize("head_dim", [4, 8, 16, 64, 128])
 def test_rotary_wavelength_covers_four_times_every_n_up_to_131072(head_dim):
-    from tsflash.config import rotary_base_for, rotary_wavelength
+    from tsflash.model.rotary import rotary_base_for, rotary_wavelength
 
     model = CausalTransformer(ModelConfig(n_features=3, d_model=2 * head_dim, n_layers=1, n_heads=2))
     wave = _slowest_wavelength(model)

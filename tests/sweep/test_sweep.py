@@ -18,7 +18,8 @@ import pytest
 from tests.conftest import sigkill_when
 
 from tsflash import cli
-from tsflash.config import config_from_dict, parse_lengths, parse_overrides
+from tsflash.commands.options import parse_lengths, parse_overrides
+from tsflash.config import config_from_dict
 from tsflash.errors import UserError
 from tsflash.sweep.plan import legacy_run_key, make_run_key, resolve_config, run_hash
 from tsflash.report import SECTIONS

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from tsflash.commands import options
 from tsflash.commands.options import non_negative_float, non_negative_int, positive_float, positive_int
-from tsflash.config import ATTENTION_BACKENDS, RESIDUAL_DTYPES
 from tsflash.errors import UserError
+from tsflash.model.spec import ATTENTION_BACKENDS, FUSED_BACKENDS, RESIDUAL_DTYPES, check_shape
 
 RUNS_BENCH = Path("runs/bench")
 DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32")
@@ -41,8 +41,6 @@ def _backends_type(text: str) -> list[str] | None:
     """auto, or a comma-separated subset of the fused backends."""
     if text == "auto":
         return None
-    from tsflash.model.attention import FUSED_BACKENDS
-
     backends = [b.strip() for b in text.split(",") if b.strip()]
     if not backends or any(b not in FUSED_BACKENDS for b in backends):
         raise argparse.ArgumentTypeError(f"a comma-separated subset of {', '.join(FUSED_BACKENDS)}, got {text!r}")
@@ -194,10 +192,7 @@ def run_attention(args) -> int:
 def run_train(args) -> int:
     from tsflash.bench import tables as bench
 
-    if args.d_model % args.heads:
-        raise UserError(f"--d-model={args.d_model} must be divisible by --heads={args.heads}")
-    if (args.d_model // args.heads) % 2:
-        raise UserError(f"--d-model / --heads must be even (rotary positions), got {args.d_model}/{args.heads}")
+    check_shape(args.d_model, args.heads, ("--d-model", "--heads"))
     if args.bandwidth and not args.compile:
         raise UserError("--bandwidth counts the bytes of inductor's compiled kernels: give --compile too")
     if args.bandwidth and args.compile.startswith("max-autotune"):

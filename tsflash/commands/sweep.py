@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from tsflash.commands import options
-from tsflash.config import parse_overrides
+from tsflash.commands.options import parse_overrides
 
 
 def register(sub) -> None:

@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tsflash import atomic
-from tsflash.config import SYMBOL_RE, check_symbol  # noqa: F401 -- store.check_symbol is public
 from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, US_PER_DAY
 
@@ -57,6 +56,7 @@ DEFAULT_ROOT = Path("data")  # relative to the CWD (the repository root)
 # that reading a whole year stays a handful of sequential reads.
 ROW_GROUP_SIZE = 65_536
 
+SYMBOL_RE = re.compile(r"^[A-Za-z0-9]+$")  # a symbol, as it becomes part of a store path (`check_symbol`)
 _YEAR_FILE_RE = re.compile(r"^(?P<stem>[a-z0-9]+-[0-9a-z]+)-(?P<year>\d{4})\.parquet$")
 
 
@@ -118,6 +118,14 @@ def _column_numpy(col: pa.ChunkedArray, type_: pa.DataType) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------
 # Names, paths, times
+
+
+def check_symbol(symbol: str, where: str = "symbol") -> str:
+    """The one rule for a symbol (it becomes part of a store path): letters and digits; upper-cased.
+    `where` names the user's key or flag in the message."""
+    if not isinstance(symbol, str) or not SYMBOL_RE.match(symbol):
+        raise UserError(f"{where} must be letters and digits only (e.g. BTCUSDT), got {symbol!r}")
+    return symbol.upper()
 
 
 def check_interval(interval: str) -> int:

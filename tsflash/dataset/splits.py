@@ -143,15 +143,14 @@ class WalkForward:
                 )
         else:
             test_size = _check_int("test_size", self.test_size, 1)
-        first_test = n_samples - n_splits * test_size
-        # the first fold needs at least one training sample (rolling: train_size of them)
-        need = purge + (1 if train_size is None else train_size)
-        if first_test < need:
+        first_train = 1 if train_size is None else train_size
+        need = min_samples(n_splits, test_size, purge, first_train)
+        if n_samples < need:
             what = "at least 1 training sample" if train_size is None else f"train_size={train_size} training samples"
             raise UserError(
                 f"Too many splits={n_splits} for number of samples={n_samples} with test_size={test_size} "
                 f"and purge={purge}: the first fold needs {what}, i.e. n_samples >= "
-                f"n_splits * test_size + purge + {need - purge} = {n_splits * test_size + need}"
+                f"n_splits * test_size + purge + {first_train} = {need}"
             )
         return n_splits, test_size, train_size, purge, embargo
 
@@ -170,6 +169,14 @@ class WalkForward:
                     f"(train_size={params[2]}, test_size={params[1]}); use a smaller embargo or a longer train_size"
                 )
         yield from folds
+
+
+def min_samples(n_splits: int, test_size: int, purge: int = 0, first_train: int = 1) -> int:
+    """The fewest samples a walk-forward fits: its n_splits test blocks and, before the first of
+    them, the purge and the `first_train` samples the first fold trains on (1 for an expanding
+    window, train_size for a rolling one; more where a caller keeps a validation tail there).
+    The one feasibility rule: `WalkForward.split` and `tsflash.config.validate` both apply it."""
+    return n_splits * test_size + purge + first_train
 
 
 def walk_forward_folds(

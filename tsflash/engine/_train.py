@@ -75,7 +75,8 @@ import torch
 from tsflash import atomic
 from tsflash.model import attention
 from tsflash.model import fastpath
-from tsflash.config import ADDED_LATER, ExperimentConfig, TrainConfig, rotary_wavelength
+from tsflash.config import ADDED_LATER, ExperimentConfig, TrainConfig
+from tsflash.model.rotary import rotary_wavelength
 from tsflash.device import autocast, reset_peak_memory, sync
 from tsflash.engine._cost import StepClock, fold_cost
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
@@ -405,7 +406,7 @@ def _fresh_state() -> dict:
 
 # Model settings added after checkpoints were written, at the value those checkpoints trained with:
 # left out of the identity at that value, so that a cell cut before the field existed still resumes.
-IDENTITY_ADDED_LATER = {"residual": ADDED_LATER["model.residual"]}
+IDENTITY_ADDED_LATER = {"residual": ADDED_LATER["model.residual"], "norm": ADDED_LATER["model.norm"]}
 
 
 def _identity(prepared: Prepared, n: int, fold: int, seed: int, settings: dict, tc: TrainConfig) -> str:

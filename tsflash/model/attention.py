@@ -37,13 +37,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from tsflash.config import ATTENTION_BACKENDS
-from tsflash.errors import UserError
+from tsflash.model.spec import ATTENTION_BACKENDS, FUSED_BACKENDS, check_choice
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ATTENTION_BACKENDS  # the names live in config (torch-free) so a config can be checked without torch
-FUSED_BACKENDS = ("cudnn", "flash", "efficient")  # auto's candidates, in the order tried
+# The names live in tsflash.model.spec (torch-free), so that a config is checked without torch.
+BACKENDS = ATTENTION_BACKENDS
 # Internal, not a user choice: exact float64 attention in query chunks (the precision oracle's model path).
 REFERENCE = "reference"
 SDP_BACKEND = {
@@ -74,9 +73,7 @@ class AttentionKernelError(RuntimeError):
 
 
 def check_backend_name(name: str) -> str:
-    if name not in BACKENDS:
-        raise UserError(f"attention_backend must be one of {', '.join(BACKENDS)}, got {name!r}")
-    return name
+    return check_choice(name, BACKENDS, "attention_backend")
 
 
 def diagnose(backend: str, q: torch.Tensor, dropout_p: float = 0.0) -> list[str]:

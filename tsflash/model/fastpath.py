@@ -36,7 +36,7 @@ import time
 import torch
 
 from tsflash.model import attention
-from tsflash.config import ROTARY_AUTO_LONGEST
+from tsflash.model.rotary import ROTARY_AUTO_LONGEST
 from tsflash.device import is_oom, sync
 
 log = logging.getLogger(__name__)

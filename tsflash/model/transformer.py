@@ -4,8 +4,9 @@ input projection -> n_layers x [pre-norm attention (rotary, causal SDPA) + pre-n
 3-class head. Positions are rotary (parameter-free), so the parameter count does not depend on the
 context length: the same config trains at N = 512 and at N = 131072. The rotary base is the same
 for every N and by default covers N = 131072 (slowest wavelength >= 4 x 131072 bars;
-`tsflash.config.rotary_base_for`). Attention always runs through
-`tsflash.model.attention.sdpa`, which forces one fused kernel and raises instead of falling back.
+`tsflash.model.rotary`). Attention always runs through `tsflash.model.attention.sdpa`, which
+forces one fused kernel and raises instead of falling back. `ModelConfig` is torch-free, in
+`tsflash.model.spec`; it is re-exported here.
 
 On CUDA the caller wraps forward in `torch.autocast("cuda", dtype=torch.bfloat16)`; logits and the
 loss are returned in float32 either way.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,53 +30,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tsflash import atomic
-from tsflash.model import attention
-from tsflash.config import RESIDUAL_DTYPES, rotary_base
 from tsflash.errors import UserError
+from tsflash.model import attention
+from tsflash.model.spec import ModelConfig
 
 CHECKPOINT_FORMAT = "tsflash.model/1"
-
-
-@dataclass
-class ModelConfig:
-    n_features: int  # per-bar input features F
-    n_classes: int = 3  # down / flat / up
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    mlp_ratio: int = 4
-    dropout: float = 0.0  # residual/MLP dropout only: attention dropout would force SDPA's MATH path on CPU
-    attention_backend: str = "auto"  # auto | cudnn | flash | efficient | math
-    rope_base: float = 0.0  # 0 = auto: covers N = 131072 at this head size (`rotary_base_for`)
-    norm: str = "rmsnorm"  # rmsnorm | layernorm (pre-norm, no bias)
-    # The residual stream's dtype: "param" keeps it in the parameters' (float32 under bf16 autocast);
-    # "compute" in autocast's (bf16 on CUDA): half the bytes for the norms and residual adds, other numerics.
-    residual: str = "param"
-
-    def validate(self) -> "ModelConfig":
-        if self.n_features < 1:
-            raise UserError(f"model n_features must be >= 1, got {self.n_features}")
-        if self.d_model % self.n_heads:
-            raise UserError(f"model d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        if (self.d_model // self.n_heads) % 2:
-            raise UserError(f"rotary positions need an even head size, got d_model/n_heads={self.d_model // self.n_heads}")
-        if self.norm not in ("rmsnorm", "layernorm"):
-            raise UserError(f"model norm must be 'rmsnorm' or 'layernorm', got {self.norm!r}")
-        if self.residual not in RESIDUAL_DTYPES:
-            raise UserError(f"model residual must be one of {', '.join(RESIDUAL_DTYPES)}, got {self.residual!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"model dropout must be in [0, 1), got {self.dropout}")
-        attention.check_backend_name(self.attention_backend)
-        return self
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def rotary_base(self) -> float:
-        """The rotary base in use (rope_base, or the automatic one)."""
-        return rotary_base(self.head_dim, self.rope_base)
 
 
 def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, denominator: float | None = None) -> torch.Tensor:

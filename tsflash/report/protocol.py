@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from tsflash import atomic
-from tsflash.config import rotary_base, rotary_wavelength
+from tsflash.model.rotary import rotary_base, rotary_wavelength
 from tsflash.report.compute import Numbers
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import fmt, plural

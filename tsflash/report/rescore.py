@@ -18,12 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tsflash.config import check_strategy
 from tsflash.errors import UserError
 from tsflash.report.rundata import RunData, Series
 from tsflash.runfolder import baseline_series_name
 from tsflash.scoring.daily import BarReturns, cell_scored, daily_series, objective_value, seed_portfolio
-from tsflash.scoring.strategy import Strategy
+from tsflash.scoring.strategy import Strategy, check_strategy
 
 # Overridable at report time, with why: each changes only how saved predictions are scored.
 RESCORE_KEYS = {

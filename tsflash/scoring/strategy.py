@@ -51,15 +51,25 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tsflash.config import ENTRY_FIT, STRATEGIES, check_strategy
 from tsflash.errors import UserError
 from tsflash.scoring.metrics import DOWN, UP, apply_fees
 
-__all__ = ["FIT", "STRATEGIES", "THRESHOLD_QUANTILES", "Scored", "Strategy", "break_even_fee", "fit_threshold", "hold",
-           "horizon_path", "path", "signals", "stored", "threshold_candidates", "turnover"]
+__all__ = ["FIT", "STRATEGIES", "THRESHOLD_QUANTILES", "Scored", "Strategy", "break_even_fee", "check_strategy",
+           "fit_threshold", "hold", "horizon_path", "path", "signals", "stored", "threshold_candidates", "turnover"]
 
-FIT = ENTRY_FIT  # eval.entry_threshold -1: fit on the validation tail
+STRATEGIES = ("one-bar", "horizon")  # eval.strategy
+FIT = -1.0  # eval.entry_threshold -1: fit on the validation tail
 THRESHOLD_QUANTILES = (0.5, 0.75, 0.9, 0.95)
+
+
+def check_strategy(kind, threshold, where: str = "eval") -> None:
+    """The rules of eval.strategy and eval.entry_threshold (`where` names the user's key prefix)."""
+    if kind not in STRATEGIES:
+        raise UserError(f"{where}.strategy must be one of {', '.join(STRATEGIES)}, got {kind!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
+            threshold == FIT or 0.0 <= threshold < 1.0):
+        raise UserError(f"{where}.entry_threshold must be -1 (fitted on the validation tail) or in [0, 1), "
+                        f"got {threshold!r}")
 
 
 @dataclass(frozen=True)
