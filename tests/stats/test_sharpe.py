@@ -280,3 +280,15 @@ def test_min_passing_sharpe_inverts_psr(t, sr0, skew, kurt):
     assert psr(sr * 0.99 if sr > 0 else sr * 1.01, sr0, t=t, skew=skew, kurtosis=kurt) < 0.95
     with pytest.raises(SelectionInputError, match=r"confidence must be in \(0.5, 1\), got 0.4"):
         min_passing_sharpe(t, sr0, confidence=0.4)
+
+
+def test_the_package_re_exports_its_names_and_sharpe_is_the_module():
+    """`tsflash.stats.sharpe` is the module (so `import tsflash.stats.sharpe` and patching its names
+    work); the Sharpe ratio function is `tsflash.stats.sharpe.sharpe`, not re-exported over it."""
+    import inspect
+
+    import tsflash.stats
+
+    assert inspect.ismodule(tsflash.stats.sharpe) and tsflash.stats.sharpe.sharpe is sharpe
+    assert "sharpe" not in tsflash.stats.__all__ and all(hasattr(tsflash.stats, n) for n in tsflash.stats.__all__)
+    assert tsflash.stats.SelectionInputError is SelectionInputError and tsflash.stats.psr is psr
