@@ -1,4 +1,4 @@
-"""Benchmark of tsflash.stats.selection: PBO via CSCV (target: S = 16, 12,870 splits, on a 1,000 x 100
+"""Benchmark of tsflash.stats.pbo and .gate: PBO via CSCV (target: S = 16, 12,870 splits, on a 1,000 x 100
 matrix in at most 1 s), plus the gate and a naive one-split-at-a-time CSCV for comparison.
 
     .venv/bin/python benchmarks/bench_selection.py [--repeats 5] [--naive]
@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from tsflash.stats.selection import Gate, pbo_cscv
+from tsflash.stats.gate import Gate
+from tsflash.stats.pbo import pbo_cscv
 
 
 def best_of(fn, repeats: int) -> tuple[float, float]:

@@ -39,6 +39,8 @@ from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_bars, duration_days, parse_duration
 from tsflash.model.rotary import ROTARY_COVER, rotary_base_for, rotary_covers, rotary_wavelength
 from tsflash.model.spec import ModelSettings
+from tsflash.stats.pbo import CSCV_BLOCKS, MAX_PBO
+from tsflash.stats.sharpe import DSR_CONFIDENCE
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 
@@ -116,9 +118,9 @@ class EvalConfig:
 
 @dataclass
 class SelectionConfig:
-    min_dsr: float = 0.95
-    max_pbo: float = 0.5
-    cscv_blocks: int = 16
+    min_dsr: float = DSR_CONFIDENCE
+    max_pbo: float = MAX_PBO
+    cscv_blocks: int = CSCV_BLOCKS
 
 
 @dataclass

@@ -22,7 +22,7 @@ from tsflash.data import store
 from tsflash.config import load_config
 from tsflash.intervals import US_PER_DAY, bars_per_day
 from tsflash.scoring.daily import BarReturns, daily_series
-from tsflash.stats.selection import daily_returns
+from tsflash.scoring.days import daily_returns
 from tsflash.sweep.run import SweepOptions, run_sweep
 from tsflash.data.synthetic import random_walk_bars
 

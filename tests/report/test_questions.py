@@ -15,7 +15,7 @@ from tsflash.report import build_report
 from tsflash.report.compute import ENSEMBLE, LOSS_FILE, compute, paired_lag
 from tsflash.report.rundata import load_run
 from tsflash.report.wording import forecast_sentence
-from tsflash.stats.selection import diebold_mariano
+from tsflash.stats.forecasts import diebold_mariano
 
 BARS_PER_DAY = 96  # one bar every 15 minutes keeps the cells small
 DAYS_PER_FOLD = 40

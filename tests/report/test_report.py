@@ -17,7 +17,7 @@ from tsflash import cli
 from tsflash.config import ExperimentConfig
 from tsflash.report import SECTIONS, build_report, label, load_run, run_selection
 from tsflash.runfolder import write_json
-from tsflash.stats.selection import Reason
+from tsflash.stats.gate import Reason
 
 N_DAYS = 240
 LENGTHS = (32, 64, 128, 256)

@@ -20,7 +20,7 @@ from tsflash.report.wording import (
     reason_sentences,
     verdict_sentence,
 )
-from tsflash.stats.selection import Gate, Reason, Verdict
+from tsflash.stats.gate import Gate, Reason, Verdict
 
 
 def test_units_and_formats():

@@ -7,7 +7,7 @@ import pytest
 
 from tsflash.errors import UserError
 from tsflash.scoring.daily import BarReturns, bar_returns, cell_returns, daily_series, objective_value, seed_portfolio
-from tsflash.stats.selection import sharpe
+from tsflash.stats.sharpe import sharpe
 
 DAY = 86_400_000_000
 

@@ -17,8 +17,8 @@ its saved per-bar positions and writes the re-scored report to another folder. S
     6. precision        the bf16-vs-float64 oracle at each N
     7. reproducibility  command, git commit, packages, device, seed, config hash, data fingerprint
 
-Statistics are computed on DAILY net returns (see `tsflash.stats.selection.daily_returns` for why) by
-`tsflash.stats.selection.select_run`, the one place a run's DSR and PBO are computed; Sharpe ratios
+Statistics are computed on DAILY net returns (see `tsflash.scoring.days.daily_returns` for why) by
+`tsflash.stats.gate.select_run`, the one place a run's DSR and PBO are computed; Sharpe ratios
 are per day and annualised with 365 (BTC trades every day). The candidates are the sweep's
 completed trials; the DSR's trial count is the number of COMPLETE trials in the optuna study
 (ledger.json, one per configuration slot), and its Sharpe variance is the sample variance of

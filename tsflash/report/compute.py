@@ -1,5 +1,5 @@
 """The report's numbers, computed once from a `RunData`: fold table, per-configuration summaries,
-the run's selection (through `tsflash.stats.selection.select_run`, the one place the DSR and PBO of a
+the run's selection (through `tsflash.stats.gate.select_run`, the one place the DSR and PBO of a
 run are computed), the baselines' daily statistics and the two questions' numbers. No
 formatting here.
 
@@ -9,7 +9,7 @@ questions.py):
 Question 1, forecasting: does a longer context forecast the label better? Paired tests on the
 same test bars: for each N against the shortest N and against the logistic baseline, on the
 per-bar log-loss and on the direction score, a Diebold-Mariano test
-(`tsflash.stats.selection.diebold_mariano`), Holm-adjusted across all comparisons (`selection.holm`).
+(`tsflash.stats.forecasts.diebold_mariano`), Holm-adjusted across all comparisons (`forecasts.holm`).
 
 - Forecasts: the seed ensemble per N (the mean of its seeds' probabilities for each bar): the
   question is about what N lets the model learn, not about one initialisation; each seed alone
@@ -26,15 +26,16 @@ per-bar log-loss and on the direction score, a Diebold-Mariano test
 - Skill: every N is also compared with the no-skill forecast, the class prior of the fold's
   training bars (its direction part is the training up-vs-down frequency, within a hair of a coin
   flip). These comparisons are in the same Holm family.
-- The answer ("better", "no better", "worse") uses the comparisons with the shortest N, at
-  Holm-adjusted 5 %, and counts a significant difference only when its winner (the lower loss)
-  also beats the no-skill forecast significantly on that score: "better" when some longer N
-  counts as significantly lower and none as significantly higher, "worse" the reverse, "no
-  better" otherwise (a mix of both is reported as "no better", with the mix named). Why the skill
-  condition: two forecasts without skill can differ truly and significantly in how far they stray
-  from the no-skill forecast. On the full-size random walk (H200), N=4096's direction loss was
-  below N=512's with Holm p 0.009, because N=512 strayed further from 50/50; "less wrong than
-  the shortest N" is not "forecasts better". Such differences are listed (`unskilled`) and the
+- The answer ("better", "no better", "worse"; the rule is `tsflash.stats.forecasts.forecast_answer`)
+  uses the comparisons with the shortest N, at Holm-adjusted 5 %, and counts a significant
+  difference only when its winner (the lower loss) also beats the no-skill forecast
+  significantly on that score: "better" when some longer N counts as significantly lower (if
+  another counts as significantly higher, the answer is marked mixed), "worse" when some counts
+  as higher and none as lower, "no better" otherwise. Why the skill condition: two forecasts
+  without skill can differ truly and significantly in how far they stray from the no-skill
+  forecast. On the full-size random walk (H200), N=4096's direction loss was below N=512's with
+  Holm p 0.009, because N=512 strayed further from 50/50; "less wrong than the shortest N" is not
+  "forecasts better". Such differences are listed (`unskilled`) and the
   sentence names them, but they decide nothing.
 - The per-day loss sums (`tsflash.scoring.daily.fold_losses`) are written by the sweep per trial and
   baseline (forecasts/*.npz, small: they survive where the per-bar cells are not kept), else
@@ -45,7 +46,7 @@ per-bar log-loss and on the direction score, a Diebold-Mariano test
 
 Question 2, trading: is any of it tradable after multiple testing? The candidates' daily net
 returns under the run's trading rule (`tsflash.scoring.strategy`) go through the DSR and PBO gates
-(`selection.select_run`); here, per candidate and baseline, the mean gross and net returns per
+(`tsflash.stats.gate.select_run`); here, per candidate and baseline, the mean gross and net returns per
 bar, the turnover and the break-even fee, pooled over folds from the cells' summaries (seeds as
 one equal-weight portfolio, as the sweep scores them), and whether any candidate makes money.
 """
@@ -59,15 +60,18 @@ from statistics import NormalDist
 
 import numpy as np
 
-from tsflash.stats import selection as sel
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.scoring.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.report.rundata import RunData
 from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
 from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
 from tsflash.scoring.strategy import Strategy
+from tsflash.stats import SelectionInputError
+from tsflash.stats.forecasts import counts, diebold_mariano, forecast_answer, holm, significant
+from tsflash.stats.gate import RunSelection, select_run
+from tsflash.stats.pbo import CSCV_BLOCKS
+from tsflash.stats.sharpe import PERIODS_PER_YEAR, sharpe
 
-PERIODS_PER_YEAR = 365.0  # daily returns; BTC trades every day
 METRICS = (
     ("accuracy", "accuracy", "higher"),
     ("balanced_accuracy", "balanced accuracy", "higher"),
@@ -129,18 +133,18 @@ def summarize(rows: list[dict], series: str) -> dict:
     return out
 
 
-def run_selection(rd: RunData) -> sel.RunSelection:
+def run_selection(rd: RunData) -> RunSelection:
     """The candidates (trials with daily series) against the study's ledger, through the gates."""
     cfg = rd.config["selection"]
     series = {k: (rd.series[k].days, rd.series[k].net) for k in rd.trial_keys}
-    return sel.select_run(series, rd.ledger.get("trials", []), min_dsr=cfg["min_dsr"], max_pbo=cfg["max_pbo"],
-                          n_blocks=int(cfg.get("cscv_blocks", 16)), periods_per_year=PERIODS_PER_YEAR)
+    return select_run(series, rd.ledger.get("trials", []), min_dsr=cfg["min_dsr"], max_pbo=cfg["max_pbo"],
+                      n_blocks=int(cfg.get("cscv_blocks", CSCV_BLOCKS)), periods_per_year=PERIODS_PER_YEAR)
 
 
 def _sharpe_or_nan(x) -> float:
     try:
-        return float(sel.sharpe(np.asarray(x, dtype=float)))
-    except sel.SelectionInputError:
+        return float(sharpe(np.asarray(x, dtype=float)))
+    except SelectionInputError:
         return math.nan
 
 
@@ -160,7 +164,6 @@ LOSS_FILE = "forecast_daily.parquet"  # per (series, member, fold, day) loss sum
 LOGREG = baseline_series_name("logreg")
 PRIOR = baseline_series_name("prior")
 VOLATILITY = baseline_series_name("volatility")
-ALPHA = 0.05  # family-wise level of the Holm-adjusted tests
 _Z = NormalDist().inv_cdf(0.975)
 # score -> (column of summed losses, column of the bar count it is averaged over)
 SCORES = {"log_loss": ("log_loss", "n_labelled"), "direction": ("direction_loss", "n_moves")}
@@ -264,7 +267,7 @@ class Paired:
 
     @property
     def significant(self) -> bool:
-        return self.p_holm <= ALPHA
+        return significant(self.p_holm)
 
 
 def paired_lag(horizon_bars: int, per_day: int, n_days: int) -> int:
@@ -306,7 +309,7 @@ def paired(table: dict, series: str, reference: str, score: str, horizon: int, p
     if len(loss_a) < 2:
         return None
     lag = paired_lag(horizon, per_day, len(loss_a))
-    dm = sel.diebold_mariano(loss_a, loss_b, lag)
+    dm = diebold_mariano(loss_a, loss_b, lag)
     folds = [_mean_diff(a, b, s_col, n_col, a["fold"] == f) for f in np.unique(a["fold"])]
     seed_diffs = {}
     for s in seeds:
@@ -316,32 +319,6 @@ def paired(table: dict, series: str, reference: str, score: str, horizon: int, p
             seed_diffs[s] = _mean_diff(sa, sb, s_col, n_col)
     return Paired(series, reference, score, dm.mean_diff, dm.se, dm.mean_diff - _Z * dm.se, dm.mean_diff + _Z * dm.se,
                   dm.statistic, dm.pvalue, lag, len(loss_a), folds, seed_diffs)
-
-
-def winner(p: Paired) -> str:
-    """The configuration with the lower loss in comparison `p`."""
-    return p.series if p.mean_diff < 0 else p.reference
-
-
-def counts(p: Paired, skill: dict[tuple[str, str], Paired]) -> bool:
-    """A significant difference whose winner beats the no-skill forecast significantly on the same
-    score (`skill`: (series, score) -> that series against the class prior)."""
-    s = skill.get((winner(p), p.score))
-    return p.significant and s is not None and s.significant and s.mean_diff < 0
-
-
-def _answer(vs_shortest: list[Paired], skill: dict[tuple[str, str], Paired]) -> tuple[str, bool]:
-    """("better" | "no better" | "worse", mixed) from the comparisons with the shortest N that count.
-
-    "better" when some longer N counts as better, even if another counts as worse (mixed): the
-    question is whether a longer context can forecast better, and Holm keeps the family-wise error
-    of "N=X beats the shortest" at its level. (The positive control is the case: N=32768 sees the
-    planted echo, N=4096 cannot and loses a little short-range skill.)"""
-    better = any(counts(p, skill) and p.mean_diff < 0 for p in vs_shortest)
-    worse = any(counts(p, skill) and p.mean_diff > 0 for p in vs_shortest)
-    if better:
-        return "better", worse
-    return ("worse" if worse else "no better"), False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,10 +438,10 @@ def forecast_question(rd: RunData, primary: list[str]) -> ForecastQuestion:
                 p = None if name == ref else paired(table, name, ref, score, horizon, per_day, seeds)
                 comps += [p] if p is not None else []
     if comps:
-        for p, adj in zip(comps, sel.holm([p.pvalue for p in comps])):
+        for p, adj in zip(comps, holm([p.pvalue for p in comps])):
             p.p_holm = float(adj)
         out.skill = {(p.series, p.score): p for p in comps if p.reference == PRIOR}
-        out.answer, out.mixed = _answer([p for p in comps if p.reference == shortest], out.skill)
+        out.answer, out.mixed = forecast_answer([p for p in comps if p.reference == shortest], out.skill)
     out.available, out.comparisons, out.table = bool(comps), comps, table
     out.decomposition = decomposition(table, primary + baselines)
     return out
@@ -513,7 +490,7 @@ def path_stats(summaries: list[dict], strategy: Strategy) -> dict:
 
 @dataclass
 class TradingQuestion:
-    """Question 2's numbers beyond the gates (which are `selection.RunSelection`)."""
+    """Question 2's numbers beyond the gates (which are `tsflash.stats.gate.RunSelection`)."""
 
     strategy: Strategy
     fee_bps: float
@@ -526,7 +503,7 @@ class TradingQuestion:
         return self.n_candidates > 0 and self.n_profitable == 0
 
 
-def trading_question(rd: RunData, selection: sel.RunSelection) -> TradingQuestion:
+def trading_question(rd: RunData, selection: RunSelection) -> TradingQuestion:
     strategy = Strategy.from_config(rd.config)
     rows = []
     for key in [r["key"] for r in selection.candidates]:
@@ -550,7 +527,7 @@ class Numbers:
     per_n: list[dict]  # one summary per trial key, in order of N
     baselines: dict[str, dict]  # "baseline-<name>" -> summary
     primary: list[dict]  # the default configuration per N (the plots against N)
-    selection: sel.RunSelection
+    selection: RunSelection
     series_stats: dict[str, dict]  # candidates' and baselines' daily statistics (gross Sharpe, ...)
     forecast: ForecastQuestion  # question 1: paired tests of the forecasts
     trading: TradingQuestion  # question 2: the trading rule per candidate (the gates are `selection`)

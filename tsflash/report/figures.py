@@ -118,7 +118,7 @@ def plot_equity(rd: RunData, keys: list[str], path: Path) -> Path:
 
 
 def plot_pbo(pbo, path: Path) -> Path:
-    """`pbo`: a `tsflash.stats.selection.PBOResult`."""
+    """`pbo`: a `tsflash.stats.pbo.PBOResult`."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     logits = np.asarray(pbo.logits, dtype=float)

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from tsflash import atomic
-from tsflash.report.compute import PERIODS_PER_YEAR, Numbers
+from tsflash.report.compute import Numbers
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import label
 from tsflash.runfolder import is_baseline
+from tsflash.stats.sharpe import PERIODS_PER_YEAR
 
 # results.json's name for each field of a `select_run` candidate row
 _CANDIDATE_FIELDS = {"key": "key", "n_periods": "n_days", "mean": "mean_daily_net", "total": "total_net",

@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 from tsflash import atomic
-from tsflash.report.compute import LOGREG, LOSS_FILE, PERIODS_PER_YEAR, Numbers, write_table
+from tsflash.report.compute import LOGREG, LOSS_FILE, Numbers, write_table
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import (
     SCORE_NAMES,
@@ -35,6 +35,7 @@ from tsflash.report.wording import (
     signs,
 )
 from tsflash.runfolder import is_baseline
+from tsflash.stats.sharpe import PERIODS_PER_YEAR
 
 PAIRED_CAPTION = ("Question 1: per-bar loss differences of each N against the shortest N, the logistic baseline and the "
                   "no-skill forecast (class prior)")

@@ -1,7 +1,7 @@
 """The report's words: number formats with their units, plurals, labels and the two questions'
 verdict sentences.
 
-Selection returns numbers, flags and `tsflash.stats.selection.Reason` codes, and
+Selection returns numbers, flags and `tsflash.stats.gate.Reason` codes, and
 `tsflash.report.questions` the paired tests and the trading rule's numbers; every sentence a
 reader sees is written here, so the Markdown and the HTML say the same thing. Sharpe ratios are
 per day (daily net returns) and say so; returns are percentages with their period; loss
@@ -15,9 +15,10 @@ import math
 import numpy as np
 
 from tsflash.intervals import bars_as_time
-from tsflash.report.compute import ALPHA, PRIOR, winner
+from tsflash.report.compute import PRIOR
 from tsflash.runfolder import BASELINE_PREFIX, decode_trial_key, is_baseline
-from tsflash.stats.selection import Reason, Verdict
+from tsflash.stats.forecasts import ALPHA, winner
+from tsflash.stats.gate import Reason, Verdict
 
 NA = "n/a"
 

@@ -28,10 +28,11 @@ import numpy as np
 
 from tsflash import atomic
 from tsflash.errors import UserError
-from tsflash.intervals import US_PER_DAY
 from tsflash.scoring.metrics import DAILY_SUMS, apply_fees, daily_loss_sums
 from tsflash.runfolder import BASELINE_PREFIX, RunFolder, is_baseline, read_json
-from tsflash.stats.selection import SelectionInputError, daily_returns, sharpe
+from tsflash.scoring.days import daily_returns, day_growth, day_runs, utc_days
+from tsflash.stats import SelectionInputError
+from tsflash.stats.sharpe import sharpe
 from tsflash.scoring.strategy import Strategy, break_even_fee, horizon_path, stored, turnover
 
 ONE_BAR = Strategy(kind="one-bar")
@@ -162,7 +163,7 @@ class FoldDaily(NamedTuple):
     the neighbouring folds needs (a UTC day may be split between two folds' test bars).
 
     days (D,) datetime64[D]; net, gross (D,): the daily returns of this fold's bars alone
-    (`tsflash.stats.selection.daily_returns`); growth (2,): prod(1 + r) of net and gross over its bars of
+    (`tsflash.scoring.days.daily_returns`); growth (2,): prod(1 + r) of net and gross over its bars of
     its last day; head_net, head_gross (F,): the per-bar returns of its bars of its first day;
     start: its first bar time (us), which orders the folds.
     """
@@ -176,13 +177,6 @@ class FoldDaily(NamedTuple):
     start: int
 
 
-def _day_growth(times: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """prod(1 + r) per UTC day (D,), compounded as `tsflash.stats.selection.daily_returns` does."""
-    day = times // US_PER_DAY
-    starts = np.flatnonzero(np.r_[True, day[1:] != day[:-1]])  # (D,)
-    return np.multiply.reduceat(1.0 + r, starts)
-
-
 def fold_daily(bars: BarReturns) -> FoldDaily:
     """The FoldDaily of one fold's per-bar path."""
     t = np.asarray(bars.times, dtype=np.int64)
@@ -191,8 +185,9 @@ def fold_daily(bars: BarReturns) -> FoldDaily:
         return FoldDaily(np.empty(0, "datetime64[D]"), net, gross, np.ones(2), net, gross, 0)
     days, daily_net = daily_returns(t, net)
     _, daily_gross = daily_returns(t, gross)
-    head = t // US_PER_DAY == t[0] // US_PER_DAY
-    growth = np.array([_day_growth(t, net)[-1], _day_growth(t, gross)[-1]])
+    head = utc_days(t) == utc_days(t[:1])  # its bars of its first day
+    runs = day_runs(t)
+    growth = np.array([day_growth(runs, net)[-1], day_growth(runs, gross)[-1]])
     return FoldDaily(days, daily_net, daily_gross, growth, net[head], gross[head], int(t[0]))
 
 

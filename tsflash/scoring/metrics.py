@@ -35,7 +35,7 @@ from sklearn.metrics import (
 )
 
 from tsflash.errors import UserError
-from tsflash.intervals import US_PER_DAY
+from tsflash.scoring.days import day_runs, day_sums
 
 N_CLASSES = 3
 LABELS = [0, 1, 2]
@@ -284,10 +284,8 @@ def daily_loss_sums(times_us: np.ndarray, y_true: np.ndarray, y_prob: np.ndarray
         "direction_loss": losses["direction_loss"], "direction_error": losses["direction_error"], "n_both": both,
         "both_hits": hits, "both_direction_loss": np.where(both, losses["direction_loss"], 0.0),
     }
-    day = np.floor_divide(t, US_PER_DAY)
-    starts = np.flatnonzero(np.r_[True, day[1:] != day[:-1]]) if len(day) else np.empty(0, np.int64)
-    out = {"days": day[starts].astype("datetime64[D]")}
+    runs = day_runs(t)
+    out = {"days": runs.days}
     for name in DAILY_SUMS:
-        x = np.nan_to_num(np.asarray(cols[name], dtype=np.float64), nan=0.0)
-        out[name] = np.add.reduceat(x, starts) if len(x) else np.empty(0)
+        out[name] = day_sums(runs, np.nan_to_num(np.asarray(cols[name], dtype=np.float64), nan=0.0))
     return out
