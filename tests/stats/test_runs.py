@@ -5,12 +5,14 @@ and PBO's null distribution with three candidates."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from tsflash.errors import UserError
+from tsflash.stats.selection import holm
 from tsflash.stats.runs import (
     RunNoise,
     Runs,
@@ -30,6 +32,7 @@ from tsflash.stats.runs import (
 )
 
 NOISE = RunNoise()  # the second edition's log-loss sizes
+SECOND_EDITION = Path(__file__).resolve().parents[2] / "reports" / "h200-btcusdt-1m-second-edition"
 
 
 def _rejections(n_datasets: int, difference: float, rng, **kw) -> int:
@@ -92,17 +95,9 @@ def test_verdicts_and_holm():
     assert (better.verdict, worse.verdict) == ("better", "worse")
     same = run_level_test(*simulate_runs(rng, difference=0.0, noise=RunNoise(seed=1.0)))
     family = holm_adjust([better, worse, same])
-    assert [r.p_holm for r in family] == pytest.approx(list(_holm([better.p, worse.p, same.p])))
+    assert [r.p_holm for r in family] == pytest.approx(holm([better.p, worse.p, same.p]).tolist())
     assert all(r.p_holm >= r.p for r in family)
     assert family[2].verdict == "no better"
-
-
-def _holm(p):
-    order = np.argsort(p)
-    adj = np.minimum(1, np.maximum.accumulate((len(p) - np.arange(len(p))) * np.asarray(p)[order]))
-    out = np.empty(len(p))
-    out[order] = adj
-    return out
 
 
 def test_runs_from_table_reads_seed_members_only():
@@ -114,6 +109,26 @@ def test_runs_from_table_reads_seed_members_only():
     assert run_means(runs) == {0: {0: 1.0, 1: 1.2}, 1: {0: 0.9}}
     with pytest.raises(UserError, match="no single runs .* 'n32768'"):
         runs_from_table(table, "n32768")
+
+
+def test_second_edition_as_the_issue_recomputed_it():
+    """The committed second edition's per-day loss sums: the issue's figures (one-sample t over the
+    5 fold means of 15 runs per N; smallest Holm p of the four 0.089)."""
+    from tsflash.report.compute import SCORES, read_table
+
+    table = read_table(SECOND_EDITION / "forecast_daily.parquet")
+    results = []
+    for score, expected in (("log_loss", ((0.00117, 0.14), (0.00352, 0.097))),
+                            ("direction", ((0.00025, 0.48), (0.00147, 0.022)))):
+        loss, count = SCORES[score]
+        base = runs_from_table(table, "n512", loss=loss, count=count)
+        for key, (estimate, p) in zip(("n4096", "n32768"), expected):
+            r = run_level_test(base, runs_from_table(table, key, loss=loss, count=count))
+            assert r.estimate == pytest.approx(estimate, abs=5e-6) and r.p == pytest.approx(p, abs=0.005)
+            results.append(r)
+    family = holm_adjust(results)
+    assert min(r.p_holm for r in family) == pytest.approx(0.089, abs=0.0005)
+    assert {r.verdict for r in family} == {"no better"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,7 +155,8 @@ def test_nan_losses():
     loss = b.loss.copy()
     loss[5] = np.nan
     b = Runs(b.label, b.fold, b.seed, b.day, loss, b.count)
-    with pytest.raises(RunTestInputError, match="finite .no NaN.: N=4096 has 1 non-finite rows, the first on fold 0 seed 0 day 5"):
+    rule = "finite .no NaN.: N=4096 has 1 non-finite rows, the first on fold 0 seed 0 day 5"
+    with pytest.raises(RunTestInputError, match=rule):
         run_level_test(a, b)
 
 
@@ -168,7 +184,7 @@ def test_seed_splits():
 def test_aa_on_one_arm_rarely_rejects():
     rng = np.random.default_rng(5)
     n = 200  # independent datasets, one split each: a binomial count
-    k = sum(aa_tests(simulate_runs(rng, n_seeds=6)[0], "halves")[0].p <= 0.05 for _ in range(n))
+    k = sum(aa_tests(simulate_runs(rng, n_seeds=6)[0], "halves")[0].result.p <= 0.05 for _ in range(n))
     assert k / n <= _upper(n)
     assert binomial_interval(k, n)[0] <= 0.05
 
@@ -176,11 +192,12 @@ def test_aa_on_one_arm_rarely_rejects():
 def test_aa_all_splits_and_single_seeds():
     a = simulate_runs(np.random.default_rng(6), n_seeds=6)[0]
     results = aa_tests(a, "all")
-    assert len(results) == 10 and all(r.n_runs_a == r.n_runs_b == 15 for r in results)
+    assert len(results) == 10 and all(c.result.n_runs_a == c.result.n_runs_b == 15 for c in results)
+    assert results[0].seeds_a == (0, 1, 2) and results[0].result.arm_b == "A seeds 3,4,5"
     with pytest.raises(RunTestInputError, match="at least 2 runs per fold"):
         aa_tests(a, "pairs")
     singles = aa_tests(a, "pairs", min_seeds_per_fold=1)
-    assert len(singles) == 15 and all(math.isnan(r.components.within_fold_seed) for r in singles)
+    assert len(singles) == 15 and all(math.isnan(c.result.components.within_fold_seed) for c in singles)
 
 
 def test_binomial_interval():

@@ -2,37 +2,6 @@
 arm B (a context length N) forecast better than arm A", its A/A calibration, its power, a
 simulator of runs for both, and PBO's null distribution for few candidates. Torch-free (numpy and
 scipy); it reads per-day loss sums, the table `tsflash.scoring.daily.fold_losses` writes.
-
-The design (`run_level_test`), and why. A claim about *training* at context N must carry the
-variation of training: two seeds of one N differ by as much as the effects claimed (and a rerun
-of one seed moves too), so a test that treats a seed ensemble's forecasts as fixed and takes its
-variance from the days alone (the forecast-level Diebold-Mariano) answers "these ensembles'
-forecasts differ on these days", not "training at N forecasts better". Here each run (fold f,
-seed s) is summarised by its mean loss per bar over its fold's test bars, m[arm, f, s]. Within a
-fold both arms score the same bars, so the fold's market (an easy or a hard half-year, the days'
-volatility) is common to every run of the fold and cancels in the fold-level difference
-
-    d_f = mean_s m[B, f, s] - mean_s m[A, f, s].
-
-Seeds are not paired across arms (seed 0 at N=512 and seed 0 at N=4096 are different training
-runs with nothing in common but a label), hence the mean over seeds within the fold, not
-differences seed by seed. Under the nested model m = mu_arm + fold_f + (arm x fold) + run, with
-run ~ (0, sigma_seed^2) and the arm x fold interaction ~ (0, sigma_between^2 / 2) per arm,
-
-    Var d_f = sigma_between^2 + sigma_seed^2 (1/S_A + 1/S_B),
-
-so the spread of the F fold differences carries the seed-to-seed and run-to-run variation, the
-days' noise left in each run's mean, and whatever makes the benefit of N vary from fold to fold.
-The test is the one-sample t of the d_f, with F - 1 degrees of freedom: exact for normal d_f,
-and it assumes nothing about the split of the variance. The split is estimated (a nested
-ANOVA: sigma_seed^2 pooled from the seeds' spread within each arm and fold, sigma_between^2 as
-what the fold differences spread beyond it, floored at 0) and reported, for the power
-(`min_detectable_difference`), not used by the test. Alternatives set aside: a t over (fold, seed)
-pairs with 14 df pairs runs by seed label, a pairing that does not exist; a mixed model with
-fold and seed effects estimates the same two components but rests its df on a variance model
-that 5 folds cannot check; a cluster bootstrap over runs and days is unreliable with 5 clusters.
-The F - 1 df are few (4 for five folds), which is the honest price: the folds are the replicates
-of "the benefit of N in a market", and more seeds shrink only the seed part of Var d_f.
 """
 
 from __future__ import annotations
@@ -42,6 +11,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy import optimize, stats
@@ -250,9 +220,45 @@ def one_sample_t(d: np.ndarray, alpha: float = ALPHA) -> tuple[float, float, int
 
 
 def run_level_test(a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold: int = 2) -> RunTestResult:
-    """The primary test of question 1: B minus A over training runs (the module docstring says
-    why this design). `min_seeds_per_fold` below 2 admits single runs (e.g. one seed against
-    another, for A/A on three seeds); the t is the same, the split of its variance may be NaN."""
+    """The primary test of question 1: arm B minus arm A over training runs (`RunTestResult`).
+
+    `min_seeds_per_fold` below 2 admits single runs (e.g. one seed against another, for A/A on
+    three seeds); the t is the same, the split of its variance is then NaN where no arm and
+    fold has two runs.
+
+    The design, and why. A claim about *training* at context N must carry the variation of
+    training: two seeds of one N differ by as much as the effects claimed, and a rerun of one seed
+    moves too. A test that treats a seed ensemble's forecasts as fixed and takes its variance from
+    the days alone (the forecast-level Diebold-Mariano) answers "these ensembles' forecasts differ
+    on these days", not "training at N forecasts better". Here each run (fold f, seed s) is
+    summarised by its mean loss per bar over its fold's test bars, m[arm, f, s]. Within a fold both
+    arms score the same bars, so the fold's market (an easy or a hard half-year, the days'
+    volatility) is common to all its runs and cancels in the fold-level difference
+
+        d_f = mean_s m[B, f, s] - mean_s m[A, f, s].
+
+    The seeds are averaged within the fold, not differenced seed by seed: seed s at two N shares
+    its initial weights and window sampling, but nothing says that pairs the runs' outcomes (on the
+    second edition the within-fold correlation of same-seed runs across N ranges from -0.7 to 0.8
+    on 10 df), and averaging needs no assumption either way. Under the nested model
+    m = mu_arm + fold_f + (arm x fold) + run, with run ~ (0, sigma_seed^2) independent across arms,
+
+        Var d_f = sigma_between^2 + sigma_seed^2 (1/S_A + 1/S_B),
+
+    so the spread of the F fold differences carries the seed-to-seed and run-to-run variation, the
+    days' noise left in each run's mean, and whatever makes the benefit of N vary from fold to
+    fold. The test is the one-sample t of the d_f with F - 1 degrees of freedom: exact for normal
+    d_f, whatever the split of the variance (and whatever the correlation of same-seed runs). The
+    split is estimated as a nested ANOVA (sigma_seed^2 pooled from the seeds' spread within each
+    arm and fold; sigma_between^2 what the d_f spread beyond it, floored at 0) and reported for the
+    power (`min_detectable_difference`); the test does not use it. Set aside: a t over the 15
+    (fold, seed) differences with 14 df, which pairs runs by seed label and counts seeds as
+    replicates of the fold effect; a mixed model with fold and seed effects, which estimates the
+    same two components but takes its df from a variance model five folds cannot check; a cluster
+    bootstrap over runs and days, unreliable with five clusters. F - 1 df are few (4 for five
+    folds): the folds are the replicates of "the benefit of N in a market", and more seeds shrink
+    only the seed part of Var d_f.
+    """
     _check_design(a, b, min_seeds_per_fold)
     means = run_means(a), run_means(b)
     folds = a.folds
@@ -298,7 +304,15 @@ def seed_splits(seeds: Sequence[int], how: str = "all") -> list[tuple[tuple[int,
     raise RunTestInputError(f"how must be 'halves', 'all' or 'pairs', got {how!r}")
 
 
-def aa_tests(runs: Runs, how: str = "all", *, alpha: float = ALPHA, min_seeds_per_fold: int = 2) -> list[RunTestResult]:
+class AAComparison(NamedTuple):
+    """One A/A comparison: the seeds of each side and `run_level_test` of B against A."""
+
+    seeds_a: tuple[int, ...]
+    seeds_b: tuple[int, ...]
+    result: RunTestResult
+
+
+def aa_tests(runs: Runs, how: str = "all", *, alpha: float = ALPHA, min_seeds_per_fold: int = 2) -> list[AAComparison]:
     """`run_level_test` of disjoint seed sets of one arm against each other (`seed_splits`): the
     true difference is 0, so a calibrated test says "no better" in 1 - alpha of independent pairs.
     Splits of one pool share runs: count each dataset's splits as one replicate, not many."""
@@ -309,7 +323,7 @@ def aa_tests(runs: Runs, how: str = "all", *, alpha: float = ALPHA, min_seeds_pe
     for s1, s2 in seed_splits(seeds.pop(), how):
         a = runs.subset(s1, f"{runs.label} seeds {','.join(map(str, s1))}")
         b = runs.subset(s2, f"{runs.label} seeds {','.join(map(str, s2))}")
-        out.append(run_level_test(a, b, alpha=alpha, min_seeds_per_fold=min_seeds_per_fold))
+        out.append(AAComparison(s1, s2, run_level_test(a, b, alpha=alpha, min_seeds_per_fold=min_seeds_per_fold)))
     return out
 
 
@@ -365,7 +379,8 @@ def simulate_runs(rng: np.random.Generator, *, difference: float = 0.0, noise: R
 
 def _check_power_design(n_folds: int, n_seeds: int, alpha: float, power: float | None = None) -> None:
     if n_folds < 2 or n_seeds < 1:
-        raise RunTestInputError(f"power needs at least 2 folds and 1 seed per arm, got {n_folds} folds, {n_seeds} seeds")
+        raise RunTestInputError(f"power needs at least 2 folds and 1 seed per arm, got {n_folds} folds, "
+                                f"{n_seeds} seeds")
     if not (0 < alpha < 1) or (power is not None and not alpha < power < 1):
         raise RunTestInputError(f"need 0 < alpha < power < 1, got alpha {alpha}, power {power}")
 
