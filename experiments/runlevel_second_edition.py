@@ -1,0 +1,205 @@
+"""Question 1 of the committed second edition re-tested over training runs (issue 28), with no
+retraining: its per-day loss sums per seed (forecasts/*.npz, read as the report reads them,
+`tsflash.report.compute.load_losses`) go through `tsflash.stats.runs.run_level_test`, the longer
+N against N=512 on the log-loss and on the direction score, Holm-adjusted over the four, beside
+the report's forecast-level Diebold-Mariano on the seed ensembles. Then the A/A check on the
+committed runs (three seeds per N, so single seeds against each other: the ensemble DM on two
+seeds' forecasts against the run-level t over the five folds), the smallest difference the
+run-level test detects at 3 and 6 seeds, and PBO's null distribution for the candidates and
+days at hand. The controls (random walk, long memory) are in by default as a second A/A market
+and a positive check.
+
+    python experiments/runlevel_second_edition.py --out /tmp/runlevel.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # the repository's tsflash
+
+from tsflash.intervals import INTERVAL_US, bars_per_day  # noqa: E402
+from tsflash.report.compute import SCORES, load_losses, paired  # noqa: E402
+from tsflash.report.rundata import load_run  # noqa: E402
+from tsflash.runfolder import read_json  # noqa: E402
+from tsflash.scoring.daily import ENSEMBLE  # noqa: E402
+from tsflash.stats.runs import (  # noqa: E402
+    aa_tests,
+    binomial_interval,
+    holm_adjust,
+    min_detectable_difference,
+    pbo_null,
+    run_level_test,
+    runs_from_table,
+)
+from tsflash.stats.selection import holm  # noqa: E402
+
+log = logging.getLogger("runlevel")
+
+RUNS = {  # name -> run folder (relative to the repository)
+    "second edition (BTCUSDT)": "reports/h200-btcusdt-1m-second-edition",
+    "random walk (control)": "reports/controls/protocol/random-walk",
+    "long memory (positive control)": "reports/controls/protocol/long-memory",
+}
+SCORE_NAMES = {"log_loss": "log-loss", "direction": "direction score"}
+
+
+class Run:
+    """One committed run folder: its loss table, trials in order of N, label horizon and bars per day."""
+
+    def __init__(self, path: Path):
+        rd = load_run(path)
+        self.table, self.source = load_losses(rd)
+        self.keys = rd.trial_keys
+        self.n = {k: rd.n_of(k) for k in self.keys}
+        self.horizon = int(rd.config["labels"]["horizon"])
+        self.per_day = bars_per_day(INTERVAL_US[rd.config["data"]["interval"]])
+        self.pbo = _pbo_of(path)  # the run's observed PBO
+
+    def runs(self, key: str, score: str):
+        loss, count = SCORES[score]
+        return runs_from_table(self.table, key, loss=loss, count=count, label=f"N={self.n[key]}")
+
+    def dm(self, series: str, reference: str, score: str, seeds: tuple[str, str] = (ENSEMBLE, ENSEMBLE)):
+        """The report's Diebold-Mariano of `series` minus `reference` on members `seeds` (default
+        the seed ensembles; single seeds are relabelled as one-member ensembles)."""
+        table = _as_ensembles(self.table, [(series, seeds[0]), (reference, seeds[1])])
+        return paired(table, f"{series}/{seeds[0]}", f"{reference}/{seeds[1]}", score, self.horizon, self.per_day, [])
+
+
+def _as_ensembles(table: dict, members: list[tuple[str, str]]) -> dict:
+    """The rows of each (series, member), renamed series "series/member", member ENSEMBLE."""
+    keep = np.zeros(len(table["day"]), bool)
+    for s, m in members:
+        keep |= (table["series"] == s) & (table["member"] == m)
+    out = {k: v[keep] for k, v in table.items()}
+    out["series"] = np.array([f"{s}/{m}" for s, m in zip(out["series"], out["member"])], dtype=object)
+    out["member"] = np.full(keep.sum(), ENSEMBLE, dtype=object)
+    return out
+
+
+def _pbo_of(path: Path) -> float | None:
+    results = path / "results.json"
+    return read_json(results)["verdict"].get("pbo") if results.exists() else None
+
+
+def _f(x: float, digits: int = 5) -> str:
+    return f"{x:+.{digits}f}"
+
+
+def _p(p: float) -> str:
+    return f"{p:.3g}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+
+
+def primary_section(name: str, run: Run) -> tuple[list[str], list[tuple[str, object]]]:
+    """The run-level tests of each longer N against the shortest (Holm over them), beside the
+    ensemble DM; and the (score, result) pairs, for the power section."""
+    shortest = run.keys[0]
+    pairs = [(score, key) for score in SCORES for key in run.keys[1:]]
+    results = holm_adjust([run_level_test(run.runs(shortest, s), run.runs(k, s)) for s, k in pairs])
+    dms = [run.dm(k, shortest, s) for s, k in pairs]
+    dm_holm = holm([d.pvalue for d in dms])
+    lines = [f"### {name}: longer N minus N={run.n[shortest]}, over training runs", "",
+             f"Per-day loss sums from {run.source}. Run-level: one-sample t over the fold means of "
+             "(mean over seeds of B's runs) - (mean over seeds of A's runs), df = folds - 1; Holm over "
+             f"the {len(results)} rows. DM: today's test on the seed ensembles' forecasts (these ensembles' "
+             "forecasts differ on these days), Holm over the same rows.", "",
+             "| comparison | score | runs (A, B) | difference per bar | se | 95 % interval | t (df) | p | Holm p "
+             "| verdict "
+             "| seed sd | between-fold sd | ensemble DM difference | DM z | DM Holm p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, ((score, _), r, d) in enumerate(zip(pairs, results, dms)):
+        c = r.components
+        lines.append(f"| {r.arm_b} - {r.arm_a} | {SCORE_NAMES[score]} | "
+                     f"{r.n_runs_a}, {r.n_runs_b} | {_f(r.estimate)} | {r.se:.5f} | [{_f(r.ci[0])}, {_f(r.ci[1])}] | "
+                     f"{r.t:+.2f} ({r.df}) | {_p(r.p)} | {_p(r.p_holm)} | {r.verdict} | {c.seed_sd:.5f} | "
+                     f"{np.sqrt(c.between_fold):.5f} | {_f(d.mean_diff)} | {d.statistic:+.2f} | {_p(dm_holm[i])} |")
+    return lines + [""], [(score, r) for (score, _), r in zip(pairs, results)]
+
+
+def aa_section(runs: dict[str, Run]) -> list[str]:
+    """Seed against seed of the same N: the ensemble DM on two single seeds' forecasts and the
+    run-level t (one run per arm and fold) on the same pairs."""
+    lines = ["### A/A: two seeds of the same N (the true difference is 0)", "",
+             "Each pair is seed i against seed j of one N on the same folds (3 pairs per N). DM: the report's test "
+             "on the two seeds' forecasts, rejecting at |z| > 1.96. Run-level: the t over the 5 fold differences "
+             "(one run per arm and fold: the same t, its variance split undefined). The pairs of one N share "
+             "seeds, so the interval (exact binomial, 95 %) is indicative, not exact.", "",
+             "| market | score | pairs | DM rejects | DM max abs z | run-level rejects | run-level interval |",
+             "|---|---|---|---|---|---|---|"]
+    for name, run in runs.items():
+        for score in SCORES:
+            dm_z, rl_p = [], []
+            for key in run.keys:
+                for c in aa_tests(run.runs(key, score), "pairs", min_seeds_per_fold=1):
+                    rl_p.append(c.result.p)
+                    dm_z.append(run.dm(key, key, score, (f"seed{c.seeds_b[0]}", f"seed{c.seeds_a[0]}")).statistic)
+            n, k_dm, k_rl = len(rl_p), int(np.sum(np.abs(dm_z) > 1.96)), int(np.sum(np.array(rl_p) <= 0.05))
+            lo, hi = binomial_interval(k_rl, n)
+            lines.append(f"| {name} | {SCORE_NAMES[score]} | {n} | {k_dm} of {n} | {np.max(np.abs(dm_z)):.2f} | "
+                         f"{k_rl} of {n} | [{lo:.2f}, {hi:.2f}] |")
+    return lines + [""]
+
+
+def power_section(results: list[tuple[str, object]]) -> list[str]:
+    lines = ["### Power of the run-level test (80 % at alpha 0.05, two-sided, 5 folds)", "",
+             "From each comparison's measured variance components (seed variance pooled over both arms and the "
+             "folds; between-fold part as estimated, floored at 0): the smallest true difference detected.", "",
+             "| comparison | score | seed sd | between-fold sd | detectable, 3 seeds | detectable, 6 seeds | "
+             "detectable, 3 seeds and 10 folds |", "|---|---|---|---|---|---|---|"]
+    for score, r in results:
+        c = r.components
+        mdd = [min_detectable_difference(c, f, s) for f, s in ((5, 3), (5, 6), (10, 3))]
+        lines.append(f"| {r.arm_b} - {r.arm_a} | {SCORE_NAMES[score]} | {c.seed_sd:.5f} | "
+                     f"{np.sqrt(c.between_fold):.5f} | "
+                     + " | ".join(f"{m:.5f}" for m in mdd) + " |")
+    return lines + [""]
+
+
+def pbo_section(observed: float | None, n_candidates: int, n_days: int, replicates: int) -> list[str]:
+    null = pbo_null(n_candidates, n_days, 16, n_replicates=replicates, observed=observed, rng=np.random.default_rng(0))
+    q = null.quantiles
+    seen = "" if observed is None else f"; P(PBO >= {observed:.3f}, the observed) = {null.p_at_least:.3f}"
+    return ["### PBO's null distribution with few candidates", "",
+            f"iid N(0, 1) daily returns, K = {n_candidates} candidates, T = {n_days} days, 16 blocks, "
+            f"{replicates} replicates (seed 0): mean {null.mean:.3f}, quantiles 5 % {q[0.05]:.3f}, 25 % {q[0.25]:.3f}, "
+            f"50 % {q[0.5]:.3f}, 75 % {q[0.75]:.3f}, 95 % {q[0.95]:.3f}{seen}.", ""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("/tmp/runlevel.md"), help="where the Markdown goes")
+    ap.add_argument("--replicates", type=int, default=1000, help="PBO null replicates")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    runs = {name: Run(REPO / path) for name, path in RUNS.items()}
+    lines, first = ["## Question 1 over training runs (issue 28)", ""], None
+    for name, run in runs.items():
+        section, results = primary_section(name, run)
+        lines += section
+        first = first or results
+    lines += power_section(first)
+    lines += aa_section({k: v for k, v in runs.items() if "positive" not in k})
+    main_run = next(iter(runs.values()))
+    n_days = len(np.unique(main_run.table["day"]))
+    lines += pbo_section(main_run.pbo, len(main_run.keys), n_days, args.replicates)
+    text = "\n".join(lines)
+    args.out.write_text(text)
+    log.info("wrote %s", args.out)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,451 @@
+"""Question 1 tested at the unit of its claim, training runs (issue 28): the primary test of "does
+arm B (a context length N) forecast better than arm A", its A/A calibration, its power, a
+simulator of runs for both, and PBO's null distribution for few candidates. Torch-free (numpy and
+scipy); it reads per-day loss sums, the table `tsflash.scoring.daily.fold_losses` writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from scipy import optimize, stats
+
+from tsflash.errors import UserError
+from tsflash.stats.selection import holm, pbo_cscv
+
+ALPHA = 0.05
+SEED_PREFIX = "seed"  # the loss table's member names of single runs ("seed0"); the rest are ensembles
+VERDICTS = ("better", "no better", "worse")  # B against A: B's loss significantly lower / neither / higher
+PBO_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+class RunTestInputError(UserError, ValueError):
+    """Input the run-level test cannot use; the message names the rule and the values."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs: one arm's training runs as per-day loss sums
+
+
+@dataclass(frozen=True, eq=False)
+class Runs:
+    """One arm's training runs as per-day loss sums, one row per (fold, seed, day).
+
+    label : the arm's name in messages and results ("N=512").
+    fold, seed : (R,) int; day : (R,) any comparable day key (datetime64[D] or int);
+    loss : (R,) float64, the day's summed per-bar loss; count : (R,) float64, the bars it sums.
+    """
+
+    label: str
+    fold: np.ndarray
+    seed: np.ndarray
+    day: np.ndarray
+    loss: np.ndarray
+    count: np.ndarray
+
+    def __post_init__(self):
+        cols = {"fold": np.asarray(self.fold, np.int64), "seed": np.asarray(self.seed, np.int64),
+                "day": np.asarray(self.day), "loss": np.asarray(self.loss, np.float64),
+                "count": np.asarray(self.count, np.float64)}
+        lengths = {k: v.shape for k, v in cols.items()}
+        if len(set(lengths.values())) != 1 or cols["fold"].ndim != 1:
+            raise RunTestInputError(f"{self.label}: fold, seed, day, loss and count must be 1-D of one length, "
+                                    f"got shapes {lengths}")
+        for k, v in cols.items():
+            object.__setattr__(self, k, v)
+
+    def seeds_of(self, fold: int) -> list[int]:
+        return sorted(set(self.seed[self.fold == fold].tolist()))
+
+    @property
+    def folds(self) -> list[int]:
+        return sorted(set(self.fold.tolist()))
+
+    def subset(self, seeds: Sequence[int], label: str | None = None) -> Runs:
+        """The runs of `seeds` only (on every fold)."""
+        keep = np.isin(self.seed, list(seeds))
+        return Runs(label or self.label, self.fold[keep], self.seed[keep], self.day[keep], self.loss[keep],
+                    self.count[keep])
+
+
+def runs_from_table(table: Mapping, series: str, *, loss: str = "log_loss", count: str = "n_labelled",
+                    label: str | None = None) -> Runs:
+    """The single runs ("seed<k>" members) of `series` in a loss table (`tsflash.scoring.daily.read_losses`
+    or `tsflash.report.compute.read_table`), on the score summed in column `loss` over the bars
+    counted in `count` (log-loss: log_loss / n_labelled; direction: direction_loss / n_moves)."""
+    member = np.asarray(table["member"]).astype(str)
+    keep = (np.asarray(table["series"]).astype(str) == series) & np.char.startswith(member, SEED_PREFIX)
+    if not keep.any():
+        raise RunTestInputError(f"the loss table has no single runs ({SEED_PREFIX}<k> members) of {series!r}")
+    seeds = np.array([int(m.removeprefix(SEED_PREFIX)) for m in member[keep]], np.int64)
+    return Runs(label or series, np.asarray(table["fold"])[keep], seeds, np.asarray(table["day"])[keep],
+                np.asarray(table[loss])[keep], np.asarray(table[count])[keep])
+
+
+def _check_finite(runs: Runs) -> None:
+    bad = ~(np.isfinite(runs.loss) & np.isfinite(runs.count))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise RunTestInputError(
+            f"losses and bar counts must be finite (no NaN): {runs.label} has {int(bad.sum())} non-finite rows, "
+            f"the first on fold {runs.fold[i]} seed {runs.seed[i]} day {runs.day[i]} "
+            f"(loss {runs.loss[i]}, count {runs.count[i]})")
+
+
+def run_means(runs: Runs) -> dict[int, dict[int, float]]:
+    """{fold: {seed: the run's mean loss per bar}}: its summed loss over its summed bar count."""
+    _check_finite(runs)
+    out: dict[int, dict[int, float]] = {}
+    for f in runs.folds:
+        for s in runs.seeds_of(f):
+            m = (runs.fold == f) & (runs.seed == s)
+            n = runs.count[m].sum()
+            if n <= 0:
+                raise RunTestInputError(f"each run needs scored bars: {runs.label} fold {f} seed {s} counts {n}")
+            out.setdefault(f, {})[s] = float(runs.loss[m].sum() / n)
+    return out
+
+
+def _check_design(a: Runs, b: Runs, min_seeds_per_fold: int) -> None:
+    """Same folds in both arms, enough runs per fold, every run of a fold on the same days."""
+    if a.folds != b.folds:
+        raise RunTestInputError(f"both arms need runs on the same folds: {a.label} has folds {a.folds}, "
+                                f"{b.label} has {b.folds}")
+    if len(a.folds) < 2:
+        raise RunTestInputError(f"the test needs at least 2 folds (its df is folds - 1), got {len(a.folds)}")
+    for runs in (a, b):
+        for f in runs.folds:
+            k = len(runs.seeds_of(f))
+            if k < min_seeds_per_fold:
+                raise RunTestInputError(f"each arm needs at least {min_seeds_per_fold} runs per fold: "
+                                        f"{runs.label} has {k} on fold {f}")
+    for f in a.folds:
+        ref = None
+        for runs in (a, b):
+            for s in runs.seeds_of(f):
+                days = runs.day[(runs.fold == f) & (runs.seed == s)]
+                if ref is None:
+                    ref = (runs.label, s, np.unique(days))
+                if len(np.unique(days)) != len(days) or not np.array_equal(np.unique(days), ref[2]):
+                    raise RunTestInputError(
+                        f"every run of a fold must score the same days, once each: on fold {f}, {runs.label} seed "
+                        f"{s} has {len(days)} rows on {len(np.unique(days))} days, {ref[0]} seed {ref[1]} "
+                        f"{len(ref[2])} days")
+
+
+# ---------------------------------------------------------------------------------------------
+# The primary test
+
+
+@dataclass(frozen=True)
+class VarianceComponents:
+    """The two levels of Var d_f, in (nats per bar)^2.
+
+    between_fold : variance of the true difference B - A from fold to fold (the arm x fold
+        interaction); estimated as what the fold differences spread beyond the seeds, floored at 0.
+    within_fold_seed : variance of one run's mean loss per bar about its (arm, fold) mean (seed to
+        seed, run to run and the days' noise in one run), pooled over arms and folds.
+    seed_df : the degrees of freedom of within_fold_seed (runs minus (arm, fold) cells).
+    """
+
+    between_fold: float
+    within_fold_seed: float
+    seed_df: int
+
+    @property
+    def seed_sd(self) -> float:
+        return math.sqrt(self.within_fold_seed)
+
+
+@dataclass(frozen=True)
+class RunTestResult:
+    """`run_level_test`: arm B minus arm A, in nats per bar (negative: B forecasts better).
+
+    p is two-sided; p_holm is p until `holm_adjust` sets it for a family; the verdict ("better",
+    "no better", "worse": B's loss significantly lower, neither, significantly higher) reads
+    p_holm at alpha. ci is the 1 - alpha interval of the estimate (t with df).
+    """
+
+    arm_a: str
+    arm_b: str
+    estimate: float
+    se: float
+    df: int
+    t: float
+    p: float
+    ci: tuple[float, float]
+    components: VarianceComponents
+    n_runs_a: int
+    n_runs_b: int
+    folds: tuple[int, ...]
+    fold_differences: tuple[float, ...]
+    alpha: float
+    p_holm: float
+    verdict: str
+
+
+def verdict_of(estimate: float, p: float, alpha: float = ALPHA) -> str:
+    """B against A: "better" when B's loss is significantly lower, "worse" when higher."""
+    if not p <= alpha:
+        return "no better"
+    return "better" if estimate < 0 else "worse"
+
+
+def _seed_variance(means: Sequence[dict[int, dict[int, float]]]) -> tuple[float, int]:
+    """(pooled within-(arm, fold) variance of run means, its df); NaN with no df."""
+    ss, df = 0.0, 0
+    for arm in means:
+        for runs in arm.values():
+            x = np.fromiter(runs.values(), float)
+            ss, df = ss + float(((x - x.mean()) ** 2).sum()), df + len(x) - 1
+    return (ss / df if df else math.nan), df
+
+
+def one_sample_t(d: np.ndarray, alpha: float = ALPHA) -> tuple[float, float, int, float, float, tuple[float, float]]:
+    """(mean, se, df, t, two-sided p, 1 - alpha interval) of the one-sample t of `d` against 0."""
+    d = np.asarray(d, np.float64)
+    mean, df = float(d.mean()), len(d) - 1
+    se = float(d.std(ddof=1) / math.sqrt(len(d)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = mean / se if se > 0 else (math.copysign(math.inf, mean) if mean else math.nan)
+    p = float(2 * stats.t.sf(abs(t), df)) if not math.isnan(t) else 1.0
+    half = float(stats.t.ppf(1 - alpha / 2, df) * se)
+    return mean, se, df, float(t), p, (mean - half, mean + half)
+
+
+def run_level_test(a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold: int = 2) -> RunTestResult:
+    """The primary test of question 1: arm B minus arm A over training runs (`RunTestResult`).
+
+    `min_seeds_per_fold` below 2 admits single runs (e.g. one seed against another, for A/A on
+    three seeds); the t is the same, the split of its variance is then NaN where no arm and
+    fold has two runs.
+
+    The design, and why. A claim about *training* at context N must carry the variation of
+    training: two seeds of one N differ by as much as the effects claimed, and a rerun of one seed
+    moves too. A test that treats a seed ensemble's forecasts as fixed and takes its variance from
+    the days alone (the forecast-level Diebold-Mariano) answers "these ensembles' forecasts differ
+    on these days", not "training at N forecasts better". Here each run (fold f, seed s) is
+    summarised by its mean loss per bar over its fold's test bars, m[arm, f, s]. Within a fold both
+    arms score the same bars, so the fold's market (an easy or a hard half-year, the days'
+    volatility) is common to all its runs and cancels in the fold-level difference
+
+        d_f = mean_s m[B, f, s] - mean_s m[A, f, s].
+
+    The seeds are averaged within the fold, not differenced seed by seed: seed s at two N shares
+    its initial weights and window sampling, but nothing says that pairs the runs' outcomes (on the
+    second edition the within-fold correlation of same-seed runs across N ranges from -0.7 to 0.8
+    on 10 df), and averaging needs no assumption either way. Under the nested model
+    m = mu_arm + fold_f + (arm x fold) + run, with run ~ (0, sigma_seed^2) independent across arms,
+
+        Var d_f = sigma_between^2 + sigma_seed^2 (1/S_A + 1/S_B),
+
+    so the spread of the F fold differences carries the seed-to-seed and run-to-run variation, the
+    days' noise left in each run's mean, and whatever makes the benefit of N vary from fold to
+    fold. The test is the one-sample t of the d_f with F - 1 degrees of freedom: exact for normal
+    d_f, whatever the split of the variance (and whatever the correlation of same-seed runs). The
+    split is estimated as a nested ANOVA (sigma_seed^2 pooled from the seeds' spread within each
+    arm and fold; sigma_between^2 what the d_f spread beyond it, floored at 0) and reported for the
+    power (`min_detectable_difference`); the test does not use it. Set aside: a t over the 15
+    (fold, seed) differences with 14 df, which pairs runs by seed label and counts seeds as
+    replicates of the fold effect; a mixed model with fold and seed effects, which estimates the
+    same two components but takes its df from a variance model five folds cannot check; a cluster
+    bootstrap over runs and days, unreliable with five clusters. F - 1 df are few (4 for five
+    folds): the folds are the replicates of "the benefit of N in a market", and more seeds shrink
+    only the seed part of Var d_f.
+    """
+    _check_design(a, b, min_seeds_per_fold)
+    means = run_means(a), run_means(b)
+    folds = a.folds
+    d = np.array([np.mean(list(means[1][f].values())) - np.mean(list(means[0][f].values())) for f in folds])
+    mean, se, df, t, p, ci = one_sample_t(d, alpha)
+    seed_var, seed_df = _seed_variance(means)
+    inv_seeds = np.mean([1 / len(means[0][f]) + 1 / len(means[1][f]) for f in folds])
+    between = max(0.0, float(d.var(ddof=1)) - seed_var * inv_seeds) if seed_df else math.nan
+    return RunTestResult(a.label, b.label, mean, se, df, t, p, ci, VarianceComponents(between, seed_var, seed_df),
+                         sum(map(len, means[0].values())), sum(map(len, means[1].values())), tuple(folds),
+                         tuple(d.tolist()), alpha, p, verdict_of(mean, p, alpha))
+
+
+def holm_adjust(results: Sequence[RunTestResult], alpha: float | None = None) -> list[RunTestResult]:
+    """The results as one Holm family (`tsflash.stats.selection.holm`): p_holm set, verdicts read
+    from it at `alpha` (default: each result's own)."""
+    adjusted = holm([r.p for r in results]) if results else []
+    return [dataclasses.replace(r, p_holm=float(q), alpha=alpha or r.alpha,
+                                verdict=verdict_of(r.estimate, float(q), alpha or r.alpha))
+            for r, q in zip(results, adjusted)]
+
+
+# ---------------------------------------------------------------------------------------------
+# A/A calibration: disjoint seed sets of one arm
+
+
+def seed_splits(seeds: Sequence[int], how: str = "all") -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Disjoint seed sets to compare with each other.
+
+    how : "halves" the first half of the sorted seeds against the rest (0-2 vs 3-5: one split,
+        independent of other datasets' splits); "all" every split into a half (rounded down) and
+        the rest, each once (10 for six seeds); "pairs" every pair of single seeds.
+    """
+    s = sorted(seeds)
+    if how == "halves":
+        return [(tuple(s[:len(s) // 2]), tuple(s[len(s) // 2:]))]
+    if how == "pairs":
+        return [((x,), (y,)) for x, y in itertools.combinations(s, 2)]
+    if how == "all":
+        k = len(s) // 2
+        splits = [(c, tuple(x for x in s if x not in c)) for c in itertools.combinations(s, k)]
+        return [sp for sp in splits if 2 * k < len(s) or s[0] in sp[0]]  # an even split and its mirror once
+    raise RunTestInputError(f"how must be 'halves', 'all' or 'pairs', got {how!r}")
+
+
+class AAComparison(NamedTuple):
+    """One A/A comparison: the seeds of each side and `run_level_test` of B against A."""
+
+    seeds_a: tuple[int, ...]
+    seeds_b: tuple[int, ...]
+    result: RunTestResult
+
+
+def aa_tests(runs: Runs, how: str = "all", *, alpha: float = ALPHA, min_seeds_per_fold: int = 2) -> list[AAComparison]:
+    """`run_level_test` of disjoint seed sets of one arm against each other (`seed_splits`): the
+    true difference is 0, so a calibrated test says "no better" in 1 - alpha of independent pairs.
+    Splits of one pool share runs: count each dataset's splits as one replicate, not many."""
+    seeds = {tuple(runs.seeds_of(f)) for f in runs.folds}
+    if len(seeds) != 1:
+        raise RunTestInputError(f"A/A splits need the same seeds on every fold: {runs.label} has {sorted(seeds)}")
+    out = []
+    for s1, s2 in seed_splits(seeds.pop(), how):
+        a = runs.subset(s1, f"{runs.label} seeds {','.join(map(str, s1))}")
+        b = runs.subset(s2, f"{runs.label} seeds {','.join(map(str, s2))}")
+        out.append(AAComparison(s1, s2, run_level_test(a, b, alpha=alpha, min_seeds_per_fold=min_seeds_per_fold)))
+    return out
+
+
+def binomial_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a rate k / n."""
+    lo = float(stats.beta.ppf((1 - level) / 2, k, n - k + 1)) if k > 0 else 0.0
+    hi = float(stats.beta.ppf(1 - (1 - level) / 2, k + 1, n - k)) if k < n else 1.0
+    return lo, hi
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulated runs
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """Sizes (standard deviations, nats per bar) of what moves a run's daily loss per bar in
+    `simulate_runs`. Defaults: the second edition's log-loss (BTCUSDT 1m; seed sd 0.0027 pooled at
+    N=512 and 4096, day-to-day sd of a run's daily loss 0.05-0.2, of two seeds' daily gap 0.004-0.008)."""
+
+    fold: float = 0.05  # the fold's market, common to all runs of the fold
+    interaction: float = 0.0  # arm x fold: the benefit of B varies from fold to fold (sd of d_f's part)
+    seed: float = 0.0027  # one training run against its arm's mean on the fold
+    day: float = 0.1  # the day's market, common to all runs of the fold
+    run_day: float = 0.006  # one run on one day
+
+    def components(self, n_days: int) -> VarianceComponents:
+        """The VarianceComponents this noise gives runs of `n_days` days (run means include the
+        run-day noise averaged over the days)."""
+        return VarianceComponents(self.interaction ** 2, self.seed ** 2 + self.run_day ** 2 / n_days, 0)
+
+
+def simulate_runs(rng: np.random.Generator, *, difference: float = 0.0, noise: RunNoise = RunNoise(),
+                  n_folds: int = 5, n_seeds: int = 3, n_days: int = 182, bars_per_day: int = 1440,
+                  base: float = 1.0, labels: tuple[str, str] = ("A", "B")) -> tuple[Runs, Runs]:
+    """Two arms' runs (A, B) as per-day loss sums, B's true mean loss per bar `difference` above
+    A's: loss per bar = base + fold + day + arm x fold + run + run x day (`RunNoise`)."""
+    shape = (2, n_folds, n_seeds, n_days)
+    fold = rng.normal(0, noise.fold, (1, n_folds, 1, 1))
+    day = rng.normal(0, noise.day, (1, n_folds, 1, n_days))
+    inter = rng.normal(0, noise.interaction / math.sqrt(2), (2, n_folds, 1, 1))
+    seed = rng.normal(0, noise.seed, (2, n_folds, n_seeds, 1))
+    per_bar = base + fold + day + inter + seed + rng.normal(0, noise.run_day, shape)
+    per_bar[1] += difference
+    f, s, d = (np.broadcast_to(x, shape[1:]).ravel() for x in np.ix_(range(n_folds), range(n_seeds), range(n_days)))
+    count = np.full(f.size, float(bars_per_day))
+    return tuple(Runs(labels[i], f, s, d, per_bar[i].ravel() * bars_per_day, count) for i in range(2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Power
+
+
+def _check_power_design(n_folds: int, n_seeds: int, alpha: float, power: float | None = None) -> None:
+    if n_folds < 2 or n_seeds < 1:
+        raise RunTestInputError(f"power needs at least 2 folds and 1 seed per arm, got {n_folds} folds, "
+                                f"{n_seeds} seeds")
+    if not (0 < alpha < 1) or (power is not None and not alpha < power < 1):
+        raise RunTestInputError(f"need 0 < alpha < power < 1, got alpha {alpha}, power {power}")
+
+
+def fold_difference_sd(components: VarianceComponents, n_seeds: int) -> float:
+    """sd of one fold's difference d_f with `n_seeds` runs per arm."""
+    return math.sqrt(components.between_fold + 2 * components.within_fold_seed / n_seeds)
+
+
+def power_of(difference: float, components: VarianceComponents, n_folds: int, n_seeds: int,
+             alpha: float = ALPHA) -> float:
+    """P(the primary test rejects at alpha) when the true difference is `difference`: the t of
+    F fold differences is noncentral t with F - 1 df and noncentrality difference / se."""
+    _check_power_design(n_folds, n_seeds, alpha)
+    df = n_folds - 1
+    ncp = difference / (fold_difference_sd(components, n_seeds) / math.sqrt(n_folds))
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+
+
+def min_detectable_difference(components: VarianceComponents, n_folds: int, n_seeds: int, alpha: float = ALPHA,
+                              power: float = 0.8) -> float:
+    """The smallest |difference| (nats per bar) the primary test detects with `power` at `alpha`,
+    two-sided, with `n_folds` folds and `n_seeds` runs per arm and fold."""
+    _check_power_design(n_folds, n_seeds, alpha, power)
+    se = fold_difference_sd(components, n_seeds) / math.sqrt(n_folds)
+    if not se > 0:
+        raise RunTestInputError(f"power needs a positive variance, got {components}")
+    short = lambda c: power_of(c * se, components, n_folds, n_seeds, alpha) - power  # noqa: E731
+    hi = 1.0
+    while short(hi) < 0:  # bracket by doubling: nct turns NaN far out (ncp ~ 40), before it is needed
+        hi *= 2
+    return float(optimize.brentq(short, 0.0, hi) * se)
+
+
+# ---------------------------------------------------------------------------------------------
+# PBO's null distribution with few candidates
+
+
+@dataclass(frozen=True, eq=False)
+class PBONull:
+    """PBO (`pbo_cscv`) over `values.size` replicates of iid normal daily returns, K candidates,
+    T days: its mean, quantiles {q: value} and, given an observed PBO, P(PBO >= observed)."""
+
+    n_candidates: int
+    n_days: int
+    n_blocks: int
+    values: np.ndarray
+    mean: float
+    quantiles: dict[float, float]
+    observed: float | None
+    p_at_least: float | None
+
+
+def pbo_null(n_candidates: int, n_days: int, n_blocks: int = 16, *, n_replicates: int = 1000,
+             observed: float | None = None, rng: np.random.Generator | None = None) -> PBONull:
+    """PBO's distribution when no candidate is better than another (iid N(0, 1) returns: the Sharpe
+    ratios, hence PBO, do not depend on the scale). With few candidates the winner's out-of-sample
+    rank takes few values and PBO sits well above 0.5 on noise (about 0.675 for K = 3, T = 911,
+    16 blocks), so a PBO inside this distribution says nothing about overfitting."""
+    if n_replicates < 1:
+        raise RunTestInputError(f"pbo_null needs at least 1 replicate, got {n_replicates}")
+    rng = rng or np.random.default_rng(0)
+    values = np.array([pbo_cscv(rng.standard_normal((n_days, n_candidates)), n_blocks).pbo
+                       for _ in range(n_replicates)])
+    p = None if observed is None else float(np.mean(values >= observed))
+    return PBONull(n_candidates, n_days, n_blocks, values, float(values.mean()),
+                   {q: float(np.quantile(values, q)) for q in PBO_QUANTILES}, observed, p)
