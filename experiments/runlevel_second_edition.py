@@ -39,7 +39,7 @@ from tsflash.stats.runs import (  # noqa: E402
     run_level_test,
     runs_from_table,
 )
-from tsflash.stats.selection import holm  # noqa: E402
+from tsflash.stats.forecasts import holm  # noqa: E402
 
 log = logging.getLogger("runlevel")
 

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from tsflash.errors import UserError
-from tsflash.stats.selection import holm
+from tsflash.stats.forecasts import holm
 from tsflash.stats.runs import (
     RunNoise,
     Runs,

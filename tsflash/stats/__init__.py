@@ -3,7 +3,8 @@ torch): Sharpe ratios and the tests of one, PSR, DSR, MinTRL and the DSR gate's 
 paired forecast comparison by Diebold-Mariano with Newey-West variance and Holm's adjustment, and
 question 1's "better / no better / worse" rule (`forecasts`); the probability of backtest
 overfitting by CSCV and the effective number of trials (`pbo`); and the DSR and PBO gates with a
-sweep's selection from its trial ledger (`gate`). Bad input raises `SelectionInputError`, a
+sweep's selection from its trial ledger (`gate`); and question 1 over training runs, with its A/A
+calibration, power and PBO's null for few candidates (`runs`). Bad input raises `SelectionInputError`, a
 `tsflash.errors.UserError` and a `ValueError`. The names below are re-exported eagerly (the
 package is light; `tsflash.config` imports its defaults); the Sharpe ratio itself is
 `tsflash.stats.sharpe.sharpe`, since the package's `sharpe` is its module.
@@ -22,6 +23,14 @@ from tsflash.stats.gate import (
     select_run,
 )
 from tsflash.stats.pbo import CSCV_BLOCKS, MAX_PBO, EffectiveTrials, PBOResult, effective_trials, pbo_cscv
+from tsflash.stats.runs import (
+    RunTestResult,
+    Runs,
+    aa_tests,
+    min_detectable_difference,
+    pbo_null,
+    run_level_test,
+)
 from tsflash.stats.sharpe import (
     DSR_CONFIDENCE,
     PERIODS_PER_YEAR,
@@ -37,6 +46,12 @@ from tsflash.stats.sharpe import (
 )
 
 __all__ = [
+    "RunTestResult",
+    "Runs",
+    "aa_tests",
+    "min_detectable_difference",
+    "pbo_null",
+    "run_level_test",
     "ALPHA",
     "CSCV_BLOCKS",
     "DMResult",

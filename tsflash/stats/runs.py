@@ -17,9 +17,9 @@ import numpy as np
 from scipy import optimize, stats
 
 from tsflash.errors import UserError
-from tsflash.stats.selection import holm, pbo_cscv
+from tsflash.stats.forecasts import ALPHA, holm
+from tsflash.stats.pbo import CSCV_BLOCKS, pbo_cscv
 
-ALPHA = 0.05
 SEED_PREFIX = "seed"  # the loss table's member names of single runs ("seed0"); the rest are ensembles
 VERDICTS = ("better", "no better", "worse")  # B against A: B's loss significantly lower / neither / higher
 PBO_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
@@ -273,7 +273,7 @@ def run_level_test(a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold
 
 
 def holm_adjust(results: Sequence[RunTestResult], alpha: float | None = None) -> list[RunTestResult]:
-    """The results as one Holm family (`tsflash.stats.selection.holm`): p_holm set, verdicts read
+    """The results as one Holm family (`tsflash.stats.forecasts.holm`): p_holm set, verdicts read
     from it at `alpha` (default: each result's own)."""
     adjusted = holm([r.p for r in results]) if results else []
     return [dataclasses.replace(r, p_holm=float(q), alpha=alpha or r.alpha,
@@ -435,7 +435,7 @@ class PBONull:
     p_at_least: float | None
 
 
-def pbo_null(n_candidates: int, n_days: int, n_blocks: int = 16, *, n_replicates: int = 1000,
+def pbo_null(n_candidates: int, n_days: int, n_blocks: int = CSCV_BLOCKS, *, n_replicates: int = 1000,
              observed: float | None = None, rng: np.random.Generator | None = None) -> PBONull:
     """PBO's distribution when no candidate is better than another (iid N(0, 1) returns: the Sharpe
     ratios, hence PBO, do not depend on the scale). With few candidates the winner's out-of-sample
