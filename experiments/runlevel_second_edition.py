@@ -9,7 +9,12 @@ run-level test detects at 3 and 6 seeds, and PBO's null distribution for the can
 days at hand. The controls (random walk, long memory) are in by default as a second A/A market
 and a positive check.
 
-    python experiments/runlevel_second_edition.py --out /tmp/runlevel.md
+With the A/A replicate (reports/controls/aa/btc-seeds345: the second edition's config, unchanged
+but for seeds 3-5, trained on the H200), the A/A check is exact: seeds 0-2 against seeds 3-5 of
+each N (disjoint training runs on the same folds), beside the ensemble DM of the two seed
+ensembles; and question 1 over all six seeds.
+
+    python experiments/runlevel_second_edition.py --out reports/controls/aa/summary.md
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ RUNS = {  # name -> run folder (relative to the repository)
     "random walk (control)": "reports/controls/protocol/random-walk",
     "long memory (positive control)": "reports/controls/protocol/long-memory",
 }
+# name of a run in RUNS -> its A/A replicate: the same config but for disjoint seeds
+REPLICATES = {"second edition (BTCUSDT)": "reports/controls/aa/btc-seeds345"}
 SCORE_NAMES = {"log_loss": "log-loss", "direction": "direction score"}
 
 
@@ -83,6 +90,25 @@ def _as_ensembles(table: dict, members: list[tuple[str, str]]) -> dict:
     out["series"] = np.array([f"{s}/{m}" for s, m in zip(out["series"], out["member"])], dtype=object)
     out["member"] = np.full(keep.sum(), ENSEMBLE, dtype=object)
     return out
+
+
+def pooled(a: Runs, b: Runs) -> Runs:
+    """The runs of two folders of one arm as one arm (their seeds must be disjoint)."""
+    if set(a.seed.tolist()) & set(b.seed.tolist()):
+        raise SystemExit(f"{a.label}: the replicate's seeds overlap the run's: {sorted(set(a.seed) & set(b.seed))}")
+    cat = lambda x, y: np.concatenate([x, y])  # noqa: E731
+    return Runs(a.label, cat(a.fold, b.fold), cat(a.seed, b.seed), cat(a.day, b.day), cat(a.loss, b.loss),
+                cat(a.count, b.count))
+
+
+def ensembles_of(run: Run, replicate: Run, key: str) -> dict:
+    """A loss table holding the two folders' seed ensembles of `key` as series "key/run", "key/replicate"."""
+    parts = []
+    for name, r in (("run", run), ("replicate", replicate)):
+        t = _as_ensembles(r.table, [(key, ENSEMBLE)])
+        t["series"] = np.full(len(t["day"]), f"{key}/{name}", dtype=object)
+        parts.append(t)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def _pbo_of(path: Path) -> float | None:
@@ -152,6 +178,63 @@ def aa_section(runs: dict[str, Run]) -> list[str]:
     return lines + [""]
 
 
+def replicate_section(name: str, run: Run, replicate: Run, alpha: float = 0.05) -> tuple[list[str], dict]:
+    """A/A with disjoint training runs: seeds of the run against the replicate's, per N and score;
+    the run-level test (pre-registered split: the run's seeds against the replicate's) beside the
+    ensemble DM of the two seed ensembles; then all 3-against-3 splits of the six seeds (10 per N,
+    sharing runs: indicative). Returns the lines and the counts for the summary."""
+    lines = [f"### A/A on {name}: seeds {_seeds(run)} against seeds {_seeds(replicate)} of the same N", "",
+             "Disjoint training runs of the same config on the same folds and test days: the true difference is 0. "
+             "Run-level: `tsflash.stats.runs.run_level_test` (t over the fold means, df = folds - 1). "
+             "DM: the report's test of the two seed ensembles' forecasts (|z| > 1.96).", "",
+             "| N | score | run-level difference | 95 % interval | p | verdict | ensemble DM difference | DM z | "
+             "DM says | all 3-v-3 splits rejecting (run-level) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    counts = {"rl": 0, "dm": 0, "n": 0, "splits": 0, "splits_rejecting": 0}
+    for score in SCORES:
+        for key in run.keys:
+            r = run_level_test(run.runs(key, score), replicate.runs(key, score), alpha=alpha)
+            dm = paired(ensembles_of(run, replicate, key), f"{key}/replicate", f"{key}/run", score, run.horizon,
+                        run.per_day, [])
+            splits = aa_tests(pooled(run.runs(key, score), replicate.runs(key, score)), "all", alpha=alpha)
+            k_split = sum(c.result.p <= alpha for c in splits)
+            dm_rejects = abs(dm.statistic) > 1.96
+            counts["n"] += 1
+            counts["rl"] += r.p <= alpha
+            counts["dm"] += dm_rejects
+            counts["splits"] += len(splits)
+            counts["splits_rejecting"] += k_split
+            lines.append(f"| {run.n[key]} | {SCORE_NAMES[score]} | {_f(r.estimate)} | [{_f(r.ci[0])}, {_f(r.ci[1])}] "
+                         f"| {_p(r.p)} | {'differ' if r.p <= alpha else 'no difference'} | {_f(dm.mean_diff)} | "
+                         f"{dm.statistic:+.2f} | {'differ' if dm_rejects else 'no difference'} | "
+                         f"{k_split} of {len(splits)} |")
+    lo, hi = binomial_interval(counts["n"] - counts["rl"], counts["n"])
+    lines += ["", f"Run-level test: {counts['n'] - counts['rl']} of {counts['n']} comparisons say \"no difference\" "
+              f"(exact 95 % interval of the rate [{lo:.2f}, {hi:.2f}]); the ensemble DM: "
+              f"{counts['n'] - counts['dm']} of {counts['n']}. All 3-against-3 splits: {counts['splits_rejecting']} of "
+              f"{counts['splits']} reject (they share runs, so this rate has no exact interval).", ""]
+    return lines, counts
+
+
+def six_seed_section(name: str, run: Run, replicate: Run) -> list[str]:
+    """Question 1 over all six seeds (the run's and the replicate's), Holm over the four rows."""
+    shortest = run.keys[0]
+    pairs = [(score, key) for score in SCORES for key in run.keys[1:]]
+    both = lambda key, s: pooled(run.runs(key, s), replicate.runs(key, s))  # noqa: E731
+    results = holm_adjust([run_level_test(both(shortest, s), both(k, s)) for s, k in pairs])
+    lines = [f"### {name}: longer N minus N={run.n[shortest]} over six seeds per N", "",
+             "| comparison | score | runs (A, B) | difference per bar | 95 % interval | p | Holm p | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (score, _), r in zip(pairs, results):
+        lines.append(f"| {r.arm_b} - {r.arm_a} | {SCORE_NAMES[score]} | {r.n_runs_a}, {r.n_runs_b} | "
+                     f"{_f(r.estimate)} | [{_f(r.ci[0])}, {_f(r.ci[1])}] | {_p(r.p)} | {_p(r.p_holm)} | {r.verdict} |")
+    return lines + [""]
+
+
+def _seeds(run: Run) -> str:
+    seeds = sorted({int(m.removeprefix("seed")) for m in run.table["member"].astype(str) if m.startswith("seed")})
+    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ",".join(map(str, seeds))
+
+
 def power_section(results: list[tuple[str, object]]) -> list[str]:
     lines = ["### Power of the run-level test (80 % at alpha 0.05, two-sided, 5 folds)", "",
              "From each comparison's measured variance components (seed variance pooled over both arms and the "
@@ -179,7 +262,7 @@ def pbo_section(observed: float | None, n_candidates: int, n_days: int, replicat
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("/tmp/runlevel.md"), help="where the Markdown goes")
+    ap.add_argument("--out", type=Path, default=Path("runs/runlevel.md"), help="where the Markdown goes")
     ap.add_argument("--replicates", type=int, default=1000, help="PBO null replicates")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -191,10 +274,15 @@ def main(argv: list[str] | None = None) -> int:
         first = first or results
     lines += power_section(first)
     lines += aa_section({k: v for k, v in runs.items() if "positive" not in k})
+    for name, path in REPLICATES.items():
+        if (REPO / path).exists():
+            section, _ = replicate_section(name, runs[name], Run(REPO / path))
+            lines += section + six_seed_section(name, runs[name], Run(REPO / path))
     main_run = next(iter(runs.values()))
     n_days = len(np.unique(main_run.table["day"]))
     lines += pbo_section(main_run.pbo, len(main_run.keys), n_days, args.replicates)
     text = "\n".join(lines)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     log.info("wrote %s", args.out)
     print(text)
