@@ -21,6 +21,7 @@ from tsflash.commands.options import parse_lengths
 from tsflash.config import load_config
 from tsflash.engine import contiguous_runs, split_validation
 from tsflash.intervals import INTERVAL_US, bars_per_day
+from tsflash.report.markdown import markdown_table
 from tsflash.dataset.splits import WalkForward
 from tsflash.data.store import load_bars
 from tsflash.dataset.windows import BalancedWindows, fit_pieces, range_coverage, segment_ids, window_starts
@@ -49,8 +50,7 @@ def main(argv=None) -> int:
                              purge=cfg.purge).split(len(bars)))
     print(f"{cfg.data.start}..{cfg.data.end}, {len(bars):,} bars, {int(seg.max())} long gaps; val_days "
           f"{cfg.splits.val_days}; weight = expected share of draws scoring a bar / mean over the fold's fit bars\n")
-    print("| fold | fit bars | N | sampler | never scored | min weight | max weight | last 7 days | last 30 days |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for k in map(int, args.folds.split(",")):
         fit_idx, _ = split_validation(folds[k][0], cfg.splits.val_days * per_day, cfg.purge)
         runs = contiguous_runs(fit_idx)
@@ -58,8 +58,10 @@ def main(argv=None) -> int:
             for scheme in ("uniform starts", "balanced"):
                 w = weights(scheme, runs, seg, n)[fit_idx]
                 w = w / w.mean()
-                print(f"| {k} | {len(fit_idx):,} | {n} | {scheme} | {np.mean(w == 0):.2%} | {w.min():.3f} | "
-                      f"{w.max():.3f} | {w[-7 * per_day:].mean():.3f} | {w[-30 * per_day:].mean():.3f} |")
+                rows.append([k, f"{len(fit_idx):,}", n, scheme, f"{np.mean(w == 0):.2%}", f"{w.min():.3f}",
+                             f"{w.max():.3f}", f"{w[-7 * per_day:].mean():.3f}", f"{w[-30 * per_day:].mean():.3f}"])
+    print(markdown_table(["fold", "fit bars", "N", "sampler", "never scored", "min weight", "max weight",
+                          "last 7 days", "last 30 days"], rows))
     return 0
 
 

@@ -24,6 +24,7 @@ from tsflash import atomic
 from tsflash.commands.options import parse_lengths, parse_overrides
 from tsflash.config import merge_overrides
 from tsflash.engine import fold_data, prepare, run_fold
+from tsflash.report.markdown import markdown_table
 from tsflash.sweep.plan import SweepOptions, resolve_config
 from tsflash.data.store import load_bars
 
@@ -71,9 +72,9 @@ def main(argv=None) -> int:
             atomic.write_json(args.out, runs)
             print(f"N={n} lr={lr:g}: best val {c['best_val_loss']:.5f} at step {c['best_step']}, "
                   f"test log-loss {r.metrics['log_loss']:.5f} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    print("\n| N | lr | best val loss | best step | test log-loss |\n|---|---|---|---|---|")
-    for r in sorted(runs, key=lambda r: (r["n"], r["lr"])):
-        print(f"| {r['n']} | {r['lr']:g} | {r['best_val_loss']:.5f} | {r['best_step']} | {r['test_log_loss']:.5f} |")
+    rows = [[r["n"], f"{r['lr']:g}", f"{r['best_val_loss']:.5f}", f"{r['best_step']}", f"{r['test_log_loss']:.5f}"]
+            for r in sorted(runs, key=lambda r: (r["n"], r["lr"]))]
+    print("\n" + markdown_table(["N", "lr", "best val loss", "best step", "test log-loss"], rows))
     return 0
 
 

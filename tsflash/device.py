@@ -10,7 +10,6 @@ import os
 import platform
 import resource
 import sys
-import threading
 
 import torch
 
@@ -98,59 +97,89 @@ def reset_peak_memory(device: torch.device | str) -> None:
 
 def peak_memory_bytes(device: torch.device | str) -> int:
     """Peak memory in bytes: on CUDA the allocator's maximum since `reset_peak_memory` (exact);
-    on CPU the process's peak resident set (ru_maxrss: process-wide and never reset, so an upper
-    bound for whatever ran since the process started)."""
+    on CPU `process_peak_bytes`, the job's peak resident set (never reset by
+    `reset_peak_memory`, so an upper bound for whatever ran since the process started)."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return process_peak_bytes()
+
+
+def process_peak_bytes() -> int:
+    """The job's peak memory on CPU, in bytes: the largest resident set (pages held in RAM) that
+    this process, or any child process it has waited for, has had. The one CPU peak-memory rule:
+    the engine's `peak_memory_bytes` per cell and `PeakMemory`'s growth of a block read it.
+
+    Why this measure: the resident set, not heap bytes or address space, is what the machine had
+    to hold for the job (torch's tensors, Python, the data, the libraries), and what an
+    out-of-memory killer counts; the kernel keeps its high-water mark, so no short spike is
+    missed, as a sampler can miss one. This process: Linux's VmHWM, the count ru_maxrss reports
+    without the maximum Linux carries over an exec (which charges a process started by a large
+    one with its parent's memory); ru_maxrss elsewhere. Children (spawned sweep workers, compile
+    workers): RUSAGE_CHILDREN's ru_maxrss, the largest child's. The larger of the two, not their
+    sum: a child's count starts with the pages it shares with its parent, which a sum would
+    count twice. Since the process started, or since a `PeakMemory` block reset the mark.
+    """
+    return max(_own_peak_bytes(), _maxrss_bytes(resource.RUSAGE_CHILDREN))
+
+
+def _own_peak_bytes() -> int:
+    return _status_bytes("VmHWM") or _maxrss_bytes(resource.RUSAGE_SELF)
+
+
+def _maxrss_bytes(who: int) -> int:
+    rss = resource.getrusage(who).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _status_bytes(field: str) -> int | None:
+    """A size ("VmHWM", "VmRSS") from /proc/self/status in bytes; None where there is none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return None
 
 
-def _mallinfo_probe():
-    """glibc's mallinfo2: bytes currently allocated by malloc (arenas + mmapped), or None."""
+def _reset_own_peak() -> bool:
+    """Start this process's resident-set high-water mark again from its current size (Linux:
+    /proc/self/clear_refs, "5"); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _malloc_trim_probe():
+    """glibc's malloc_trim, or None: it hands the heap's free pages back to the system."""
     import ctypes
 
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in
-                    "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-
     try:
-        fn = ctypes.CDLL("libc.so.6").mallinfo2
+        return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None
-    fn.restype = MallInfo2
-
-    def in_use() -> int:
-        info = fn()
-        return info.uordblks + info.hblkhd
-
-    return in_use
 
 
-_MALLOC_IN_USE = _mallinfo_probe()
-
-
-def cpu_bytes_in_use() -> tuple[int, str]:
-    """Heap bytes in use (glibc mallinfo2) where available, else the resident set size."""
-    if _MALLOC_IN_USE is not None:
-        return _MALLOC_IN_USE(), "malloc"
-    return _rss_bytes(), "rss"
+_MALLOC_TRIM = _malloc_trim_probe()
 
 
 class PeakMemory:
     """Peak memory of a block: `peak_extra_bytes` above what was in use when it began, and on
     CUDA also the total `peak_bytes` (`peak_memory_bytes` after `reset_peak_memory`).
 
-    CUDA: allocator statistics (exact). CPU: bytes in use from glibc's mallinfo2 (or, elsewhere,
-    the resident set) sampled every ~0.2 ms by a thread (torch ops release the GIL); it can miss
-    a very short spike but does not over-count, and `peak_bytes` stays None. Measure after a
-    warm-up call: first calls allocate thread pools and caches.
+    CUDA: allocator statistics (exact). CPU: the rule of `process_peak_bytes` for this process,
+    over the block: the heap's free pages are handed back first (glibc's malloc_trim), so what
+    the block allocates has to come into RAM, the high-water mark is reset to the resident set
+    (Linux), and `peak_extra_bytes` is the mark at the end minus the resident set at the start
+    (page-granular; it counts what the block touched, not what it reserved). `peak_bytes` stays
+    None: the process's total says little about one call. Where the mark cannot be reset, the
+    growth of the process's peak instead (0 unless the block sets a new one; `source` says so).
+    Measure after a warm-up call: first calls allocate thread pools and caches.
 
         with PeakMemory(device) as mem:
             step()
@@ -169,17 +198,12 @@ class PeakMemory:
             reset_peak_memory(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
         else:
-            self._base, self.source = cpu_bytes_in_use()
-            self._peak = self._base
-            self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
+            if _MALLOC_TRIM is not None:
+                _MALLOC_TRIM(0)
+            reset = _reset_own_peak()
+            self.source = "rss high-water" if reset else "process peak rss (not reset)"
+            self._base = _status_bytes("VmRSS") if reset else _own_peak_bytes()
         return self
-
-    def _sample(self):
-        while not self._stop.is_set():
-            self._peak = max(self._peak, cpu_bytes_in_use()[0])
-            self._stop.wait(0.0002)
 
     def __exit__(self, *exc):
         if self.device.type == "cuda":
@@ -187,8 +211,5 @@ class PeakMemory:
             self.peak_bytes = peak_memory_bytes(self.device)
             self.peak_extra_bytes = self.peak_bytes - self._base
         else:
-            self._stop.set()
-            self._thread.join()
-            self._peak = max(self._peak, cpu_bytes_in_use()[0])
-            self.peak_extra_bytes = self._peak - self._base
+            self.peak_extra_bytes = max(_own_peak_bytes() - self._base, 0)
         return False

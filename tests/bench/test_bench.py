@@ -1,10 +1,14 @@
-"""tsflash.bench.tables and `tsflash bench ...` on tiny CPU sizes: outputs, formulas, OOM handling."""
+"""The benchmarks (tsflash.bench) and `tsflash bench ...` on tiny CPU sizes: outputs, formulas, OOM handling."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+import subprocess
+import sys
+import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +16,8 @@ import torch
 
 from tsflash.model import attention as attn
 from tsflash import device, engine
-from tsflash.bench import tables as bench
+from tsflash.bench import attention as attention_bench
+from tsflash.bench import common, precision, tables, trainstep
 from tsflash.model import flops
 from tsflash.cli import main
 from tsflash.commands.options import parse_lengths
@@ -32,18 +37,18 @@ def test_lengths_follow_the_one_rule():
     with pytest.raises(UserError, match=r"^--lengths: every length must be an integer \(a power of two >= 2\), got 'x'$"):
         parse_lengths("64,x")
     with pytest.raises(UserError, match=r"^bench precision: lengths: every length must be a power of two >= 2, got 48$"):
-        bench.bench_precision([48], CPU)
+        precision.bench_precision([48], CPU)
     with pytest.raises(UserError, match=r"^bench attention: give at least one length, got none$"):
-        bench.bench_attention([], CPU)
+        attention_bench.bench_attention([], CPU)
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: bench.bench_train([16], CPU, steps=0), "bench train: steps must be a number >= 1, got 0"),
-    (lambda: bench.bench_train([16], CPU, warmup=-1), "bench train: warmup must be a number >= 0, got -1"),
-    (lambda: bench.bench_train([16], CPU, n_layers=0), "bench train: n_layers must be a number >= 1, got 0"),
-    (lambda: bench.bench_attention([16], CPU, min_time=-0.5), "bench attention: min_time must be a number >= 0, got -0.5"),
-    (lambda: bench.bench_attention([16], CPU, batch=0), "bench attention: batch must be a number >= 1, got 0"),
-    (lambda: bench.bench_precision([16], CPU, heads=True), "bench precision: heads must be a number >= 1, got True"),
+    (lambda: trainstep.bench_train([16], CPU, steps=0), "bench train: steps must be a number >= 1, got 0"),
+    (lambda: trainstep.bench_train([16], CPU, warmup=-1), "bench train: warmup must be a number >= 0, got -1"),
+    (lambda: trainstep.bench_train([16], CPU, n_layers=0), "bench train: n_layers must be a number >= 1, got 0"),
+    (lambda: attention_bench.bench_attention([16], CPU, min_time=-0.5), "bench attention: min_time must be a number >= 0, got -0.5"),
+    (lambda: attention_bench.bench_attention([16], CPU, batch=0), "bench attention: batch must be a number >= 1, got 0"),
+    (lambda: precision.bench_precision([16], CPU, heads=True), "bench precision: heads must be a number >= 1, got True"),
 ])
 def test_bad_benchmark_arguments_are_user_errors(call, message):
     with pytest.raises(UserError, match="^" + re.escape(message) + "$"):
@@ -60,7 +65,7 @@ def test_chunked_float64_reference_equals_plain_attention():
 def test_relative_errors():
     ref = torch.tensor([3.0, -4.0], dtype=torch.float64)
     out = torch.tensor([3.0, -3.5])
-    errors = bench.relative_errors(out, ref)
+    errors = precision.relative_errors(out, ref)
     assert errors["max_rel"] == pytest.approx(0.5 / 4.0)
     assert errors["fro_rel"] == pytest.approx(0.5 / 5.0)
 
@@ -82,13 +87,13 @@ def test_crossover_is_the_first_n_from_which_fused_always_wins():
         return {"backend": b, "n": n, "fwdbwd_s": t, "status": status}
 
     rows = [row("flash", 64, 2.0), row("flash", 128, 1.0), row("flash", 256, 3.0), row("flash", 512, 9.0),
-            row(bench.PLAIN, 64, 1.0), row(bench.PLAIN, 128, 2.0), row(bench.PLAIN, 256, 2.5),
-            row(bench.PLAIN, 512, None, "oom")]
-    assert bench.crossover(rows, "flash") == 512  # loses at 256, so the win at 128 does not count
+            row(attention_bench.PLAIN, 64, 1.0), row(attention_bench.PLAIN, 128, 2.0), row(attention_bench.PLAIN, 256, 2.5),
+            row(attention_bench.PLAIN, 512, None, "oom")]
+    assert attention_bench.crossover(rows, "flash") == 512  # loses at 256, so the win at 128 does not count
     rows[2]["fwdbwd_s"] = 2.0
-    assert bench.crossover(rows, "flash") == 128
+    assert attention_bench.crossover(rows, "flash") == 128
     rows[3]["status"] = "oom"  # fused failing at the largest N: it never reliably wins
-    assert bench.crossover(rows, "flash") is None
+    assert attention_bench.crossover(rows, "flash") is None
 
 
 def test_cpu_peak_memory_sees_a_transient_allocation():
@@ -101,17 +106,45 @@ def test_cpu_peak_memory_sees_a_transient_allocation():
     assert idle.peak_extra_bytes < 8 * 2**20
 
 
+PEAK_PROBE = textwrap.dedent(
+    """
+    import json, subprocess, sys
+    from tsflash import device
+    child = subprocess.run([sys.executable, "-c", "b = b'x' * (512 * 2**20)"])  # 512 MiB, touched
+    print(json.dumps({"job": device.process_peak_bytes(), "cpu": device.peak_memory_bytes("cpu"),
+                      "own": device._own_peak_bytes(), "rc": child.returncode}))
+    """
+)
+
+
+def test_the_jobs_cpu_peak_is_the_largest_resident_set_of_the_process_or_a_child():
+    """One CPU peak-memory rule (`tsflash.device.process_peak_bytes`), the engine's per cell too: a
+    child's peak counts (the larger of the two, not the sum), in a fresh small process."""
+    out = subprocess.run([sys.executable, "-c", PEAK_PROBE], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    peak = json.loads(out.stdout.strip().splitlines()[-1])
+    assert peak["rc"] == 0 and peak["own"] < 512 * 2**20  # torch imported, no more
+    assert 512 * 2**20 <= peak["job"] == peak["cpu"] < peak["own"] + 512 * 2**20 + 64 * 2**20
+    assert device.peak_memory_bytes(CPU) >= device._status_bytes("VmRSS")  # never below what is held now
+
+
+def test_time_call_is_the_median_of_a_library_timer():
+    assert common.time_call(lambda: time.sleep(0.002), CPU, min_time=0.05) == pytest.approx(0.002, abs=0.0015)
+    ceiling = common.matmul_ceiling(CPU, 64, min_time=0.01)  # FLOP/s of a 64^3 float32 product
+    assert 1e6 < ceiling < 1e13
+
+
 def test_out_of_memory_is_recorded_not_raised(monkeypatch):
     def oom(*_):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
 
     monkeypatch.setattr(attn, "materialised_attention", oom)
-    row = bench.measure_attention(bench.PLAIN, 32, 1, 1, 8, torch.float32, CPU, min_time=0.0)
+    row = attention_bench.measure_attention(attention_bench.PLAIN, 32, 1, 1, 8, torch.float32, CPU, min_time=0.0)
     assert row["status"] == "oom" and "Tried to allocate" in row["error"]
 
 
 def test_unsupported_backend_is_recorded():
-    row = bench.measure_attention("cudnn", 32, 1, 1, 8, torch.float32, CPU, min_time=0.0)
+    row = attention_bench.measure_attention("cudnn", 32, 1, 1, 8, torch.float32, CPU, min_time=0.0)
     assert row["status"] == "unsupported" and "exists only on CUDA" in row["error"]
 
 
@@ -133,7 +166,7 @@ def test_bench_precision_with_a_saved_model(tmp_path):
     from tsflash import CausalTransformer, ModelConfig
 
     path = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2)).save(tmp_path / "m.pt")
-    result = bench.bench_precision([32], CPU, model_path=path, heads=2, head_dim=8)
+    result = precision.bench_precision([32], CPU, model_path=path, heads=2, head_dim=8)
     assert result["settings"]["n_params"] == CausalTransformer.load(path).n_params()
     assert result["rows"][0]["status"] == "ok"
 
@@ -146,10 +179,10 @@ def test_bench_attention_cli_writes_json_png_and_records_skips(tmp_path, capsys)
     png = (tmp_path / "attention.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     rows = {(r["backend"], r["n"]): r for r in result["rows"]}
-    assert set(rows) == {(b, n) for b in ("flash", bench.PLAIN) for n in (16, 64, 256)}
+    assert set(rows) == {(b, n) for b in ("flash", attention_bench.PLAIN) for n in (16, 64, 256)}
     assert rows[("flash", 64)]["batch"] == 8
     # 256 x 256 scores x batch 2 x 2 heads x 4 bytes = 1 MiB > the 0.0001 GiB cap
-    assert rows[(bench.PLAIN, 256)]["status"] == "skipped" and "cap" in rows[(bench.PLAIN, 256)]["error"]
+    assert rows[(attention_bench.PLAIN, 256)]["status"] == "skipped" and "cap" in rows[(attention_bench.PLAIN, 256)]["error"]
     ok = rows[("flash", 256)]
     assert ok["status"] == "ok" and ok["fwd_s"] > 0 and ok["fwdbwd_s"] > 0 and ok["peak_extra_bytes"] >= 0
     assert ok["fwdbwd_tflops"] == pytest.approx(3 * flops.attention_forward_flops(2, 2, 256, 8) / ok["fwdbwd_s"] / 1e12)
@@ -202,7 +235,7 @@ def test_bench_train_cli_writes_json(tmp_path, capsys):
     ("aten::gelu_backward", "other"),
 ])
 def test_kernel_kind(name, kind):
-    assert bench.kernel_kind(name) == kind
+    assert trainstep.kernel_kind(name) == kind
 
 
 def test_bench_train_profile_says_where_the_step_goes(tmp_path, capsys):
@@ -216,7 +249,7 @@ def test_bench_train_profile_says_where_the_step_goes(tmp_path, capsys):
     assert set(prof["ms"]) == {"attention", "matmul", "optimizer", "fused element-wise", "other"}
     assert prof["ms"]["attention"] > 0 and prof["ms"]["matmul"] > 0 and prof["ms"]["optimizer"] > 0
     assert prof["busy_ms"] == pytest.approx(sum(prof["ms"].values())) == pytest.approx(sum(prof["kernels"].values()))
-    assert prof["ms"] == bench.step_kinds(prof["kernels"])
+    assert prof["ms"] == trainstep.step_kinds(prof["kernels"])
     assert prof["idle_ms"] is None  # no device to wait: CPU operators' own time
     assert list(prof["kernels"].values()) == sorted(prof["kernels"].values(), reverse=True)
     out = capsys.readouterr().out
@@ -241,14 +274,14 @@ def test_inductor_bandwidth_profile_is_read_from_torchs_own_output(tmp_path):
     graph("backward.py", [(0.3, 1.0, 3333.3, "triton_poi_fused_gelu_backward_9")])
     graph("forward.py", [(9.0, 9.0, 1000.0, "triton_poi_fused_gelu_8")])  # the next step: not counted
     th.start_graph()
-    parsed = bench.parse_inductor_bandwidth(out.read_text())
+    parsed = trainstep.parse_inductor_bandwidth(out.read_text())
     assert parsed["graphs"] == 2
     assert parsed["gb"] == pytest.approx(2.3) and parsed["ms"] == pytest.approx(0.7)
     assert parsed["kernels"] == {"triton_poi_fused_gelu_backward_9": {"calls": 1, "gb": 1.0, "ms": 0.3},
                                  "triton_poi_fused_gelu_8": {"calls": 1, "gb": 0.5, "ms": 0.2},
                                  "triton_per_fused_rms_norm_1": {"calls": 2, "gb": 0.8, "ms": 0.2}}
     assert list(parsed["kernels"])[0] == "triton_poi_fused_gelu_backward_9"  # the most time first
-    assert bench.parse_inductor_bandwidth("") == {"graphs": 0, "gb": 0.0, "ms": 0.0, "kernels": {}}
+    assert trainstep.parse_inductor_bandwidth("") == {"graphs": 0, "gb": 0.0, "ms": 0.0, "kernels": {}}
 
 
 def test_bandwidth_markdown_puts_the_element_wise_bytes_at_the_copy_ceiling():
@@ -262,13 +295,13 @@ def test_bandwidth_markdown_puts_the_element_wise_bytes_at_the_copy_ceiling():
         "triton_poi_fused_gelu_8": {"calls": 4, "gb": 6.0, "ms": 2.0},
         "triton_poi_fused_cat_mul_slice_4": {"calls": 4, "gb": 2.0, "ms": 0.25}}}
     result["ceiling"]["copy_gbs"] = 4000.0
-    assert bench.element_wise_floor_ms(row["bandwidth"], 4000.0) == pytest.approx(1.75)
-    text = bench.bandwidth_markdown({"default": result})
+    assert trainstep.element_wise_floor_ms(row["bandwidth"], 4000.0) == pytest.approx(1.75)
+    text = trainstep.bandwidth_markdown({"default": result})
     assert "| default | 512 | 8.00 | 4.00 | 1.75 | 1.75 | 10.00 | 7.75 | 38.7% |" in text  # 7 GB counted, capped, in 4 ms
     assert "Copy ceiling 4.00 TB/s" in text
-    assert "The fused element-wise work against the memory bandwidth" in bench.mfu_markdown({"default": result})
+    assert "The fused element-wise work against the memory bandwidth" in tables.mfu_markdown({"default": result})
     del row["bandwidth"]
-    assert bench.bandwidth_markdown({"default": result}) == ""
+    assert trainstep.bandwidth_markdown({"default": result}) == ""
 
 
 def test_bench_train_bandwidth_needs_compile_and_is_empty_where_nothing_compiles(tmp_path, capsys):
@@ -301,17 +334,17 @@ def test_the_bandwidth_pass_keeps_only_whole_steps_of_rows_that_ran(monkeypatch)
             return {"status": status}
         return step
 
-    monkeypatch.setattr(bench.fastpath, "eager_reason", lambda device: None)
+    monkeypatch.setattr(trainstep.fastpath, "eager_reason", lambda device: None)
     for graphs, status, gb in ((["fwd.py"], "ok", None), (["fwd.py", "bwd.py"], "oom", None), (["fwd.py", "bwd.py"], "ok", 0.8)):
-        monkeypatch.setattr(bench, "measure_train_step", fake_step(graphs, status))
-        got = bench.measure_inductor_bandwidth(None, 16, 2, CPU, 0)
+        monkeypatch.setattr(trainstep, "measure_train_step", fake_step(graphs, status))
+        got = trainstep.measure_inductor_bandwidth(None, 16, 2, CPU, 0)
         assert (got and got["gb"]) == (gb and pytest.approx(gb)), (graphs, status, got)
 
     passes = []
-    monkeypatch.setattr(bench, "measure_train_step", lambda config, n, *a, **k: {
+    monkeypatch.setattr(trainstep, "measure_train_step", lambda config, n, *a, **k: {
         "n": n, "batch": 128 // n, "status": "oom" if n == 64 else "ok", "step_s": 0.01, "n_params": 10})
-    monkeypatch.setattr(bench, "measure_inductor_bandwidth", lambda config, n, *a: passes.append(n))
-    result = bench.bench_train([16, 64], CPU, tokens_per_step=128, d_model=16, n_layers=1, n_heads=2,
+    monkeypatch.setattr(trainstep, "measure_inductor_bandwidth", lambda config, n, *a: passes.append(n))
+    result = trainstep.bench_train([16, 64], CPU, tokens_per_step=128, d_model=16, n_layers=1, n_heads=2,
                                ceiling_size=32, bandwidth=True)
     assert passes == [16] and "bandwidth" not in result["rows"][1]
 
@@ -430,22 +463,22 @@ def train_result(mfu: dict[int, float], compiled: str | None, margin=0.05, ceili
 
 def test_mfu_markdown_and_the_file_from_the_bench_folders(tmp_path):
     for variant, mfu in (("eager", {512: 0.15, 4096: 0.25}), ("default", {512: 0.36, 4096: 0.42})):
-        bench.write_json(tmp_path / "mfu" / variant / "train.json",
+        common.write_json(tmp_path / "mfu" / variant / "train.json",
                          train_result(mfu, None if variant == "eager" else variant))
-    text = bench.write_mfu_markdown(tmp_path / "mfu").read_text()
+    text = tables.write_mfu_markdown(tmp_path / "mfu").read_text()
     assert (tmp_path / "mfu.md").exists()
     assert "| 512 | eager | 10.0 | 15.0% | eager | - |" in text and "| 512 | default | 10.0 | 36.0% | default | 30.0 |" in text
     assert "| 4096 | default | 20.0 | 42.0% | default | 30.0 |" in text
     assert "| 512 | cudnn | flash | +5.0% | cudnn 1.000, flash 1.050 |" in text
     with pytest.raises(UserError, match="no \\*/train.json under"):
-        bench.write_mfu_markdown(tmp_path / "empty")
+        tables.write_mfu_markdown(tmp_path / "empty")
 
 
 def test_mfu_markdown_divides_every_variant_by_the_highest_ceiling_of_the_call():
     """Two processes with the same step time but ceilings 5 % apart get the same MFU."""
     slow_ceiling = train_result({512: 0.30}, "default", ceiling=740.0)  # 222 TFLOP/s of model FLOPs
     fast_ceiling = train_result({512: 222.0 / 777.0}, "reduce-overhead", ceiling=777.0)  # the same 222
-    text = bench.mfu_markdown({"default": slow_ceiling, "reduce-overhead": fast_ceiling})
+    text = tables.mfu_markdown({"default": slow_ceiling, "reduce-overhead": fast_ceiling})
     assert "| 512 | default | 10.0 | 28.6% | default | 30.0 |" in text  # 222 / 777, not 222 / 740
     assert "| 512 | reduce-overhead | 10.0 | 28.6% | reduce-overhead | 30.0 |" in text
     assert "over 777 TFLOP/s, the highest of the 8192^3 torch.bfloat16 matmul ceilings" in text
@@ -464,20 +497,20 @@ def test_compile_cells_markdown_pairs_the_cells_and_counts_compiling_in(tmp_path
 
     eager = run([cell(512, 0, 8.0, 300, 1.0480), cell(512, 4, 9.0, 300, 1.0470), {"n": 512, "all_folds_wall_seconds": 20}])
     compiled = run([cell(512, 0, 34.0, 300, 1.0484, compiling=30.0), cell(512, 4, 4.0, 300, 1.0466, compiling=0.01)])
-    text = bench.compile_cells_markdown(eager, compiled)
+    text = tables.compile_cells_markdown(eager, compiled)
     assert "| 512 | 0 | 300 / 300 | 26.7 | 113.3 | 30.0 | 13.3 | 8.5 | 34.5 | 0.0004 |" in text  # 34 s, 30 compiling
     assert "| 512 | 4 | 300 / 300 | 30.0 | 13.3 | 0.0 | 13.3 | 9.5 | 4.5 | 0.0004 |" in text
     assert "| all | | | | | | | 18.0 | 39.0 | |" in text
     for variant, result in (("eager", eager), ("compiled", compiled)):
-        bench.write_json(tmp_path / "cells" / variant / "engine-cuda.json", result)
-    assert bench.write_compile_cells_markdown(tmp_path / "cells").read_text() == text
+        common.write_json(tmp_path / "cells" / variant / "engine-cuda.json", result)
+    assert tables.write_compile_cells_markdown(tmp_path / "cells").read_text() == text
     assert "compiled with mode default" in text
     # these cells recorded no "<shape> backward": the footnote says where its compiling went
     assert "cells recorded before the backward was timed" in text and "compare the ms per step" not in text
     for r in compiled["rows"]:
         r["compile"]["first_call_seconds"]["(2, 512, 14) backward"] = 0.5
     compiled["rows"][0]["steps"] = 160  # early stopping ended it elsewhere
-    text = bench.compile_cells_markdown(eager, compiled)
+    text = tables.compile_cells_markdown(eager, compiled)
     assert "cells recorded before the backward was timed" not in text and "compare the ms per step" in text
 
 
@@ -492,17 +525,17 @@ def test_scaling_rows_speed_up_and_efficiency(tmp_path):
         write_json(run / "run.json", {"status": "complete"})
         runs[gpus] = run
     path = tmp_path / "bench" / "scaling.json"
-    bench.record_scaling(path, runs[1], 1, 200.0, "512,4096,32768")
-    bench.record_scaling(path, runs[2], 2, 110.0, "512,4096,32768")
-    md = bench.record_scaling(path, runs[2], 2, 105.0, "512,4096,32768").read_text()  # a rerun replaces its row
+    tables.record_scaling(path, runs[1], 1, 200.0, "512,4096,32768")
+    tables.record_scaling(path, runs[2], 2, 110.0, "512,4096,32768")
+    md = tables.record_scaling(path, runs[2], 2, 105.0, "512,4096,32768").read_text()  # a rerun replaces its row
     lines = md.splitlines()
     assert lines[2] == "| 1 | 512,4096,32768 | 200 | 1 | 16 | 4.8 | 1.00x | 100% |"
     assert lines[3] == "| 2 | 512,4096,32768 | 105 | 1 | 16 | 9.1 | 1.90x | 95% |" and len(lines) == 4
     # a 1-GPU sweep resumed over three device calls: their wall-clocks add up
-    assert bench.add_scaling_time(runs[1], 120.0) == (120.0, 1)
-    assert bench.add_scaling_time(runs[1], 60.5) == (180.5, 2)
-    total, calls = bench.add_scaling_time(runs[1], 29.5)
-    md = bench.record_scaling(path, runs[1], 1, total, "512,4096,32768", calls).read_text()
+    assert tables.add_scaling_time(runs[1], 120.0) == (120.0, 1)
+    assert tables.add_scaling_time(runs[1], 60.5) == (180.5, 2)
+    total, calls = tables.add_scaling_time(runs[1], 29.5)
+    md = tables.record_scaling(path, runs[1], 1, total, "512,4096,32768", calls).read_text()
     assert md.splitlines()[2] == "| 1 | 512,4096,32768 | 210 | 3 | 16 | 4.6 | 1.00x | 100% |"
     assert md.splitlines()[3].startswith("| 2 | 512,4096,32768 | 105 | 1 | 16 | 9.1 | 2.00x | 100% |")
 
@@ -525,7 +558,7 @@ def test_model_variants_markdown_pairs_the_cells_by_seed_and_leaves_compiling_ou
     # "bf16-fast" sorts before "experiment": the reference still comes first
     fast = [run([cell(512, 0, 18.0, 280, 1.0470, 0.5230, 14.0), cell(32768, 0, 40.0, 500, 0.9950, 0.5700, 0.0)], fast_flags),
             run([cell(512, 0, 18.0, 280, 1.0500, 0.5230, 14.0)], [*fast_flags, "train.seeds=[1]"], seed=1)]
-    text = bench.model_variants_markdown({"experiment": experiment, "bf16-fast": fast})
+    text = tables.model_variants_markdown({"experiment": experiment, "bf16-fast": fast})
     lines = text.splitlines()
     assert lines[2:6] == [
         "| 512 | 0 | 0 | experiment | 300 | 10.0 | 1.0480 |  | 0.5210 |",  # (24 - 20 - 1) s / 300 steps
@@ -535,30 +568,30 @@ def test_model_variants_markdown_pairs_the_cells_by_seed_and_leaves_compiling_ou
     assert "| 32768 | 0 | 0 | bf16-fast | 500 | 78.0 | 0.9950 | +0.0040 | 0.5700 |" in text
     assert "| bf16-fast | 3 | +0.0043 | 2 |" in text  # (-0.0010 + 0.0100 + 0.0040) / 3; two cells worse
     assert "**bf16-fast**: `--set train.compile=true` `--set model.n_heads=2` `--set model.residual=compute`" in text
-    found = bench.model_variants_markdown({"experiment": experiment, "bf16-fast": fast}, found_at=0.6)
+    found = tables.model_variants_markdown({"experiment": experiment, "bf16-fast": fast}, found_at=0.6)
     assert "| bf16-fast | 3 | +0.0043 | 2 | 2, 0 |" in found  # the experiment found it twice (0.6810, 0.6200), fast never
     assert ("| variant | cells | mean log-loss minus experiment | cells with a higher log-loss | found the effect "
             "(hit rate >= 0.6000): experiment, variant |\n|---|---|---|---|---|\n") in found
     for seed in (0, 1):
         for variant, results in (("bf16-fast", fast), ("experiment", experiment)):
-            bench.write_json(tmp_path / f"seed{seed}" / variant / "engine-cuda.json", results[seed])
-    path = bench.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed1")
+            common.write_json(tmp_path / f"seed{seed}" / variant / "engine-cuda.json", results[seed])
+    path = tables.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed1")
     assert path == tmp_path / "seed0.md" and path.read_text() == text  # the experiment first, whatever the names
     with pytest.raises(ValueError, match="compares two or more variants"):
-        bench.model_variants_markdown({"experiment": experiment})
+        tables.model_variants_markdown({"experiment": experiment})
     with pytest.raises(UserError, match="no experiment/engine-cuda.json under"):
-        bench.write_model_variants_markdown(tmp_path / "seed0" / "bf16-fast")
+        tables.write_model_variants_markdown(tmp_path / "seed0" / "bf16-fast")
     with pytest.raises(UserError, match="model variant experiment: cell N=512 fold 0 seed 0 is in two results"):
-        bench.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed0")
+        tables.write_model_variants_markdown(tmp_path / "seed0", tmp_path / "seed0")
 
 
 def test_the_found_bar_is_half_way_to_the_published_controls_oracle(tmp_path):
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"runs": [{"data": "synthetic:long-memory:0:strength=0.2", "oracle": {"hit_rate": 0.69}},
                                             {"data": "synthetic:random-walk:0"}]}))
-    assert bench.control_found_bar("synthetic:long-memory:0:strength=0.2", summary) == pytest.approx(0.595)
-    assert bench.control_found_bar("synthetic:random-walk:0", summary) is None  # no oracle: nothing planted
-    assert bench.control_found_bar("synthetic:long-memory:1", summary) is None
-    assert bench.control_found_bar("x", tmp_path / "absent.json") is None
+    assert tables.control_found_bar("synthetic:long-memory:0:strength=0.2", summary) == pytest.approx(0.595)
+    assert tables.control_found_bar("synthetic:random-walk:0", summary) is None  # no oracle: nothing planted
+    assert tables.control_found_bar("synthetic:long-memory:1", summary) is None
+    assert tables.control_found_bar("x", tmp_path / "absent.json") is None
     # the published summary's bar, as its report states it
-    assert f"{bench.control_found_bar('synthetic:long-memory:0:strength=0.2'):.4f}" == "0.5947"
+    assert f"{tables.control_found_bar('synthetic:long-memory:0:strength=0.2'):.4f}" == "0.5947"

@@ -112,7 +112,7 @@ def tiny_model(tmp_path, n_features=3):
 
 
 def test_capture_and_override_leave_the_model_unchanged(tmp_path):
-    from tsflash.bench.tables import float64_reference_copy
+    from tsflash.bench.precision import float64_reference_copy
 
     model = CausalTransformer.load(tiny_model(tmp_path)).eval()
     x = torch.randn(2, 32, 3)

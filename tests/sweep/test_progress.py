@@ -10,9 +10,12 @@ import pytest
 
 from tsflash import engine
 from tsflash.config import load_config
+from tsflash.intervals import INTERVAL_US, bars_per_day
+from tsflash.model import flops
+from tsflash.sweep import progress as progress_module
 from tsflash.sweep.progress import (
-    LONG_RUN_S, TRAIN_EFFICIENCY, CostModel, Progress, Work, format_seconds, model_work, n_params, precision_work,
-    prior_rates, warn_if_long,
+    CALIBRATION_SIZE, LONG_RUN_S, TRAIN_EFFICIENCY, CostModel, Progress, Work, format_seconds, model_work, n_params,
+    precision_work, prior_rates, warn_if_long,
 )
 
 
@@ -95,6 +98,31 @@ def test_model_cost_follows_the_flops_rule():
     assert precision_work(cfg).units > 0
     rates = prior_rates("cpu", flops_per_s=1e10)
     assert rates["model"] == pytest.approx(1 / (1e10 * TRAIN_EFFICIENCY["cpu"]))
+
+
+def test_cell_costs_count_flops_by_the_one_rule():
+    """Training + the test block's forward passes by tsflash.model.flops; the precision check's float64
+    reference materialises the dense N x N scores: twice the causal count, 4 N^2 d per layer and the oracle."""
+    cfg = load_config("default")
+    p = n_params(cfg)
+    fpt = flops.flops_per_token(p, cfg.model.n_layers, cfg.model.d_model, 4096)
+    test_bars = cfg.splits.test_days * bars_per_day(INTERVAL_US[cfg.data.interval])
+    forward = (2 * test_bars + 4096) * fpt / flops.FWD_BWD
+    assert model_work(cfg, 4096, p).units == cfg.train.steps * cfg.train.tokens_per_step * fpt + forward
+    dense = sum(4.0 * n * n * cfg.model.d_model for n in cfg.lengths)
+    assert precision_work(cfg).units == (1 + cfg.model.n_layers) * dense
+
+
+def test_the_prior_rate_is_calibrated_by_the_benchs_matmul_ceiling(monkeypatch):
+    calls = []
+
+    def ceiling(device, size, min_time):
+        calls.append((device.type, size, min_time))
+        return 2e10
+
+    monkeypatch.setattr(progress_module, "matmul_ceiling", ceiling)
+    assert prior_rates("cpu")["model"] == pytest.approx(1 / (2e10 * TRAIN_EFFICIENCY["cpu"]))
+    assert calls == [("cpu", CALIBRATION_SIZE["cpu"], 0.2)]
 
 
 def test_a_run_this_machine_cannot_finish_gets_a_warning(caplog):

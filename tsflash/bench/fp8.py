@@ -1,6 +1,6 @@
 """FP8 attention precision oracle, with and without incoherent processing (random Hadamard).
 
-The bf16 oracle (`tsflash.bench.tables.bench_precision`) measures the fused kernel against float64. Here
+The bf16 oracle (`tsflash.bench.precision.bench_precision`) measures the fused kernel against float64. Here
 q, k, v are first quantised to an 8-bit float, as FlashAttention-3 does on Hopper, then measured
 the same way: against the float64 reference attention, and down to the model's up/flat/down
 decisions.
@@ -55,7 +55,7 @@ Inputs (`INPUTS`)
 
 Measures, per (N, input, format, mode), against `attention.reference_attention` (float64):
     {mode}_max_rel = max|err| / max|ref| and {mode}_fro_rel = ||err|| / ||ref||
-    (`bench.relative_errors`); on the model rows the decision flips, counted as in
+    (`tsflash.bench.precision.relative_errors`); on the model rows the decision flips, counted as in
     `bench_precision`: the model under bf16 autocast whose attention runs the FP8 path vs the
     float64 model with exact attention, {mode}_flips = positions whose argmax class differs
     ({mode}_flip_fraction of all positions). rotation_helped = rotated_fro_rel < naive_fro_rel,
@@ -76,10 +76,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from tsflash.model import attention as attn
-from tsflash.bench import tables as bench
-from tsflash.model.attention import sdpa as fused_sdpa  # bound at import: `attention_override` swaps the module's name
+from tsflash.bench.common import environment, format_table, time_call
+from tsflash.bench.precision import float64_reference_copy, relative_errors
+from tsflash.device import free_memory, is_oom
 from tsflash.errors import UserError
+from tsflash.model import attention as attn
+from tsflash.model.attention import sdpa as fused_sdpa  # bound at import: `attention_override` swaps the module's name
+from tsflash.report import markdown
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +293,7 @@ def attention_errors(q, k, v, ref, formats, modes, kernel: str, block: int, rota
         for fmt in formats:
             for mode in modes:
                 out = fp8_attention(q, k, v, fmt, mode, kernel, block, rotation)
-                errors[fmt, mode] = bench.relative_errors(out, ref)
+                errors[fmt, mode] = relative_errors(out, ref)
     return errors
 
 
@@ -392,7 +395,7 @@ def _prepare_run(model, device, s: Fp8Settings, n_features: int) -> tuple[_Run, 
     model = model.to(device).eval()
     hd = model.config.head_dim
     rotate = s.modes != ("naive",)
-    run = _Run(model=model, reference_model=bench.float64_reference_copy(model),
+    run = _Run(model=model, reference_model=float64_reference_copy(model),
                kernel=attn.resolve_backend(s.backend, device, torch.bfloat16, s.head_dim),
                model_kernel=attn.resolve_backend(model.config.attention_backend, device, torch.bfloat16, hd),
                rotation=random_hadamard(s.head_dim, s.seed) if rotate and s.inputs != ("model",) else None,
@@ -427,16 +430,16 @@ def bench_precision_fp8(lengths: list[int], device: torch.device, settings: Fp8S
                 continue
             rows += _length_rows(n, x, s, run)
         except Exception as exc:  # OOM at the largest N is a result, not a crash
-            if not (bench.is_oom(exc) or record_errors):
+            if not (is_oom(exc) or record_errors):
                 raise
-            status = "oom" if bench.is_oom(exc) else "error"
+            status = "oom" if is_oom(exc) else "error"
             rows.append({"n": n, "status": status, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
         x = None
-        bench.free_memory(device)
+        free_memory(device)
         log.info("fp8 precision N=%d done", n)
     return {
         "kind": "precision-fp8",
-        "environment": bench.environment(device),
+        "environment": environment(device),
         "settings": asdict(s) | {
             "kernel": run.kernel, "model_kernel": run.model_kernel, "model": name, "n_params": run.model.n_params(),
             "model_head_dim": config.head_dim, "model_inputs": "gaussian" if features is None else "features (last N rows)",
@@ -500,8 +503,8 @@ def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_
     result = {"n": n, "shape": list(shape), "torch": torch.__version__, "fa3": fa3, "attempts": attempts, "runs": ok,
               "reason": None if ok else f"no call accepted float8 q, k, v (e.g. {first}: {why})"}
     if ok and device.type == "cuda":
-        fp8_s = bench.time_call(calls[ok[0]], device, min_time)
-        bf16_s = bench.time_call(lambda: fused_sdpa(q, k, v, "cudnn"), device, min_time)
+        fp8_s = time_call(calls[ok[0]], device, min_time)
+        bf16_s = time_call(lambda: fused_sdpa(q, k, v, "cudnn"), device, min_time)
         result["timing"] = {"fp8_call": ok[0], "fp8_fwd_s": fp8_s, "bf16_cudnn_fwd_s": bf16_s, "speedup": bf16_s / fp8_s}
     return result
 
@@ -526,7 +529,7 @@ def _activate_fa3() -> dict:
 
 
 def table_columns(result: dict) -> list[tuple[str, str, str]]:
-    """(key, header, format spec) per column for `bench.format_table` / `markdown_table`."""
+    """(key, header, format spec) per column for `fp8_table` / `markdown_table`."""
     modes = result["settings"]["modes"]
     columns = [("n", "N", ""), ("input", "input", ""), ("format", "format", "")]
     for m in modes:
@@ -550,15 +553,11 @@ def _display_rows(result: dict) -> list[dict]:
 
 def fp8_table(result: dict) -> str:
     """Plain-text table of a `bench_precision_fp8` result (the CLI's output)."""
-    return bench.format_table(_display_rows(result), table_columns(result))
+    return format_table(_display_rows(result), table_columns(result))
 
 
 def markdown_table(result: dict) -> str:
     """The same table in Markdown (for the README); '-' where a value does not apply."""
     columns = table_columns(result)
-    lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
-    for r in _display_rows(result):
-        cells = [("-" if r.get(k) is None else format(r[k], s) if s and isinstance(r[k], (int, float)) else str(r[k]))
-                 for k, _, s in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[markdown.format_cell(r.get(k), s) for k, _, s in columns] for r in _display_rows(result)]
+    return markdown.markdown_table([h for _, h, _ in columns], rows)

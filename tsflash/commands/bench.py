@@ -163,7 +163,7 @@ def _dtype(name: str):
 
 
 def run_precision(args) -> int:
-    from tsflash.bench import tables as bench
+    from tsflash import bench
 
     out = output_folder(args.out, "precision", ["precision.json"], args.force)
     result = bench.bench_precision(args.lengths, _device(args), model_path=args.model, n_features=args.features,
@@ -175,7 +175,7 @@ def run_precision(args) -> int:
 
 
 def run_attention(args) -> int:
-    from tsflash.bench import tables as bench
+    from tsflash import bench
 
     out = output_folder(args.out, "attention", ["attention.json", "attention.png"], args.force)
     result = bench.bench_attention(args.lengths, _device(args), tokens=args.tokens, heads=args.heads,
@@ -190,7 +190,7 @@ def run_attention(args) -> int:
 
 
 def run_train(args) -> int:
-    from tsflash.bench import tables as bench
+    from tsflash import bench
 
     check_shape(args.d_model, args.heads, ("--d-model", "--heads"))
     if args.bandwidth and not args.compile:

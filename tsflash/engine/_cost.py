@@ -16,7 +16,8 @@ tokens_per_s      tokens_trained / train_seconds (every position of every window
 tflops            flops_per_token * tokens_trained / train_seconds / 1e12, with the one FLOPs
                   rule `tsflash.model.flops.flops_per_token` = 6 P + 6 L d N (derivation there).
 peak_memory_bytes `tsflash.device.peak_memory_bytes`: the CUDA allocator's peak since the cell
-                  began; on CPU the process's peak RSS (process-wide, so an upper bound).
+                  began; on CPU the job's peak resident set (`tsflash.device.process_peak_bytes`:
+                  this process or a child it waited for, since it started, so an upper bound).
 backend           the attention kernel forced (`CausalTransformer.attention_backend_used`).
 backend_observed  the kernel the profiler saw run on the cell's first training step ("cuDNN",
                   "FLASH", "EFFICIENT", "flash CPU", "MATH"; None when the cell was resumed from

@@ -13,6 +13,7 @@ from tsflash.intervals import bars_as_time, interval_words
 from tsflash.report import protocol
 from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.figures import CAPTIONS
+from tsflash.report.markdown import table as _table
 from tsflash.report.questions import forecast_section, trading_section, write_outputs
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import (
@@ -39,10 +40,6 @@ SECTIONS = (
     protocol.HEADING,
     "Reproducibility",
 )
-
-
-def _table(header: list[str], rows: list[list]) -> dict:
-    return {"header": header, "rows": [[str(c) for c in r] for r in rows]}
 
 
 def memory_kind(per_n: list[dict]) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 from tsflash import atomic
 from tsflash.model.rotary import rotary_base, rotary_wavelength
 from tsflash.report.compute import Numbers
+from tsflash.report.markdown import table as _table
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import fmt, plural
 
@@ -101,10 +102,6 @@ def setup_rows(rd: RunData) -> list[list]:
 
 
 # ---- the section ---------------------------------------------------------------------------------
-
-
-def _table(header: list[str], rows: list[list]) -> dict:
-    return {"header": header, "rows": [[str(c) for c in r] for r in rows]}
 
 
 def _window(tr: dict) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tsflash import atomic
 from tsflash.report.compute import LOGREG, LOSS_FILE, Numbers, write_table
+from tsflash.report.markdown import table as _table
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import (
     SCORE_NAMES,
@@ -40,10 +41,6 @@ from tsflash.stats.sharpe import PERIODS_PER_YEAR
 PAIRED_CAPTION = ("Question 1: per-bar loss differences of each N against the shortest N, the logistic baseline and the "
                   "no-skill forecast (class prior)")
 RESULTS_FILE = "questions.json"
-
-
-def _table(header: list[str], rows: list[list]) -> dict:
-    return {"header": header, "rows": [[str(c) for c in r] for r in rows]}
 
 
 def _name(key: str) -> str:

@@ -9,9 +9,10 @@ matrix. Units become seconds through a rate that finished cells refine:
     else a finished cell of the same kind       -> units * (measured seconds / units of that kind)
     else                                        -> units * the prior rate of this device
 
-The prior rate of model cells comes from a quick calibration (a matmul timed for ~0.2 s) times
-the share of it that training reaches (TRAIN_EFFICIENCY, measured); of baselines from a measured
-constant. `Progress` logs one line per finished cell with a cost-weighted ETA, a line every ~10 %
+The prior rate of model cells comes from a quick calibration (the bench's matmul ceiling,
+`tsflash.bench.common.matmul_ceiling`, timed for ~0.2 s) times the share of it that training
+reaches (TRAIN_EFFICIENCY, measured); of baselines from a measured constant. FLOPs are counted
+by the one rule of `tsflash.model.flops`. `Progress` logs one line per finished cell with a cost-weighted ETA, a line every ~10 %
 of a cell's training steps, and keeps a tqdm bar (on a terminal) in step with them. With several
 workers (tsflash.sweep.workers) each has its own `Progress`: the cells left are refreshed from the run
 folder before each job (`set_remaining`), and their time is divided by the number of workers.
@@ -35,16 +36,18 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tsflash import engine
+from tsflash.bench.common import matmul_ceiling
 from tsflash.config import ExperimentConfig
 from tsflash.device import device_name
 from tsflash.dataset.features import FEATURE_NAMES
 from tsflash.intervals import INTERVAL_US, bars_per_day
+from tsflash.model.flops import FWD_BWD, attention_forward_flops, flops_per_token
 from tsflash.model.transformer import CausalTransformer, ModelConfig
 
 log = logging.getLogger(__name__)
 
 # Share of the calibrated matmul rate (float32 on CPU, bfloat16 on CUDA) that a training cell
-# reaches, FLOPs counted by engine.flops_per_token. Rough on purpose (the first finished cell
+# reaches, FLOPs counted by tsflash.model.flops.flops_per_token. Rough on purpose (the first finished cell
 # replaces it): CPU preset on 2 x86_64 cores, 0.1 at N=512 and 0.3 at N=4096; published H200
 # sweep, 108..354 TFLOP/s at N=512..131072 against ~700 for a bf16 matmul.
 TRAIN_EFFICIENCY = {"cpu": 0.2, "cuda": 0.25}
@@ -53,11 +56,13 @@ TRAIN_EFFICIENCY = {"cpu": 0.2, "cuda": 0.25}
 # busy x86_64 cores.
 BASELINE_S_PER_VALUE = 1e-7
 # The precision check's exact float64 attention materialises N x N scores per layer: its
-# estimated FLOPs (1 + n_layers) * 4 * N^2 * d_model cost this many training FLOPs each
+# estimated FLOPs (`precision_work`) cost this many training FLOPs each
 # (measured 5-13 on 2 x86_64 cores at N=2048..4096).
 PRECISION_SLOWDOWN = 6.0
 # A run estimated to need longer than this on this machine gets a warning before it starts.
 LONG_RUN_S = 2 * 3600.0
+# The calibration matmul: (size x size) in bfloat16 on CUDA, float32 on CPU, timed ~0.2 s.
+CALIBRATION_SIZE = {"cpu": 512, "cuda": 4096}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,10 +88,10 @@ def n_params(cfg: ExperimentConfig, n_features: int = len(FEATURE_NAMES)) -> int
 
 def model_work(cfg: ExperimentConfig, n: int, params: int) -> Work:
     """Training FLOPs plus the forward passes over the test block (windows of N at stride N/2)."""
-    fpt = engine.flops_per_token(params, cfg.model.n_layers, cfg.model.d_model, n)
+    fpt = flops_per_token(params, cfg.model.n_layers, cfg.model.d_model, n)
     test_bars = cfg.splits.test_days * bars_per_day(INTERVAL_US[cfg.data.interval])
     train = cfg.train.steps * cfg.train.tokens_per_step * fpt
-    evaluate = (2 * test_bars + n) * fpt / 3  # forward only: a third of forward + backward
+    evaluate = (2 * test_bars + n) * fpt / FWD_BWD  # forward only
     return Work("model", f"n{n}", train + evaluate)
 
 
@@ -102,32 +107,17 @@ def baseline_work(cfg: ExperimentConfig, fold: int, n_bars: int, n_features: int
 
 
 def precision_work(cfg: ExperimentConfig) -> Work:
-    flops = sum((1 + cfg.model.n_layers) * 4.0 * n * n * cfg.model.d_model for n in cfg.lengths)
-    return Work("precision", "precision", flops)
-
-
-def matmul_flops(device: torch.device | str, seconds: float = 0.2) -> float:
-    """FLOP/s of a square matmul on `device` (float32 on CPU, bfloat16 on CUDA), timed ~`seconds`."""
-    device = torch.device(device)
-    cuda = device.type == "cuda"
-    size, dtype = (4096, torch.bfloat16) if cuda else (512, torch.float32)
-    a = torch.randn(size, size, device=device, dtype=dtype)  # (size, size)
-    b = torch.randn(size, size, device=device, dtype=dtype)  # (size, size)
-    (a @ b).sum().item()  # warm-up (and a sync)
-    reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(4):
-            a @ b
-        if cuda:
-            torch.cuda.synchronize(device)
-        reps += 4
-    return 2.0 * size**3 * reps / (time.perf_counter() - t0)
+    """The float64 reference attention of the oracle and of each layer: every one materialises all
+    N x N scores, twice the causal forward of `tsflash.model.flops` (the mask comes after)."""
+    dense = 2 * sum(attention_forward_flops(1, 1, n, cfg.model.d_model) for n in cfg.lengths)
+    return Work("precision", "precision", (1 + cfg.model.n_layers) * dense)
 
 
 def prior_rates(device: torch.device | str, flops_per_s: float | None = None) -> dict[str, float]:
     """Seconds per unit of each kind of work before any cell is measured."""
     device = torch.device(device)
-    flops_per_s = matmul_flops(device) if flops_per_s is None else flops_per_s
+    if flops_per_s is None:
+        flops_per_s = matmul_ceiling(device, CALIBRATION_SIZE[device.type], min_time=0.2)
     per_flop = 1.0 / (flops_per_s * TRAIN_EFFICIENCY[device.type])
     return {"model": per_flop, "baseline": BASELINE_S_PER_VALUE, "precision": per_flop * PRECISION_SLOWDOWN}
 

@@ -50,7 +50,7 @@ from optuna.trial import Trial
 
 from tsflash import engine
 from tsflash.model import attention
-from tsflash.bench import tables as bench
+from tsflash.bench.precision import bench_precision
 from tsflash.config import ExperimentConfig
 from tsflash.data.source import configured_bar_count, load_data
 from tsflash.errors import UserError
@@ -447,7 +447,7 @@ def cell_summary(res: engine.FoldResult, folder: RunFolder, strategy, fee_bps: f
 
 
 def _run_precision(plan: SweepPlan, n_features: int, estimate_s: float) -> None:
-    """The precision oracle (tsflash.bench.tables.bench_precision) at each N, once per run folder.
+    """The precision oracle (tsflash.bench.precision.bench_precision) at each N, once per run folder.
 
     Small on purpose: one sequence per N, a freshly initialised model of the sweep's size (its
     attention head size is what the kernels see), bf16 fused path against float64.
@@ -463,7 +463,7 @@ def _run_precision(plan: SweepPlan, n_features: int, estimate_s: float) -> None:
         with tempfile.TemporaryDirectory(dir=folder.root) as tmp:
             model_path = Path(tmp) / "fresh-model.pt"
             model.save(model_path)
-            result = bench.bench_precision(
+            result = bench_precision(
                 list(cfg.lengths), torch.device(plan.device), model_path=model_path, heads=cfg.model.n_heads,
                 head_dim=cfg.model.d_model // cfg.model.n_heads, backend=cfg.model.attention_backend, seed=seed,
             )
