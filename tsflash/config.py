@@ -19,8 +19,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import hashlib
-import json
 import math
 import re
 import tomllib
@@ -29,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tsflash.errors import UserError
+from tsflash.identity import digest
 from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_bars, duration_days, parse_duration
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
@@ -157,9 +156,10 @@ class ExperimentConfig:
         return d
 
     def hash(self) -> str:
-        """Short, stable hash of the resolved config (names the run folder)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:8]
+        """8 hex digits of the resolved config, fee included: run.json's `config_hash` of folders made
+        while the fee was part of the run (reports/h200-btcusdt-1m) and part of a checkpoint's identity.
+        A new run folder is named by `tsflash.sweep.plan.run_hash` (the config without the fee)."""
+        return digest(self.to_dict(), 8)
 
 
 def _coerce(value, tp, key: str):

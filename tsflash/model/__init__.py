@@ -5,7 +5,7 @@ the FLOPs rule behind every throughput figure (`flops`)."""
 from tsflash._exports import lazy_exports
 
 _EXPORTS = {
-    "CausalTransformer": "transformer", "ModelConfig": "transformer", "CHECKPOINT_FORMAT": "transformer",
+    "CausalTransformer": "transformer", "ModelConfig": "transformer", "MODEL_FILE_FORMAT": "transformer",
     "masked_cross_entropy": "transformer",
     "sdpa": "attention", "AttentionKernelError": "attention", "observe_kernels": "attention",
     "prepare": "fastpath", "flops_per_token": "flops",
