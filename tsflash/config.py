@@ -4,14 +4,15 @@ One `ExperimentConfig` describes everything that is held fixed across a context-
 data range, target, splits, model, optimizer, budget and evaluation. Only the context length N
 (and, with `--trials`, the searched hyperparameters) varies between trials.
 
-Presets live in `experiments/*.toml`; a preset overrides a few fields of the defaults below.
+Presets live in `tsflash/presets/*.toml` (package data, read with importlib.resources, so an
+installed copy has them); a preset overrides a few fields of the defaults below.
 Unknown keys and wrong types are errors that name the key, so a typo never silently runs the
 default. Every run writes its resolved config (`to_dict`) into its run folder.
 
 Fields added after runs were published (`ADDED_LATER`) default to the value that an older
 config.json, which lacks them, means now; `to_dict` leaves them out while they hold that value,
 so such a run keeps its config hash and run key. The current protocol (validation tail, early
-stopping, seeds, far-context scoring) is stated in experiments/default.toml.
+stopping, seeds, far-context scoring) is stated in tsflash/presets/default.toml.
 """
 
 from __future__ import annotations
@@ -19,18 +20,21 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import importlib.resources
 import math
 import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from tsflash.errors import UserError
 from tsflash.identity import digest
 from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_bars, duration_days, parse_duration
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+# The presets ship inside the package (pyproject's package-data): a wheel or `pip install .` has them.
+PRESETS_DIR = importlib.resources.files("tsflash") / "presets"
 
 
 @dataclass
@@ -115,7 +119,7 @@ class EvalConfig:
     batch_tokens: int = 262144  # evaluation forward pass size
     # The trading rule scored (tsflash.scoring.strategy): "horizon" holds each decision for labels.horizon
     # bars, as the label looks ahead; "one-bar" re-decides every bar. Applied at scoring time.
-    strategy: str = "one-bar"  # what an older config.json means; experiments/default.toml sets "horizon"
+    strategy: str = "one-bar"  # what an older config.json means; the default preset sets "horizon"
     entry_threshold: float = -1.0  # -1: fitted per cell on the validation tail; else fixed in [0, 1)
     # Far context: every model with N > cut is also scored with its context cut to the last
     # `cut` bars (the eval windows of length cut) on the same test bars.
@@ -556,25 +560,30 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     return cfg
 
 
-def preset_path(name_or_path: str | Path) -> Path:
-    """`default` -> experiments/default.toml; an existing path is taken as is."""
+def preset_names() -> list[str]:
+    """The presets shipped with the package: ["btc-1s", "cpu", "default", "first-edition"]."""
+    return sorted(q.name.removesuffix(".toml") for q in PRESETS_DIR.iterdir() if q.name.endswith(".toml"))
+
+
+def preset_path(name_or_path: str | Path) -> Path | Traversable:
+    """`default` -> tsflash/presets/default.toml (inside the installed package); an existing .toml
+    path is taken as is."""
     p = Path(name_or_path)
     if p.suffix == ".toml":
         if not p.exists():
             raise UserError(f"config file not found: {p}")
         return p
-    candidate = EXPERIMENTS_DIR / f"{name_or_path}.toml"
-    if not candidate.exists():
-        known = ", ".join(sorted(q.stem for q in EXPERIMENTS_DIR.glob("*.toml")))
-        raise UserError(f"unknown preset {str(name_or_path)!r}; known presets: {known}")
+    candidate = PRESETS_DIR / f"{name_or_path}.toml"
+    if not candidate.is_file():
+        raise UserError(f"unknown preset {str(name_or_path)!r}; known presets: {', '.join(preset_names())}")
     return candidate
 
 
 def load_config(name_or_path: str | Path = "default", overrides: dict | None = None) -> ExperimentConfig:
-    """Load a preset (name in experiments/ or a .toml path), apply overrides, validate."""
+    """Load a preset (a name in tsflash/presets/ or a .toml path), apply overrides, validate."""
     path = preset_path(name_or_path)
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"config file {path} is not valid TOML: {exc}") from None
     cfg = ExperimentConfig()

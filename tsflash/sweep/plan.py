@@ -26,7 +26,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tsflash.config import EXPERIMENTS_DIR, ExperimentConfig, config_from_dict, load_config, merge_overrides
+from tsflash.config import PRESETS_DIR, ExperimentConfig, config_from_dict, load_config, merge_overrides
 from tsflash.device import parse_devices, resolve_device
 from tsflash.errors import UserError
 from tsflash.identity import digest
@@ -35,7 +35,7 @@ from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run,
 from tsflash.data.synthetic import parse_source
 
 PRESETS = ("auto", "full", "cpu")
-CPU_PRESET = EXPERIMENTS_DIR / "cpu.toml"
+CPU_PRESET = PRESETS_DIR / "cpu.toml"
 
 
 @dataclass
@@ -43,7 +43,7 @@ class SweepOptions:
     """What the user asked for (the CLI's arguments, validated by `plan_sweep`)."""
 
     lengths: list[int] | None = None  # None = the config's lengths
-    config: str = "default"  # preset name in experiments/ or a .toml path
+    config: str = "default"  # preset name (tsflash/presets/) or a .toml path
     data: str = "data"  # bar store root, or "synthetic:random-walk[:SEED]"
     start: str | None = None  # overrides data.start (YYYY-MM-DD)
     end: str | None = None  # overrides data.end (inclusive)
@@ -112,7 +112,7 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
     preset = opts.preset if opts.preset != "auto" else ("full" if on_cuda else "cpu")
     overrides: dict = {}
     if preset == "cpu":
-        cpu = tomllib.loads(CPU_PRESET.read_text())
+        cpu = tomllib.loads(CPU_PRESET.read_text(encoding="utf-8"))
         overrides = {k: v for k, v in cpu.items() if k not in ("name", "description")}
     cli: dict = {}
     if opts.lengths is not None:
@@ -130,7 +130,7 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
     cfg.name = f"{cfg.name}+cpu"
     why = "no CUDA device" if not on_cuda else "--preset cpu"
     note = (
-        f"reduced CPU preset ({why}): experiments/cpu.toml applied -- d_model={cfg.model.d_model}, "
+        f"reduced CPU preset ({why}): tsflash/presets/cpu.toml applied -- d_model={cfg.model.d_model}, "
         f"n_layers={cfg.model.n_layers}, steps={cfg.train.steps}, tokens/step={cfg.train.tokens_per_step}, "
         f"data {cfg.data.start}..{cfg.data.end}, {cfg.splits.n_folds} folds of {cfg.splits.test_days} days. "
         "A smoke test of the method, not evidence about BTC; use --preset full to insist on the full config."
