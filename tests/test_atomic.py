@@ -165,8 +165,9 @@ def test_nan_policy(tmp_path):
     back = json.loads((tmp_path / "state.json").read_text())
     assert math.isnan(back["a"]) and back["b"] == [math.inf, 1.5] and back["c"] == -math.inf
     atomic.write_json(tmp_path / "results.json", obj, strict=True)
-    assert json.loads((tmp_path / "results.json").read_text()) == {"a": None, "b": [None, 1.5], "c": None}
-    assert "NaN" not in (tmp_path / "results.json").read_text() and "Infinity" not in (tmp_path / "results.json").read_text()
+    strict = (tmp_path / "results.json").read_text()
+    assert json.loads(strict) == {"a": None, "b": [None, 1.5], "c": None}
+    assert "NaN" not in strict and "Infinity" not in strict
 
 
 def test_json_safe():

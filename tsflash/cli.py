@@ -3,8 +3,9 @@
 Each subcommand group lives in `tsflash/commands/<group>.py` and exposes `register(subparsers)`,
 which adds its parser and sets `func(args) -> int`; options shared by several subcommands and the
 type functions that check values are in `tsflash/commands/options.py`. This file wires them
-together. Importing a command module is cheap (its heavy imports, torch among them, are inside
-the functions that run it), so `tsflash data --help` loads no torch. Every user error -- a bad option value found by argparse, or a `UserError` raised while
+together; they are imported statically, which stays cheap because each command module keeps its
+heavy imports (torch among them) inside the functions that run it: `tsflash data --help` loads no
+torch. Every user error -- a bad option value found by argparse, or a `UserError` raised while
 the command runs -- is one line on stderr and exit status 2, never a traceback.
 """
 
