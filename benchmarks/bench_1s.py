@@ -12,7 +12,7 @@ import: writes three synthetic monthly Binance archives of 1-second bars (2024-1
 year: builds (or reuses, with --store) a store of --days days of synthetic 1-second bars from
     2024-07-01 (365 days = 31,536,000 bars), month by month through tsflash.data.store.merge_parts,
     then in a fresh process loads them (load_bars) and runs each stage of the pipeline with
-    experiments/btc-1s.toml on --device, synchronised: features, forward returns, segments and
+    tsflash/presets/btc-1s.toml on --device, synchronised: features, forward returns, segments and
     gaps, flat band and labels, then engine.prepare + fold_data as the sweep calls them. Peak
     RSS, and CUDA's peak allocation on cuda.
 Both print JSON and write it to runs/bench/1s/ (--out); never into reports/.

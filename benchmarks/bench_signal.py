@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, help="store root")
     ap.add_argument("--config", default="default")
-    ap.add_argument("--preset", default="cpu", help="cpu (experiments/cpu.toml on top) or full")
+    ap.add_argument("--preset", default="cpu", help="cpu (tsflash/presets/cpu.toml on top) or full")
     ap.add_argument("--lengths", default="64,512,4096")
     ap.add_argument("--lrs", default="3e-4,1e-3,3e-3")
     ap.add_argument("--fold", type=int, default=1)

@@ -36,6 +36,7 @@ from tsflash.report.rundata import load_run  # noqa: E402
 from tsflash.runfolder import read_json  # noqa: E402
 from tsflash.scoring.daily import ENSEMBLE  # noqa: E402
 from tsflash.stats.runs import (  # noqa: E402
+    Runs,
     aa_tests,
     binomial_interval,
     holm_adjust,

@@ -1,6 +1,11 @@
+import errno
 import json
+import math
 import os
+import stat
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tsflash import atomic
@@ -96,6 +101,80 @@ def test_helpers(tmp_path):
     assert (tmp_path / "j.json").read_text() == json.dumps(obj, indent=1, sort_keys=True)
     assert json.loads((tmp_path / "j.json").read_text()) == obj
     assert _siblings(tmp_path) == ["b", "j.json", "t"]
+
+
+def _record_syncs(monkeypatch) -> list[tuple[str, Path]]:
+    """Record os.fsync (by the path its descriptor was opened with) and os.replace, in order."""
+    events, opened = [], {}
+    real_open, real_fsync, real_replace = os.open, os.fsync, os.replace
+
+    def recording_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        opened[fd] = Path(path)
+        return fd
+
+    def recording_fsync(fd):
+        events.append(("fsync", opened[fd]))
+        real_fsync(fd)
+
+    def recording_replace(src, dst):
+        events.append(("replace", Path(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "replace", recording_replace)
+    return events
+
+
+def test_fsync_of_the_file_before_the_replace_and_of_the_folder_after(tmp_path, monkeypatch):
+    """A power loss after the write leaves the old file or the whole new one, never an empty one."""
+    events = _record_syncs(monkeypatch)
+    atomic.write_bytes(tmp_path / "out.bin", b"data")
+    tmp = tmp_path / f"out.bin.tmp-{os.getpid()}"
+    assert events == [("fsync", tmp), ("replace", tmp), ("fsync", tmp_path)]
+    assert (tmp_path / "out.bin").read_bytes() == b"data"
+
+
+def test_no_folder_fsync_without_o_directory(tmp_path, monkeypatch):
+    events = _record_syncs(monkeypatch)
+    monkeypatch.delattr(os, "O_DIRECTORY")  # as on Windows
+    atomic.write_text(tmp_path / "out.txt", "x")
+    tmp = tmp_path / f"out.txt.tmp-{os.getpid()}"
+    assert events == [("fsync", tmp), ("replace", tmp)]
+
+
+def test_a_folder_that_cannot_be_synced_is_not_an_error(tmp_path, monkeypatch):
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):  # a filesystem that cannot sync a folder
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic.write_text(tmp_path / "out.txt", "x")
+    assert (tmp_path / "out.txt").read_text() == "x"
+
+
+def test_nan_policy(tmp_path):
+    """NaN tokens in files tsflash reads back; null with strict=True (files for other readers)."""
+    obj = {"a": math.nan, "b": [math.inf, 1.5], "c": np.float64(-math.inf)}
+    atomic.write_json(tmp_path / "state.json", obj)
+    assert (tmp_path / "state.json").read_text() == json.dumps(obj, indent=1, sort_keys=True)
+    back = json.loads((tmp_path / "state.json").read_text())
+    assert math.isnan(back["a"]) and back["b"] == [math.inf, 1.5] and back["c"] == -math.inf
+    atomic.write_json(tmp_path / "results.json", obj, strict=True)
+    strict = (tmp_path / "results.json").read_text()
+    assert json.loads(strict) == {"a": None, "b": [None, 1.5], "c": None}
+    assert "NaN" not in strict and "Infinity" not in strict
+
+
+def test_json_safe():
+    got = atomic.json_safe({1: np.float32("nan"), "a": (np.int64(3), np.bool_(True), None, "s"),
+                            "b": np.array([1.0, np.inf]), "p": {"q": np.float64(0.25)}})
+    assert got == {"1": None, "a": [3, True, None, "s"], "b": [1.0, None], "p": {"q": 0.25}}
+    assert type(got["a"][0]) is int and type(got["a"][1]) is bool and type(got["p"]["q"]) is float
 
 
 def test_module_is_standard_library_only():

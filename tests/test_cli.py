@@ -221,6 +221,22 @@ def test_every_help(argv, capsys):
     assert exc.value.code == 0 and "usage: tsflash" in capsys.readouterr().out
 
 
+def test_data_help_loads_no_torch(tmp_path):
+    """The command modules are imported statically: each keeps its heavy imports inside functions,
+    so building the whole parser (here for `tsflash data --help`) loads neither torch nor optuna."""
+    code = ("import sys\nfrom tsflash import cli\ntry:\n    cli.main(['data', '--help'])\nexcept SystemExit as exc:\n"
+            "    assert exc.code == 0\nprint([m for m in ('torch', 'optuna', 'matplotlib', 'scipy') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(REPO), "PATH": ""})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "usage: tsflash data" in proc.stdout and proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_command_groups_are_listed_in_order():
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(sub.choices) == ["data", "bench", "sweep", "report", "confirm"]
+
+
 # ---- benchmarks never overwrite published evidence ------------------------------------------------
 
 TINY_PRECISION = ["bench", "precision", "--lengths", "16", "--heads", "1", "--head-dim", "8", "--features", "2",

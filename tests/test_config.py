@@ -256,13 +256,13 @@ def test_the_default_is_the_fair_test_protocol():
 
 
 def test_the_cpu_preset_keeps_the_protocol_at_small_size():
-    """experiments/cpu.toml over the default (as `tsflash sweep` lays it on a machine without CUDA):
+    """tsflash/presets/cpu.toml over the default (as `tsflash sweep` lays it on a machine without CUDA):
     stopping that can act within its few steps, the same seeds, cuts shorter than its longest N."""
     from tsflash.sweep.plan import SweepOptions, resolve_config
 
     default = load_config("default")
     cfg, preset, note = resolve_config(SweepOptions(lengths=[512, 4096, 32768]), "cpu")
-    assert preset == "cpu" and cfg.name == "default+cpu" and "experiments/cpu.toml applied" in note
+    assert preset == "cpu" and cfg.name == "default+cpu" and "tsflash/presets/cpu.toml applied" in note
     assert cfg.model.d_model < default.model.d_model and cfg.splits.n_folds == 2 and cfg.splits.test_days == 30
     tr = cfg.train
     assert 0 < cfg.splits.val_days <= 365 // 4 and tr.seeds == default.train.seeds
@@ -278,7 +278,7 @@ def test_the_cpu_preset_keeps_the_protocol_at_small_size():
 
 
 def test_the_first_edition_preset_is_the_published_config():
-    """experiments/first-edition.toml resolves to reports/h200-btcusdt-1m/config.json in every field
+    """tsflash/presets/first-edition.toml resolves to reports/h200-btcusdt-1m/config.json in every field
     it sets but the name (the run ran as "default"): with that name, the same config hash."""
     import json
     import tomllib
@@ -286,7 +286,7 @@ def test_the_first_edition_preset_is_the_published_config():
 
     repo = Path(__file__).resolve().parent.parent
     published = json.loads((repo / "reports" / "h200-btcusdt-1m" / "config.json").read_text())
-    preset = tomllib.loads((repo / "experiments" / "first-edition.toml").read_text())
+    preset = tomllib.loads((repo / "tsflash" / "presets" / "first-edition.toml").read_text())
     first = json.loads(json.dumps(load_config("first-edition").to_dict()))  # tuples as JSON lists
     assert first["name"] == "first-edition" and published["name"] == "default"
     compared = 0

@@ -125,7 +125,7 @@ def test_plain_integers_keep_their_meaning_and_hash():
         assert getattr(getattr(cfg, section), name) == published[section][name]
     assert cfg.hash() == config_from_dict(published).hash() == load_config(
         "first-edition", {"name": "default"}).hash()  # its settings, under the name it ran with
-    for preset in sorted((REPO / "experiments").glob("*.toml")):
+    for preset in sorted((REPO / "tsflash" / "presets").glob("*.toml")):
         load_config(preset)
     # validate converts in place, once; a converted config validates to itself
     cfg = ExperimentConfig()

@@ -29,3 +29,17 @@ def test_cell_paths(tmp_path):
     assert f.cell_marker("n64", 1, 2) == tmp_path / "cells" / "n64" / "fold1-seed2.cell.json"
     assert f.baseline_marker(0) == tmp_path / "cells" / "baselines" / "fold0.cell.json"
     assert f.n_finished_cells() == 0 and f.cell_summaries() == ([], [])
+
+
+def test_the_run_folder_writes_json_with_the_one_writer(tmp_path):
+    """One JSON writer for the project (tsflash.atomic.write_json): run-folder state keeps NaN, which
+    reads back as the same float."""
+    import json
+    import math
+
+    from tsflash import atomic, runfolder
+
+    assert runfolder.write_json is atomic.write_json
+    path = runfolder.write_json(tmp_path / "cells" / "x.cell.json", {"hit_rate": math.nan, "n": 3})
+    assert path.read_text() == '{\n "hit_rate": NaN,\n "n": 3\n}'
+    assert math.isnan(runfolder.read_json(path)["hit_rate"]) and json.loads(path.read_text())["n"] == 3

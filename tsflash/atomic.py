@@ -1,4 +1,4 @@
-"""Atomic file writes: write a temporary sibling, then os.replace it over the real name.
+"""Atomic, durable file writes, and the project's one JSON writer.
 
 Why: a process killed mid-write (Ctrl-C, OOM, a preempted job) must never leave a half-written
 file under the real name, where a later run would read it as complete (a resumed sweep trusts
@@ -8,6 +8,16 @@ rename is atomic on POSIX within one filesystem, which a sibling in the same fol
 Readers therefore see either the old file or the new one, never a mixture. On any exception
 the temporary is removed and an existing target is left untouched.
 
+Power loss: a rename can reach the disk before the data it points to, so the temporary is
+fsync'ed before `os.replace` and the folder after it (the rename itself is folder metadata).
+
+JSON, one writer (`write_json`) and one NaN policy. Files tsflash reads back itself (the run
+folder's state: run.json, cell summaries, the ledger, FoldResult metadata) keep a non-finite
+float as Python's `NaN` / `Infinity` token, which `json.loads` reads back as the same float.
+Files published for other readers (results.json, questions.json, confirm.json) pass
+`strict=True`: non-finite floats become null (`json_safe`), plain RFC 8259 JSON that any parser
+accepts. Both forms are in published run folders (reports/), which must not change a byte.
+
 Standard library only (no torch/numpy/pyarrow at module level): light modules such as store,
 selection and report import it.
 """
@@ -15,7 +25,9 @@ selection and report import it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +35,8 @@ from pathlib import Path
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, *, keep_suffix: bool = False) -> Iterator[Path]:
-    """Yield a temporary sibling of `path` to write; on success os.replace it over `path`.
+    """Yield a temporary sibling of `path` to write; on success fsync it, os.replace it over
+    `path` and fsync the folder.
 
     Creates `path`'s parent folders. The temporary is `<name>.tmp-<pid>`, or with
     `keep_suffix=True` `<stem>.tmp-<pid><suffix>` for writers that look at the suffix
@@ -41,10 +54,32 @@ def atomic_path(path: str | os.PathLike, *, keep_suffix: bool = False) -> Iterat
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
+        _fsync(tmp, os.O_RDWR)  # the writer has closed it; its bytes may still be in the page cache
         os.replace(tmp, path)
+        _fsync_folder(path.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()  # only still there when the block or the replace failed
+
+
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable (POSIX). Where os.open cannot open a folder (Windows has
+    no O_DIRECTORY) this is skipped: there the rename is as durable as the filesystem makes it."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    try:
+        _fsync(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: a filesystem that cannot sync a folder (fsync(2))
+            raise
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -73,11 +108,29 @@ def json_default(o):
     raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
 
 
-def write_json(path: str | os.PathLike, obj, **json_kwargs) -> Path:
+def json_safe(o):
+    """`o` as plain values for a strict reader: non-finite floats -> None, numpy scalars and
+    arrays -> Python values (duck-typed), tuples -> lists, dict keys -> str. Also the values of the
+    report's Parquet tables, so that they match its results.json."""
+    if isinstance(o, dict):
+        return {str(k): json_safe(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [json_safe(v) for v in o]
+    if hasattr(o, "tolist"):  # numpy, before the float test: np.float64 is a float
+        return json_safe(o.tolist())
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    return o
+
+
+def write_json(path: str | os.PathLike, obj, *, strict: bool = False, **json_kwargs) -> Path:
     """Atomically write `json.dumps(obj)` (no trailing newline) to `path`.
 
     Defaults: indent=1, sorted keys, `json_default` for numpy values and paths; `json_kwargs`
-    override them.
+    override them. NaN policy (module doc): non-finite floats are written as `NaN` / `Infinity`,
+    or with `strict=True` as null, for files published to other readers.
     """
     kwargs = {"indent": 1, "sort_keys": True, "default": json_default} | json_kwargs
+    if strict:
+        obj, kwargs["allow_nan"] = json_safe(obj), False
     return write_text(path, json.dumps(obj, **kwargs))

@@ -3,14 +3,15 @@
 Each subcommand group lives in `tsflash/commands/<group>.py` and exposes `register(subparsers)`,
 which adds its parser and sets `func(args) -> int`; options shared by several subcommands and the
 type functions that check values are in `tsflash/commands/options.py`. This file wires them
-together. Every user error -- a bad option value found by argparse, or a `UserError` raised while
+together; they are imported statically, which stays cheap because each command module keeps its
+heavy imports (torch among them) inside the functions that run it: `tsflash data --help` loads no
+torch. Every user error -- a bad option value found by argparse, or a `UserError` raised while
 the command runs -- is one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
@@ -20,9 +21,10 @@ import sys
 # when torch loads, so it is made here, before any command imports torch.
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
-from tsflash.errors import UsageError, UserError
+from tsflash.commands import bench, confirm, data, report, sweep  # noqa: E402  (after the setting above)
+from tsflash.errors import UsageError, UserError  # noqa: E402
 
-COMMAND_GROUPS = ("data", "bench", "sweep", "report", "confirm")
+COMMAND_GROUPS = (data, bench, sweep, report, confirm)  # in the order `tsflash --help` lists them
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,8 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for group in COMMAND_GROUPS:
-        module = importlib.import_module(f"tsflash.commands.{group}")
-        module.register(sub)
+        group.register(sub)
     return parser
 
 

@@ -4,7 +4,8 @@ One `ExperimentConfig` describes everything that is held fixed across a context-
 data range, target, splits, model, optimizer, budget and evaluation. Only the context length N
 (and, with `--trials`, the searched hyperparameters) varies between trials.
 
-Presets live in `experiments/*.toml`; a preset overrides a few fields of the defaults below.
+Presets live in `tsflash/presets/*.toml` (package data, read with importlib.resources, so an
+installed copy has them); a preset overrides a few fields of the defaults below.
 Unknown keys and wrong types are errors that name the key, so a typo never silently runs the
 default. Every run writes its resolved config (`to_dict`) into its run folder.
 
@@ -17,7 +18,7 @@ command-line parsing of lengths and `--set` is in `tsflash.commands.options`.
 Fields added after runs were published (`ADDED_LATER`) default to the value that an older
 config.json, which lacks them, means now; `to_dict` leaves them out while they hold that value,
 so such a run keeps its config hash and run key. The current protocol (validation tail, early
-stopping, seeds, far-context scoring) is stated in experiments/default.toml.
+stopping, seeds, far-context scoring) is stated in tsflash/presets/default.toml.
 """
 
 from __future__ import annotations
@@ -25,24 +26,26 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import hashlib
-import json
+import importlib.resources
 import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from tsflash.data.store import check_symbol
 from tsflash.dataset.splits import min_samples
 from tsflash.errors import UserError
+from tsflash.identity import digest
 from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_bars, duration_days, parse_duration
 from tsflash.model.rotary import ROTARY_COVER, rotary_base_for, rotary_covers, rotary_wavelength
 from tsflash.model.spec import ModelSettings
 from tsflash.stats.pbo import CSCV_BLOCKS, MAX_PBO
 from tsflash.stats.sharpe import DSR_CONFIDENCE
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+# The presets ship inside the package (pyproject's package-data): a wheel or `pip install .` has them.
+PRESETS_DIR = importlib.resources.files("tsflash") / "presets"
 
 
 @dataclass
@@ -109,7 +112,7 @@ class EvalConfig:
     batch_tokens: int = 262144  # evaluation forward pass size
     # The trading rule scored (tsflash.scoring.strategy): "horizon" holds each decision for labels.horizon
     # bars, as the label looks ahead; "one-bar" re-decides every bar. Applied at scoring time.
-    strategy: str = "one-bar"  # what an older config.json means; experiments/default.toml sets "horizon"
+    strategy: str = "one-bar"  # what an older config.json means; the default preset sets "horizon"
     entry_threshold: float = -1.0  # -1: fitted per cell on the validation tail; else fixed in [0, 1)
     # Far context: every model with N > cut is also scored with its context cut to the last
     # `cut` bars (the eval windows of length cut) on the same test bars.
@@ -150,9 +153,10 @@ class ExperimentConfig:
         return d
 
     def hash(self) -> str:
-        """Short, stable hash of the resolved config (names the run folder)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:8]
+        """8 hex digits of the resolved config, fee included: run.json's `config_hash` of folders made
+        while the fee was part of the run (reports/h200-btcusdt-1m) and part of a checkpoint's identity.
+        A new run folder is named by `tsflash.sweep.plan.run_hash` (the config without the fee)."""
+        return digest(self.to_dict(), 8)
 
 
 def _coerce(value, tp, key: str):
@@ -455,25 +459,30 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     return cfg
 
 
-def preset_path(name_or_path: str | Path) -> Path:
-    """`default` -> experiments/default.toml; an existing path is taken as is."""
+def preset_names() -> list[str]:
+    """The presets shipped with the package: ["btc-1s", "cpu", "default", "first-edition"]."""
+    return sorted(q.name.removesuffix(".toml") for q in PRESETS_DIR.iterdir() if q.name.endswith(".toml"))
+
+
+def preset_path(name_or_path: str | Path) -> Path | Traversable:
+    """`default` -> tsflash/presets/default.toml (inside the installed package); an existing .toml
+    path is taken as is."""
     p = Path(name_or_path)
     if p.suffix == ".toml":
         if not p.exists():
             raise UserError(f"config file not found: {p}")
         return p
-    candidate = EXPERIMENTS_DIR / f"{name_or_path}.toml"
-    if not candidate.exists():
-        known = ", ".join(sorted(q.stem for q in EXPERIMENTS_DIR.glob("*.toml")))
-        raise UserError(f"unknown preset {str(name_or_path)!r}; known presets: {known}")
+    candidate = PRESETS_DIR / f"{name_or_path}.toml"
+    if not candidate.is_file():
+        raise UserError(f"unknown preset {str(name_or_path)!r}; known presets: {', '.join(preset_names())}")
     return candidate
 
 
 def load_config(name_or_path: str | Path = "default", overrides: dict | None = None) -> ExperimentConfig:
-    """Load a preset (name in experiments/ or a .toml path), apply overrides, validate."""
+    """Load a preset (a name in tsflash/presets/ or a .toml path), apply overrides, validate."""
     path = preset_path(name_or_path)
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"config file {path} is not valid TOML: {exc}") from None
     cfg = ExperimentConfig()

@@ -29,8 +29,9 @@ Layout of a run folder (`runs/<YYYYMMDD-HHMMSS>-<config hash>` by default)::
     confirm/            its work folder, laid out as a run folder (run.json, cells/, series/, ...)
 
 Trial keys name a configuration: "n512", or "n512-lr0.0003-wd0.05" when hyper-parameters are
-searched (`encode_trial_key` / `decode_trial_key`). JSON files are written atomically with the
-conventions of `tsflash.atomic.write_json` (indent 1, sorted keys, numpy values as Python ones).
+searched (`encode_trial_key` / `decode_trial_key`). JSON files are written by the project's one
+writer, `tsflash.atomic.write_json` (atomic and fsync'ed; indent 1, sorted keys, numpy values as
+Python ones, non-finite floats kept as NaN tokens), re-exported here for the run folder's writers.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tsflash import atomic
+from tsflash.atomic import write_json  # noqa: F401  (re-exported: the run folder's JSON writer)
 from tsflash.errors import UserError
 
 CELL_SUFFIX = ".cell.json"
@@ -97,11 +99,6 @@ def baseline_series_name(baseline: str) -> str:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
-
-
-def write_json(path: Path, obj) -> Path:
-    """Atomic (temporary sibling, then os.replace), with the project's JSON conventions."""
-    return atomic.write_json(path, obj)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def test_the_preset_asks_ten_minutes_against_a_day_and_a_half():
     days = (dt.date.fromisoformat(cfg.data.end) - dt.date.fromisoformat(cfg.data.start)).days + 1
     assert days * bars_per_day(SEC) == 31_536_000  # a year of seconds
     assert cfg.splits.n_folds * cfg.splits.test_days % cfg.selection.cscv_blocks == 0  # whole blocks of days
-    header = (Path(__file__).resolve().parents[2] / "experiments" / "btc-1s.toml").read_text()
+    header = (Path(__file__).resolve().parents[2] / "tsflash" / "presets" / "btc-1s.toml").read_text()
     # the cost arithmetic in the header: 200 x 131,072 tokens per fold at the published tokens/s
     tokens = cfg.train.steps * cfg.train.tokens_per_step
     per_fold = sum(tokens / tps for tps in (4.58e6, 3.85e6, 1.37e6, 0.43e6))

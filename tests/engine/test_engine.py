@@ -280,14 +280,16 @@ class _Kill(Exception):
 def test_a_checkpoint_from_before_model_residual_still_belongs_to_its_run(prepared):
     """Checkpoints written before model.residual existed hashed model settings without it; at its
     old value ("param") the identity is theirs, at another it is another run's."""
-    from tsflash.engine._train import _identity, _model_config
+    from tsflash.engine._checkpoint import checkpoint_identity as identity
+    from tsflash.engine._train import _model_config
 
     settings, _ = _model_config(prepared.cfg, 5, None)
     tc = prepared.cfg.train
     before = {k: v for k, v in settings.items() if k != "residual"}
     assert settings["residual"] == "param"
-    assert _identity(prepared, 32, 1, 0, settings, tc) == _identity(prepared, 32, 1, 0, before, tc)
-    assert _identity(prepared, 32, 1, 0, settings | {"residual": "compute"}, tc) != _identity(prepared, 32, 1, 0, before, tc)
+    old = identity(prepared, 32, 1, 0, before, tc)
+    assert identity(prepared, 32, 1, 0, settings, tc) == old
+    assert identity(prepared, 32, 1, 0, settings | {"residual": "compute"}, tc) != old
 
 
 def test_resume_after_kill_gives_identical_results(prepared, results, tmp_path):
@@ -311,6 +313,21 @@ def test_resume_after_kill_gives_identical_results(prepared, results, tmp_path):
     for r in (resumed, again):  # observed on step 1 of the first session; the checkpoint carries it
         assert r.cost["kernels_observed"] == full.cost["kernels_observed"]
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_a_checkpoint_keeps_the_training_state_as_the_dict_older_checkpoints_hold(prepared, tmp_path):
+    """On disk the state stays the dict of every tsflash-fold-checkpoint-2 file (so those resume);
+    TrainingState converts both ways."""
+    engine.run_fold(prepared, 32, 1, 0, checkpoint_dir=tmp_path, train_overrides={"steps": 2})
+    saved = torch.load(tmp_path / "fold1-n32-seed0.pt", weights_only=True)["state"]
+    assert list(saved) == ["step", "train_seconds", "val_seconds", "best_loss", "best_step", "bad_evals", "stopped",
+                           "best_model", "kernels_observed", "loss_sum", "curve"]
+    state = engine.TrainingState.from_dict(saved)
+    assert state.step == 2 and not state.stopped and state.to_dict() == saved
+    fresh = engine.TrainingState()
+    assert fresh.curve == {"step": [], "train_loss": [], "val_loss": []} and fresh.curve is not engine.TrainingState().curve
+    older = {k: v for k, v in fresh.to_dict().items() if k != "val_seconds"}  # written before validation was timed
+    assert engine.TrainingState.from_dict(older).val_seconds is None
 
 
 def test_checkpoint_of_another_run_is_refused(prepared, tmp_path):

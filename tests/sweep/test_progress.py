@@ -89,7 +89,7 @@ def test_a_cell_resumed_mid_way_does_not_set_the_rate():
 def test_model_cost_follows_the_flops_rule():
     cfg = load_config("default")
     p = n_params(cfg)
-    assert 3_000_000 < p < 3_500_000  # "~3.2 M parameters" (experiments/default.toml)
+    assert 3_000_000 < p < 3_500_000  # "~3.2 M parameters" (tsflash/presets/default.toml)
     small, large = model_work(cfg, 512, p), model_work(cfg, 131072, p)
     train = cfg.train.steps * cfg.train.tokens_per_step
     assert small.units > train * engine.flops_per_token(p, 4, 256, 512)

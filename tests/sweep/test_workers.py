@@ -22,7 +22,8 @@ import torch
 from tsflash.errors import UserError
 from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params, worker_id
 from tsflash.runfolder import CLAIMS_DIR, encode_trial_key
-from tsflash.sweep.workers import CellQueue, ClaimBoard, parse_devices
+from tsflash.device import parse_devices
+from tsflash.sweep.workers import CellQueue, ClaimBoard
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON_ENV = {**os.environ, "PYTHONPATH": str(REPO)}

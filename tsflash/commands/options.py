@@ -101,9 +101,9 @@ def device_type(text: str) -> str:
 
 
 def devices_type(text: str) -> list[str]:
-    """One worker per device: cuda:0,cuda:1 | all | cpu | cpu,cpu (tsflash.sweep.workers.parse_devices:
+    """One worker per device: cuda:0,cuda:1 | all | cpu | cpu,cpu (tsflash.device.parse_devices:
     one kind, no GPU twice, every GPU present)."""
-    from tsflash.sweep.workers import parse_devices  # torch loads only for commands that take --devices
+    from tsflash.device import parse_devices  # torch loads only for commands that take --devices
 
     return _argument(parse_devices, text, "--devices")
 

@@ -24,7 +24,7 @@ def register(sub) -> None:
         "(optuna is the trial ledger), then write report.md/report.html with cost, benefit, selection gates "
         "(DSR, PBO), precision and reproducibility. Killing it and rerunning the same command resumes.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Without CUDA, --preset auto applies the reduced experiments/cpu.toml (about 12.5 minutes on "
+        epilog="Without CUDA, --preset auto applies the reduced tsflash/presets/cpu.toml (about 12.5 minutes on "
         "2 cores) and says so; --preset full insists on the full config. Without --out, the newest "
         "unfinished run folder of the same config under runs/ is resumed, else a new one is made. "
         "The whole resolved config is checked before anything is computed or written.",
@@ -35,7 +35,8 @@ def register(sub) -> None:
             options.set_option("override a config field after the preset, e.g. --set train.steps=3 (repeatable)"),
         ],
     )
-    p.add_argument("--config", default="default", help="preset name in experiments/ or a .toml path (default: default)")
+    p.add_argument("--config", default="default",
+                   help="preset name in tsflash/presets/ or a .toml path (default: default)")
     p.add_argument("--start", type=options.date_type, help="first UTC day YYYY-MM-DD (default: the config's)")
     p.add_argument("--end", type=options.date_type, help="last UTC day YYYY-MM-DD, inclusive (default: the config's)")
     p.add_argument("--out", type=Path, help="run folder (default: runs/<YYYYMMDD-HHMMSS>-<run hash>; reports/ is for published runs)")

@@ -12,8 +12,10 @@ Stages, one module each (this package re-exports their public names):
 
     _prepare    Prepared, prepare, FoldData, fold_data,    inputs, fitted per fold on train bars only;
                 split_validation                           the purged validation tail
-    _train      run_fold, lr_at, sample_starts, step_seed  the training loop, resume, validated early
+    _train      run_fold, lr_at, sample_starts, step_seed  the training loop, validated early
                                                            stopping, balanced sampling, learning curve
+    _checkpoint TrainingState, TRAINING_CHECKPOINT_FORMAT  the training state and its checkpoint file
+                                                           (resume; a checkpoint of another run refused)
     _evaluate   predict_range, FoldResult                  every test bar scored once (also with the
                                                            context cut); the saved cell
     _baselines  run_baselines, lagged_features             class prior and logistic regression
@@ -42,15 +44,17 @@ Cost accounting (`FoldResult.cost`): see `tsflash.engine._cost`.
 from tsflash.engine._baselines import MAX_LOGREG_ROWS, lagged_features, run_baselines
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare, split_validation
-from tsflash.engine._train import CHECKPOINT_FORMAT, lr_at, run_fold, sample_starts, step_seed
+from tsflash.engine._checkpoint import TRAINING_CHECKPOINT_FORMAT, TrainingState
+from tsflash.engine._train import lr_at, run_fold, sample_starts, step_seed
 from tsflash.model.flops import flops_per_token
 
 __all__ = [
-    "CHECKPOINT_FORMAT",
     "MAX_LOGREG_ROWS",
+    "TRAINING_CHECKPOINT_FORMAT",
     "FoldData",
     "FoldResult",
     "Prepared",
+    "TrainingState",
     "contiguous_runs",
     "flops_per_token",
     "fold_data",

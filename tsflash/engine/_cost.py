@@ -41,6 +41,7 @@ import torch
 
 from tsflash.model import attention
 from tsflash.device import peak_memory_bytes, sync
+from tsflash.engine._checkpoint import TrainingState
 from tsflash.model.flops import flops_per_token
 
 log = logging.getLogger(__name__)
@@ -82,20 +83,20 @@ def kernel_record(forced: str | None, ops: list[str] | None) -> dict:
     return {"backend": forced, "backend_observed": observed, "kernels_observed": ops}
 
 
-def fold_cost(model, state: dict, *, n: int, batch: int, tokens_per_step: int, n_train_bars: int,
+def fold_cost(model, state: TrainingState, *, n: int, batch: int, tokens_per_step: int, n_train_bars: int,
               n_train_windows: int, eval_seconds: float, device: torch.device) -> dict:
-    """The cost record of a trained cell (module doc); `state` is the training state (steps done,
-    train_seconds, early stop, kernels_observed)."""
-    steps = state["step"]
+    """The cost record of a trained cell (module doc) from its training state (steps done,
+    train_seconds, val_seconds, early stop, kernels_observed)."""
+    steps = state.step
     tokens = steps * batch * n
-    seconds = state["train_seconds"]
+    seconds = state.train_seconds
     n_params = model.n_params()
     fpt = flops_per_token(n_params, model.config.n_layers, model.config.d_model, n)
-    kernels = kernel_record(model.attention_backend_used, state.get("kernels_observed"))
+    kernels = kernel_record(model.attention_backend_used, state.kernels_observed)
     return {
         "train_seconds": seconds,
         "epoch_seconds": seconds * n_train_bars / tokens if tokens else float("nan"),
-        "val_seconds": state.get("val_seconds"),
+        "val_seconds": state.val_seconds,
         "eval_seconds": eval_seconds,
         "tokens_per_s": tokens / seconds if seconds > 0 else float("nan"),
         "peak_memory_bytes": peak_memory_bytes(device),
@@ -108,7 +109,7 @@ def fold_cost(model, state: dict, *, n: int, batch: int, tokens_per_step: int, n
         "n_params": n_params,
         "n_train_bars": n_train_bars,
         "n_train_windows": n_train_windows,
-        "early_stopped": bool(state["stopped"]),
+        "early_stopped": bool(state.stopped),
         "device": str(device),
         "kernel_choice": copy.deepcopy(getattr(model, "kernel_choice", None)),
         "compile": copy.deepcopy(getattr(model, "compile_info", None)),

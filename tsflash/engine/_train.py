@@ -4,8 +4,8 @@
 training loop (`_train`, nanoGPT's: lr, forward with targets, the model's own loss, backward,
 clip, step), restore the best weights, score the test block (and, for the far-context question,
 the same test bars with the context cut to each of ``cfg.eval.context_cuts`` < n), record the
-cost and the learning curve. Sampling, the learning-rate schedule, early stopping and
-checkpoints are small helpers beside it.
+cost and the learning curve. Sampling, the learning-rate schedule and early stopping are small
+helpers beside it; the `TrainingState` they update and its checkpoint are `tsflash.engine._checkpoint`.
 
 The same training signal for every N
 ------------------------------------
@@ -61,8 +61,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
-import json
 import logging
 import math
 import time
@@ -72,12 +70,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tsflash import atomic
 from tsflash.model import attention
 from tsflash.model import fastpath
-from tsflash.config import ADDED_LATER, ExperimentConfig, TrainConfig
+from tsflash.config import ExperimentConfig, TrainConfig
 from tsflash.model.rotary import rotary_wavelength
 from tsflash.device import autocast, reset_peak_memory, sync
+from tsflash.engine._checkpoint import Checkpoint, TrainingState, checkpoint_identity
 from tsflash.engine._cost import StepClock, fold_cost
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data
@@ -85,9 +83,6 @@ from tsflash.errors import UserError
 from tsflash.dataset.windows import BalancedWindows, check_window_length, fit_pieces, gather_windows
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_FORMAT = "tsflash-fold-checkpoint-2"  # 2: balanced windows, learning curve and early-stopping state
-
 
 def lr_at(step: int, steps: int, lr: float, warmup_steps: int, min_lr_ratio: float) -> float:
     """Linear warm-up over `warmup_steps` steps to `lr`, then cosine decay to lr * min_lr_ratio at the last step."""
@@ -166,19 +161,18 @@ def run_fold(
     # the attention kernel decided at this shape before the first step, then compiled (tsflash.model.fastpath)
     fwd_model = fastpath.prepare(model, device, n=n, batch=batch, compile=tc.compile)
     optimizer = _adamw(model, tc, device)
-    checkpoint = _Checkpoint(checkpoint_dir, _identity(prepared, n, fold, seed, settings, tc), n, fold, seed,
-                             checkpoint_every_s, device)
-    state = checkpoint.load(model, optimizer) or _fresh_state()
-    state.setdefault("val_seconds", None)  # a checkpoint written before validation was timed: unknown, not 0
+    checkpoint = Checkpoint(checkpoint_dir, checkpoint_identity(prepared, n, fold, seed, settings, tc), n, fold, seed,
+                            checkpoint_every_s, device)
+    state = checkpoint.load(model, optimizer) or TrainingState()
 
     reset_peak_memory(device)
-    first = tc.steps if state["stopped"] else state["step"]  # a stopped run draws no more batches
+    first = tc.steps if state.stopped else state.step  # a stopped run draws no more batches
     batch_at = _batch_source(windows, features, labels, batch, tc, first, seed, fold, mconf.dropout > 0)
     val_loss = functools.partial(validation_loss, fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device)
     _train(model, fwd_model, optimizer, tc, state, batch_at, val_loss if fd.val is not None else None, checkpoint,
            on_step, device, f"fold {fold} n={n} seed={seed}")
-    if state["best_model"] is not None:
-        model.load_state_dict(state["best_model"])
+    if state.best_model is not None:
+        model.load_state_dict(state.best_model)
     if model_path is not None:
         model.save(model_path)
 
@@ -215,24 +209,24 @@ def _score_test(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: Ex
     return y_prob, {m: score(n=m)[2].cpu().numpy() for m in cfg.eval.context_cuts if m < n}, seconds
 
 
-def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, val_loss, checkpoint: _Checkpoint,
-           on_step, device: torch.device, label: str) -> None:
-    """The training loop, from `state["step"]` to tc.steps or an early stop; updates `state`.
+def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, batch_at, val_loss,
+           checkpoint: Checkpoint, on_step, device: torch.device, label: str) -> None:
+    """The training loop, from `state.step` to tc.steps or an early stop; updates `state`.
 
     batch_at(step) -> (x, y, denominator) : the step's windows (B, n, F), targets (B, n) with
         -1 = not scored, and the loss's fixed denominator.
     val_loss : None (a fixed budget), or a function giving the validation loss (early stopping).
     """
-    if state.get("kernels_observed") is None:
+    if state.kernels_observed is None:
         attention.warm_up_profiler()  # its one-time setup is not part of a training step
-    clock = StepClock(device, state["train_seconds"])
-    step = first = state["step"]
+    clock = StepClock(device, state.train_seconds)
+    step = first = state.step
     # A compiled forward compiles in its first step: the profiler would record every op of the
     # compiling and autotuning too (on the H200 3-6 s more to process them, seen in no timer), so
     # the kernels are observed one step later, the same graph running (unless there is no later step).
     compiles = isinstance(fwd_model, fastpath.Compiled)
     model.train()
-    while step < tc.steps and not state["stopped"]:
+    while step < tc.steps and not state.stopped:
         clock.start()
         lr = lr_at(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_ratio)
         for group in optimizer.param_groups:
@@ -246,29 +240,28 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: dict, batch_at, 
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        state["loss_sum"] = state["loss_sum"] + loss.detach()  # on the device: no sync per step
-        step = state["step"] = step + 1
+        state.loss_sum = state.loss_sum + loss.detach()  # on the device: no sync per step
+        step = state.step = step + 1
 
         validate = val_loss is not None and (step % tc.eval_every == 0 or step == tc.steps)
         save = step == tc.steps or checkpoint.due()
         if validate or save:
-            state["train_seconds"] = clock.pause()  # validation and checkpoint writes are not training
+            state.train_seconds = clock.pause()  # validation and checkpoint writes are not training
         if validate:
             t0 = time.perf_counter()
             val = _evaluating(model, val_loss)  # a float: the device has finished
-            if state["val_seconds"] is not None:  # None: resumed from a checkpoint that did not record it
-                state["val_seconds"] += time.perf_counter() - t0
+            if state.val_seconds is not None:  # None: resumed from a checkpoint that did not record it
+                state.val_seconds += time.perf_counter() - t0
             _evaluate_and_stop(state, model, val, tc.patience)
             log.info("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, step,
-                     state["curve"]["train_loss"][-1], state["curve"]["val_loss"][-1], state["best_loss"],
-                     state["best_step"])
-        if save or state["stopped"]:
+                     state.curve["train_loss"][-1], state.curve["val_loss"][-1], state.best_loss, state.best_step)
+        if save or state.stopped:
             checkpoint.save(model, optimizer, state)
         if log.isEnabledFor(logging.DEBUG) and step % max(1, tc.steps // 10) == 0:
             log.debug("%s step %d/%d lr %.2e loss %.5f", label, step, tc.steps, lr, loss.item())
         if on_step is not None:
             on_step(step)
-    state["train_seconds"] = clock.pause()
+    state.train_seconds = clock.pause()
 
 
 def _batch_source(windows: BalancedWindows, features: torch.Tensor, labels: torch.Tensor, batch: int,
@@ -295,17 +288,17 @@ def _batch_source(windows: BalancedWindows, features: torch.Tensor, labels: torc
 
 
 @contextlib.contextmanager
-def _observe_kernels_once(state: dict, now: bool = True):
+def _observe_kernels_once(state: TrainingState, now: bool = True):
     """Run the block under the profiler on a cell's first step (the second when compiled: `now`
     says when; once: the result is kept in `state`, which checkpoints carry across a resume).
     Same math (the parity test of a step checks it bit for bit); it adds some tens of ms to that
     one step, which stays timed."""
-    if state.get("kernels_observed") is not None or not now:
+    if state.kernels_observed is not None or not now:
         yield
         return
     with attention.observe_kernel_ops() as ops:
         yield
-    state["kernels_observed"] = ops
+    state.kernels_observed = ops
 
 
 def _evaluating(model, fn):
@@ -317,33 +310,33 @@ def _evaluating(model, fn):
         model.train()
 
 
-def _evaluate_and_stop(state: dict, model, val: float, patience: int) -> None:
+def _evaluate_and_stop(state: TrainingState, model, val: float, patience: int) -> None:
     """Append (step, mean training loss since the last evaluation, val) to the curve; keep the best
     weights (on the host); stop after `patience` evaluations without improvement (0 = never)."""
-    curve, step = state["curve"], state["step"]
+    curve, step = state.curve, state.step
     since = step - (curve["step"][-1] if curve["step"] else 0)
     curve["step"].append(step)
-    curve["train_loss"].append(float(state["loss_sum"]) / since)
+    curve["train_loss"].append(float(state.loss_sum) / since)
     curve["val_loss"].append(val)
-    state["loss_sum"] = 0.0
-    if val < state["best_loss"]:
-        best = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        state.update(best_loss=val, best_step=step, bad_evals=0, best_model=best)
+    state.loss_sum = 0.0
+    if val < state.best_loss:
+        state.best_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        state.best_loss, state.best_step, state.bad_evals = val, step, 0
     else:
-        state["bad_evals"] += 1
-        state["stopped"] = patience > 0 and state["bad_evals"] >= patience
+        state.bad_evals += 1
+        state.stopped = patience > 0 and state.bad_evals >= patience
 
 
-def _training_record(state: dict, tc: TrainConfig, validated: bool, model) -> dict:
+def _training_record(state: TrainingState, tc: TrainConfig, validated: bool, model) -> dict:
     """The cost record's training fields: the learning curve {"step", "train_loss", "val_loss"}
     (empty lists without a validation tail), the best step and its validation loss (None without
     a tail), the last step trained, the rule (maximum, eval_every, patience, lr) and the rotary
     base in use with its slowest wavelength in bars."""
     head_dim, base = model.config.head_dim, model.config.rotary_base
     return {"rotary_base": base, "rotary_wavelength": rotary_wavelength(head_dim, base),
-            "curve": {k: list(v) for k, v in state["curve"].items()},
-            "best_step": state["best_step"] if validated else None,
-            "best_val_loss": state["best_loss"] if validated else None, "stop_step": state["step"],
+            "curve": {k: list(v) for k, v in state.curve.items()},
+            "best_step": state.best_step if validated else None,
+            "best_val_loss": state.best_loss if validated else None, "stop_step": state.step,
             "max_steps": tc.steps, "eval_every": tc.eval_every if validated else None,
             "patience": tc.patience if validated else None, "lr": tc.lr}
 
@@ -393,63 +386,3 @@ def _adamw(model, tc: TrainConfig, device: torch.device) -> torch.optim.AdamW:
         [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=tc.lr, betas=tuple(tc.betas), fused=device.type == "cuda",
     )
-
-
-# ---- checkpoints ---------------------------------------------------------------------------------
-
-
-def _fresh_state() -> dict:
-    return {"step": 0, "train_seconds": 0.0, "val_seconds": 0.0, "best_loss": math.inf, "best_step": 0, "bad_evals": 0, "stopped": False,
-            "best_model": None, "kernels_observed": None, "loss_sum": 0.0,
-            "curve": {"step": [], "train_loss": [], "val_loss": []}}
-
-
-# Model settings added after checkpoints were written, at the value those checkpoints trained with:
-# left out of the identity at that value, so that a cell cut before the field existed still resumes.
-IDENTITY_ADDED_LATER = {"residual": ADDED_LATER["model.residual"], "norm": ADDED_LATER["model.norm"]}
-
-
-def _identity(prepared: Prepared, n: int, fold: int, seed: int, settings: dict, tc: TrainConfig) -> str:
-    """A short hash of everything that makes a checkpoint belong to one run."""
-    model = {k: v for k, v in settings.items() if k not in IDENTITY_ADDED_LATER or v != IDENTITY_ADDED_LATER[k]}
-    identity = {"format": CHECKPOINT_FORMAT, "config": prepared.cfg.hash(), "n": n, "fold": fold, "seed": seed,
-                "model": model, "train": dataclasses.asdict(tc),
-                "bars": [len(prepared.open_time), int(prepared.open_time[0]), int(prepared.open_time[-1])]}
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-class _Checkpoint:
-    """Model + optimizer + training state of one (N, fold, seed) in `<dir>/fold<k>-n<N>-seed<s>.pt`
-    (nothing without a folder), written atomically; refuses a file of another run. `due()` says
-    when `every_s` seconds have passed since the last write (or since the start)."""
-
-    def __init__(self, folder: Path | None, identity: str, n: int, fold: int, seed: int, every_s: float,
-                 device: torch.device):
-        self.path = Path(folder) / f"fold{fold}-n{n}-seed{seed}.pt" if folder is not None else None
-        self.identity, self.every_s, self.device = identity, every_s, device
-        self.last = time.perf_counter()
-
-    def due(self) -> bool:
-        return time.perf_counter() - self.last >= self.every_s
-
-    def load(self, model, optimizer) -> dict | None:
-        """Restore model and optimizer in place and return the training state; None if there is none."""
-        if self.path is None or not self.path.exists():
-            return None
-        blob = torch.load(self.path, map_location=self.device, weights_only=True)
-        if blob.get("identity") != self.identity:
-            raise UserError(f"checkpoint {self.path} belongs to a different run (identity {blob.get('identity')} != "
-                            f"{self.identity}); delete it or use another checkpoint_dir")
-        model.load_state_dict(blob["model"])
-        optimizer.load_state_dict(blob["optimizer"])
-        log.info("%s: resumed at step %d", self.path.name, blob["state"]["step"])
-        return blob["state"]
-
-    def save(self, model, optimizer, state: dict) -> None:
-        if self.path is not None:
-            sync(self.device)
-            blob = {"identity": self.identity, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "state": state}
-            with atomic.atomic_path(self.path) as tmp:
-                torch.save(blob, tmp)
-        self.last = time.perf_counter()

@@ -6,7 +6,7 @@ without torch, the model's settings, names and shape rule (`spec`) and its rotar
 from tsflash._exports import lazy_exports
 
 _EXPORTS = {
-    "CausalTransformer": "transformer", "CHECKPOINT_FORMAT": "transformer", "masked_cross_entropy": "transformer",
+    "CausalTransformer": "transformer", "MODEL_FILE_FORMAT": "transformer", "masked_cross_entropy": "transformer",
     "ModelConfig": "spec", "ModelSettings": "spec", "check_shape": "spec",
     "sdpa": "attention", "AttentionKernelError": "attention", "observe_kernels": "attention",
     "prepare": "fastpath", "flops_per_token": "flops", "rotary_base": "rotary",

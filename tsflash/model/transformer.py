@@ -34,7 +34,8 @@ from tsflash.errors import UserError
 from tsflash.model import attention
 from tsflash.model.spec import ModelConfig
 
-CHECKPOINT_FORMAT = "tsflash.model/1"
+MODEL_FILE_FORMAT = "tsflash.model/1"  # a saved model (`CausalTransformer.save`); the engine's training
+# checkpoint (model, optimizer and training state) is tsflash.engine.TRAINING_CHECKPOINT_FORMAT
 
 
 def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, denominator: float | None = None) -> torch.Tensor:
@@ -225,7 +226,7 @@ class CausalTransformer(nn.Module):
         path = Path(path)
         state = {k: v.detach().cpu() for k, v in self.state_dict().items()}
         with atomic.atomic_path(path) as tmp:
-            torch.save({"format": CHECKPOINT_FORMAT, "config": dataclasses.asdict(self.config), "state_dict": state}, tmp)
+            torch.save({"format": MODEL_FILE_FORMAT, "config": dataclasses.asdict(self.config), "state_dict": state}, tmp)
         return path
 
     @classmethod
@@ -242,9 +243,9 @@ class CausalTransformer(nn.Module):
             blob = torch.load(path, map_location=map_location, weights_only=True)
         except Exception as exc:  # pickle errors of all kinds: not a checkpoint we can trust
             raise UserError(f"model checkpoint {path} cannot be loaded with weights_only=True: {exc}") from None
-        if not isinstance(blob, dict) or blob.get("format") != CHECKPOINT_FORMAT:
+        if not isinstance(blob, dict) or blob.get("format") != MODEL_FILE_FORMAT:
             got = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
-            raise UserError(f"model checkpoint {path} must have format {CHECKPOINT_FORMAT!r}, got {got!r}")
+            raise UserError(f"model checkpoint {path} must have format {MODEL_FILE_FORMAT!r}, got {got!r}")
         known = {f.name for f in dataclasses.fields(ModelConfig)}
         unknown = sorted(set(blob["config"]) - known)
         if unknown:

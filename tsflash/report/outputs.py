@@ -1,11 +1,9 @@
-"""The report's machine-readable outputs: results.json, fold_metrics.parquet, daily_returns.parquet."""
+"""The report's machine-readable outputs: results.json (strict JSON: non-finite floats as null,
+tsflash.atomic's NaN policy), fold_metrics.parquet, daily_returns.parquet."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-
-import numpy as np
 
 from tsflash import atomic
 from tsflash.report.compute import Numbers
@@ -20,23 +18,6 @@ _CANDIDATE_FIELDS = {"key": "key", "n_periods": "n_days", "mean": "mean_daily_ne
                      "psr": "psr", "dsr": "dsr", "sr0": "sr0", "error": "error"}
 _REPRODUCIBILITY = ("command", "git_commit", "packages", "device", "device_name", "seeds", "config_hash", "run_key",
                     "study_name", "storage")
-
-
-def clean(o):
-    """JSON-safe: NaN/inf -> None, numpy -> Python."""
-    if isinstance(o, dict):
-        return {str(k): clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [clean(v) for v in o]
-    if isinstance(o, np.ndarray):
-        return clean(o.tolist())
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, (float, np.floating)):
-        return float(o) if math.isfinite(o) else None
-    return o
 
 
 def selection_results(rd: RunData, nums: Numbers, notes: list[str]) -> dict:
@@ -115,6 +96,6 @@ def write_daily(rd: RunData, path: Path) -> None:
 
 
 def write_all(rd: RunData, nums: Numbers, words: dict, out_dir: Path) -> None:
-    atomic.write_json(out_dir / "results.json", clean(results(rd, nums, words)))
-    write_parquet(clean(nums.rows), out_dir / "fold_metrics.parquet")
+    atomic.write_json(out_dir / "results.json", results(rd, nums, words), strict=True)
+    write_parquet(atomic.json_safe(nums.rows), out_dir / "fold_metrics.parquet")
     write_daily(rd, out_dir / "daily_returns.parquet")

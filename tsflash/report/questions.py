@@ -166,7 +166,7 @@ def write_outputs(rd: RunData, nums: Numbers, words: dict, out_dir: Path) -> dic
     """forecast_daily.parquet (when the loss table came from the cells), questions.json and the
     paired figure; returns the figure entry of the context, or None."""
     from tsflash.report.figures import plot_paired
-    from tsflash.report.outputs import clean
+    from tsflash.atomic import json_safe as clean
 
     fq = nums.forecast
     if fq.table is not None and (fq.source != LOSS_FILE or Path(out_dir).resolve() != rd.run_dir.resolve()):

@@ -379,7 +379,8 @@ def write_confirmation(setup: Setup) -> tuple[Path, Path, Path]:
     """confirm.md, confirm.html and confirm.json in the run folder, from the work folder's cells."""
     from tsflash.report.compute import compute
     from tsflash.report.context import selection_section
-    from tsflash.report.outputs import clean, selection_results
+    from tsflash.atomic import json_safe as clean
+    from tsflash.report.outputs import selection_results
     from tsflash.report.questions import forecast_section, results, trading_section
     from tsflash.report.render import render
     from tsflash.report.rundata import load_run

@@ -22,22 +22,20 @@ naming one is still accepted, so published runs stay resumable.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tsflash.config import EXPERIMENTS_DIR, ExperimentConfig, config_from_dict, load_config, merge_overrides
-from tsflash.device import resolve_device
+from tsflash.config import PRESETS_DIR, ExperimentConfig, config_from_dict, load_config, merge_overrides
+from tsflash.device import parse_devices, resolve_device
 from tsflash.errors import UserError
+from tsflash.identity import digest
 from tsflash.sweep.ledger import check_storage
 from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run, read_json
 from tsflash.data.synthetic import parse_source
-from tsflash.sweep.workers import parse_devices
 
 PRESETS = ("auto", "full", "cpu")
-CPU_PRESET = EXPERIMENTS_DIR / "cpu.toml"
+CPU_PRESET = PRESETS_DIR / "cpu.toml"
 
 
 @dataclass
@@ -45,13 +43,13 @@ class SweepOptions:
     """What the user asked for (the CLI's arguments, validated by `plan_sweep`)."""
 
     lengths: list[int] | None = None  # None = the config's lengths
-    config: str = "default"  # preset name in experiments/ or a .toml path
+    config: str = "default"  # preset name (tsflash/presets/) or a .toml path
     data: str = "data"  # bar store root, or "synthetic:random-walk[:SEED]"
     start: str | None = None  # overrides data.start (YYYY-MM-DD)
     end: str | None = None  # overrides data.end (inclusive)
     out: Path | None = None  # run folder; None = find the unfinished run or make a new one
     device: str = "auto"  # auto | cpu | cuda | cuda:K
-    # One worker per entry (tsflash.sweep.workers.parse_devices: "cuda:0,cuda:1", "all", "cpu,cpu");
+    # One worker per entry (tsflash.device.parse_devices: "cuda:0,cuda:1", "all", "cpu,cpu");
     # None = one worker on `device`.
     devices: list[str] | None = None
     seed: int | None = None  # overrides train.seeds with [seed]
@@ -114,7 +112,7 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
     preset = opts.preset if opts.preset != "auto" else ("full" if on_cuda else "cpu")
     overrides: dict = {}
     if preset == "cpu":
-        cpu = tomllib.loads(CPU_PRESET.read_text())
+        cpu = tomllib.loads(CPU_PRESET.read_text(encoding="utf-8"))
         overrides = {k: v for k, v in cpu.items() if k not in ("name", "description")}
     cli: dict = {}
     if opts.lengths is not None:
@@ -132,7 +130,7 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
     cfg.name = f"{cfg.name}+cpu"
     why = "no CUDA device" if not on_cuda else "--preset cpu"
     note = (
-        f"reduced CPU preset ({why}): experiments/cpu.toml applied -- d_model={cfg.model.d_model}, "
+        f"reduced CPU preset ({why}): tsflash/presets/cpu.toml applied -- d_model={cfg.model.d_model}, "
         f"n_layers={cfg.model.n_layers}, steps={cfg.train.steps}, tokens/step={cfg.train.tokens_per_step}, "
         f"data {cfg.data.start}..{cfg.data.end}, {cfg.splits.n_folds} folds of {cfg.splits.test_days} days. "
         "A smoke test of the method, not evidence about BTC; use --preset full to insist on the full config."
@@ -151,25 +149,21 @@ def _fee_free(cfg: ExperimentConfig) -> dict:
     return d
 
 
-def _digest(obj, chars: int) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:chars]
-
-
 def run_hash(cfg: ExperimentConfig) -> str:
     """8 hex digits of the config without the fee: the tail of a new run folder's name."""
-    return _digest(_fee_free(cfg), 8)
+    return digest(_fee_free(cfg), 8)
 
 
 def make_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str) -> str:
     """What makes two invocations "the same run": config (fee aside), data source, trials, device type."""
-    return _digest({"config": _fee_free(cfg), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
+    return digest({"config": _fee_free(cfg), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
 
 
 def legacy_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str) -> str:
     """The run key of folders made while the fee was part of the run (e.g. reports/h200-btcusdt-1m).
     Config keys added since are left out of `to_dict` at the value an older folder means
     (config.ADDED_LATER), so the key stays the one the folder was made with."""
-    return _digest({"config": cfg.to_dict(), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
+    return digest({"config": cfg.to_dict(), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
 
 
 def _with_run_fee(cfg: ExperimentConfig, folder: RunFolder) -> tuple[ExperimentConfig, str]:

@@ -72,39 +72,6 @@ SUFFIX = ".claim"
 
 
 # ---------------------------------------------------------------------------------------------
-# Devices
-
-
-def parse_devices(text: str, flag: str = "--devices") -> list[str]:
-    """"cuda:0,cuda:1" | "all" (every CUDA device) | "cpu" | "cpu,cpu" (two CPU workers sharing the
-    cores) -> the device of each worker. One kind only; a GPU named twice or absent is refused."""
-    from tsflash.device import resolve_device  # torch loads only when devices are checked
-
-    text = str(text).strip()
-    if text == "all":
-        import torch
-
-        if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-            raise UserError(f"{flag} all: this machine has no CUDA device (use {flag} cpu)")
-        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    names = [part.strip() for part in text.split(",")]
-    if not text or any(not name for name in names):
-        raise UserError(f"{flag}: give all, or comma-separated devices such as cuda:0,cuda:1, got {text!r}")
-    bad = [name for name in names if name != "cpu" and not name.startswith("cuda")]
-    if bad:
-        raise UserError(f"{flag}: each device must be cpu, cuda or cuda:K, got {bad[0]!r}")
-    if len({name == "cpu" for name in names}) > 1:
-        raise UserError(f"{flag} {text}: mixes CPU and CUDA devices; one sweep runs on one kind")
-    names = ["cuda:0" if name == "cuda" else name for name in names]
-    twice = sorted({name for name in names if name != "cpu" and names.count(name) > 1})
-    if twice:
-        raise UserError(f"{flag} {text}: {twice[0]} is named twice (one worker per GPU)")
-    for name in dict.fromkeys(names):
-        resolve_device(name, flag=flag)
-    return names
-
-
-# ---------------------------------------------------------------------------------------------
 # Claims
 
 
