@@ -123,14 +123,20 @@ def json_safe(o):
     return o
 
 
-def write_json(path: str | os.PathLike, obj, *, strict: bool = False, **json_kwargs) -> Path:
-    """Atomically write `json.dumps(obj)` (no trailing newline) to `path`.
+def write_json(path: str | os.PathLike, obj, *, strict: bool = False, end: str = "", **json_kwargs) -> Path:
+    """Atomically write `json.dumps(obj) + end` to `path`.
 
     Defaults: indent=1, sorted keys, `json_default` for numpy values and paths; `json_kwargs`
-    override them. NaN policy (module doc): non-finite floats are written as `NaN` / `Infinity`,
-    or with `strict=True` as null, for files published to other readers.
+    override them (the benchmarks' files: `BENCH_JSON`). NaN policy (module doc): non-finite floats
+    are written as `NaN` / `Infinity`, or with `strict=True` as null, for files published to other
+    readers.
     """
     kwargs = {"indent": 1, "sort_keys": True, "default": json_default} | json_kwargs
     if strict:
         obj, kwargs["allow_nan"] = json_safe(obj), False
-    return write_text(path, json.dumps(obj, **kwargs))
+    return write_text(path, json.dumps(obj, **kwargs) + end)
+
+
+# The layout of the benchmarks' JSON files (reports/bench/**/*.json): keys in the order measured,
+# two-space indent, a final newline, anything unknown as its str().
+BENCH_JSON = {"indent": 2, "sort_keys": False, "default": str, "end": "\n"}

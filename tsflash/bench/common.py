@@ -76,10 +76,8 @@ def time_call(fn, device: torch.device, min_time: float = 0.2) -> float:
 
 
 def write_json(path: Path, payload: dict) -> Path:
-    import json
-
-    atomic.write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
-    return path
+    """A benchmark's JSON file, laid out as the published ones (`tsflash.atomic.BENCH_JSON`)."""
+    return atomic.write_json(path, payload, **atomic.BENCH_JSON)
 
 
 def environment(device: torch.device) -> dict:
