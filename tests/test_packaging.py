@@ -5,9 +5,11 @@ installed elsewhere loads `default` without the checkout."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from importlib import resources
 from pathlib import Path
@@ -19,8 +21,9 @@ from tsflash.config import load_config, preset_names
 
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "-q"]
 
-# Run with `python -S` (no site-packages: neither this environment's editable install of the
-# checkout nor anything else), PYTHONPATH = the install target only, from a folder outside the checkout.
+# Run with `python -S` (site-packages' .pth files are not read, so this environment's editable
+# install of the checkout is invisible), PYTHONPATH = the install target, then this environment's
+# site-packages folders for the dependencies (numpy, pyarrow ...), from a folder outside the checkout.
 INSTALLED = """
 import json, sys
 from importlib import resources
@@ -28,7 +31,8 @@ from pathlib import Path
 import tsflash
 from tsflash.config import load_config, preset_names
 repo = Path(sys.argv[1]).resolve()
-inside = [p for p in sys.path if Path(p or ".").resolve().is_relative_to(repo)]
+dependencies = {Path(p).resolve() for p in sys.argv[2:]}  # an environment may live in the checkout (.venv)
+inside = [p for p in sys.path if Path(p or ".").resolve().is_relative_to(repo) and Path(p).resolve() not in dependencies]
 templates = sorted(t.name for t in (resources.files("tsflash") / "report" / "templates").iterdir())
 print(json.dumps({"file": tsflash.__file__, "inside": inside, "presets": preset_names(),
                   "default": load_config("default").to_dict(), "templates": templates}))
@@ -68,8 +72,9 @@ def test_an_installed_copy_loads_default_outside_the_checkout(wheel, tmp_path):
     site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
     elsewhere.mkdir()
     _run([*PIP, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)])
-    proc = _run([sys.executable, "-S", "-c", INSTALLED, str(REPO)], cwd=elsewhere,
-                env={"PYTHONPATH": str(site), "PATH": ""})
+    dependencies = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    proc = _run([sys.executable, "-S", "-c", INSTALLED, str(REPO), *dependencies], cwd=elsewhere,
+                env={"PYTHONPATH": os.pathsep.join([str(site), *dependencies]), "PATH": ""})
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert Path(got["file"]).resolve().is_relative_to(site.resolve()) and got["inside"] == []
     assert got["presets"] == ["btc-1s", "cpu", "default", "first-edition"] == preset_names()

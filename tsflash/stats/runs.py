@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy import optimize, stats
+import scipy  # scipy.stats and scipy.optimize load on first use (`tsflash data --help` imports this package)
 
 from tsflash.errors import UserError
 from tsflash.stats.forecasts import ALPHA, holm
@@ -214,8 +214,8 @@ def one_sample_t(d: np.ndarray, alpha: float = ALPHA) -> tuple[float, float, int
     se = float(d.std(ddof=1) / math.sqrt(len(d)))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = mean / se if se > 0 else (math.copysign(math.inf, mean) if mean else math.nan)
-    p = float(2 * stats.t.sf(abs(t), df)) if not math.isnan(t) else 1.0
-    half = float(stats.t.ppf(1 - alpha / 2, df) * se)
+    p = float(2 * scipy.stats.t.sf(abs(t), df)) if not math.isnan(t) else 1.0
+    half = float(scipy.stats.t.ppf(1 - alpha / 2, df) * se)
     return mean, se, df, float(t), p, (mean - half, mean + half)
 
 
@@ -329,8 +329,8 @@ def aa_tests(runs: Runs, how: str = "all", *, alpha: float = ALPHA, min_seeds_pe
 
 def binomial_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """Exact (Clopper-Pearson) interval of a rate k / n."""
-    lo = float(stats.beta.ppf((1 - level) / 2, k, n - k + 1)) if k > 0 else 0.0
-    hi = float(stats.beta.ppf(1 - (1 - level) / 2, k + 1, n - k)) if k < n else 1.0
+    lo = float(scipy.stats.beta.ppf((1 - level) / 2, k, n - k + 1)) if k > 0 else 0.0
+    hi = float(scipy.stats.beta.ppf(1 - (1 - level) / 2, k + 1, n - k)) if k < n else 1.0
     return lo, hi
 
 
@@ -397,8 +397,8 @@ def power_of(difference: float, components: VarianceComponents, n_folds: int, n_
     _check_power_design(n_folds, n_seeds, alpha)
     df = n_folds - 1
     ncp = difference / (fold_difference_sd(components, n_seeds) / math.sqrt(n_folds))
-    crit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+    crit = scipy.stats.t.ppf(1 - alpha / 2, df)
+    return float(scipy.stats.nct.sf(crit, df, ncp) + scipy.stats.nct.cdf(-crit, df, ncp))
 
 
 def min_detectable_difference(components: VarianceComponents, n_folds: int, n_seeds: int, alpha: float = ALPHA,
@@ -413,7 +413,7 @@ def min_detectable_difference(components: VarianceComponents, n_folds: int, n_se
     hi = 1.0
     while short(hi) < 0:  # bracket by doubling: nct turns NaN far out (ncp ~ 40), before it is needed
         hi *= 2
-    return float(optimize.brentq(short, 0.0, hi) * se)
+    return float(scipy.optimize.brentq(short, 0.0, hi) * se)
 
 
 # ---------------------------------------------------------------------------------------------
