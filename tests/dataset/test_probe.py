@@ -46,8 +46,9 @@ def test_windows_reach_n_and_grow_with_it():
 
 
 def test_aggregates_match_a_naive_loop():
-    """Each row's sums over the last w bars (fewer at the start), the log return being the move
-    since the previous bar that exists (a gap in open_time changes nothing: windows count bars)."""
+    """Each row's sums over the last w bars (fewer at the start) of the log return since the
+    previous bar (the probe reads close only: windows count bars, and the bar after a gap carries
+    the move through it, as the engine's log_return does)."""
     close = random_close(300, seed=3)
     close[120:140] = close[119]  # a flat stretch: zero returns, the volatility floor
     x = probe_features(close, 64)
@@ -133,7 +134,7 @@ def test_far_windows_read_a_slow_regime_and_not_a_random_walk():
     minutes): 512 bars estimate it at a signal-to-noise of 1.1, 16384 bars at 6.4, so the N=32768
     probe forecasts the direction better (measured: -0.0097 nats on the direction score, -0.0064
     on the log-loss). On an iid walk the far windows hold nothing and cost only their fit noise
-    (measured: +0.0001, +0.0002). (The one-week echo of a 15-bar move, `long_memory_bars`, is no
+    (measured: +0.00006, +0.0001). (The one-week echo of a 15-bar move, `long_memory_bars`, is no
     test of this probe: a 15-bar move is 1/800 of the 12288 bars between its windows 4096 and
     16384, too diluted for a linear read; `experiments/probe.py` measures it at full size.)"""
     loss, direction = _probe_gain(planted_market(1_000_000, drift=0.05, regime_bars=65536, seed=0))

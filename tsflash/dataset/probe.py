@@ -24,8 +24,13 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
 from tsflash.errors import UserError
+from tsflash.scoring.metrics import classification_metrics, direction_metrics
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +108,6 @@ def _clip(x: np.ndarray) -> np.ndarray:
 def probe_model():
     """The unfitted probe: standardise (on the fitted rows), clip at +-CLIP, multinomial logistic
     regression with the baseline's settings (a scikit-learn Pipeline)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import FunctionTransformer, StandardScaler
-
     return make_pipeline(StandardScaler(), FunctionTransformer(_clip),
                          LogisticRegression(C=LOGREG_C, tol=LOGREG_TOL, max_iter=LOGREG_MAX_ITER))
 
@@ -134,8 +135,6 @@ class ProbeResult:
 
 def score(labels: np.ndarray, prob: np.ndarray) -> dict[str, float]:
     """log_loss, direction (score), move_log_loss and n_scored of `prob` against `labels` (-1: unlabelled)."""
-    from tsflash.scoring.metrics import classification_metrics, direction_metrics
-
     classes = classification_metrics(labels, prob)
     direction = direction_metrics(labels, prob)
     return {"log_loss": classes["log_loss"], "direction": direction["direction_log_loss_moves"],
@@ -150,8 +149,6 @@ def fit_probe(features: np.ndarray, labels: np.ndarray, fit_rows: np.ndarray, te
     flat band); fit_rows : labelled training rows, already capped (`subsample_rows`); they and the
     test rows are the caller's fold (`tsflash.engine.fold_data`), so the fit reads no test label.
     """
-    from sklearn.exceptions import ConvergenceWarning
-
     labels = np.asarray(labels, dtype=np.int64)
     fit_rows, test_rows = np.asarray(fit_rows, dtype=np.int64), np.asarray(test_rows, dtype=np.int64)
     if len(fit_rows) == 0 or np.any(labels[fit_rows] < 0):
