@@ -329,3 +329,17 @@ def test_balanced_windows_of_patch_1_are_the_per_bar_windows():
     start = torch.maximum(torch.minimum(torch.maximum(v, lo[piece]), hi[piece] - n), lo[piece])
     published = (start, torch.maximum(torch.maximum(v, lo[piece]), start + warm), torch.minimum(v + n, hi[piece]))
     assert all(torch.equal(a, b) for a, b in zip(bw.windows(k), published))
+
+
+def test_real_fold_patch_tokens_weigh_every_scorable_training_bar_the_same(shared_store):
+    """Patch 16 on the same real fold: every fit bar a patch inside its piece can end (all but the
+    first 15 of each piece) has the same expected weight within 5 %, at n = 512 and 4096."""
+    runs, seg, fit_idx = _real_fold(shared_store, "2021-01-01", "2021-09-30", 30)
+    for n in [512, 4096]:
+        lo, hi = fit_pieces(runs, seg, n, 16)
+        bw = BalancedWindows(lo, hi, n, patch=16)
+        weight = bw.coverage(len(seg)) / bw.count
+        first = np.concatenate([np.arange(p, p + 15) for p in lo.tolist()])
+        scorable = np.setdiff1d(fit_idx, first)
+        assert (weight[first] == 0).all() and len(scorable) > 0.99 * len(fit_idx)
+        assert np.abs(weight[scorable] / weight[scorable].mean() - 1).max() <= 0.05, n

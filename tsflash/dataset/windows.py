@@ -29,6 +29,17 @@ bars after the gap are not scored and, attention being causal, invisible to the 
 no scored position's context bridges the gap; only a piece too close to the end of its training
 run for that (lo + n beyond it) holds no window. Without this, 22 % of fold 0's bars could not
 be trained on at N=131072.
+
+Patch tokens (`patch` = p > 1; `tsflash.model.transformer`): a model reads p bars per token
+and forecasts only the bar ending each patch, so a window scores the bars of its range at
+positions p - 1, 2p - 1, ..., n - 1. A virtual window is then realised by a shift of whole
+patches (start = v, or the first start >= lo, or the last <= hi - n, on v's grid): the bars it
+scores are exactly the patch ends of [v, v + n) inside the piece. Every bar of a piece but its
+first p - 1 (no patch inside the piece ends there) is a patch end in exactly n / p of its n
+virtual windows: equal weight again, every bar trained at some offset. A piece shorter than
+n + p - 1 bars may start its windows up to p - 1 bars late (`fit_pieces` keeps it only if
+that fits in its run) and is balanced approximately. Evaluation scores every bar once from a
+window whose patch grid ends at it (`eval_windows` with `patch`).
 """
 
 from __future__ import annotations
@@ -261,14 +272,14 @@ class BalancedWindows:
 
     def coverage(self, length: int) -> np.ndarray:
         """(length,) int64: in how many of the `count` windows each bar is scored (exact, index arithmetic)."""
-        start, score_lo, score_hi = (t.cpu().numpy() for t in self.windows(torch.arange(self.count, device=self.lo.device)))
-        return patch_end_coverage(start, score_lo, score_hi, self.patch, length)
+        windows = self.windows(torch.arange(self.count, device=self.lo.device))
+        return patch_end_coverage(*(t.cpu().numpy() for t in windows), self.patch, length)
 
     def scored_per_window(self) -> float:
         """The mean number of scored positions per window, over all `count` windows (exact)."""
         start, score_lo, score_hi = self.windows(torch.arange(self.count, device=self.lo.device))
         p = self.patch  # the patch ends in [score_lo, score_hi): bars b with (b - start + 1) % p == 0
-        ends = torch.div(score_hi - start, p, rounding_mode="floor") - torch.div(score_lo - start, p, rounding_mode="floor")
+        ends = (score_hi - start).div(p, rounding_mode="floor") - (score_lo - start).div(p, rounding_mode="floor")
         return float(ends.clamp_min(0).sum()) / self.count
 
 

@@ -50,6 +50,12 @@ Loss positions: with ``train.loss_warmup_fraction`` > 0 a window's first positio
 scored (their context is short); a fraction keeps that share the same for every n. Default 0:
 every position is a causal prediction of its own bar.
 
+Patch tokens (``model.patch`` = p > 1, the second architecture): the same loop, windows and
+stopping rule; a window's labels are taken at its patch ends only (every p-th bar), and since
+the balanced windows start at every offset, every training bar is a patch end in n / p of its
+windows (`tsflash.dataset.windows`); validation and test bars are scored once each, from windows
+whose patch grid ends at the bar (at most p x the eval windows of p = 1).
+
 Learning curves: every evaluation appends (step, mean training loss since the previous
 evaluation, validation loss) to the training state; checkpoints carry it and the early-stopping
 state, so an interrupted cell resumes bit-identically on CPU. `FoldResult.cost` keeps the curve,

@@ -224,7 +224,7 @@ class CausalTransformer(nn.Module):
         if Fdim != self.config.n_features:
             raise UserError(f"model input must have n_features={self.config.n_features} per bar, got shape {tuple(x.shape)}")
         if T % P:
-            raise UserError(f"model input must be whole patches of patch={P} bars, got {T} bars (shape {tuple(x.shape)})")
+            raise UserError(f"model input must be whole patches of patch={P} bars, got {T} bars")
         cos, sin = self.rotary(T // P, x.device)  # (T/P, hd/2) each: positions count tokens
         # (B, T/P, P*F): a patch's bars in order, each bar's F features together; a view for P = 1
         h = self.inp(x.reshape(B, T // P, P * Fdim))  # (B, T/P, C) in the compute dtype: bf16 under CUDA autocast
