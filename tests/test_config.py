@@ -328,4 +328,4 @@ def test_fields_added_later_leave_older_configs_unchanged():
     assert "norm" not in protocol["model"]  # rmsnorm, as every published run trained
     assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
                                 "model.residual", "model.norm", "eval.context_cuts", "eval.strategy",
-                                "eval.entry_threshold"}
+                                "eval.entry_threshold", "model.patch"}

@@ -40,7 +40,7 @@ from tsflash.errors import UserError
 from tsflash.identity import digest
 from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_bars, duration_days, parse_duration
 from tsflash.model.rotary import ROTARY_COVER, rotary_base_for, rotary_covers, rotary_wavelength
-from tsflash.model.spec import ModelSettings
+from tsflash.model.spec import ModelSettings, check_patch
 from tsflash.stats.pbo import CSCV_BLOCKS, MAX_PBO
 from tsflash.stats.sharpe import DSR_CONFIDENCE
 
@@ -230,7 +230,7 @@ SCHEMES = ("expanding", "rolling")
 # them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
 ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
                "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
-               "eval.entry_threshold": -1.0}
+               "eval.entry_threshold": -1.0, "model.patch": 1}
 
 
 @dataclass(frozen=True)
@@ -280,6 +280,7 @@ FIELD_RULES: dict[str, Bound] = {
     "model.mlp_ratio": Bound(1),
     "model.dropout": FRACTION,
     "model.rope_base": Bound(0, note="0 = auto"),
+    "model.patch": Bound(1, note="1 = a token per bar"),
     "train.steps": Bound(1),
     "train.tokens_per_step": Bound(1),
     "train.lr": Bound(0, lo_open=True),
@@ -398,6 +399,10 @@ def _check_splits(cfg: ExperimentConfig) -> None:
 
 def _check_model_and_budget(cfg: ExperimentConfig) -> None:
     cfg.model.check("model.")
+    for n in cfg.lengths:
+        check_patch(cfg.model.patch, n, ("model.patch", "lengths N"))
+    for m in cfg.eval.context_cuts:  # a cut scores the model on windows of m bars: whole patches too
+        check_patch(cfg.model.patch, m, ("model.patch", "eval.context_cuts m"))
     for n in cfg.lengths:
         if cfg.train.tokens_per_step % n:
             raise UserError(

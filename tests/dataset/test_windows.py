@@ -237,3 +237,109 @@ def test_real_fold_every_training_bar_has_the_same_expected_weight(shared_store)
         starts = torch.cat([window_starts(lo, hi, n, seg) for lo, hi in runs])
         old = range_coverage(starts.numpy(), starts.numpy() + n, len(seg))[fit_idx]
         assert old.min() / old.mean() < 0.05
+
+
+# ---- patch tokens -------------------------------------------------------------------------------
+
+
+def _scored_patch_ends(starts, score_from, n, patch):
+    """(bar, context length) for every bar a patch model's eval windows score: positions past
+    score_from that end a patch."""
+    return [(b, ctx) for b, ctx in _scored(starts, score_from, n) if ctx % patch == 0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(log_patch=st.integers(1, 4), log_tokens=st.integers(1, 4), length=st.integers(1, 300), extra=st.integers(0, 40))
+def test_property_patch_eval_scores_every_test_bar_once_at_a_patch_end(log_patch, log_tokens, length, extra):
+    """Each test bar exactly once, from a window whose patch grid ends at it, context in (n/2, n],
+    never reading a bar at or after the block's end; at most `patch` x the windows of patch 1."""
+    patch, n = 2 ** log_patch, 2 ** (log_patch + log_tokens)
+    lo = n // 2 + patch - 1 + extra
+    hi = lo + length
+    if hi < n + patch - 1:
+        with pytest.raises(UserError, match=rf"test_hi >= n \+ patch - 1 = {n + patch - 1}"):
+            eval_windows(lo, hi, n, patch=patch)
+        return
+    starts, score_from = eval_windows(lo, hi, n, patch=patch)
+    scored = _scored_patch_ends(starts, score_from, n, patch)
+    assert sorted(b for b, _ in scored) == list(range(lo, hi))
+    assert all(n // 2 < ctx <= n for _, ctx in scored)
+    assert starts.min() >= 0 and (starts + n).max() <= hi
+    assert len(starts) <= patch * (len(eval_windows(lo, hi, n)[0]) + 1)  # the eval compute: x patch at most
+
+
+def test_patch_eval_windows_errors_name_the_rule():
+    with pytest.raises(UserError, match=r"n=32 bars in patches of 4 need test_lo >= n/2 \+ patch - 1 = 19 \(history\) "
+                                        r"and test_hi >= n \+ patch - 1 = 35, got test_lo=18, test_hi=100"):
+        eval_windows(18, 100, 32, patch=4)
+    starts, _ = eval_windows(19, 35, 32, patch=4)  # the least history and the shortest block it takes
+    assert starts.min() == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(st.sampled_from([1, 1, 1, 1, 1, 2, 3, 8, 30]), min_size=2, max_size=150),
+    max_gap=st.integers(0, 10),
+    log_patch=st.integers(1, 3),
+    log_tokens=st.integers(1, 3),
+    warm_share=st.sampled_from([0.0, 0.0, 0.25]),
+    data=st.data(),
+)
+def test_property_patch_training_windows_score_patch_ends_equally_often(steps, max_gap, log_patch, log_tokens,
+                                                                        warm_share, data):
+    """Patch tokens: a window scores only bars that end one of its patches, inside the window
+    and its piece, never bridging a gap; in a piece of >= n + patch - 1 bars every bar but the
+    first patch - 1 (which no patch inside the piece can end) is scored in exactly n / patch
+    windows at every offset; `targets`, `coverage` and `scored_per_window` agree."""
+    patch, n = 2 ** log_patch, 2 ** (log_patch + log_tokens)
+    t = _times(steps)
+    T = len(t)
+    seg = segment_ids(t, MIN, max_gap)
+    cut = data.draw(st.integers(0, T))
+    runs = [r for r in [(0, cut), (cut, T)] if r[1] > r[0]]
+    lo, hi = fit_pieces(runs, torch.from_numpy(seg), n, patch)
+    if len(lo) == 0:
+        return
+    warm = int(warm_share * n)
+    bw = BalancedWindows(lo, hi, n, warm, patch)
+    start, y = bw.targets(torch.arange(T), torch.arange(bw.count))  # the labels are the bar indices
+    counts = np.zeros(T, dtype=np.int64)
+    for a, row in zip(start.tolist(), y.tolist()):
+        run = next(r for r in runs if r[0] <= a < r[1])
+        assert a + n <= run[1]
+        bars = [b for b in row if b >= 0]
+        assert all((b - a) % patch == patch - 1 and b - a >= warm for b in bars)  # patch ends past the warm-up
+        assert all(seg[b] == seg[a] for b in bars)
+        np.add.at(counts, bars, 1)
+    assert np.array_equal(bw.coverage(T), counts)
+    assert bw.scored_per_window() == counts.sum() / bw.count
+    for p_lo, p_hi in zip(lo.tolist(), hi.tolist()):
+        assert (counts[p_lo : p_lo + patch - 1] == 0).all()
+        if warm == 0 and p_hi - p_lo >= n + patch - 1:
+            assert (counts[p_lo + patch - 1 : p_hi] == n // patch).all()
+
+
+def test_balanced_windows_of_patch_1_are_the_per_bar_windows():
+    """patch = 1 is the published sampling, window for window: the clamp of v into the piece."""
+    lo, hi, n, warm = torch.tensor([10, 40, 60]), torch.tensor([20, 45, 90]), 8, 2  # [40, 45) is shorter than n
+    bw = BalancedWindows(lo, hi, n, warm)
+    k = torch.arange(bw.count)
+    piece = torch.searchsorted(bw.offset[1:], k, right=True)
+    v = lo[piece] - n + 1 + k - bw.offset[piece]
+    start = torch.maximum(torch.minimum(torch.maximum(v, lo[piece]), hi[piece] - n), lo[piece])
+    published = (start, torch.maximum(torch.maximum(v, lo[piece]), start + warm), torch.minimum(v + n, hi[piece]))
+    assert all(torch.equal(a, b) for a, b in zip(bw.windows(k), published))
+
+
+def test_real_fold_patch_tokens_weigh_every_scorable_training_bar_the_same(shared_store):
+    """Patch 16 on the same real fold: every fit bar a patch inside its piece can end (all but the
+    first 15 of each piece) has the same expected weight within 5 %, at n = 512 and 4096."""
+    runs, seg, fit_idx = _real_fold(shared_store, "2021-01-01", "2021-09-30", 30)
+    for n in [512, 4096]:
+        lo, hi = fit_pieces(runs, seg, n, 16)
+        bw = BalancedWindows(lo, hi, n, patch=16)
+        weight = bw.coverage(len(seg)) / bw.count
+        first = np.concatenate([np.arange(p, p + 15) for p in lo.tolist()])
+        scorable = np.setdiff1d(fit_idx, first)
+        assert (weight[first] == 0).all() and len(scorable) > 0.99 * len(fit_idx)
+        assert np.abs(weight[scorable] / weight[scorable].mean() - 1).max() <= 0.05, n

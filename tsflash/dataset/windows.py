@@ -29,6 +29,17 @@ bars after the gap are not scored and, attention being causal, invisible to the 
 no scored position's context bridges the gap; only a piece too close to the end of its training
 run for that (lo + n beyond it) holds no window. Without this, 22 % of fold 0's bars could not
 be trained on at N=131072.
+
+Patch tokens (`patch` = p > 1; `tsflash.model.transformer`): a model reads p bars per token
+and forecasts only the bar ending each patch, so a window scores the bars of its range at
+positions p - 1, 2p - 1, ..., n - 1. A virtual window is then realised by a shift of whole
+patches (start = v, or the first start >= lo, or the last <= hi - n, on v's grid): the bars it
+scores are exactly the patch ends of [v, v + n) inside the piece. Every bar of a piece but its
+first p - 1 (no patch inside the piece ends there) is a patch end in exactly n / p of its n
+virtual windows: equal weight again, every bar trained at some offset. A piece shorter than
+n + p - 1 bars may start its windows up to p - 1 bars late (`fit_pieces` keeps it only if
+that fits in its run) and is balanced approximately. Evaluation scores every bar once from a
+window whose patch grid ends at it (`eval_windows` with `patch`).
 """
 
 from __future__ import annotations
@@ -113,7 +124,7 @@ def check_window_length(n, where: str = "n") -> int:
     return int(n)
 
 
-def eval_windows(test_lo: int, test_hi: int, n: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def eval_windows(test_lo: int, test_hi: int, n: int, device="cpu", patch: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Windows that score every test bar in [test_lo, test_hi) exactly once: (starts, score_from).
 
     Window w covers bars ``starts[w] .. starts[w] + n - 1`` and scores its positions
@@ -135,11 +146,16 @@ def eval_windows(test_lo: int, test_hi: int, n: int, device="cpu") -> tuple[torc
 
     Evaluation contexts may span gaps of the series: every test bar must be scored with
     history, and the gap features tell the model where bars are missing.
+
+    Patch tokens (`patch` > 1): a window scores only the bars ending one of its patches, the
+    positions p >= score_from with (p + 1) % patch == 0 (`_patch_eval_windows`).
     """
     n = check_window_length(n, "eval window length n")
     half = n // 2
     if test_hi <= test_lo:
         raise UserError(f"test block must be non-empty (test_lo < test_hi), got test_lo={test_lo}, test_hi={test_hi}")
+    if patch > 1:
+        return _patch_eval_windows(test_lo, test_hi, n, patch, device)
     if test_lo < half:
         raise UserError(
             f"eval windows need n/2={half} bars of history before the test block, got test_lo={test_lo} (n={n})"
@@ -159,16 +175,46 @@ def eval_windows(test_lo: int, test_hi: int, n: int, device="cpu") -> tuple[torc
     return starts.to(device), score_from.to(device)
 
 
-def fit_pieces(runs: list[tuple[int, int]], segment_ids: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _patch_eval_windows(test_lo: int, test_hi: int, n: int, patch: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`eval_windows` for patch tokens: each test bar scored once, from a window whose patch grid
+    ends at that bar, with a context of n/2 < (p + 1) <= n bars as at patch 1.
+
+    The bars of one residue class mod patch end patches of the same grid: class c's bars are the
+    tokens j of the grid whose j-th patch ends at bar e(j) = r + patch - 1 + j * patch (r, the first
+    bar of token 0, in [0, patch)). Each class is scored by the per-bar rule on its tokens (windows
+    of n / patch tokens, stride half of them, each scoring its last half), mapped back to bars. So
+    patch classes of windows, each scoring n / (2 patch) bars per window: the eval compute of
+    patch 1 times `patch` (at most; the attention per window is (n / patch)^2, not n^2). The
+    first class needs n/2 + patch - 1 bars of history before the test block, and the last
+    window of a class ends at its last test bar, never later.
+    """
+    n_tokens, half = n // patch, n // 2
+    if test_lo < half + patch - 1 or test_hi < n + patch - 1:
+        raise UserError(f"eval windows of n={n} bars in patches of {patch} need test_lo >= n/2 + patch - 1 = "
+                        f"{half + patch - 1} (history) and test_hi >= n + patch - 1 = {n + patch - 1}, "
+                        f"got test_lo={test_lo}, test_hi={test_hi}")
+    starts, score_from = [], []
+    for first in range(test_lo, min(test_lo + patch, test_hi)):  # the first test bar of each class
+        r = (first + 1) % patch  # the first bar of the grid's token 0
+        j_lo = (first - r - patch + 1) // patch  # the class's first test bar, as a token
+        token_starts, token_from = eval_windows(j_lo, j_lo + len(range(first, test_hi, patch)), n_tokens)
+        starts.append(r + token_starts * patch)
+        score_from.append(token_from * patch)
+    return torch.cat(starts).to(device), torch.cat(score_from).to(device)
+
+
+def fit_pieces(runs: list[tuple[int, int]], segment_ids: torch.Tensor, n: int, patch: int = 1
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     """The pieces [lo, hi) of the training runs [run_lo, run_hi) cut at segment breaks, those
-    that an n-bar window inside their run can score (lo + n <= run_hi; module doc): (P,) lo and
-    (P,) hi, int64 on the segment ids' device, in order."""
+    that an n-bar window inside their run can score (lo + n <= run_hi; module doc; with patch
+    tokens the window may start up to patch - 1 bars later: lo + n + patch - 1 <= run_hi):
+    (pieces,) lo and (pieces,) hi, int64 on the segment ids' device, in order."""
     seg = segment_ids if isinstance(segment_ids, torch.Tensor) else as_tensor(segment_ids, torch.int64, "cpu")
     los, his = [], []
     for lo, hi in runs:
         cut = torch.nonzero(seg[lo + 1 : hi] != seg[lo : hi - 1]).flatten() + lo + 1  # first bar of each new segment
         piece_lo = torch.cat([torch.tensor([lo], device=seg.device), cut])
-        keep = piece_lo + n <= hi
+        keep = piece_lo + n + patch - 1 <= hi
         los.append(piece_lo[keep])
         his.append(torch.cat([cut, torch.tensor([hi], device=seg.device)])[keep])
     empty = torch.empty(0, dtype=torch.int64, device=seg.device)
@@ -181,13 +227,15 @@ class BalancedWindows:
 
     Draw k uniformly from range(count); `windows(k)` gives the real window start and the range
     [score_lo, score_hi) of bars it scores. `warm` > 0 also leaves out each window's first
-    `warm` positions (the loss warm-up), whose context is short.
+    `warm` positions (the loss warm-up), whose context is short. `patch` > 1 (patch tokens):
+    of that range only the bars ending a patch of the window are scored (module doc).
     """
 
-    lo: torch.Tensor  # (P,) int64
-    hi: torch.Tensor  # (P,) int64
+    lo: torch.Tensor  # (pieces,) int64
+    hi: torch.Tensor  # (pieces,) int64
     n: int
     warm: int = 0
+    patch: int = 1
 
     def __post_init__(self):
         per_piece = self.hi - self.lo + self.n - 1  # virtual windows overlapping each piece: (P,)
@@ -201,28 +249,53 @@ class BalancedWindows:
         """(start, score_lo, score_hi), each (B,) int64, for virtual-window indices k (B,)."""
         k = k.to(self.lo.device)
         piece = torch.searchsorted(self.offset[1:], k, right=True)  # (B,)
-        lo, hi = self.lo[piece], self.hi[piece]
-        v = lo - self.n + 1 + (k - self.offset[piece])  # virtual window [v, v + n)
-        start = torch.maximum(torch.minimum(torch.maximum(v, lo), hi - self.n), lo)  # lo in a piece shorter than n
+        lo, hi, n, p = self.lo[piece], self.hi[piece], self.n, self.patch
+        v = lo - n + 1 + (k - self.offset[piece])  # virtual window [v, v + n)
+        # the real start: v shifted into the piece by whole patches, so that the virtual window's
+        # patch grid is kept (p = 1: v clamped to [lo, hi - n])
+        first = lo + (v - lo) % p  # the first start >= lo on v's grid
+        last = hi - n - (hi - n - v) % p  # the last start <= hi - n on v's grid
+        start = torch.where(v < lo, first, torch.where(v > hi - n, last, v))
+        start = torch.where(start < lo, first, start)  # a piece shorter than n + p - 1 (`fit_pieces` span)
         score_lo = torch.maximum(torch.maximum(v, lo), start + self.warm)
-        return start, score_lo, torch.minimum(v + self.n, hi)
+        return start, score_lo, torch.minimum(torch.minimum(v + n, hi), start + n)
 
     def targets(self, labels: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(start (B,), y (B, n)): the windows' labels, -1 where a bar is not scored."""
         start, score_lo, score_hi = self.windows(k)
         bar = start[:, None] + torch.arange(self.n, device=start.device)  # (B, n)
         y = labels[bar]  # (B, n)
-        return start, y.masked_fill((bar < score_lo[:, None]) | (bar >= score_hi[:, None]), -1)
+        skip = (bar < score_lo[:, None]) | (bar >= score_hi[:, None])
+        if self.patch > 1:
+            skip |= (bar - start[:, None]) % self.patch != self.patch - 1  # not a patch end
+        return start, y.masked_fill(skip, -1)
 
     def coverage(self, length: int) -> np.ndarray:
         """(length,) int64: in how many of the `count` windows each bar is scored (exact, index arithmetic)."""
-        _, score_lo, score_hi = self.windows(torch.arange(self.count, device=self.lo.device))
-        return range_coverage(score_lo.cpu().numpy(), score_hi.cpu().numpy(), length)
+        windows = self.windows(torch.arange(self.count, device=self.lo.device))
+        return patch_end_coverage(*(t.cpu().numpy() for t in windows), self.patch, length)
 
     def scored_per_window(self) -> float:
         """The mean number of scored positions per window, over all `count` windows (exact)."""
-        _, score_lo, score_hi = self.windows(torch.arange(self.count, device=self.lo.device))
-        return float((score_hi - score_lo).clamp_min(0).sum()) / self.count
+        start, score_lo, score_hi = self.windows(torch.arange(self.count, device=self.lo.device))
+        p = self.patch  # the patch ends in [score_lo, score_hi): bars b with (b - start + 1) % p == 0
+        ends = (score_hi - start).div(p, rounding_mode="floor") - (score_lo - start).div(p, rounding_mode="floor")
+        return float(ends.clamp_min(0).sum()) / self.count
+
+
+def patch_end_coverage(start: np.ndarray, lo: np.ndarray, hi: np.ndarray, patch: int, length: int) -> np.ndarray:
+    """(length,) int64: how many windows score each bar, window i scoring the bars of [lo_i, hi_i)
+    that end a patch of `patch` bars counted from start_i (every bar of it for patch 1). The
+    bars a window scores are those of one residue class mod patch: a range of that class's bars."""
+    start, lo, hi = (np.asarray(a, dtype=np.int64) for a in (start, lo, hi))
+    out = np.zeros(length, dtype=np.int64)
+    ends = (start + patch - 1) % patch  # the residue of the window's patch-end bars
+    for r in range(min(patch, length)):
+        mine = ends == r
+        # class r's bars r, r + patch, ...: the j-th is bar r + j * patch; [lo, hi) holds j in [ceil, ceil)
+        j_lo, j_hi = (-((r - a[mine]) // patch) for a in (lo, hi))
+        out[r::patch] = range_coverage(j_lo, j_hi, len(range(r, length, patch)))
+    return out
 
 
 def range_coverage(lo: np.ndarray, hi: np.ndarray, length: int) -> np.ndarray:

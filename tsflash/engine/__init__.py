@@ -31,7 +31,8 @@ training label's horizon reaches a test block). `fold_data` then fits, on the fo
 bars only, the feature normaliser and the flat band of the labels, and splits off the purged
 validation tail (``splits.val_days``). Training windows lie inside the fit range and inside one
 gap-free segment; validation and test bars are scored by `eval_windows` (every bar exactly
-once, context of N/2..N bars ending at the bar).
+once, context of N/2..N bars ending at the bar; with patch tokens, ``model.patch`` > 1, the
+windows' patch grid ends at the scored bar).
 
 One fold, as bars (T fit, . purge, V validation tail, # test, - later data, never read)::
 

@@ -35,7 +35,8 @@ TRAINING_CHECKPOINT_FORMAT = "tsflash-fold-checkpoint-2"
 
 # Model settings added after checkpoints were written, at the value those checkpoints trained with:
 # left out of the identity at that value, so that a cell cut before the field existed still resumes.
-IDENTITY_ADDED_LATER = {"residual": ADDED_LATER["model.residual"], "norm": ADDED_LATER["model.norm"]}
+IDENTITY_ADDED_LATER = {"residual": ADDED_LATER["model.residual"], "norm": ADDED_LATER["model.norm"],
+                        "patch": ADDED_LATER["model.patch"]}
 
 
 def _empty_curve() -> dict[str, list]:

@@ -15,6 +15,9 @@ eval_seconds      wall-clock of scoring the test block.
 tokens_per_s      tokens_trained / train_seconds (every position of every window is a token).
 tflops            flops_per_token * tokens_trained / train_seconds / 1e12, with the one FLOPs
                   rule `tsflash.model.flops.flops_per_token` = 6 P + 6 L d N (derivation there).
+                  With patch tokens (``model.patch`` = p > 1) a token is still a bar: the model's
+                  own tokens are n / p per window, so flops_per_token is the rule's at context
+                  n / p, divided by p (per bar), and the record says "patch": p.
 peak_memory_bytes `tsflash.device.peak_memory_bytes`: the CUDA allocator's peak since the cell
                   began; on CPU the job's peak resident set (`tsflash.device.process_peak_bytes`:
                   this process or a child it waited for, since it started, so an upper bound).
@@ -91,7 +94,8 @@ def fold_cost(model, state: TrainingState, *, n: int, batch: int, tokens_per_ste
     tokens = steps * batch * n
     seconds = state.train_seconds
     n_params = model.n_params()
-    fpt = flops_per_token(n_params, model.config.n_layers, model.config.d_model, n)
+    patch = model.config.patch
+    fpt = flops_per_token(n_params, model.config.n_layers, model.config.d_model, n // patch) / patch  # per bar
     kernels = kernel_record(model.attention_backend_used, state.kernels_observed)
     return {
         "train_seconds": seconds,
@@ -113,4 +117,4 @@ def fold_cost(model, state: TrainingState, *, n: int, batch: int, tokens_per_ste
         "device": str(device),
         "kernel_choice": copy.deepcopy(getattr(model, "kernel_choice", None)),
         "compile": copy.deepcopy(getattr(model, "compile_info", None)),
-    }
+    } | ({"patch": patch} if patch > 1 else {})  # a per-bar cell's record as before patch tokens existed

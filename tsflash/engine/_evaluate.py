@@ -4,7 +4,12 @@ loss for early stopping, and `FoldResult`, the saved out-of-sample record of one
 Far context: `predict_range(..., n=m)` with m below the model's own N scores the same bars with
 the model's context cut to the windows of length m (context m/2..m bars, as a model trained at
 N = m is scored); `FoldResult.y_prob_cut` keeps those probabilities per cut and
-`FoldResult.far_context` their metrics."""
+`FoldResult.far_context` their metrics.
+
+Patch tokens (``model.patch`` > 1): every bar is still scored exactly once, from a window whose
+patch grid ends at it (`tsflash.dataset.windows.eval_windows` with its patch): `patch` classes
+of windows, each scoring n / (2 patch) bars, so at most `patch` x the windows of patch 1 (each
+cheaper in attention: n / patch tokens)."""
 
 from __future__ import annotations
 
@@ -28,27 +33,39 @@ from tsflash.scoring.metrics import (
     strategy_returns,
 )
 from tsflash.dataset.windows import eval_windows, gather_windows
+from tsflash.model.spec import check_patch
+from tsflash.model.transformer import patch_ends
 
 
 @torch.no_grad()
-def predict_range(model, features: torch.Tensor, lo: int, hi: int, n: int, batch_tokens: int, device):
+def predict_range(model, features: torch.Tensor, lo: int, hi: int, n: int, batch_tokens: int, device, patch: int = 1):
     """Class probabilities for every bar in [lo, hi), each scored exactly once by `eval_windows`.
+
+    patch : the model's `config.patch`; > 1: a patch-token model, whose logits forecast the bars
+        ending its patches (`tsflash.model.transformer.patch_ends`); each bar is scored from a
+        window whose patch grid ends at it (`eval_windows(..., patch)`: at most `patch` x the
+        compute of patch 1).
 
     Returns (bars (M,) int64, context (M,) int64 = bars seen including the scored one, probs
     (M, 3) float32 softmax of float32 logits), on `device`, sorted by bar; M = hi - lo.
     """
     device = torch.device(device)
-    starts, score_from = eval_windows(lo, hi, n, device=device)  # (W,), (W,)
+    if patch > 1:
+        check_patch(patch, n, ("model.patch", "eval window length n"))
+    starts, score_from = eval_windows(lo, hi, n, device=device, patch=patch)  # (W,), (W,)
     per_batch = max(1, batch_tokens // n)
-    pos = torch.arange(n, device=device)  # (n,)
+    pos = patch_ends(n, patch, device)  # (n/patch,): the window positions the logits forecast
     out_bar, out_ctx, out_prob = [], [], []
     for i in range(0, len(starts), per_batch):
         s = starts[i : i + per_batch]  # (B,)
         x = gather_windows(features, s, n)  # (B, n, F)
         with autocast(device):
             logits, _ = model(x)
-        prob = torch.softmax(logits.float(), dim=-1)  # (B, n, 3)
-        keep = pos[None, :] >= score_from[i : i + per_batch, None]  # (B, n)
+        if logits.shape[1] != len(pos):
+            raise UserError(f"the model forecasts {logits.shape[1]} positions of a window of n={n} bars, "
+                            f"not n / patch = {len(pos)}: pass the model's patch (patch={patch} given)")
+        prob = torch.softmax(logits.float(), dim=-1)  # (B, n/patch, 3)
+        keep = pos[None, :] >= score_from[i : i + per_batch, None]  # (B, n/patch)
         out_bar.append((s[:, None] + pos[None, :])[keep])
         out_ctx.append((pos[None, :] + 1).expand_as(keep)[keep])
         out_prob.append(prob[keep])
@@ -61,13 +78,13 @@ def predict_range(model, features: torch.Tensor, lo: int, hi: int, n: int, batch
 
 
 def validation_loss(model, fd: FoldData, features: torch.Tensor, labels: torch.Tensor, n: int, batch_tokens: int,
-                    device) -> float:
+                    device, patch: int = 1) -> float:
     """Mean cross-entropy of the labelled bars of the validation tail, scored like test bars.
 
     features, labels : the fold's inputs already on the model's `device` (FoldData's may live elsewhere).
     """
     lo, hi = fd.val
-    bars, _, probs = predict_range(model, features, lo, hi, n, batch_tokens, device)
+    bars, _, probs = predict_range(model, features, lo, hi, n, batch_tokens, device, patch)
     y = labels[bars]
     valid = y >= 0
     nll = -torch.log(probs.gather(1, y.clamp_min(0)[:, None]).squeeze(1).clamp_min(1e-12))

@@ -50,6 +50,12 @@ Loss positions: with ``train.loss_warmup_fraction`` > 0 a window's first positio
 scored (their context is short); a fraction keeps that share the same for every n. Default 0:
 every position is a causal prediction of its own bar.
 
+Patch tokens (``model.patch`` = p > 1, the second architecture): the same loop, windows and
+stopping rule; a window's labels are taken at its patch ends only (every p-th bar), and since
+the balanced windows start at every offset, every training bar is a patch end in n / p of its
+windows (`tsflash.dataset.windows`); validation and test bars are scored once each, from windows
+whose patch grid ends at the bar (at most p x the eval windows of p = 1).
+
 Learning curves: every evaluation appends (step, mean training loss since the previous
 evaluation, validation loss) to the training state; checkpoints carry it and the early-stopping
 state, so an interrupted cell resumes bit-identically on CPU. `FoldResult.cost` keeps the curve,
@@ -81,6 +87,7 @@ from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, val
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data
 from tsflash.errors import UserError
 from tsflash.dataset.windows import BalancedWindows, check_window_length, fit_pieces, gather_windows
+from tsflash.model.spec import check_patch
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +160,9 @@ def run_fold(
     assert fd.fold == fold
     features = fd.features.to(device)  # (T, F)
     labels = fd.labels.to(device)  # (T,)
-    windows = _fit_windows(fd, n, prepared.segments.to(device), cfg.data.max_gap_bars, tc)
-
     settings, mconf = _model_config(cfg, features.shape[1], model_overrides)
+    check_patch(mconf.patch, n, ("model.patch", "context length n"))
+    windows = _fit_windows(fd, n, prepared.segments.to(device), cfg.data.max_gap_bars, tc, mconf.patch)
     torch.manual_seed(seed)  # initial weights depend on the seed only, not on n or the fold
     model = CausalTransformer(mconf).to(device)
     # the attention kernel decided at this shape before the first step, then compiled (tsflash.model.fastpath)
@@ -168,7 +175,8 @@ def run_fold(
     reset_peak_memory(device)
     first = tc.steps if state.stopped else state.step  # a stopped run draws no more batches
     batch_at = _batch_source(windows, features, labels, batch, tc, first, seed, fold, mconf.dropout > 0)
-    val_loss = functools.partial(validation_loss, fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device)
+    val_loss = functools.partial(validation_loss, fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device,
+                                 mconf.patch)
     _train(model, fwd_model, optimizer, tc, state, batch_at, val_loss if fd.val is not None else None, checkpoint,
            on_step, device, f"fold {fold} n={n} seed={seed}")
     if state.best_model is not None:
@@ -194,7 +202,8 @@ def _score_validation(fwd_model, features: torch.Tensor, fd: FoldData, n: int, c
     tail: the trading rule fits its entry threshold on them (tsflash.scoring.strategy), never on test bars."""
     if fd.val is None:
         return None
-    return predict_range(fwd_model, features, *fd.val, n=n, batch_tokens=cfg.eval.batch_tokens, device=device)[2].cpu().numpy()
+    return predict_range(fwd_model, features, *fd.val, n=n, batch_tokens=cfg.eval.batch_tokens, device=device,
+                         patch=fwd_model.config.patch)[2].cpu().numpy()
 
 
 def _score_test(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: ExperimentConfig, device):
@@ -203,7 +212,7 @@ def _score_test(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: Ex
     sync(device)
     t0 = time.perf_counter()
     score = functools.partial(predict_range, fwd_model, features, fd.test_lo, fd.test_hi,
-                              batch_tokens=cfg.eval.batch_tokens, device=device)
+                              batch_tokens=cfg.eval.batch_tokens, device=device, patch=fwd_model.config.patch)
     y_prob = score(n=n)[2].cpu().numpy()
     seconds = time.perf_counter() - t0
     return y_prob, {m: score(n=m)[2].cpu().numpy() for m in cfg.eval.context_cuts if m < n}, seconds
@@ -369,13 +378,15 @@ def _model_config(cfg: ExperimentConfig, n_features: int, model_overrides: dict 
     return settings, ModelConfig(n_features=n_features, **settings)
 
 
-def _fit_windows(fd: FoldData, n: int, segments: torch.Tensor, max_gap_bars: int, tc: TrainConfig) -> BalancedWindows:
-    """The coverage-balanced windows of n bars over the fit range's gap-free pieces."""
-    lo, hi = fit_pieces(contiguous_runs(fd.fit_idx), segments, n)  # (P,), (P,)
+def _fit_windows(fd: FoldData, n: int, segments: torch.Tensor, max_gap_bars: int, tc: TrainConfig,
+                 patch: int = 1) -> BalancedWindows:
+    """The coverage-balanced windows of n bars over the fit range's gap-free pieces (scoring
+    only the bars that end a patch, for patch tokens)."""
+    lo, hi = fit_pieces(contiguous_runs(fd.fit_idx), segments, n, patch)  # (pieces,), (pieces,)
     if len(lo) == 0:
         raise UserError(f"fold {fd.fold}: no training window of n={n} bars fits in the {len(fd.fit_idx)} training "
                         f"bars (data.max_gap_bars={max_gap_bars})")
-    return BalancedWindows(lo, hi, n, warm=int(tc.loss_warmup_fraction * n))
+    return BalancedWindows(lo, hi, n, warm=int(tc.loss_warmup_fraction * n), patch=patch)
 
 
 def _adamw(model, tc: TrainConfig, device: torch.device) -> torch.optim.AdamW:

@@ -92,7 +92,7 @@ def pin_attention(model, device: torch.device, *, n: int, batch: int) -> dict:
         return {"chosen": cfg.attention_backend, "rule": "asked for (attention_backend)"}
     # the dtype the kernels see: bf16 under the CUDA autocast (tsflash.device.autocast), else the model's
     dtype = torch.bfloat16 if device.type == "cuda" else next(model.parameters()).dtype
-    shape = (batch, cfg.n_heads, n)
+    shape = (batch, cfg.n_heads, n // cfg.patch)  # attention runs over tokens: n / patch of them
     chosen = attention.resolve_backend("auto", device, dtype, cfg.head_dim, shape=shape)
     for block in model.blocks:
         block.attn.backend_name = chosen

@@ -5,9 +5,10 @@ uses it as that table); `ModelConfig` is those settings plus what the data fixes
 of input features and of classes), the config a checkpoint stores and `CausalTransformer`
 builds. One inherits the other, so a field added to the model is a preset key too.
 
-The names (attention backends, norms, residual dtypes) and the shape rule (`check_shape`) live
-here rather than beside the torch code, so that a config is checked without loading torch;
-`tsflash.model.attention` and `tsflash.model.transformer` import them from here.
+The names (attention backends, norms, residual dtypes), the shape rule (`check_shape`) and the
+patch rule (`check_patch`) live here rather than beside the torch code, so that a config is
+checked without loading torch; `tsflash.model.attention` and `tsflash.model.transformer` import
+them from here.
 """
 
 from __future__ import annotations
@@ -42,6 +43,22 @@ def check_shape(d_model: int, n_heads: int, names: tuple[str, str] = ("d_model",
     return d_model // n_heads
 
 
+def check_patch(patch, n: int | None = None, names: tuple[str, str] = ("patch", "n")) -> int | None:
+    """The patch rule: `patch` (bars per token) is a power of two >= 1, and a context of n bars
+    (when given) is an even number >= 2 of whole tokens (the eval windows stride by half a window
+    of tokens; for powers of two, n / patch >= 2 says it all). `names` are the user's words for
+    the two. Returns the number of tokens, n / patch (None without n)."""
+    p_name, n_name = names
+    if isinstance(patch, bool) or not isinstance(patch, int) or patch < 1 or patch & (patch - 1):
+        raise UserError(f"{p_name} must be a power of two >= 1 (1 = a token per bar), got {patch!r}")
+    if n is None:
+        return None
+    if n % patch or n // patch < 2 or (n // patch) % 2:
+        raise UserError(f"{p_name}={patch} must divide {n_name}={n} into an even number >= 2 of tokens, "
+                        f"got {n} / {patch} = {n / patch:g} tokens")
+    return n // patch
+
+
 @dataclass
 class ModelSettings:
     """The model's hyperparameters: every field of `ModelConfig` but those the data fixes."""
@@ -60,6 +77,10 @@ class ModelSettings:
     # the published runs'); "compute" in autocast's (bf16 on CUDA): half the bytes for the norms and
     # residual adds, other numerics.
     residual: str = "param"
+    # Bars per token: 1 = a token per bar (the published architecture); P > 1 = patch tokens
+    # (PatchTST's, Nie et al. 2023): the P x F features of P consecutive bars, flattened and
+    # projected to d_model, enter as one token, and only the bar ending a patch is scored.
+    patch: int = 1
 
     def check(self, prefix: str = "") -> "ModelSettings":
         """The rules of the names and of the shape; `prefix` starts each key in the messages
@@ -68,6 +89,7 @@ class ModelSettings:
         check_choice(self.residual, RESIDUAL_DTYPES, f"{prefix}residual")
         check_choice(self.norm, NORMS, f"{prefix}norm")
         check_shape(self.d_model, self.n_heads, (f"{prefix}d_model", f"{prefix}n_heads"))
+        check_patch(self.patch, names=(f"{prefix}patch", "N"))
         return self
 
     @property

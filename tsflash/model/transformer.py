@@ -8,6 +8,14 @@ for every N and by default covers N = 131072 (slowest wavelength >= 4 x 131072 b
 forces one fused kernel and raises instead of falling back. `ModelConfig` is torch-free, in
 `tsflash.model.spec`; it is re-exported here.
 
+Patch tokens (``patch`` = P > 1, PatchTST's): the bars enter P at a time, the P x F features of
+a patch flattened bar by bar ((B, T, F) reshaped to (B, T/P, P*F)) and projected to d_model by
+one linear map; attention, rotary positions (at token level) and the head are the per-bar
+model's. A token sees its own patch and the earlier ones, so its logits are the forecast of the
+bar that ENDS its patch, from bars up to and including that bar: (B, T, F) -> (B, T/P, 3), the
+bars P-1, 2P-1, ..., T-1 (`patch_ends`); targets stay (B, T), and only the patch ends' are scored.
+The input projection has P*F inputs: the parameter count depends on P, never on N.
+
 On CUDA the caller wraps forward in `torch.autocast("cuda", dtype=torch.bfloat16)`; logits and the
 loss are returned in float32 either way.
 
@@ -53,6 +61,12 @@ def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, denominato
     valid = flat != -1
     total = (losses * valid).sum()
     return total / (valid.sum().clamp_min(1) if denominator is None else denominator)
+
+
+def patch_ends(T: int, patch: int, device=None) -> torch.Tensor:
+    """(T/patch,) int64: the window positions whose bars the tokens of a patch model forecast,
+    patch - 1, 2 patch - 1, ..., T - 1 (every position for patch 1)."""
+    return torch.arange(patch - 1, T, patch, device=device)
 
 
 def _norm(config: ModelConfig) -> nn.Module:
@@ -129,16 +143,17 @@ class CausalTransformer(nn.Module):
     """Per-position direction classifier. Position t sees bars 0..t only (causal attention).
 
     forward(x (B, T, F), targets (B, T) long with -1 = ignore | None, loss_denominator=None)
-        -> (logits (B, T, n_classes) float32 (float64 for a float64 model),
-            loss: cross-entropy summed over targets != -1, divided by their count or by
-            loss_denominator (`masked_cross_entropy`) | None)
-    Class indices: 0 = down, 1 = flat, 2 = up.
+        -> (logits (B, T/P, n_classes) float32 (float64 for a float64 model), P = config.patch:
+                the bars at `patch_ends(T, P)`, i.e. (B, T, n_classes) for P = 1,
+            loss: cross-entropy over the patch ends' targets != -1, divided by their count or
+                by loss_denominator (`masked_cross_entropy`) | None)
+    T must be a multiple of P. Class indices: 0 = down, 1 = flat, 2 = up.
     """
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config.validate()
-        self.inp = nn.Linear(config.n_features, config.d_model, bias=False)
+        self.inp = nn.Linear(config.patch * config.n_features, config.d_model, bias=False)  # a patch's P x F -> d
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = _norm(config)
         self.head = nn.Linear(config.d_model, config.n_classes, bias=True)
@@ -205,18 +220,24 @@ class CausalTransformer(nn.Module):
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None, loss_denominator: float | None = None):
         B, T, Fdim = x.shape
+        P = self.config.patch
         if Fdim != self.config.n_features:
             raise UserError(f"model input must have n_features={self.config.n_features} per bar, got shape {tuple(x.shape)}")
-        cos, sin = self.rotary(T, x.device)  # (T, hd/2) each
-        h = self.inp(x)  # (B, T, C) in the compute dtype: bf16 under CUDA autocast
+        if T % P:
+            raise UserError(f"model input must be whole patches of patch={P} bars, got {T} bars")
+        cos, sin = self.rotary(T // P, x.device)  # (T/P, hd/2) each: positions count tokens
+        # (B, T/P, P*F): a patch's bars in order, each bar's F features together; a view for P = 1
+        h = self.inp(x.reshape(B, T // P, P * Fdim))  # (B, T/P, C) in the compute dtype: bf16 under CUDA autocast
         if self.config.residual == "param":  # float32 even under bf16 autocast (float64 models stay float64)
             h = h.to(self.inp.weight.dtype)
         for block in self.blocks:
-            h = block(h, cos, sin)  # (B, T, C)
-        logits = self.head(self.norm(h))  # (B, T, 3)
+            h = block(h, cos, sin)  # (B, T/P, C)
+        logits = self.head(self.norm(h))  # (B, T/P, 3)
         logits = logits if logits.dtype == torch.float64 else logits.float()  # float32 unless a float64 model
         if targets is None:
             return logits, None
+        if P > 1:
+            targets = targets[:, P - 1 :: P]  # (B, T/P): the bars at the patch ends
         return logits, masked_cross_entropy(logits, targets, loss_denominator)
 
     # ---- checkpoints: config travels with the weights --------------------------------------------
