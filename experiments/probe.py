@@ -11,7 +11,7 @@ per N the mean test log-loss and direction score over the folds and the differen
 a t interval over the five fold differences.
 
     python experiments/probe.py                                 # BTC and the controls -> runs/probe/
-    python experiments/probe.py --markets btc --root ../shared/data
+    python experiments/probe.py --markets btc --root path/to/store
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def market_table(name: str, res: dict, lengths, seconds: float) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", default="../shared/data", help="the bar store (default ../shared/data)")
+    ap.add_argument("--root", default="data", help="the bar store (default: data, as tsflash sweep)")
     ap.add_argument("--markets", default=",".join(MARKETS), help=f"comma-separated, of {', '.join(MARKETS)}")
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="context lengths N; the first is the reference")
     ap.add_argument("--out", default="runs/probe", help="folder for probe.md and probe.json (default runs/probe)")
