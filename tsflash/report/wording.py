@@ -238,8 +238,8 @@ def run_sentence(fq) -> str:
     else:
         best = min(res.comparisons, key=lambda p: p.p_holm)
         head = (f"Longer context forecasts no better, over training runs: no longer context length differs from "
-                f"{shortest} on the log-loss or the direction score (smallest: {_run_comparison(best)})")
-    return f"{head} ({design})."
+                f"{shortest} on the log-loss or the direction score; the smallest Holm p is {_run_comparison(best)}")
+    return f"{head}; tested with {design}."
 
 
 def dm_sentence(fq) -> str:
