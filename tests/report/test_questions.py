@@ -81,7 +81,7 @@ def test_a_longer_context_with_skill_forecasts_better(tmp_path):
             assert p.mean_diff < 0 and p.hi < 0 and p.significant, (n, score)
             assert p.fold_diffs[0] < 0 and p.fold_diffs[1] < 0 and p.seed_diffs["seed0"] < 0
     assert not by[("n256", "n32", "log_loss")].significant
-    assert fq.answer == "better" and not fq.mixed
+    assert fq.dm_answer == "better" and not fq.dm_mixed
     # Holm over all 14: each adjusted p >= its raw p, and the DM numbers are selection's
     assert all(p.p_holm >= p.pvalue for p in fq.comparisons)
     p = by[("n256", "n32", "log_loss")]
@@ -132,7 +132,7 @@ def test_a_longer_context_that_wins_answers_better_even_when_another_loses(tmp_p
     by = {(p.series, p.reference, p.score): p for p in fq.comparisons}
     assert fq.counts(by[("n256", "n32", "direction")]) and by[("n256", "n32", "direction")].mean_diff < 0
     assert fq.counts(by[("n64", "n32", "direction")]) and by[("n64", "n32", "direction")].mean_diff > 0
-    assert fq.answer == "better" and fq.mixed
+    assert fq.dm_answer == "better" and fq.dm_mixed
     text = forecast_sentence(fq)
     assert text.startswith("Longer context forecasts better: against N=32, lower loss for N=256 on the ")
     assert "; but not at every length: higher loss for N=64 on the " in text
@@ -142,7 +142,7 @@ def test_a_longer_context_that_wins_answers_better_even_when_another_loses(tmp_p
 def test_no_better_and_worse(tmp_path, skilled, answer):
     run = add_cells(make_run(tmp_path, drift=0.0), skilled=skilled)
     fq = compute(load_run(run)).forecast
-    assert fq.answer == answer
+    assert fq.dm_answer == answer
     text = forecast_sentence(fq)
     assert text.startswith(f"Longer context forecasts {answer}: ")
     if answer == "no better":
@@ -159,12 +159,12 @@ def test_a_difference_between_forecasts_without_skill_decides_nothing(tmp_path):
     p = by[("n64", "n32", "direction")]
     assert p.significant and p.mean_diff < 0 and not fq.counts(p) and p in fq.unskilled
     assert not fq.skill[("n64", "direction")].significant
-    assert fq.answer == "no better" and not fq.mixed
+    assert fq.dm_answer == "no better" and not fq.dm_mixed
     text = forecast_sentence(fq)
     assert text.startswith("Longer context forecasts no better: N=")
     assert "differs from N=32, but N=64, the lower loss, does not beat the no-skill forecast on the direction " \
            "score (" in text and "not a better forecast." in text
-    assert json.loads(json.dumps(fq.answer)) == "no better"
+    assert json.loads(json.dumps(fq.dm_answer)) == "no better"
 
 
 def test_loss_sums_are_kept_and_read_back_without_the_cells(tmp_path):

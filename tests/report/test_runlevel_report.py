@@ -127,5 +127,5 @@ def test_a_cpu_preset_run_leads_with_its_caveat_and_claims_nothing():
     assert any("convergence criterion fails for N = 32768" in c for c in caveats)
     assert any("inside the seed spread" in c for c in caveats)
     words = with_caveats({"forecast": "Longer context forecasts worse.", "sentence": "No."}, caveats)
-    assert words["forecast"].startswith(NOT_EVIDENCE) and words["sentence"].startswith(NOT_EVIDENCE)
+    assert words["forecast"].endswith(NOT_EVIDENCE) and words["sentence"].endswith(NOT_EVIDENCE)
     assert with_caveats({"forecast": "x", "sentence": "y"}, [])["forecast"] == "x"

@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 
 def _out_dir(rd: RunData, overrides: dict | None, out_dir: Path | None) -> Path:
-    if out_dir is not None and RunFolder(out_dir).run_json.exists():
+    if out_dir is not None and RunFolder(out_dir).run_json.exists() and Path(out_dir).resolve() != rd.run_dir.resolve():
         # a folder with a run.json is a run's own folder (a published one, perhaps): --out never writes there
         raise UserError(f"report --out {out_dir}: that folder holds a run (run.json), whose report --out never "
                         "overwrites; give a new folder, or leave --out out to rebuild a run's report in place")

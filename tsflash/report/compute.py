@@ -164,7 +164,7 @@ def run_selection(rd: RunData) -> RunSelection:
     series = {k: (rd.series[k].days, rd.series[k].net) for k in rd.trial_keys}
     return select_run(series, rd.ledger.get("trials", []), min_dsr=cfg["min_dsr"], max_pbo=cfg["max_pbo"],
                       n_blocks=int(cfg.get("cscv_blocks", CSCV_BLOCKS)), periods_per_year=PERIODS_PER_YEAR,
-                      ledger=TrialLedger.read(), fingerprint=rd.data.get("fingerprint", {}).get("sha256"))
+                      ledger=TrialLedger.read(), fingerprint=(getattr(rd, "data", None) or {}).get("fingerprint", {}).get("sha256"))
 
 
 PBO_NULL_REPLICATES = 200  # enough for the quantiles a sentence gives; seeded, so the report is reproducible
@@ -487,7 +487,7 @@ def _power(results: list, n_folds: int) -> tuple[dict[int, float], float, float]
                            float(np.mean([x.within_fold_seed for x in comps])), sum(x.seed_df for x in comps))
     try:
         mdd = {k: min_detectable_difference(c, n_folds, k) for k in POWER_SEEDS}
-    except RunTestInputError:
+    except (RunTestInputError, ValueError):  # the noncentral t turns NaN far out on degenerate components
         mdd = {}
     return mdd, math.sqrt(c.within_fold_seed), math.sqrt(c.between_fold)
 

@@ -67,8 +67,8 @@ def with_caveats(words: dict, found: list[str]) -> dict:
     """The sentences with the caveats, and both answers worded as not evidence when there are any."""
     if not found:
         return words | {"caveats": []}
-    return words | {"caveats": found, "forecast": NOT_EVIDENCE + words["forecast"],
-                    "sentence": NOT_EVIDENCE + words["sentence"]}
+    return words | {"caveats": found, "forecast": words["forecast"] + NOT_EVIDENCE,
+                    "sentence": words["sentence"] + NOT_EVIDENCE}
 
 
 def verdict_section(rd: RunData, words: dict) -> dict:

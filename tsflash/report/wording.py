@@ -384,7 +384,7 @@ def support_sentences(reduced: str | None, short_lengths: list[int], gap: float 
     return out
 
 
-NOT_EVIDENCE = "Not evidence (see the caveats above): "
+NOT_EVIDENCE = " Not evidence: see what this run can support, above."
 
 
 def effective_sentence(d, n_trials: int) -> str:
