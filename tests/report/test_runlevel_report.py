@@ -61,6 +61,18 @@ def test_a_big_difference_over_runs_answers_worse_or_better(difference, answer):
     assert run_sentence(_fq(runs)).startswith(f"Longer context forecasts {answer}, over training runs")
 
 
+def test_a_difference_over_runs_without_skill_decides_nothing():
+    # the prior sits 0.1 below arm A: arm B's lower loss (0.04 below A) still loses to it, so B wins
+    # against A without skill, and the answer is "no better" with that difference named
+    runs = run_question(fake_table(-0.04, prior_gap=-0.1), ["n1", "n2"])
+    p = next(p for p in runs.result.comparisons if p.score == "log_loss")
+    assert p.significant and p.mean_diff < 0 and not runs.result.counts(p) and runs.answer == "no better"
+    text = run_sentence(_fq(runs))
+    assert text.startswith("Longer context forecasts no better, over training runs: N=2 on the log-loss (")
+    assert "differs from N=1, but N=2, the lower loss, does not beat the no-skill forecast on the log-loss (" in text
+    assert "a difference between forecasts without skill, not a better forecast" in text
+
+
 def test_one_seed_per_fold_cannot_be_tested_over_runs():
     runs = run_question(fake_table(0.1, n_seeds=1), ["n1", "n2"])
     assert not runs.available and runs.answer is None and runs.reason == ONE_SEED

@@ -242,6 +242,17 @@ def run_sentence(fq) -> str:
     return f"{head}; tested with {design}."
 
 
+def _dm_why(fq) -> str:
+    """Why the forecast-level rule reads as it does where a reader would ask: a mixed "better", or
+    a "no better" beside significant differences (their winners have no skill)."""
+    if fq.dm_mixed:
+        return ", but not at every length"
+    if fq.dm_answer == "no better" and fq.unskilled:
+        return (": each lower loss is a forecast without significant skill over the no-skill forecast, so these are "
+                "differences between forecasts without skill")
+    return ""
+
+
 def dm_sentence(fq) -> str:
     """The forecast-level line (secondary): what the Diebold-Mariano tests on the seed ensembles
     say, "these seed ensembles' forecasts differ on these days", which is not question 1's answer."""
@@ -255,7 +266,7 @@ def dm_sentence(fq) -> str:
         head = (lead + f"these seed ensembles' forecasts differ from {label(fq.shortest)}'s on these days: "
                 + "; ".join(map(_comparison, sig)))
         if fq.dm_answer:
-            head += f" (the same rule on these tests would read \"{fq.dm_answer}\")"
+            head += f" (the same rule on these tests would read \"{fq.dm_answer}\"{_dm_why(fq)})"
     else:
         best = min(vs, key=lambda p: p.p_holm)
         head = (lead + f"these seed ensembles' forecasts do not differ from {label(fq.shortest)}'s at Holm-adjusted "
