@@ -86,7 +86,15 @@ from tsflash.stats.forecasts import (
 )
 from tsflash.stats.gate import RunSelection, TrialLedger, pbo_informative, select_run
 from tsflash.stats.pbo import CSCV_BLOCKS
-from tsflash.stats.runs import RunTestInputError, Runs, min_detectable_difference, pbo_null, run_level_test, runs_from_table
+from tsflash.stats.runs import (
+    RunTestInputError,
+    Runs,
+    VarianceComponents,
+    min_detectable_difference,
+    pbo_null,
+    run_level_test,
+    runs_from_table,
+)
 from tsflash.stats.sharpe import PERIODS_PER_YEAR, sharpe
 
 METRICS = (
@@ -478,8 +486,6 @@ def _prior_runs(table: dict, score: str) -> Runs:
 def _power(results: list, n_folds: int) -> tuple[dict[int, float], float, float]:
     """(detectable difference per seed count, seed sd, between-fold sd): the components averaged
     over `results` (variances, so the mean of variances)."""
-    from tsflash.stats.runs import VarianceComponents
-
     comps = [r.components for r in results if math.isfinite(r.components.within_fold_seed)]
     if not comps or n_folds < 2:
         return {}, math.nan, math.nan
