@@ -1,6 +1,6 @@
 """The package as a user installs it (`pip install .`, or from a wheel), not as this checkout runs
-it: the wheel carries everything read at run time (the presets, the report templates), so a copy
-installed elsewhere loads `default` without the checkout."""
+it: the wheel carries everything read at run time (the presets, the trial ledger, the report
+templates), so a copy installed elsewhere loads `default` without the checkout."""
 
 from __future__ import annotations
 
@@ -66,6 +66,15 @@ def test_the_wheel_carries_the_presets_and_the_templates(wheel):
     templates = {f"tsflash/report/templates/{t.name}" for t in (resources.files("tsflash") / "report" / "templates").iterdir()
                  if t.name.endswith(".j2")}
     assert templates and templates <= names
+
+
+def test_the_wheel_carries_the_trial_ledger(wheel):
+    """The DSR reads its trial count from tsflash/stats/trials.toml at run time: the wheel's copy is
+    the checkout's, byte for byte."""
+    from tsflash.stats.gate import TRIALS_FILE
+
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("tsflash/stats/trials.toml") == TRIALS_FILE.read_bytes()
 
 
 def test_an_installed_copy_loads_default_outside_the_checkout(wheel, tmp_path):

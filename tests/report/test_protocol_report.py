@@ -88,7 +88,9 @@ def test_a_best_step_in_the_last_patience_window_of_two_folds_says_the_budget_is
     run = _validated_run(tmp_path, {32: [40, 50], 64: [80, 90], 128: [75, 20], 256: [50, 40]})
     sec, _ = _section(run)
     assert sec["stopping"]["rows"][1][-1] == "2 of 2" and sec["stopping"]["rows"][2][-1] == "1 of 2"
-    assert sec["criterion"][1].startswith("Not met for N = 64, 128: the budget train.steps = 100 is too short")
+    assert sec["criterion"][1].startswith("Not met for N = 64, 128 (late folds: 2 of 2, 1 of 2, more than 0): the "
+                                          "budget train.steps = 100 is too short")
+    assert "at most 0 of the 2 folds may be late" in sec["criterion"][0]  # the rule in the table's own terms
 
 
 @pytest.mark.parametrize("published", [False, True])

@@ -1,6 +1,10 @@
 """The report's two questions on a fake run folder with per-bar cells: paired tests (DM, Holm),
-the answer of question 1, the direction and volatility decomposition, the per-day loss sums
-written beside the report and read back when the cells are gone."""
+the forecast-level reading of question 1, the direction and volatility decomposition, the per-day
+loss sums written beside the report and read back when the cells are gone.
+
+The fake runs have one seed per fold, so question 1 has no answer over training runs (issue 28:
+that test needs at least 2 seeds; tests/report/test_runlevel_report.py tests it): the sentences
+here are the forecast-level line (`dm_sentence`), which the report gives after "No answer"."""
 
 from __future__ import annotations
 
@@ -14,8 +18,8 @@ from tests.report.test_report import LENGTHS, make_run
 from tsflash.report import build_report
 from tsflash.report.compute import ENSEMBLE, LOSS_FILE, compute, paired_lag
 from tsflash.report.rundata import load_run
-from tsflash.report.wording import forecast_sentence
-from tsflash.stats.forecasts import diebold_mariano
+from tsflash.report.wording import dm_sentence, forecast_sentence
+from tsflash.stats.forecasts import ONE_SEED, diebold_mariano
 
 BARS_PER_DAY = 96  # one bar every 15 minutes keeps the cells small
 DAYS_PER_FOLD = 40
@@ -39,6 +43,18 @@ def _forecast(kind: str, q, rng) -> np.ndarray:
         return (_forecast("skill", q, rng) + 1 / 3) / 2
     jitter = rng.uniform(-0.02, 0.02, len(q)) * (12 if kind == "wild" else 1)  # no skill: noise around the prior
     return np.column_stack([1 / 3 - jitter, np.full_like(q, 1 / 3), 1 / 3 + jitter])
+
+
+LEAD = "Forecast level (secondary; Diebold-Mariano over days on the seed ensembles, which treats them as fixed " \
+       "and so does not answer question 1): "
+
+
+def forecast_lines(fq) -> str:
+    """The forecast-level line, after the run-level "No answer" that a one-seed run gets first."""
+    assert fq.answer is None and fq.runs.reason == ONE_SEED
+    sentence, dm = forecast_sentence(fq), dm_sentence(fq)
+    assert sentence == f"No answer: {ONE_SEED}. {dm}" and dm.startswith(LEAD)
+    return dm[len(LEAD):]
 
 
 def add_cells(run, skilled: set[int], seed: int = 0, wild: frozenset[int] = frozenset(),
@@ -81,16 +97,19 @@ def test_a_longer_context_with_skill_forecasts_better(tmp_path):
             assert p.mean_diff < 0 and p.hi < 0 and p.significant, (n, score)
             assert p.fold_diffs[0] < 0 and p.fold_diffs[1] < 0 and p.seed_diffs["seed0"] < 0
     assert not by[("n256", "n32", "log_loss")].significant
-    assert fq.answer == "better" and not fq.mixed
+    assert fq.dm_answer == "better" and not fq.dm_mixed
     # Holm over all 14: each adjusted p >= its raw p, and the DM numbers are selection's
     assert all(p.p_holm >= p.pvalue for p in fq.comparisons)
     p = by[("n256", "n32", "log_loss")]
     assert p.n_days == 2 * DAYS_PER_FOLD and p.lag == paired_lag(15, 1440, p.n_days) == 3  # floor(4 * 0.8^(2/9))
-    sentence = forecast_sentence(fq)
-    assert sentence.startswith("Longer context forecasts better: against N=32, lower loss for N=64 on the log-loss (")
-    assert "Against the logreg baseline, 2 of 4 have a significantly lower log-loss" in sentence
-    assert "Against the no-skill forecast (the class prior), 2 of 4 have a significantly lower log-loss and 2 of 4 " \
-           "a significantly better direction score." in sentence
+    sentence = forecast_lines(fq)
+    assert sentence.startswith("these seed ensembles' forecasts differ from N=32's on these days: N=64 on the log-loss (")
+    differing, reading = sentence.split(" (the same rule on these tests would read ")
+    assert "N=128 on the direction score (" in differing and "N=256" not in differing
+    assert reading.startswith('"better"). ')
+    assert "Against the logreg baseline, 2 of 4 ensembles have a significantly lower log-loss on these days" in sentence
+    assert "Against the no-skill forecast (the class prior), 2 of 4 ensembles have a significantly lower log-loss on " \
+           "these days and 2 of 4 a significantly better direction score." in sentence
     # the skilled forecast's skill over the prior is direction only (its flat-vs-move part is the prior's)
     dec = {r["series"]: r for r in fq.decomposition}
     assert dec["n64"]["skill"] > 0 and dec["n64"]["direction_share"] == pytest.approx(1.0, abs=1e-3)
@@ -132,22 +151,25 @@ def test_a_longer_context_that_wins_answers_better_even_when_another_loses(tmp_p
     by = {(p.series, p.reference, p.score): p for p in fq.comparisons}
     assert fq.counts(by[("n256", "n32", "direction")]) and by[("n256", "n32", "direction")].mean_diff < 0
     assert fq.counts(by[("n64", "n32", "direction")]) and by[("n64", "n32", "direction")].mean_diff > 0
-    assert fq.answer == "better" and fq.mixed
-    text = forecast_sentence(fq)
-    assert text.startswith("Longer context forecasts better: against N=32, lower loss for N=256 on the ")
-    assert "; but not at every length: higher loss for N=64 on the " in text
+    assert fq.dm_answer == "better" and fq.dm_mixed
+    text = forecast_lines(fq)
+    differing, reading = text.split(" (the same rule on these tests would read ")
+    assert "N=256 on the direction score (-" in differing and "N=64 on the direction score (+" in differing
+    assert reading.startswith('"better", but not at every length). ')
 
 
 @pytest.mark.parametrize("skilled, answer", [(set(), "no better"), ({32}, "worse")])
 def test_no_better_and_worse(tmp_path, skilled, answer):
     run = add_cells(make_run(tmp_path, drift=0.0), skilled=skilled)
     fq = compute(load_run(run)).forecast
-    assert fq.answer == answer
-    text = forecast_sentence(fq)
-    assert text.startswith(f"Longer context forecasts {answer}: ")
+    assert fq.dm_answer == answer
+    text = forecast_lines(fq)
     if answer == "no better":
-        assert "no longer context length differs from N=32 on the log-loss or the direction score at " \
-               "Holm-adjusted 5 %" in text
+        assert text.startswith("these seed ensembles' forecasts do not differ from N=32's at Holm-adjusted 5 % "
+                               "(smallest: N=")
+    else:
+        assert text.startswith("these seed ensembles' forecasts differ from N=32's on these days: N=64 on the log-loss (+")
+        assert '(the same rule on these tests would read "worse"). ' in text
 
 
 def test_a_difference_between_forecasts_without_skill_decides_nothing(tmp_path):
@@ -159,12 +181,12 @@ def test_a_difference_between_forecasts_without_skill_decides_nothing(tmp_path):
     p = by[("n64", "n32", "direction")]
     assert p.significant and p.mean_diff < 0 and not fq.counts(p) and p in fq.unskilled
     assert not fq.skill[("n64", "direction")].significant
-    assert fq.answer == "no better" and not fq.mixed
-    text = forecast_sentence(fq)
-    assert text.startswith("Longer context forecasts no better: N=")
-    assert "differs from N=32, but N=64, the lower loss, does not beat the no-skill forecast on the direction " \
-           "score (" in text and "not a better forecast." in text
-    assert json.loads(json.dumps(fq.answer)) == "no better"
+    assert fq.dm_answer == "no better" and not fq.dm_mixed
+    text = forecast_lines(fq)
+    assert text.startswith("these seed ensembles' forecasts differ from N=32's on these days: N=64 on the log-loss (-")
+    assert '(the same rule on these tests would read "no better": each lower loss is a forecast without significant ' \
+           "skill over the no-skill forecast, so these are differences between forecasts without skill). " in text
+    assert json.loads(json.dumps(fq.dm_answer)) == "no better"
 
 
 def test_loss_sums_are_kept_and_read_back_without_the_cells(tmp_path):
@@ -174,7 +196,8 @@ def test_loss_sums_are_kept_and_read_back_without_the_cells(tmp_path):
     text = md.read_text()
     assert "figures/paired.png" in text and "sign per fold" in text and "direction share" in text
     first = json.loads((run / "questions.json").read_text())["forecast"]
-    assert first["source"] == "per-bar cells" and first["answer"] == "better"
+    assert first["source"] == "per-bar cells" and first["dm_answer"] == "better"
+    assert first["answer"] is None and first["runs"]["reason"] == ONE_SEED  # one seed: no answer over training runs
     for npz in run.glob("cells/**/*.npz"):  # as in a published run
         npz.unlink()
     build_report(run)
@@ -200,9 +223,22 @@ def test_the_published_run_says_what_it_cannot_compute(tmp_path):
     assert "| N=512 | 0.5265 |" in text  # the directional hit rate from the committed confusion matrices
     assert "**Question 2 (trading): No: no candidate makes money after fees." in text
     assert "break-even fees are 0.0085 bp to 0.066 bp" in text
-    assert "Power: with 911 days and 4 trials, a candidate needs an annualised Sharpe ratio of at least 2.98" in text
+    # the trial count is the ledger's (tsflash/stats/trials.toml: both editions' 7 configurations scored these
+    # test days, issue 28), no longer the first edition's 4: the pass line with 4 trials was 2.98 a year
+    assert 'Power: with 911 days and 7 trials (the trial ledger trials.toml, period "BTCUSDT 1m, test days ' \
+           '2023-01-02..2025-06-30"), the line an observed annualised Sharpe ratio must cross to pass the DSR gate at ' \
+           "0.95 (about 50 % power; normal returns) is 3.60 with the trials' measured Sharpe variance" in text
+    assert [_pass_line(k) for k in (4, 7)] == ["2.98", "3.60"]
     assert "Effective number of trials: 1.20 among the 4 candidates" in text
     q = json.loads((run / "questions.json").read_text())
     logreg = next(r for r in q["trading"]["rows"] if r["series"] == "baseline-logreg")
     assert logreg["turnover"] == pytest.approx(0.1759, abs=1e-4) and logreg["break_even_fee_bps"] == pytest.approx(
         0.0728, abs=1e-4)  # the issue's 0.176 per bar and 0.07 bp
+
+
+def _pass_line(n_trials: int, sr_variance: float = 0.009269864288537334, days: int = 911) -> str:
+    """The first edition's annualised DSR pass line for `n_trials` (its committed Sharpe variance)."""
+    from tsflash.stats.sharpe import PERIODS_PER_YEAR, expected_max_sharpe, min_passing_sharpe
+
+    sr0 = expected_max_sharpe(n_trials, sr_variance)
+    return f"{min_passing_sharpe(days, sr0, confidence=0.95) * PERIODS_PER_YEAR ** 0.5:.2f}"

@@ -17,7 +17,8 @@ from tsflash import cli
 from tsflash.config import ExperimentConfig
 from tsflash.report import SECTIONS, build_report, label, load_run, run_selection
 from tsflash.runfolder import write_json
-from tsflash.stats.gate import Reason
+from tsflash.stats.gate import Reason, TrialLedger
+from tsflash.stats.sharpe import expected_max_sharpe
 
 N_DAYS = 240
 LENGTHS = (32, 64, 128, 256)
@@ -236,17 +237,39 @@ def _numbers(obj, path=()):
         yield path, obj
 
 
+# Numbers of results.json that follow the DSR's trial count (issue 28): the count now comes from the
+# trial ledger across runs (tsflash/stats/trials.toml), where both editions' 7 configurations scored the
+# first edition's test days, not from its own study's 4; SR0 is the expected maximum of that many.
+TRIAL_COUNTED = {"n_trials", "sr0"}
+
+
 def test_the_published_run_rebuilds_the_same_numbers(tmp_path):
     """`tsflash report` on a copy of reports/h200-btcusdt-1m (no per-bar cells): every number of
-    results.json as committed; only sentences may change."""
+    results.json as committed, except the trial count and SR0, which follow the trial ledger;
+    only sentences may change."""
     run = tmp_path / "h200"
     shutil.copytree(PUBLISHED, run)
     committed = dict(_numbers(json.loads((PUBLISHED / "results.json").read_text())))
     assert cli.main(["report", str(run)]) == 0
     rebuilt = dict(_numbers(json.loads((run / "results.json").read_text())))
     assert len(committed) > 25000  # the PBO logits and ranks are in there
+    variance = committed[("selection", "sr_variance")]
+    first_edition, ledger = 4, 7  # the first edition's own study; the ledger's period for these test days
+    fingerprint = json.loads((PUBLISHED / "data.json").read_text())["fingerprint"]["sha256"]
+    days = pq.read_table(PUBLISHED / "daily_returns.parquet").column("day").to_numpy()
+    assert TrialLedger.read().count_for(fingerprint, np.unique(days)).n_trials == ledger
+    expected = {"n_trials": (first_edition, ledger),
+                "sr0": (expected_max_sharpe(first_edition, variance), expected_max_sharpe(ledger, variance))}
+    counted = [path for path in committed if path[-1] in TRIAL_COUNTED]
+    assert len(counted) == 9  # the verdict's, the selection's and the DSR detail's, SR0 per candidate
+    for path in counted:
+        was, now = expected[path[-1]]
+        assert committed[path] == pytest.approx(was, rel=1e-12) and rebuilt[path] == pytest.approx(now, rel=1e-12), path
+    assert rebuilt[("verdict", "dsr")] == committed[("verdict", "dsr")] == 0.0  # DSR stays 0 with 7 trials
     for path, value in committed.items():
         assert path in rebuilt, path
+        if path[-1] in TRIAL_COUNTED:
+            continue
         if isinstance(value, float):
             assert rebuilt[path] == pytest.approx(value, rel=1e-12, abs=1e-12), path
         else:

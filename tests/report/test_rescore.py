@@ -180,4 +180,4 @@ def test_the_sweep_keeps_the_per_day_loss_sums_of_its_forecasts(run):
         assert np.allclose(a[k], b[k], rtol=1e-12, atol=0), k
     fq = forecast_question(rd, ["n32", "n64"])
     assert fq.available and fq.source.startswith("the sweep's per-day loss sums")
-    assert fq.answer in ("better", "no better", "worse") and set(fq.comparisons[0].seed_diffs) == {"seed0", "seed1"}
+    assert fq.dm_answer in ("better", "no better", "worse") and set(fq.comparisons[0].seed_diffs) == {"seed0", "seed1"}

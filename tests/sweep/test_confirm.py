@@ -89,6 +89,16 @@ def test_confirm_answers_both_questions_on_the_hold_out(confirmed):
     assert c["holds"]["trading"] == (not c["questions"]["trading"]["passed"])
     md = (run / "confirm.md").read_text()
     assert "2025-01-01..2025-01-07" in md and ("The verdict holds." in md or "The verdict does NOT hold." in md)
+    # one seed and a one-fold hold-out: no answer over training runs on either side, so question 1 is
+    # compared at the forecast level, the run's ensembles' DM reading against the hold-out's
+    q = read_json(run / "questions.json")["forecast"]
+    assert q["answer"] is None and q["dm_answer"] in ("better", "no better", "worse")
+    assert c["original"]["forecast_answer"] is None and c["original"]["forecast_dm_answer"] == q["dm_answer"]
+    hold = c["questions"]["forecast"]
+    assert hold["answer"] is None and c["holds"]["forecast_level"] == "forecast level"
+    assert c["holds"]["forecast"] == (q["dm_answer"] == hold["dm_answer"])
+    assert "Forecasting, at the forecast level (the seed ensembles' Diebold-Mariano tests, the same rule; the " \
+           "hold-out is not tested over training runs: one seed per fold" in md
     assert "<table>" in (run / "confirm.html").read_text()
     # the work folder is a run folder of its own: one fold, every (N, seed) cell and the baselines
     cells = sorted(p.relative_to(run / "confirm").as_posix() for p in (run / "confirm").rglob("*.cell.json"))
@@ -193,3 +203,21 @@ def test_holdout_fold_purges_before_the_test_block():
 def test_missing_days_lists_days_without_a_bar():
     t = np.array([to_us("2025-01-01"), to_us("2025-01-03") + 60_000_000])
     assert [str(d) for d in missing_days(t, "2025-01-01", "2025-01-04")] == ["2025-01-02", "2025-01-04"]
+
+
+def test_question_1_is_compared_at_the_level_both_sides_answer(tmp_path):
+    from types import SimpleNamespace
+
+    from tsflash.runfolder import RunFolder
+    from tsflash.sweep.confirm import forecast_level, original_verdict
+
+    old = tmp_path / "old"  # a report from before the run-level rule: its "answer" is the forecast-level one
+    old.mkdir()
+    write_json(old / "questions.json", {"forecast": {"answer": "worse", "sentence": "Longer context forecasts worse."}})
+    orig = original_verdict(RunFolder(old))
+    assert (orig["forecast_answer"], orig["forecast_dm_answer"]) == (None, "worse")
+    hold = SimpleNamespace(answer=None, dm_answer="no better")
+    assert forecast_level(orig, hold) == ("forecast level", "worse", "no better")
+    both = orig | {"forecast_answer": "no better"}  # both sides answered over training runs: that level
+    assert forecast_level(both, SimpleNamespace(answer="no better", dm_answer="worse")) == (
+        "over training runs", "no better", "no better")

@@ -40,7 +40,7 @@ from pathlib import Path
 from tsflash.atomic import write_text as atomic_text
 from tsflash.errors import UserError
 from tsflash.report.compute import compute, run_selection
-from tsflash.report.context import SECTIONS, build_context, memory_kind
+from tsflash.report.context import SECTIONS, build_context, caveats, memory_kind, with_caveats
 from tsflash.report.figures import draw
 from tsflash.report.outputs import write_all
 from tsflash.report.render import render
@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 
 
 def _out_dir(rd: RunData, overrides: dict | None, out_dir: Path | None) -> Path:
+    if out_dir is not None and RunFolder(out_dir).run_json.exists() and Path(out_dir).resolve() != rd.run_dir.resolve():
+        # a folder with a run.json is a run's own folder (a published one, perhaps): --out never writes there
+        raise UserError(f"report --out {out_dir}: that folder holds a run (run.json), whose report --out never "
+                        "overwrites; give a new folder, or leave --out out to rebuild a run's report in place")
     if not overrides:
         return Path(out_dir) if out_dir is not None else rd.run_dir
     overrides = check_overrides(overrides)
@@ -84,7 +88,7 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
         for name, s in rd.series.items():
             target.write_series(name, s.days, s.net, s.gross)
     nums = compute(rd)
-    words = sentences(nums)
+    words = with_caveats(sentences(nums), caveats(rd, nums))  # what the run cannot support leads
     figures = draw(rd, nums, out / "figures", memory_kind(nums.per_n))
     context = build_context(rd, nums, words, figures, out)
     write_all(rd, nums, words, out)

@@ -6,10 +6,16 @@ formatting here.
 The two questions, answered separately (the sentences are in wording.py, the sections in
 questions.py):
 
-Question 1, forecasting: does a longer context forecast the label better? Paired tests on the
-same test bars: for each N against the shortest N and against the logistic baseline, on the
-per-bar log-loss and on the direction score, a Diebold-Mariano test
+Question 1, forecasting: does a longer context forecast the label better? The answer comes from
+the test at the unit of the claim, training runs (`run_question`): each longer N against the
+shortest on the log-loss and on the direction score, `tsflash.stats.runs.run_level_test` over the
+(fold, seed) runs' mean losses (its variance carries the seed-to-seed and run-to-run variation),
+Holm over those comparisons, and the rule `tsflash.stats.forecasts.run_answer`. With fewer than 2
+seeds per fold it cannot run, and the report gives no answer. Secondary, worded as what it is
+("these seed ensembles' forecasts differ on these days"): paired tests on the same test bars, for
+each N against the shortest N and against the logistic baseline, a Diebold-Mariano test
 (`tsflash.stats.forecasts.diebold_mariano`), Holm-adjusted across all comparisons (`forecasts.holm`).
+The notes below are about these forecast-level tests.
 
 - Forecasts: the seed ensemble per N (the mean of its seeds' probabilities for each bar): the
   question is about what N lets the model learn, not about one initialisation; each seed alone
@@ -26,8 +32,8 @@ per-bar log-loss and on the direction score, a Diebold-Mariano test
 - Skill: every N is also compared with the no-skill forecast, the class prior of the fold's
   training bars (its direction part is the training up-vs-down frequency, within a hair of a coin
   flip). These comparisons are in the same Holm family.
-- The answer ("better", "no better", "worse"; the rule is `tsflash.stats.forecasts.forecast_answer`)
-  uses the comparisons with the shortest N, at Holm-adjusted 5 %, and counts a significant
+- The forecast-level answer (`dm_answer`; the rule is `tsflash.stats.forecasts.forecast_answer`,
+  the same rule the run-level answer reads) uses the comparisons with the shortest N, at Holm-adjusted 5 %, and counts a significant
   difference only when its winner (the lower loss) also beats the no-skill forecast
   significantly on that score: "better" when some longer N counts as significantly lower (if
   another counts as significantly higher, the answer is marked mixed), "worse" when some counts
@@ -53,6 +59,7 @@ one equal-weight portfolio, as the sweep scores them), and whether any candidate
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,9 +74,27 @@ from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
 from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
 from tsflash.scoring.strategy import Strategy
 from tsflash.stats import SelectionInputError
-from tsflash.stats.forecasts import counts, diebold_mariano, forecast_answer, holm, significant
-from tsflash.stats.gate import RunSelection, select_run
+from tsflash.stats.forecasts import (
+    ONE_SEED,
+    RunAnswer,
+    counts,
+    diebold_mariano,
+    forecast_answer,
+    holm,
+    run_answer,
+    significant,
+)
+from tsflash.stats.gate import RunSelection, TrialLedger, pbo_informative, select_run
 from tsflash.stats.pbo import CSCV_BLOCKS
+from tsflash.stats.runs import (
+    RunTestInputError,
+    Runs,
+    VarianceComponents,
+    min_detectable_difference,
+    pbo_null,
+    run_level_test,
+    runs_from_table,
+)
 from tsflash.stats.sharpe import PERIODS_PER_YEAR, sharpe
 
 METRICS = (
@@ -103,6 +128,9 @@ def fold_table(rd: RunData) -> list[dict]:
         row["n_scored"] = int(cs[0]["metrics"].get("n_scored", 0))
         row |= {m: float(np.mean([_nan(c["cost"].get(m)) for c in cs])) for m in _COST_MEANS}
         row |= {m: cs[0]["cost"].get(m) for m in _COST_FIRST}
+        steps = [float(c["cost"]["steps"]) for c in cs if c["cost"].get("steps") is not None]
+        row |= {"steps_mean": float(np.mean(steps)) if steps else math.nan,
+                "steps_min": min(steps, default=math.nan), "steps_max": max(steps, default=math.nan)}
         row["flat_threshold"] = cs[0]["flat_threshold"]
         row |= {k: cs[0][k] for k in _DATES}
         rows.append(row)
@@ -130,6 +158,11 @@ def summarize(rows: list[dict], series: str) -> dict:
             out[m] = float(np.nanmean([r[m] for r in rs])) if any(np.isfinite(r[m]) for r in rs) else float("nan")
         for m in _COST_FIRST:
             out[m] = rs[0][m]
+        # steps trained per cell: the mean (folds have equal seed counts) and the range over every cell
+        out["steps_mean"] = float(np.nanmean([r["steps_mean"] for r in rs])) if any(
+            math.isfinite(r["steps_mean"]) for r in rs) else math.nan
+        out["steps_min"] = float(np.nanmin([r["steps_min"] for r in rs])) if math.isfinite(out["steps_mean"]) else math.nan
+        out["steps_max"] = float(np.nanmax([r["steps_max"] for r in rs])) if math.isfinite(out["steps_mean"]) else math.nan
     return out
 
 
@@ -138,7 +171,33 @@ def run_selection(rd: RunData) -> RunSelection:
     cfg = rd.config["selection"]
     series = {k: (rd.series[k].days, rd.series[k].net) for k in rd.trial_keys}
     return select_run(series, rd.ledger.get("trials", []), min_dsr=cfg["min_dsr"], max_pbo=cfg["max_pbo"],
-                      n_blocks=int(cfg.get("cscv_blocks", CSCV_BLOCKS)), periods_per_year=PERIODS_PER_YEAR)
+                      n_blocks=int(cfg.get("cscv_blocks", CSCV_BLOCKS)), periods_per_year=PERIODS_PER_YEAR,
+                      ledger=TrialLedger.read(), fingerprint=(getattr(rd, "data", None) or {}).get("fingerprint", {}).get("sha256"))
+
+
+PBO_NULL_REPLICATES = 200  # enough for the quantiles a sentence gives; seeded, so the report is reproducible
+
+
+@functools.lru_cache(maxsize=8)
+def _pbo_null_values(n_candidates: int, n_days: int, n_blocks: int) -> np.ndarray:
+    return pbo_null(n_candidates, n_days, n_blocks, n_replicates=PBO_NULL_REPLICATES,
+                    rng=np.random.default_rng(0)).values
+
+
+def pbo_null_summary(selection: RunSelection) -> dict | None:
+    """PBO's null distribution for the run's candidate count, common days and blocks (iid returns,
+    `tsflash.stats.runs.pbo_null`), with P(PBO >= observed) and whether the observed PBO says more
+    than noise (`tsflash.stats.gate.pbo_informative`); None when the gates did not run."""
+    p = selection.verdict.pbo_result
+    if p is None:
+        return None
+    k, t, blocks = len(selection.verdict.table), len(selection.days), int(selection.n_blocks_used)
+    values = _pbo_null_values(k, t, blocks)
+    return {"n_candidates": k, "n_days": t, "n_blocks": blocks, "replicates": len(values), "observed": float(p.pbo),
+            "mean": float(values.mean()), "q05": float(np.quantile(values, 0.05)),
+            "q95": float(np.quantile(values, 0.95)), "p_at_least": float(np.mean(values >= p.pbo)),
+            "p_above_max": float(np.mean(values > selection.verdict.max_pbo)),
+            "informative": bool(pbo_informative(values, p.pbo))}
 
 
 def _sharpe_or_nan(x) -> float:
@@ -327,7 +386,8 @@ def paired(table: dict, series: str, reference: str, score: str, horizon: int, p
 
 def decomposition(table: dict, names: list[str]) -> list[dict]:
     """Per series (seed ensemble): the log-loss, its flat-vs-move and up-vs-down parts per labelled
-    bar (log_loss = move + direction), the direction score, and the skill over the class prior
+    bar (log_loss = move + direction), the direction score and hit rate on the bars that moved (a
+    set that does not depend on the forecast), and the skill over the class prior
     split into its volatility and direction parts (direction_share = direction / total skill)."""
     out = {}
     for name in names:
@@ -339,9 +399,12 @@ def decomposition(table: dict, names: list[str]) -> list[dict]:
                      "direction_part": r["direction_loss"].sum() / n,
                      "direction_log_loss_moves": r["direction_loss"].sum() / moves if moves else math.nan,
                      "direction_error_moves": r["direction_error"].sum() / moves if moves else math.nan,
-                     "hit_rate": r["both_hits"].sum() / both if both else math.nan,
-                     "direction_log_loss": r["both_direction_loss"].sum() / both if both else math.nan,
-                     "n_direction": int(both)}
+                     # on the bars whose realised move is up or down: the same bars for every forecast
+                     "hit_rate": 1 - r["direction_error"].sum() / moves if moves else math.nan,
+                     "n_direction": int(moves),
+                     # on the bars where forecast and outcome are both not flat (differs by forecast; kept for
+                     # comparison with earlier reports)
+                     "hit_rate_both": r["both_hits"].sum() / both if both else math.nan, "n_both": int(both)}
     prior = out.get(PRIOR)
     for row in out.values():
         if prior is None:
@@ -385,21 +448,112 @@ def fold_level(rd: RunData, names: list[str], references: list[str]) -> list[dic
     return rows
 
 
+# ---------------------------------------------------------------------------------------------
+# Question 1 over training runs: the answer
+
+
+POWER_SEEDS = (3, 6)  # the seeds per arm and fold at which the report gives the detectable difference
+
+
+@dataclass
+class RunQuestion:
+    """Question 1 over training runs (`tsflash.stats.forecasts.run_answer`), or why it cannot be
+    tested (`reason`); `power[score]`: the smallest difference per bar detected with 80 % power
+    at each of POWER_SEEDS seeds, from the variance components measured on that score."""
+
+    available: bool
+    reason: str = ""
+    result: RunAnswer | None = None
+    n_folds: int = 0
+    seeds_per_fold: int = 0
+    power: dict[str, dict[int, float]] = field(default_factory=dict)
+    seed_sd: dict[str, float] = field(default_factory=dict)  # per score, pooled over the comparisons
+    between_sd: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def answer(self) -> str | None:
+        return self.result.answer if self.result else None
+
+
+def _prior_runs(table: dict, score: str) -> Runs:
+    """The no-skill forecast as one run per fold (it has no seeds: the skill tests admit one run)."""
+    loss, count = SCORES[score]
+    m = (table["series"] == PRIOR) & (table["member"] == ENSEMBLE)
+    return Runs(PRIOR, table["fold"][m], np.zeros(int(m.sum()), np.int64), table["day"][m], table[loss][m],
+                table[count][m])
+
+
+def _power(results: list, n_folds: int) -> tuple[dict[int, float], float, float]:
+    """(detectable difference per seed count, seed sd, between-fold sd): the components averaged
+    over `results` (variances, so the mean of variances)."""
+    comps = [r.components for r in results if math.isfinite(r.components.within_fold_seed)]
+    if not comps or n_folds < 2:
+        return {}, math.nan, math.nan
+    c = VarianceComponents(float(np.mean([x.between_fold for x in comps])),
+                           float(np.mean([x.within_fold_seed for x in comps])), sum(x.seed_df for x in comps))
+    try:
+        mdd = {k: min_detectable_difference(c, n_folds, k) for k in POWER_SEEDS}
+    except (RunTestInputError, ValueError):  # the noncentral t turns NaN far out on degenerate components
+        mdd = {}
+    return mdd, math.sqrt(c.within_fold_seed), math.sqrt(c.between_fold)
+
+
+def run_question(table: dict, primary: list[str]) -> RunQuestion:
+    """Each longer N against the shortest over training runs, on both scores (one Holm family),
+    the skill tests against the class prior where the run has it, and the power."""
+    if len(primary) < 2:
+        return RunQuestion(False, "there is no longer context length to compare with the shortest")
+    try:
+        runs = {(n, sc): runs_from_table(table, n, loss=SCORES[sc][0], count=SCORES[sc][1]) for n in primary
+                for sc in SCORES}
+    except RunTestInputError as exc:
+        return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}")
+    seeds = min(len(r.seeds_of(f)) for r in runs.values() for f in r.folds)
+    folds = len(runs[(primary[0], "log_loss")].folds)
+    if seeds < 2:
+        return RunQuestion(False, ONE_SEED, n_folds=folds, seeds_per_fold=seeds)
+    has_prior = bool(((table["series"] == PRIOR) & (table["member"] == ENSEMBLE)).any())
+    try:
+        vs_shortest = {(n, primary[0], sc): run_level_test(runs[(primary[0], sc)], runs[(n, sc)])
+                       for n in primary[1:] for sc in SCORES}
+        vs_prior = {(n, PRIOR, sc): run_level_test(_prior_runs(table, sc), runs[(n, sc)], min_seeds_per_fold=1)
+                    for n in primary for sc in SCORES} if has_prior else {}
+    except RunTestInputError as exc:
+        return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}", n_folds=folds,
+                           seeds_per_fold=seeds)
+    out = RunQuestion(True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds)
+    for sc in SCORES:
+        mine = [r for (_, _, score), r in vs_shortest.items() if score == sc]
+        out.power[sc], out.seed_sd[sc], out.between_sd[sc] = _power(mine, folds)
+    return out
+
+
 @dataclass
 class ForecastQuestion:
-    """Question 1's numbers: the paired comparisons (Holm-adjusted), the answer, the direction
-    and volatility decomposition, or why the paired tests could not be computed."""
+    """Question 1's numbers: the answer over training runs (`runs`), the forecast-level paired
+    comparisons (Holm-adjusted) and their answer, the direction and volatility decomposition, or
+    why the tests could not be computed."""
 
     available: bool
     source: str  # "per-bar cells" or LOSS_FILE when available, else why not
     shortest: str | None  # the reference configuration (the shortest N)
     comparisons: list[Paired] = field(default_factory=list)
-    answer: str | None = None  # "better" | "no better" | "worse"
-    mixed: bool = False  # "better", and some other longer N counts as worse
+    runs: RunQuestion = field(default_factory=lambda: RunQuestion(False, "no per-day loss sums"))
+    dm_answer: str | None = None  # the forecast-level rule on the ensembles' DM tests (secondary)
+    dm_mixed: bool = False  # "better", and some other longer N counts as worse
     skill: dict[tuple[str, str], Paired] = field(default_factory=dict)  # (series, score) -> series minus the prior
     decomposition: list[dict] = field(default_factory=list)
     fold_level: list[dict] = field(default_factory=list)  # always (from the summaries)
     table: dict | None = field(default=None, repr=False)  # the loss table (written beside the report)
+
+    @property
+    def answer(self) -> str | None:
+        """Question 1's answer: the run-level one (None when it cannot be tested)."""
+        return self.runs.answer
+
+    @property
+    def mixed(self) -> bool:
+        return bool(self.runs.result and self.runs.result.mixed)
 
     def vs(self, reference: str) -> list[Paired]:
         return [p for p in self.comparisons if p.reference == reference]
@@ -441,8 +595,9 @@ def forecast_question(rd: RunData, primary: list[str]) -> ForecastQuestion:
         for p, adj in zip(comps, holm([p.pvalue for p in comps])):
             p.p_holm = float(adj)
         out.skill = {(p.series, p.score): p for p in comps if p.reference == PRIOR}
-        out.answer, out.mixed = forecast_answer([p for p in comps if p.reference == shortest], out.skill)
+        out.dm_answer, out.dm_mixed = forecast_answer([p for p in comps if p.reference == shortest], out.skill)
     out.available, out.comparisons, out.table = bool(comps), comps, table
+    out.runs = run_question(table, primary)
     out.decomposition = decomposition(table, primary + baselines)
     return out
 
@@ -529,8 +684,9 @@ class Numbers:
     primary: list[dict]  # the default configuration per N (the plots against N)
     selection: RunSelection
     series_stats: dict[str, dict]  # candidates' and baselines' daily statistics (gross Sharpe, ...)
-    forecast: ForecastQuestion  # question 1: paired tests of the forecasts
+    forecast: ForecastQuestion  # question 1: over training runs, and paired tests of the forecasts
     trading: TradingQuestion  # question 2: the trading rule per candidate (the gates are `selection`)
+    pbo_null: dict | None = None  # PBO's null distribution for the run's candidates and days
 
     def candidate_row(self, key: str | None) -> dict | None:
         return next((r for r in self.selection.candidates if r["key"] == key), None)
@@ -548,4 +704,5 @@ def compute(rd: RunData) -> Numbers:
     stats = {k: series_stats(rd, k) for k in [*keys, *baselines] if k in rd.series}
     selection = run_selection(rd)
     return Numbers(rows, per_n, baselines, primary, selection, stats,
-                   forecast_question(rd, [s["series"] for s in primary]), trading_question(rd, selection))
+                   forecast_question(rd, [s["series"] for s in primary]), trading_question(rd, selection),
+                   pbo_null_summary(selection))

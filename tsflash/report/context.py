@@ -7,6 +7,7 @@ they show the same words and numbers.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from tsflash.intervals import bars_as_time, interval_words
@@ -17,6 +18,7 @@ from tsflash.report.markdown import table as _table
 from tsflash.report.questions import forecast_section, trading_section, write_outputs
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import (
+    NOT_EVIDENCE,
     bars_and_time,
     data_source,
     fmt,
@@ -26,6 +28,7 @@ from tsflash.report.wording import (
     percent,
     plural,
     pm,
+    support_sentences,
     timed_label,
 )
 from tsflash.scoring.strategy import Strategy
@@ -49,11 +52,28 @@ def memory_kind(per_n: list[dict]) -> str:
         frozenset(cuda), "CUDA allocator or process RSS")
 
 
+def caveats(rd: RunData, nums: Numbers) -> list[str]:
+    """What the run cannot support, for the first screen before any answer (issue 31): a reduced
+    preset, a failed convergence criterion, differences inside the seed spread, no run-level test."""
+    per_n = protocol._model_cells(rd, nums)
+    gap, spread = protocol.largest_gap(per_n)
+    reduced = (rd.run.get("preset_note") or "reduced CPU preset") if rd.run.get("preset") == "cpu" else None
+    runs = nums.forecast.runs
+    return support_sentences(reduced, protocol.short_budget(per_n, rd.config), gap, spread,
+                             None if runs.available or not nums.forecast.available else runs.reason)
+
+
+def with_caveats(words: dict, found: list[str]) -> dict:
+    """The sentences with the caveats, and both answers worded as not evidence when there are any."""
+    if not found:
+        return words | {"caveats": []}
+    return words | {"caveats": found, "forecast": words["forecast"] + NOT_EVIDENCE,
+                    "sentence": words["sentence"] + NOT_EVIDENCE}
+
+
 def verdict_section(rd: RunData, words: dict) -> dict:
     cfg = rd.config
     notes = []
-    if rd.run.get("preset") == "cpu":
-        notes.append(rd.run.get("preset_note") or "reduced CPU preset")
     if rd.data.get("kind") == "synthetic":
         notes.append(f"the data is a synthetic random walk ({rd.data.get('source')}), the noise control: nothing "
                      "is predictable, and a pass here would be a false positive.")
@@ -66,12 +86,12 @@ def verdict_section(rd: RunData, words: dict) -> dict:
     question = (f"Two questions, answered separately. 1. Forecasting: does a causal transformer that sees a longer "
                 f"context (N past {interval_words(interval)} bars: {spans}) forecast the up/flat/down move of "
                 f"{rd.data.get('symbol', 'BTCUSDT')} over the next {bars_and_time(cfg['labels']['horizon'], interval)} "
-                "better out of sample (paired tests on the same test bars, against the shortest N and the logistic "
-                "baseline)? 2. Trading: can any of it be traded after fees and multiple testing (a trading rule, the "
+                "better out of sample (over training runs: each longer N against the shortest, the fold as the "
+                "replicate; and, secondary, paired tests of the seed ensembles on the same test bars)? 2. Trading: can any of it be traded after fees and multiple testing (a trading rule, the "
                 f"Deflated Sharpe Ratio >= {cfg['selection']['min_dsr']} and PBO <= {cfg['selection']['max_pbo']})? "
                 "And at what cost?")
-    return {"question": question, "forecast": words["forecast"], "sentence": words["sentence"],
-            "reasons": words["reasons"], "notes": notes}
+    return {"question": question, "caveats": words.get("caveats", []), "forecast": words["forecast"],
+            "sentence": words["sentence"], "reasons": words["reasons"], "notes": notes}
 
 
 def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
@@ -130,9 +150,17 @@ def _label(key: str, interval: str | None) -> str:
     return timed_label(key, interval) if interval else label(key)
 
 
+def steps_text(s: dict) -> str:
+    """Steps trained per cell: "412 (300..600)", the mean and the range over every cell."""
+    mean, lo, hi = s.get("steps_mean", math.nan), s.get("steps_min", math.nan), s.get("steps_max", math.nan)
+    if not math.isfinite(mean):
+        return fmt(s.get("steps"))
+    return fmt(round(mean)) if lo == hi else f"{fmt(mean, ',.0f')} ({fmt(int(lo))}..{fmt(int(hi))})"
+
+
 def cost_section(nums: Numbers, figures: dict, interval: str | None = None) -> dict:
     kind = memory_kind(nums.per_n)
-    rows = [[_label(s["series"], interval), fmt(s["batch_size"]), fmt(s["steps"]), fmt(s["epoch_seconds"], ".2f"),
+    rows = [[_label(s["series"], interval), fmt(s["batch_size"]), steps_text(s), fmt(s["epoch_seconds"], ".2f"),
              fmt(s["train_seconds"], ".2f"), fmt(s.get("val_seconds"), ".2f"), fmt(s["tokens_per_s"], ",.0f"), fmt(s["peak_memory_bytes"] / 2**20, ",.0f"),
              s["backend"], s.get("backend_observed") or "-", fmt(s["tflops"], ".3g"), s["device"]] for s in nums.per_n]
     notes = ["Means over folds (and seeds). An epoch is as many tokens as the fold has training bars. Validation is "
@@ -145,7 +173,7 @@ def cost_section(nums: Numbers, figures: dict, interval: str | None = None) -> d
         notes.append("Peak memory on CPU is the process's peak RSS (ru_maxrss: Python, torch, the data and earlier "
                      "folds included), an upper bound that cannot show the memory claim (memory flat in N with fused "
                      "attention); that needs CUDA's allocator statistics, i.e. a CUDA run.")
-    header = ["configuration", "batch", "steps", "epoch (s)", "train (s)", "validation (s)", "tokens/s", f"peak memory (MiB, {kind})",
+    header = ["configuration (means over folds and seeds)", "batch", "steps (mean, range over cells)", "epoch (s)", "train (s)", "validation (s)", "tokens/s", f"peak memory (MiB, {kind})",
               "kernel forced", "kernel observed", "TFLOP/s", "device"]
     notes.append("Kernel forced: the fused attention kernel each cell asked for; kernel observed: the kernel the "
                  "profiler saw run on each cell's first training step (\"-\": cells from before it was recorded).")
@@ -153,7 +181,7 @@ def cost_section(nums: Numbers, figures: dict, interval: str | None = None) -> d
 
 
 def benefit_section(nums: Numbers, figures: dict, interval: str | None = None) -> dict:
-    head = ["configuration"] + [t for _, t, _ in METRICS] + ["folds"]
+    head = ["configuration (mean ± fold sd of the cells' fold means over seeds)"] + [t for _, t, _ in METRICS] + ["folds"]
     body = [[_label(s["series"], interval)] + [pm(s[m], s[f"{m}_std"]) for m, _, _ in METRICS] + [s["n_folds"]]
             for s in nums.per_n]
     body += [[f"baseline: {label(k)}"] + [pm(b[m], b[f"{m}_std"]) for m, _, _ in METRICS] + [b["n_folds"]]
@@ -207,7 +235,8 @@ def selection_section(rd: RunData, nums: Numbers, words: dict, figures: dict) ->
     days = sel.days
     intro = (f"Daily net returns of {plural(len(sel.candidates), 'candidate')} on {plural(len(days), 'common day')} "
              f"({days[0] if len(days) else None} .. {days[-1] if len(days) else None}). DSR trial count = "
-             f"{plural(sel.n_trials, 'complete trial')} in the optuna study; Sharpe variance across trials = "
+             f"{plural(sel.n_trials, 'trial')} ({sel.trial_count.source if sel.trial_count else 'the optuna study'}); "
+             "Sharpe variance across trials = "
              f"{fmt(sel.sr_variance, '.3g')} (variance of per-day Sharpe ratios, ddof 1). Sharpe ratios are per day "
              "(mean / standard deviation of daily net returns), annualised with 365; the gates test the candidate "
              "with the highest daily net Sharpe ratio.")

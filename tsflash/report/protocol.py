@@ -7,9 +7,10 @@ It reads only the cell summaries and config.json:
 * learning curves: one panel per N, the validation loss (and the training loss) against the
   step for every fold and seed, the restored best step marked;
 * stopping steps per N and fold (best / last step trained, per seed), and the convergence
-  criterion: for every N, in at most one fold in five (n_folds // 5) does the best validation
-  step fall within the last patience window of the maximum budget (a fold counts when any of
-  its seeds does); else the budget is too short and the section says so;
+  criterion: a fold is late when its best validation step falls within the last patience window
+  of the maximum budget (a fold counts when any of its seeds does); for every N at most one fold
+  in five (n_folds // 5, rounded down) may be late; else the budget is too short and the section
+  and the first screen say so (`short_budget`);
 * the seed-to-seed spread next to the differences between N;
 * the benefit of the far context: each N scored with its context cut to fewer bars on the same
   test bars, full minus cut.
@@ -109,31 +110,63 @@ def _window(tr: dict) -> int:
     return max(int(tr.get("patience", 0)), 1) * int(tr["eval_every"])
 
 
+def late_folds(per_n: dict[int, list[dict]], cfg: dict) -> dict[int, list[int]]:
+    """{N: the folds whose best validation step is late, after the start of the budget's last
+    patience window (a fold counts when any of its seeds is)}."""
+    limit = int(cfg["train"]["steps"]) - _window(cfg["train"])
+    return {n: sorted({c["fold"] for c in cs if (c["cost"].get("best_step") or 0) > limit}) for n, cs in per_n.items()}
+
+
+def short_budget(per_n: dict[int, list[dict]], cfg: dict) -> list[int]:
+    """The N for which the convergence criterion fails: more late folds than one in five allows."""
+    if not _validated(cfg):
+        return []
+    allowed = cfg["splits"]["n_folds"] // 5
+    return [n for n, late in late_folds(per_n, cfg).items() if len(late) > allowed]
+
+
 def stopping(per_n: dict[int, list[dict]], cfg: dict) -> tuple[dict, list[str]]:
     """(table of best/stop steps per N and fold, convergence sentences)."""
     tr, n_folds = cfg["train"], cfg["splits"]["n_folds"]
     limit = int(tr["steps"]) - _window(tr)
     allowed = n_folds // 5
     folds = sorted({c["fold"] for cs in per_n.values() for c in cs})
-    rows, short = [], []
+    late = late_folds(per_n, cfg)
+    rows = []
     for n, cs in per_n.items():
-        late = sorted({c["fold"] for c in cs if (c["cost"].get("best_step") or 0) > limit})
         cells = {k: ", ".join(f"{c['cost'].get('best_step')}/{c['cost'].get('stop_step')}"
                               for c in sorted(cs, key=lambda c: c["seed"]) if c["fold"] == k) for k in folds}
-        rows.append([n] + [cells[k] or "-" for k in folds] + [f"{len(late)} of {len(folds)}"])
-        if len(late) > allowed:
-            short.append(n)
-    rule = (f"Convergence criterion: for every N, the best validation step falls within the last patience window "
-            f"(after step {limit} of {tr['steps']}) in at most one fold in five ({allowed} of {n_folds} here; a fold "
-            "counts when any of its seeds does).")
+        rows.append([n] + [cells[k] or "-" for k in folds] + [f"{len(late[n])} of {len(folds)}"])
+    short = short_budget(per_n, cfg)
+    # One wording, the table's: a late fold is counted in the last column, and at most `allowed` may be late.
+    rule = (f"Convergence criterion: a fold is late when its best validation step comes after step {limit} of "
+            f"{tr['steps']} (inside the last patience window; a fold counts when any of its seeds does); for every "
+            f"N at most {allowed} of the {plural(n_folds, 'fold')} may be late (one in five, rounded down). The "
+            "table's last column counts the late folds.")
     if short:
-        verdict = (f"Not met for N = {', '.join(map(str, short))}: the budget train.steps = {tr['steps']} is too short "
-                   "for these N (their validation loss was still falling); their results are not at a validated "
-                   "optimum. Raise train.steps.")
+        verdict = (f"Not met for N = {', '.join(map(str, short))} (late folds: "
+                   f"{', '.join(f'{len(late[n])} of {len(folds)}' for n in short)}, more than {allowed}): the budget "
+                   f"train.steps = {tr['steps']} is too short for these N (their validation loss was still falling); "
+                   "their results are not at a validated optimum. Raise train.steps.")
     else:
-        verdict = "Met for every N: each N stopped at a validated optimum inside the budget."
-    header = ["N"] + [f"fold {k}: best/last step" for k in folds] + ["folds with a late best step"]
+        verdict = f"Met for every N: at most {allowed} late folds each, so each N stopped at a validated optimum."
+    header = ["N"] + [f"fold {k}: best/last step" for k in folds] + ["late folds"]
     return _table(header, rows), [rule, verdict]
+
+
+def largest_gap(per_n: dict[int, list[dict]]) -> tuple[float | None, float | None]:
+    """(the largest |log-loss difference| of an N from the shortest, the largest seed sd), means
+    over folds and seeds; the sd is None with one seed."""
+    means = {}
+    for n, cs in per_n.items():
+        seeds = sorted({c["seed"] for c in cs})
+        means[n] = np.array([np.mean([c["metrics"]["log_loss"] for c in cs if c["seed"] == s]) for s in seeds])
+    if not means:
+        return None, None
+    first = next(iter(means))
+    gap = max(abs(float(v.mean() - means[first].mean())) for v in means.values())
+    sds = [float(np.std(v, ddof=1)) for v in means.values() if len(v) > 1]
+    return gap, (max(sds) if sds else None)
 
 
 def seed_spread(per_n: dict[int, list[dict]]) -> tuple[dict, str]:
@@ -154,14 +187,12 @@ def seed_spread(per_n: dict[int, list[dict]]) -> tuple[dict, str]:
             row += [fmt(float(v.mean()), spec), fmt(sd, spec), fmt(float(v.mean() - stats[first][m].mean()), "+.4f")]
         rows.append(row)
     header = ["N", "seeds", "log-loss", "seed sd", f"log-loss − N={first}", "accuracy", "seed sd", f"accuracy − N={first}"]
-    sds = [float(np.std(st["log_loss"], ddof=1)) for st in stats.values() if len(st["log_loss"]) > 1]
-    gaps = [abs(float(st["log_loss"].mean() - stats[first]["log_loss"].mean())) for st in stats.values()]
-    if not sds:
+    gap, sd = largest_gap(per_n)
+    if sd is None:
         note = "One seed per N: the seed-to-seed spread is unknown, so differences between N cannot be judged against it."
     else:
         note = (f"Means over folds and seeds; seed sd = standard deviation between the seeds' means over folds. The "
-                f"largest log-loss difference from N={first} is {max(gaps):.4f}, against a seed sd of up to "
-                f"{max(sds):.4f}.")
+                f"largest log-loss difference from N={first} is {gap:.4f}, against a seed sd of up to {sd:.4f}.")
     return _table(header, rows), note
 
 

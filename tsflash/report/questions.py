@@ -29,11 +29,14 @@ from tsflash.report.wording import (
     effective_sentence,
     fmt,
     label,
+    pbo_null_sentence,
     percent,
     plural,
     power_sentence,
+    run_power_sentence,
     signed,
     signs,
+    trial_count_sentence,
 )
 from tsflash.runfolder import is_baseline
 from tsflash.stats.sharpe import PERIODS_PER_YEAR
@@ -51,11 +54,34 @@ def decomposition_table(nums: Numbers) -> dict | None:
     rows = nums.forecast.decomposition
     if not rows:
         return None
-    head = ["configuration", "log-loss", "flat-vs-move part", "up-vs-down part", "skill over prior",
-            "of which direction", "direction share", "hit rate (both not flat)", "up-vs-down log-loss (both)"]
+    head = ["configuration (seed ensemble, pooled over folds' bars)", "log-loss", "flat-vs-move part",
+            "up-vs-down part", "skill over prior", "of which direction", "direction share",
+            "hit rate (bars that moved)", "direction score (bars that moved)", "bars that moved"]
     body = [[_name(r["series"]), fmt(r["log_loss"]), fmt(r["move_part"]), fmt(r["direction_part"]), fmt(r["skill"]),
              fmt(r["skill_direction"]), percent(r["direction_share"], 1), fmt(r["hit_rate"]),
-             fmt(r["direction_log_loss"])] for r in rows]
+             fmt(r["direction_log_loss_moves"]), fmt(r["n_direction"])] for r in rows]
+    return _table(head, body)
+
+
+def runs_table(nums: Numbers) -> dict | None:
+    """Question 1 over training runs: each comparison of the answer's family, then the skill tests."""
+    runs = nums.forecast.runs
+    if not runs.available:
+        return None
+    res = runs.result
+    head = ["comparison (over training runs: fold means of the runs)", "score", "family", "runs (A, B)",
+            "mean difference per bar", "95 % interval", "t (df)", "p", "Holm p", "decides", "seed sd",
+            "between-fold sd"]
+    body = []
+    for family, comps in (("the answer", res.comparisons), ("skill (vs class prior)", tuple(res.skill.values()))):
+        for p in comps:
+            r = p.result
+            c = r.components
+            body.append([f"{label(p.series)} minus {_name(p.reference)}", SCORE_NAMES[p.score], family,
+                         f"{r.n_runs_a}, {r.n_runs_b}", signed(r.estimate), f"[{signed(r.ci[0])}, {signed(r.ci[1])}]",
+                         f"{fmt(r.t, '+.2f')} ({r.df})", fmt(r.p, ".3g"), fmt(p.p_holm, ".3g"),
+                         fmt(res.counts(p)) if family == "the answer" else "",
+                         fmt(c.seed_sd, ".2g"), fmt(math.sqrt(c.between_fold), ".2g")])
     return _table(head, body)
 
 
@@ -63,7 +89,8 @@ def paired_table(nums: Numbers) -> dict | None:
     comps = nums.forecast.comparisons
     if not comps:
         return None
-    head = ["comparison", "score", "mean difference per bar", "95 % interval", "DM statistic", "p", "Holm p",
+    head = ["comparison (forecast level: seed ensembles, UTC days)", "score", "mean difference per bar",
+            "95 % interval", "DM statistic", "p", "Holm p",
             "days (lag)", "sign per fold", "sign per seed"]
     body = [[f"{label(p.series)} minus {_name(p.reference)}", SCORE_NAMES[p.score], signed(p.mean_diff),
              f"[{signed(p.lo)}, {signed(p.hi)}]", fmt(p.statistic, ".2f"), fmt(p.pvalue, ".3g"), fmt(p.p_holm, ".3g"),
@@ -77,7 +104,8 @@ def fold_level_table(nums: Numbers) -> dict | None:
     if not rows:
         return None
     refs = [ref for ref in (nums.forecast.shortest, LOGREG) if any(ref in r["diffs"] for r in rows)]
-    head = ["configuration", "hit rate (both not flat, pooled confusion)"] + [
+    head = ["configuration (cells pooled over folds and seeds)",
+            "hit rate (forecast and outcome not flat, pooled confusion: a set that depends on the forecast)"] + [
         f"log-loss minus {_name(ref)}, per fold" for ref in refs]
     body = [[_name(r["series"]), fmt(r["hit_rate"])] + [
         " ".join(signed(d, 2) for d in r["diffs"][ref]) if ref in r["diffs"] else "" for ref in refs] for r in rows]
@@ -92,8 +120,21 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
              "direction. Skill is the class prior's log-loss minus the configuration's; the direction share is the "
              "part of that skill from the up-vs-down part. The volatility baseline is the logistic regression with "
              "the sign of every directional feature removed."]
+    if fq.runs.available:
+        notes.append("Over training runs (the answer): each run (fold, seed) is its mean loss per bar on the fold's "
+                     "test bars; per fold, the mean over seeds of N's runs minus the mean over seeds of the shortest "
+                     "N's; the test is the one-sample t of these fold differences (df = folds - 1), so its variance "
+                     "carries the seed-to-seed and run-to-run variation and the fold-to-fold variation of the benefit "
+                     "(`tsflash.stats.runs.run_level_test`). Holm over the answer's comparisons; a significant "
+                     "difference decides only when its winner also beats the class prior over runs (the skill rows, "
+                     "their own Holm family). Seed sd: a run's spread about its N's fold mean; between-fold sd: what "
+                     "the fold differences spread beyond the seeds.")
+        notes += [t for t in (run_power_sentence(fq.runs),) if t]
+    elif fq.available:
+        notes.append(f"Over training runs: {fq.runs.reason}; the forecast-level tests below do not answer question 1.")
     if fq.available:
-        notes.append(f"Paired tests ({fq.source}): the seed ensemble per N (mean of the seeds' probabilities), "
+        notes.append(f"Paired tests at the forecast level ({fq.source}; they say whether these seed ensembles' "
+                     "forecasts differ on these days, not whether training at N forecasts better): the seed ensemble per N (mean of the seeds' probabilities), "
                      "scored on the same test bars as its reference. Scores: the per-bar log-loss, and the direction "
                      "score, the up-vs-down log-loss on every bar whose outcome moved. Diebold-Mariano on UTC-daily "
                      "loss differences (their mean is the per-bar mean difference), Newey-West lag >= the horizon "
@@ -105,7 +146,8 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      "configuration's fold-mean log-loss minus the reference's, fold by fold (\"-\": lower loss), "
                      "and the directional hit rate from the pooled confusion matrices; the up-vs-down split of the "
                      "log-loss needs the per-bar forecasts.")
-    return {"sentence": words["forecast"], "decomposition": decomposition_table(nums), "paired": paired_table(nums),
+    return {"sentence": words["forecast"], "decomposition": decomposition_table(nums), "runs": runs_table(nums),
+            "paired": paired_table(nums),
             "fold_level": None if fq.available else fold_level_table(nums), "notes": notes, "figure": figure}
 
 
@@ -132,8 +174,10 @@ def trading_section(nums: Numbers) -> dict:
              "at which the mean net return per bar is exactly 0 (negative: the rule loses before fees). "
              f"{plural(tq.n_profitable, 'candidate')} of {tq.n_candidates} "
              f"{'has' if tq.n_profitable == 1 else 'have'} a positive mean daily net return.")
-    notes = [t for t in (effective_sentence(s.deflation, s.n_trials),
-                         power_sentence(s.deflation, s.n_trials, PERIODS_PER_YEAR)) if t]
+    source = s.trial_count.source if s.trial_count else None
+    notes = [t for t in (trial_count_sentence(s.trial_count), effective_sentence(s.deflation, s.n_trials),
+                         power_sentence(s.deflation, s.n_trials, PERIODS_PER_YEAR, source),
+                         pbo_null_sentence(nums.pbo_null, s.verdict.max_pbo)) if t]
     return {"intro": intro, "table": trading_table(nums), "notes": notes}
 
 
@@ -143,7 +187,8 @@ def results(nums: Numbers, words: dict) -> dict:
     d = s.deflation
     return {
         "forecast": {"answer": fq.answer, "mixed": fq.mixed, "available": fq.available, "source": fq.source,
-                     "sentence": words["forecast"], "shortest": fq.shortest,
+                     "sentence": words["forecast"], "shortest": fq.shortest, "runs": runs_results(fq.runs),
+                     "dm_answer": fq.dm_answer, "dm_mixed": fq.dm_mixed,
                      "comparisons": [{k: getattr(p, k) for k in p.__dataclass_fields__} | {"counts": fq.counts(p)}
                                      for p in fq.comparisons],
                      "decomposition": fq.decomposition, "fold_level": fq.fold_level},
@@ -158,8 +203,38 @@ def results(nums: Numbers, words: dict) -> dict:
                     if d and d.min_sharpe is not None else None,
                     "min_sharpe_effective_annual": (d.min_sharpe_effective * math.sqrt(PERIODS_PER_YEAR))
                     if d and d.min_sharpe_effective is not None else None,
-                    "min_trl_days": d.min_trl if d else None},
+                    "min_trl_days": d.min_trl if d else None,
+                    "n_trials_source": s.trial_count.source if s.trial_count else None,
+                    "trial_ledger": list(s.trial_count.entries) if s.trial_count else [],
+                    "pass_line_null_annual": _annual(d.min_sharpe_null if d else None),
+                    "power80_sharpe_annual": _annual(d.power_sharpe if d else None),
+                    "power80_sharpe_null_annual": _annual(d.power_sharpe_null if d else None),
+                    "pbo_null": nums.pbo_null},
     }
+
+
+def _annual(sr: float | None) -> float | None:
+    return None if sr is None else sr * math.sqrt(PERIODS_PER_YEAR)
+
+
+def runs_results(runs) -> dict:
+    """questions.json's run-level part: the answer, why none, each test and the power."""
+    out = {"available": runs.available, "reason": runs.reason, "answer": runs.answer, "n_folds": runs.n_folds,
+           "seeds_per_fold": runs.seeds_per_fold, "power_80": {sc: {str(k): v for k, v in m.items()}
+                                                               for sc, m in runs.power.items()},
+           "seed_sd": runs.seed_sd, "between_fold_sd": runs.between_sd, "comparisons": [], "skill": []}
+    if runs.result is None:
+        return out
+    out["mixed"] = runs.result.mixed
+    for key, comps in (("comparisons", runs.result.comparisons), ("skill", runs.result.skill.values())):
+        for p in comps:
+            r = p.result
+            out[key].append({"series": p.series, "reference": p.reference, "score": p.score, "estimate": r.estimate,
+                             "se": r.se, "df": r.df, "t": r.t, "p": r.p, "p_holm": p.p_holm, "ci": list(r.ci),
+                             "n_runs": [r.n_runs_a, r.n_runs_b], "fold_differences": list(r.fold_differences),
+                             "seed_sd": r.components.seed_sd, "between_fold_var": r.components.between_fold,
+                             "decides": runs.result.counts(p) if key == "comparisons" else None})
+    return out
 
 
 def write_outputs(rd: RunData, nums: Numbers, words: dict, out_dir: Path) -> dict | None:

@@ -196,50 +196,114 @@ def _fold_wins(fq) -> str:
             f"lengths in {wins} of {plural(len(per_fold), 'fold')}.")
 
 
-def forecast_sentence(fq) -> str:
-    """Question 1's answer from the paired tests alone (`questions.ForecastQuestion`): a difference
-    from the shortest N counts when it is significant and its winner beats the no-skill forecast."""
-    if not fq.available:
-        return (f"Not tested: {fq.source}, so the paired tests cannot be computed for this run (they need the "
-                f"per-bar forecasts; a rerun keeps them).{_fold_wins(fq)}")
-    shortest = label(fq.shortest)
-    vs = fq.vs(fq.shortest)
-    better = [p for p in vs if fq.counts(p) and p.mean_diff < 0]
-    worse = [p for p in vs if fq.counts(p) and p.mean_diff > 0]
-    if fq.answer == "better":
-        head = f"Longer context forecasts better: against {shortest}, lower loss for " + "; ".join(map(_comparison, better))
-        if fq.mixed:
-            head += "; but not at every length: higher loss for " + "; ".join(map(_comparison, worse))
-    elif fq.answer == "worse":
-        head = f"Longer context forecasts worse: against {shortest}, higher loss for " + "; ".join(map(_comparison, worse))
-    elif fq.unskilled:
-        head = ("Longer context forecasts no better: " + "; ".join(
-            f"{_comparison(p)} differs from {shortest}, but {label(winner(p))}, the lower loss, does not beat the "
-            f"no-skill forecast on the {SCORE_NAMES[p.score]} ({_skill(fq, winner(p), p.score)})" for p in fq.unskilled)
-                + ": a difference between forecasts without skill (one strays less from the no-skill forecast), "
-                  "not a better forecast")
-    elif vs:
-        best = min(vs, key=lambda p: p.p_holm)
-        head = (f"Longer context forecasts no better: no longer context length differs from {shortest} on the "
-                f"log-loss or the direction score at Holm-adjusted {ALPHA_TEXT} (smallest: {_comparison(best)})")
+def _run_comparison(p) -> str:
+    """"N=4096 on the log-loss (+0.00117 per bar, 95 % [-0.0006, +0.0029], Holm p 0.29)": a run-level test."""
+    r = p.result
+    return (f"{label(p.series)} on the {SCORE_NAMES[p.score]} ({signed(r.estimate)} per bar, 95 % "
+            f"[{signed(r.ci[0])}, {signed(r.ci[1])}], Holm p {fmt(p.p_holm, '.3g')})")
+
+
+def _run_skill(runs, series: str, score: str) -> str:
+    p = runs.result.skill.get((series, score))
+    return "no test against the class prior" if p is None else \
+        f"{signed(p.mean_diff)} per bar against the class prior over runs, Holm p {fmt(p.p_holm, '.3g')}"
+
+
+def run_sentence(fq) -> str:
+    """Question 1's answer over training runs (`compute.RunQuestion`): "better / no better / worse"
+    by `tsflash.stats.forecasts.run_answer`, or why there is none."""
+    runs = fq.runs
+    if not runs.available:
+        return f"No answer: {runs.reason}."
+    res, shortest = runs.result, label(fq.shortest)
+    design = (f"{plural(runs.seeds_per_fold, 'seed')} per fold over {plural(runs.n_folds, 'fold')}, the fold as the "
+              f"replicate, Holm-adjusted {ALPHA_TEXT} over {plural(len(res.comparisons), 'comparison')}")
+    counted = [p for p in res.comparisons if res.counts(p)]
+    better = [p for p in counted if p.mean_diff < 0]
+    worse = [p for p in counted if p.mean_diff > 0]
+    unskilled = [p for p in res.comparisons if p.significant and not res.counts(p)]
+    if res.answer == "better":
+        head = f"Longer context forecasts better, over training runs: against {shortest}, lower loss for " + "; ".join(
+            map(_run_comparison, better))
+        if res.mixed:
+            head += "; but not at every length: higher loss for " + "; ".join(map(_run_comparison, worse))
+    elif res.answer == "worse":
+        head = (f"Longer context forecasts worse, over training runs: against {shortest}, higher loss for "
+                + "; ".join(map(_run_comparison, worse)))
+    elif unskilled:
+        head = ("Longer context forecasts no better, over training runs: " + "; ".join(
+            f"{_run_comparison(p)} differs from {shortest}, but {label(winner(p))}, the lower loss, does not beat the "
+            f"no-skill forecast on the {SCORE_NAMES[p.score]} ({_run_skill(runs, winner(p), p.score)})"
+            for p in unskilled) + ": a difference between forecasts without skill, not a better forecast")
     else:
-        head = f"Longer context forecasts no better: there is no longer context length to compare with {shortest}"
+        best = min(res.comparisons, key=lambda p: p.p_holm)
+        head = (f"Longer context forecasts no better, over training runs: no longer context length differs from "
+                f"{shortest} on the log-loss or the direction score; the smallest Holm p is {_run_comparison(best)}")
+    return f"{head}; tested with {design}."
+
+
+def _dm_why(fq) -> str:
+    """Why the forecast-level rule reads as it does where a reader would ask: a mixed "better", or
+    a "no better" beside significant differences (their winners have no skill)."""
+    if fq.dm_mixed:
+        return ", but not at every length"
+    if fq.dm_answer == "no better" and fq.unskilled:
+        return (": each lower loss is a forecast without significant skill over the no-skill forecast, so these are "
+                "differences between forecasts without skill")
+    return ""
+
+
+def dm_sentence(fq) -> str:
+    """The forecast-level line (secondary): what the Diebold-Mariano tests on the seed ensembles
+    say, "these seed ensembles' forecasts differ on these days", which is not question 1's answer."""
+    vs = fq.vs(fq.shortest)
+    if not vs:
+        return ""
+    sig = [p for p in vs if p.significant]
+    lead = ("Forecast level (secondary; Diebold-Mariano over days on the seed ensembles, which treats them as fixed "
+            "and so does not answer question 1): ")
+    if sig:
+        head = (lead + f"these seed ensembles' forecasts differ from {label(fq.shortest)}'s on these days: "
+                + "; ".join(map(_comparison, sig)))
+        if fq.dm_answer:
+            head += f" (the same rule on these tests would read \"{fq.dm_answer}\"{_dm_why(fq)})"
+    else:
+        best = min(vs, key=lambda p: p.p_holm)
+        head = (lead + f"these seed ensembles' forecasts do not differ from {label(fq.shortest)}'s at Holm-adjusted "
+                f"{ALPHA_TEXT} (smallest: {_comparison(best)})")
     tails = []
     for ref in dict.fromkeys(p.reference for p in fq.comparisons if p.reference != fq.shortest):
         base = [p for p in fq.comparisons if p.reference == ref]
         n = len({p.series for p in base})
         k = {s: sum(p.significant and p.mean_diff < 0 for p in base if p.score == s) for s in SCORE_NAMES}
         what = "the no-skill forecast (the class prior)" if ref == PRIOR else f"the {label(ref)} baseline"
-        tails.append(f"Against {what}, {k['log_loss']} of {n} have a significantly lower log-loss and "
-                     f"{k['direction']} of {n} a significantly better direction score.")
+        tails.append(f"Against {what}, {k['log_loss']} of {n} ensembles have a significantly lower log-loss on these "
+                     f"days and {k['direction']} of {n} a significantly better direction score.")
     return " ".join([head + ".", *tails])
 
 
-def _skill(fq, series: str, score: str) -> str:
-    """"+0.00012 per bar against the class prior, Holm p 0.4"."""
-    p = fq.skill.get((series, score))
-    return "no test against the class prior" if p is None else \
-        f"{signed(p.mean_diff)} per bar against the class prior, Holm p {fmt(p.p_holm, '.3g')}"
+def forecast_sentence(fq) -> str:
+    """Question 1's answer: over training runs first, then the forecast-level line."""
+    if not fq.available:
+        return (f"Not tested: {fq.source}, so the paired tests cannot be computed for this run (they need the "
+                f"per-bar forecasts; a rerun keeps them).{_fold_wins(fq)}")
+    return " ".join(t for t in (run_sentence(fq), dm_sentence(fq)) if t)
+
+
+def run_power_sentence(runs) -> str:
+    """The smallest difference the run-level test detects with 80 % power, at 3 and at 6 seeds."""
+    if not runs.available or not any(runs.power.values()):
+        return ""
+    parts = []
+    for sc, mdd in runs.power.items():
+        if mdd:
+            at = " and ".join(f"{mdd[k]:.2g} at {plural(k, 'seed')}" for k in sorted(mdd))
+            parts.append(f"on the {SCORE_NAMES[sc]} {at} (seed sd {runs.seed_sd[sc]:.2g}, between-fold sd "
+                         f"{runs.between_sd[sc]:.2g})")
+    return (f"Power over training runs: from the variance components measured here, the smallest true difference "
+            f"per bar (nats) the run-level test detects with 80 % power at {ALPHA_TEXT} (two-sided, before Holm) "
+            f"over {plural(runs.n_folds, 'fold')}: " + "; ".join(parts) + ". More seeds shrink only the seed part; "
+            "more folds shrink both.")
 
 
 def _range(values, fmt_one) -> str:
@@ -262,20 +326,76 @@ def no_money_sentence(v: Verdict, trading, candidates: list[dict]) -> str:
             f"{dsr_s} over {plural(v.n_trials, 'trial')}, below {v.min_dsr}.")
 
 
-def power_sentence(d, n_trials: int, periods_per_year: float) -> str:
-    """What a "no" rules out: the smallest annualised Sharpe ratio that would pass the DSR gate,
-    and the selected candidate's minimum track record length (`selection.Deflation`)."""
+def power_sentence(d, n_trials: int, periods_per_year: float, count_source: str | None = None) -> str:
+    """What a "no" rules out: the pass line of the DSR gate (the Sharpe ratio an observed one must
+    cross, about 50 % power) with the trials' measured variance and with the null variance 1/T,
+    the true Sharpe ratio needed for 80 % power, and the selected candidate's minimum track record
+    length (`gate.Deflation`)."""
     if d is None:
         return "Power: not computable (the gates did not run)."
     ann = math.sqrt(periods_per_year)
-    need = NA if d.min_sharpe is None else f"{d.min_sharpe * ann:.2f}"
-    need_eff = NA if d.min_sharpe_effective is None else f"{d.min_sharpe_effective * ann:.2f}"
+    yearly = lambda x: NA if x is None else f"{x * ann:.2f}"  # noqa: E731
     trl = ("never: its Sharpe ratio does not exceed SR0" if not math.isfinite(d.min_trl)
            else f"{plural(math.ceil(d.min_trl), 'day')}")
-    return (f"Power: with {plural(d.t, 'day')} and {plural(n_trials, 'trial')}, a candidate needs an annualised "
-            f"Sharpe ratio of at least {need} ({need_eff} with {plural(d.n_trials_effective, 'effective trial')}) to "
-            f"pass the DSR gate at {d.confidence:g} (normal returns); a true Sharpe ratio below that is not ruled out "
-            f"by a \"no\". Minimum track record length of the highest-Sharpe candidate against SR0: {trl}.")
+    source = f" ({count_source})" if count_source else ""
+    return (f"Power: with {plural(d.t, 'day')} and {plural(n_trials, 'trial')}{source}, the line an observed "
+            f"annualised Sharpe ratio must cross to pass the DSR gate at {d.confidence:g} (about 50 % power; normal "
+            f"returns) is {yearly(d.min_sharpe)} with the trials' measured Sharpe variance and "
+            f"{yearly(d.min_sharpe_null)} with the null variance 1/T ({yearly(d.min_sharpe_effective)} with "
+            f"{plural(d.n_trials_effective, 'effective trial')}); 80 % power needs a true Sharpe ratio near "
+            f"{yearly(d.power_sharpe)} ({yearly(d.power_sharpe_null)} with the null variance). A true Sharpe ratio "
+            f"below that is not ruled out by a \"no\". Minimum track record length of the highest-Sharpe candidate "
+            f"against SR0: {trl}.")
+
+
+def trial_count_sentence(tc) -> str:
+    """Where the DSR's trial count came from (`gate.TrialCount`)."""
+    if tc is None:
+        return ""
+    if tc.period is None:
+        return f"DSR trial count: {plural(tc.n_trials, 'trial')}, from {tc.source}; no period of the trial ledger " \
+               "across runs matches this run's data and test days."
+    text = (f"DSR trial count: {plural(tc.n_trials, 'trial')}, from {tc.source} (every configuration scored on these "
+            f"test bars): " + "; ".join(tc.entries) + ".")
+    if tc.not_counted:
+        text += " Not counted: " + "; ".join(tc.not_counted) + "."
+    return text
+
+
+def pbo_null_sentence(null: dict | None, max_pbo: float) -> str:
+    """PBO's null distribution for the candidates and days at hand, and whether PBO says anything."""
+    if not null:
+        return ""
+    text = (f"PBO under the null (iid normal daily returns, {plural(null['n_candidates'], 'candidate')}, "
+            f"{plural(null['n_days'], 'day')}, {plural(null['n_blocks'], 'block')}, {null['replicates']} seeded "
+            f"replicates): mean {null['mean']:.3f}, 5 % to 95 % from {null['q05']:.2f} to {null['q95']:.2f}; noise "
+            f"alone gives PBO >= the observed {null['observed']:.3f} in {null['p_at_least']:.0%} of replicates and "
+            f"fails the PBO gate (> {max_pbo:g}) in {null['p_above_max']:.0%}.")
+    if null["informative"]:
+        return text + " The observed PBO lies outside that range, so it says more than noise would."
+    return text + (" PBO is not informative here: with so few candidates the observed value lies inside what noise "
+                   "gives, so neither a pass nor a fail of the PBO gate tells overfitting from chance.")
+
+
+def support_sentences(reduced: str | None, short_lengths: list[int], gap: float | None, spread: float | None,
+                      runs_reason: str | None) -> list[str]:
+    """What the run cannot support, for the first screen (before any answer): a reduced preset, a
+    failed convergence criterion, differences inside the seed spread, no run-level test."""
+    out = []
+    if reduced:
+        out.append(f"Reduced preset ({reduced}): a smoke test of the method, not evidence about the market.")
+    if short_lengths:
+        out.append(f"The convergence criterion fails for N = {', '.join(map(str, short_lengths))} (Training "
+                   "protocol): their results are not at a validated optimum.")
+    if gap is not None and spread is not None and gap <= spread:
+        out.append(f"The differences between N lie inside the seed spread: the largest log-loss difference from the "
+                   f"shortest N is {gap:.2g}, the seed sd up to {spread:.2g}.")
+    if runs_reason:
+        out.append(f"{runs_reason[0].upper()}{runs_reason[1:]}.")
+    return out
+
+
+NOT_EVIDENCE = " Not evidence: see what this run can support, above."
 
 
 def effective_sentence(d, n_trials: int) -> str:

@@ -2,7 +2,10 @@
 forecasts of the same targets have equal expected loss (`diebold_mariano`, with the Newey-West
 long-run variance), Holm's step-down adjustment over a family of such tests (`holm`), and the
 rule that turns the adjusted comparisons with the shortest context into the answer "better",
-"no better" or "worse" (`forecast_answer`). This compares forecasts; it selects nothing.
+"no better" or "worse" (`forecast_answer`), applied at the unit of the claim, training runs
+(`run_answer`, over `tsflash.stats.runs.run_level_test` results: the primary answer) and to the
+seed ensembles' forecasts (the Diebold-Mariano comparisons: secondary). This compares
+forecasts; it selects nothing.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import scipy  # scipy.stats loads on first use (SciPy's lazy submodules)
@@ -183,3 +186,70 @@ def forecast_answer(vs_shortest: Iterable[Comparison],
     if better:
         return "better", worse
     return ("worse" if worse else "no better"), False
+
+
+# --------------------------------------------------------------------------------------------
+# question 1's decision rule over training runs
+
+ONE_SEED = "one seed per fold: question 1 cannot be tested over training runs"
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """A run-level test (`tsflash.stats.runs.RunTestResult` in `result`) as the decision rule reads
+    it (a `Comparison`): `series` minus `reference` on `score`, with its Holm-adjusted p-value."""
+
+    series: str
+    reference: str
+    score: str
+    result: Any
+    p_holm: float
+
+    @property
+    def mean_diff(self) -> float:
+        return float(self.result.estimate)
+
+    @property
+    def significant(self) -> bool:
+        return significant(self.p_holm)
+
+
+@dataclass(frozen=True)
+class RunAnswer:
+    """Question 1 over training runs: the comparisons with the shortest N (one Holm family), the
+    skill tests against the no-skill forecast (a second family), and the answer they give."""
+
+    comparisons: tuple[RunComparison, ...]
+    skill: Mapping[tuple[str, str], RunComparison]
+    answer: str
+    mixed: bool
+
+    def counts(self, p: RunComparison) -> bool:
+        return counts(p, self.skill)
+
+
+def _family(tests: Mapping[tuple[str, str, str], Any]) -> list[RunComparison]:
+    keys = list(tests)
+    adjusted = holm([tests[k].p for k in keys]) if keys else []
+    return [RunComparison(s, r, score, tests[(s, r, score)], float(q)) for (s, r, score), q in zip(keys, adjusted)]
+
+
+def run_answer(vs_shortest: Mapping[tuple[str, str, str], Any],
+               vs_prior: Mapping[tuple[str, str, str], Any]) -> RunAnswer:
+    """Question 1's answer over training runs, by the rule of `forecast_answer`.
+
+    vs_shortest : {(series, shortest, score): run-level result of series minus the shortest N},
+        each longer N on the log-loss and the direction score: one Holm family (2 (K - 1) tests).
+    vs_prior : {(series, prior, score): run-level result of series minus the no-skill forecast}
+        for every N: the skill tests, Holm-adjusted as a family of their own, so that the answer's
+        family stays the comparisons the question asks for.
+    A significant difference counts only when its winner also beats the no-skill forecast over
+    runs: on the positive control N=4096's direction score is significantly worse than N=512's,
+    but N=512 has no direction skill there (the echo lies beyond its context), so that difference
+    is between two forecasts without skill and decides nothing. Results must carry `estimate` and
+    `p` (two-sided).
+    """
+    comparisons = _family(vs_shortest)
+    skill = {(p.series, p.score): p for p in _family(vs_prior)}
+    answer, mixed = forecast_answer(comparisons, skill)
+    return RunAnswer(tuple(comparisons), skill, answer, mixed)

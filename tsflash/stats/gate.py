@@ -3,7 +3,10 @@ and the candidate set's PBO <= max_pbo) with its `Verdict` of numbers, flags and
 (the report writes the sentences), and `select_run`, which reads the trial ledger
 (`complete_trials`), aligns the candidates' daily returns on their common days, measures every
 candidate's DSR against the one ledger and runs the gates: the one place where a run's DSR and
-PBO are computed, with what a "no" rules out (`Deflation`: effective trials and power).
+PBO are computed, with what a "no" rules out (`Deflation`: effective trials and power). The DSR's
+trial count also reads the ledger across runs (`TrialLedger`, the package's trials.toml: every
+configuration scored on the same test bars), and `pbo_informative` says when PBO's null
+distribution for few candidates leaves a PBO uninformative.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -24,6 +30,7 @@ from tsflash.stats.sharpe import (
     DSRResult,
     annualize_sharpe,
     deflated_sharpe,
+    expected_max_sharpe,
     min_passing_sharpe,
     min_track_record_length,
     psr,
@@ -32,6 +39,10 @@ from tsflash.stats.sharpe import (
 )
 
 log = logging.getLogger(__name__)
+
+TRIALS_FILE = Path(__file__).with_name("trials.toml")  # the trial ledger across runs (package data)
+POWER = 0.8  # the power of the true Sharpe ratio the report gives beside the pass line
+PBO_NULL_RANGE = (0.05, 0.95)  # a PBO inside these quantiles of its null distribution is not informative
 
 
 class Reason(enum.StrEnum):
@@ -221,6 +232,7 @@ class RunSelection:
     dropped: list[str]  # candidates left out of the gates (no daily Sharpe ratio)
     n_profitable: int = 0  # candidates whose mean daily net return is > 0
     deflation: Deflation | None = None  # effective trials, DSR with them, power (when the gates ran)
+    trial_count: TrialCount | None = None  # where n_trials came from
 
 
 @dataclass
@@ -234,6 +246,12 @@ class Deflation:
     smallest per-period Sharpe ratio that passes the DSR gate over these `t` periods with normal
     returns (`min_passing_sharpe`), with the raw and the effective count; `min_trl`: periods the
     selected candidate's record needs for PSR(SR0) >= min_dsr (inf when its SR <= SR0).
+
+    A pass line is the Sharpe ratio an *observed* one must cross: a candidate whose true Sharpe
+    ratio sits on it passes about half the time. `power_sharpe` is the true Sharpe ratio that
+    passes with probability POWER (`true_sharpe_for_power`). `min_sharpe_null` is the pass line
+    with SR0 from the null variance of a Sharpe ratio over T periods, 1/T, instead of the trials'
+    measured variance: what the count alone implies, whatever the trials' spread.
     """
 
     effective: EffectiveTrials
@@ -244,6 +262,9 @@ class Deflation:
     min_sharpe: float | None  # per period, raw count; None when min_dsr <= 0.5 (no finite bound)
     min_sharpe_effective: float | None
     min_trl: float
+    min_sharpe_null: float | None = None  # the pass line with the null variance of the Sharpe ratio, 1/T
+    power_sharpe: float | None = None  # the true Sharpe ratio that crosses min_sharpe with probability POWER
+    power_sharpe_null: float | None = None  # the same for min_sharpe_null
 
 
 def _min_passing(t: int, sr0: float, confidence: float) -> float | None:
@@ -251,6 +272,18 @@ def _min_passing(t: int, sr0: float, confidence: float) -> float | None:
         return min_passing_sharpe(t, sr0, confidence=confidence)
     except SelectionInputError:
         return None
+
+
+def true_sharpe_for_power(t: int, pass_line: float | None, power: float = POWER) -> float | None:
+    """The true per-period Sharpe ratio whose estimate over `t` normal returns crosses `pass_line`
+    with probability `power`: SR = pass_line + z_power sqrt((1 + SR^2 / 2) / (t - 1)), the
+    estimate's asymptotic variance for normal returns (Lo 2002), solved by fixed point."""
+    if pass_line is None or not math.isfinite(pass_line) or t < 2:
+        return None
+    z, sr = NormalDist().inv_cdf(power), pass_line
+    for _ in range(50):  # a contraction: the slope of the right side is about z SR / (2 (t - 1))
+        sr = pass_line + z * math.sqrt((1 + sr * sr / 2) / (t - 1))
+    return sr
 
 
 def deflation(mat: np.ndarray, selected: int, v: Verdict) -> Deflation:
@@ -262,9 +295,72 @@ def deflation(mat: np.ndarray, selected: int, v: Verdict) -> Deflation:
     t = mat.shape[0]
     trl = (min_track_record_length(x, v.sr0, confidence=v.min_dsr) if v.sharpe > v.sr0 and v.min_dsr > 0
            else math.inf)
+    line = _min_passing(t, v.sr0, v.min_dsr)
+    sr0_null = expected_max_sharpe(v.n_trials, 1.0 / t) if v.n_trials > 1 else 0.0
+    line_null = _min_passing(t, sr0_null, v.min_dsr)
     return Deflation(effective=eff, n_trials_effective=n_eff, dsr_effective=d_eff, t=t, confidence=v.min_dsr,
-                     min_sharpe=_min_passing(t, v.sr0, v.min_dsr),
-                     min_sharpe_effective=_min_passing(t, d_eff.sr0, v.min_dsr), min_trl=trl)
+                     min_sharpe=line, min_sharpe_effective=_min_passing(t, d_eff.sr0, v.min_dsr), min_trl=trl,
+                     min_sharpe_null=line_null, power_sharpe=true_sharpe_for_power(t, line),
+                     power_sharpe_null=true_sharpe_for_power(t, line_null))
+
+
+# --------------------------------------------------------------------------------------------
+# the trial ledger across runs
+
+
+@dataclass(frozen=True)
+class TrialCount:
+    """The DSR's trial count and where it came from: a period of the ledger across runs
+    (`period` its key, `entries` one line per trial counted) or the run's own study."""
+
+    n_trials: int
+    source: str
+    period: str | None = None
+    entries: tuple[str, ...] = ()
+    not_counted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrialLedger:
+    """The trial ledger across runs (trials.toml): per test period (the data's fingerprint and the
+    common test days), every configuration scored on those bars."""
+
+    periods: tuple[dict, ...]
+    path: Path
+
+    @classmethod
+    def read(cls, path: Path | str = TRIALS_FILE) -> TrialLedger:
+        path = Path(path)
+        try:
+            periods = tomllib.loads(path.read_text())["period"]
+        except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
+            raise SelectionInputError(f"the trial ledger {path} cannot be read: {exc}") from None
+        return cls(tuple(periods), path)
+
+    def count_for(self, fingerprint: str | None, days: np.ndarray) -> TrialCount | None:
+        """The count of the period whose fingerprint, first and last day and number of days match
+        the run's common test days; None when none does."""
+        if fingerprint is None or not len(days):
+            return None
+        first, last = str(np.datetime64(days[0], "D")), str(np.datetime64(days[-1], "D"))
+        for p in self.periods:
+            if (p["fingerprint"], str(p["first_day"]), str(p["last_day"]), int(p["n_days"])) == (
+                    fingerprint, first, last, len(days)):
+                trials = p.get("trial", [])
+                return TrialCount(len(trials), f"the trial ledger {self.path.name}, period \"{p['key']}\"", p["key"],
+                                  tuple(f"{t['run']} {t['config']} ({t['note']})" for t in trials),
+                                  tuple(f"{t['run']} ({t['note']})" for t in p.get("not_counted", [])))
+        return None
+
+
+def pbo_informative(null_values: np.ndarray, observed: float) -> bool:
+    """Does a PBO say more than noise would: is `observed` outside the central PBO_NULL_RANGE of
+    PBO's null distribution for the same candidate count, days and blocks (`null_values`, e.g.
+    `tsflash.stats.runs.pbo_null(...).values`)? With few candidates the winner's out-of-sample rank
+    takes few values and PBO on noise spreads over most of [0, 1] (K = 3, T = 911: 5 % to 95 %
+    from 0.13 to 0.99), so a PBO inside that range cannot tell overfitting from noise."""
+    lo, hi = np.quantile(np.asarray(null_values, dtype=float), PBO_NULL_RANGE)
+    return not (lo <= observed <= hi)
 
 
 def _aligned(series: Mapping[str, tuple]) -> tuple[np.ndarray, np.ndarray]:
@@ -315,7 +411,8 @@ def _no_gate(reason: Reason, rows: list[dict], selected: str | None, n_trials: i
 
 
 def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONFIDENCE, max_pbo: float = MAX_PBO,
-               n_blocks: int = CSCV_BLOCKS, periods_per_year: float = PERIODS_PER_YEAR) -> RunSelection:
+               n_blocks: int = CSCV_BLOCKS, periods_per_year: float = PERIODS_PER_YEAR,
+               ledger: TrialLedger | None = None, fingerprint: str | None = None) -> RunSelection:
     """The selection of one sweep: the candidates' daily statistics, the DSR against the trial
     ledger and the gates (DSR of the highest-Sharpe candidate, PBO of the set).
 
@@ -326,18 +423,26 @@ def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONF
     A candidate whose daily Sharpe ratio is undefined (constant or too short series) is left out
     of the gates (`dropped`); with fewer than 2 left, or inputs the gate refuses, the verdict is
     reached without the gates. CSCV uses at most as many blocks as there are (even) common days.
+    ledger, fingerprint : the trial ledger across runs and the data's fingerprint; where a period
+        of it matches the common days, n_trials is at least its count (`out.trial_count` says
+        which); V[SR] stays the study's trials' variance.
     """
     complete = complete_trials(trials)
     keys = list(series)
     n_trials = max(len(complete), len(keys))
-    ledger = np.array([t["value"] for t in complete], dtype=float)
-    ledger = ledger if len(ledger) >= max(2, len(keys)) else None  # the ledger is missing: use the candidates
-    sr_var = float(np.var(ledger, ddof=1)) if ledger is not None else None
+    values = np.array([t["value"] for t in complete], dtype=float)
+    values = values if len(values) >= max(2, len(keys)) else None  # the study's ledger is missing: the candidates
+    sr_var = float(np.var(values, ddof=1)) if values is not None else None
     out = RunSelection([], None, n_trials, sr_var, np.empty(0, "datetime64[D]"), int(n_blocks), None, [])
+    out.trial_count = TrialCount(n_trials, "the run's own study (complete trials in ledger.json)")
     if not keys:
         out.verdict = _no_gate(Reason.NO_CANDIDATE, [], None, n_trials, min_dsr, max_pbo)
         return out
     out.days, mat = _aligned(series)
+    across = ledger.count_for(fingerprint, out.days) if ledger is not None else None
+    if across is not None and across.n_trials >= n_trials:
+        n_trials = out.n_trials = across.n_trials
+        out.trial_count = across
     errors = {k: _sharpe_error(mat[:, j]) for j, k in enumerate(keys)}
     usable = [k for k in keys if errors[k] is None]
     out.dropped = [k for k in keys if errors[k] is not None]
@@ -348,7 +453,7 @@ def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONF
         out.n_blocks_used = n_used = min(int(n_blocks), t - t % 2)
         gate = Gate(min_dsr=min_dsr, max_pbo=max_pbo, n_blocks=n_used, periods_per_year=periods_per_year)
         try:
-            v = gate.evaluate({k: mat[:, keys.index(k)] for k in usable}, n_trials=n_trials, trial_sharpes=ledger)
+            v = gate.evaluate({k: mat[:, keys.index(k)] for k in usable}, n_trials=n_trials, trial_sharpes=values)
         except SelectionInputError as exc:
             reason, error = Reason.GATE_ERROR, str(exc)
         else:  # the gate's table: every candidate's statistics against the one ledger
@@ -358,7 +463,7 @@ def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONF
             gated = mat[:, [keys.index(k) for k in usable]]
             out.deflation = deflation(gated, usable.index(v.selected), v)
             return out
-    out.candidates = [_row_without_gate(k, mat[:, j], n_trials, ledger, periods_per_year) for j, k in enumerate(keys)]
+    out.candidates = [_row_without_gate(k, mat[:, j], n_trials, values, periods_per_year) for j, k in enumerate(keys)]
     sharpes = {r["key"]: r["sharpe"] for r in out.candidates if r["key"] in usable}
     best = max(usable, key=sharpes.get) if usable else keys[0]
     out.verdict = _no_gate(reason, out.candidates, best, n_trials, min_dsr, max_pbo, error=error)

@@ -13,8 +13,10 @@ bar of the hold-out once (the engine's evaluation rule). The run's data range be
     |<- data.start    data.end ->|      |<- --start  --end ->|     # the hold-out
 
 Both questions of the report are answered on the hold-out with the report's own code
-(`tsflash.report.compute` on a RunData of the confirm work folder): forecasting, the paired
-Diebold-Mariano tests between N; trading, the net returns, PSR and the DSR with the ORIGINAL
+(`tsflash.report.compute` on a RunData of the confirm work folder): forecasting, over training
+runs where the hold-out allows it (it needs at least 2 folds and 2 seeds, and the hold-out is one
+fold), else the seed ensembles' paired Diebold-Mariano tests between N, compared with the run's
+answer at the same level; trading, the net returns, PSR and the DSR with the ORIGINAL
 run's ledger (its trial count and Sharpe variance: the search happened there). confirm.md,
 confirm.html and confirm.json say whether the original verdict holds; the run's own files are
 untouched.
@@ -311,29 +313,44 @@ def confirm(run_dir: Path | str, start: str, end: str | None = None, data: str |
 
 
 def original_verdict(run: RunFolder) -> dict:
-    """The run's own answers: results.json's verdict and questions.json's forecasting answer."""
+    """The run's own answers: results.json's verdict and questions.json's forecasting answers, over
+    training runs (`forecast_answer`, None where the run had none) and at the forecast level
+    (`forecast_dm_answer`; a report from before the run-level rule kept only this one, as "answer")."""
     from tsflash.report.questions import RESULTS_FILE
 
     res = read_json(run.results_json) if run.results_json.exists() else {}
     q = read_json(run.root / RESULTS_FILE).get("forecast", {}) if (run.root / RESULTS_FILE).exists() else {}
     v = res.get("verdict", {})
+    runs_rule = "dm_answer" in q  # written with question 1 over training runs
     return {"passed": bool(v.get("passed")), "selected": v.get("selected"), "dsr": v.get("dsr"), "pbo": v.get("pbo"),
             "n_trials": v.get("n_trials"), "sentence": res.get("verdict_sentence"),
-            "forecast_answer": q.get("answer"), "forecast_sentence": q.get("sentence")}
+            "forecast_answer": q.get("answer") if runs_rule else None,
+            "forecast_dm_answer": q.get("dm_answer") if runs_rule else q.get("answer"),
+            "forecast_sentence": q.get("sentence")}
+
+
+def forecast_level(orig: dict, fq) -> tuple[str, str | None, str | None]:
+    """(level, the run's answer, the hold-out's answer) compared for question 1: over training runs
+    when both have that answer, else at the forecast level (the seed ensembles' DM tests), so that
+    like is compared with like; the hold-out is one fold, where the run-level test cannot run."""
+    if fq.answer is not None and orig["forecast_answer"] is not None:
+        return "over training runs", orig["forecast_answer"], fq.answer
+    return "forecast level", orig["forecast_dm_answer"], fq.dm_answer
 
 
 def verdict_holds(orig: dict, nums) -> dict:
-    """Does the original verdict hold on the hold-out? Forecasting: the same answer. Trading: a
-    passed verdict holds when its selected candidate's hold-out DSR (original trial count) clears
-    min_dsr and its mean daily net return is positive; a failed one when the hold-out gates fail too."""
+    """Does the original verdict hold on the hold-out? Forecasting: the same answer at the same
+    level (`forecast_level`). Trading: a passed verdict holds when its selected candidate's
+    hold-out DSR (original trial count) clears min_dsr and its mean daily net return is positive;
+    a failed one when the hold-out gates fail too."""
     v = nums.selection.verdict
     row = nums.candidate_row(orig["selected"]) or {}
     dsr, mean = row.get("dsr", float("nan")), row.get("mean", float("nan"))
     trading = bool(dsr >= v.min_dsr and mean > 0) if orig["passed"] else not v.passed
-    answer = nums.forecast.answer
-    forecast = None if orig["forecast_answer"] is None or answer is None else orig["forecast_answer"] == answer
-    return {"forecast": forecast, "trading": trading, "selected_dsr": dsr, "selected_psr": row.get("psr"),
-            "selected_mean_daily_net": mean}
+    level, before, after = forecast_level(orig, nums.forecast)
+    forecast = None if before is None or after is None else before == after
+    return {"forecast": forecast, "forecast_level": level, "trading": trading, "selected_dsr": dsr,
+            "selected_psr": row.get("psr"), "selected_mean_daily_net": mean}
 
 
 def holds_sentences(orig: dict, holds: dict, nums, words: dict) -> list[str]:
@@ -343,8 +360,19 @@ def holds_sentences(orig: dict, holds: dict, nums, words: dict) -> list[str]:
         return "cannot be compared" if ok is None else "holds" if ok else "does NOT hold"
 
     fq = nums.forecast
-    out = [f"Forecasting: the run answered \"{orig['forecast_answer'] or 'not recorded'}\"; on the hold-out, "
-           f"\"{fq.answer or 'no paired test'}\". The original answer {said(holds['forecast'])}."]
+    level, before, after = forecast_level(orig, fq)
+    if level == "over training runs":
+        forecast = (f"Forecasting, over training runs: the run answered \"{before}\"; on the hold-out, \"{after}\". "
+                    f"The original answer {said(holds['forecast'])}.")
+    else:
+        why = fq.runs.reason or "the run has no answer over training runs"
+        own = f" (the run answered \"{orig['forecast_answer']}\" over training runs)" if orig["forecast_answer"] else ""
+        forecast = (f"Forecasting, at the forecast level (the seed ensembles' Diebold-Mariano tests, the same rule; "
+                    f"the hold-out is not tested over training runs: {why}): the run's read \"{before or 'not recorded'}"
+                    f"\"; the hold-out's, \"{after or 'no paired test'}\". The forecast-level reading "
+                    f"{said(holds['forecast'])}; it says whether these ensembles' forecasts differ, not question 1's "
+                    f"answer{own}.")
+    out = [forecast]
     n = nums.selection.n_trials
     if orig["passed"]:
         out.append(f"Trading: the run selected {label(orig['selected'])} (DSR {fmt(orig['dsr'], '.3f')}); on the "

@@ -1,0 +1,143 @@
+"""Question 1 over training runs in the report (issue 28): the decision rule on a fake run table,
+the one-seed sentence, the trial ledger across runs, PBO's null sentence, the steps column and the
+first screen's caveats (issue 31)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tsflash.report.compute import PRIOR, SCORES, run_question
+from tsflash.report.context import steps_text, with_caveats
+from tsflash.report.wording import NOT_EVIDENCE, pbo_null_sentence, run_sentence, support_sentences
+from tsflash.scoring.daily import ENSEMBLE
+from tsflash.stats.forecasts import ONE_SEED
+from tsflash.stats.gate import TrialLedger
+from tsflash.stats.runs import RunNoise, simulate_runs
+
+
+def fake_table(difference: float, n_seeds: int = 3, seed: int = 0, prior_gap: float = 0.05) -> dict:
+    """A loss table of single runs ("seed<k>") of "n1" and "n2" on the same folds and days (their
+    market shared), n2 `difference` per bar above n1, both scores alike, and the class prior one
+    run per fold, `prior_gap` per bar above n1's seed 0."""
+    a, b = simulate_runs(np.random.default_rng(seed), difference=difference, noise=RunNoise(), n_seeds=n_seeds,
+                         n_days=40)
+    first = a.seed == 0
+    parts = [("n1", np.array([f"seed{k}" for k in a.seed], dtype=object), a.fold, a.day, a.loss, a.count),
+             ("n2", np.array([f"seed{k}" for k in b.seed], dtype=object), b.fold, b.day, b.loss, b.count),
+             (PRIOR, np.full(int(first.sum()), ENSEMBLE, dtype=object), a.fold[first], a.day[first],
+              a.loss[first] + prior_gap * a.count[first], a.count[first])]
+    table = {k: [] for k in ("series", "member", "fold", "day", *{c for pair in SCORES.values() for c in pair})}
+    for name, member, fold, day, loss, count in parts:
+        table["series"].append(np.full(len(fold), name, dtype=object))
+        table["member"].append(member)
+        table["fold"].append(fold)
+        table["day"].append(day)
+        for loss_col, count_col in SCORES.values():
+            table[loss_col].append(loss)
+            table[count_col].append(count)
+    return {k: np.concatenate(v) for k, v in table.items()}
+
+
+def _fq(runs, shortest="n1"):
+    return SimpleNamespace(runs=runs, shortest=shortest)
+
+
+def test_no_difference_over_runs_answers_no_better():
+    runs = run_question(fake_table(0.0), ["n1", "n2"])
+    assert runs.available and runs.answer == "no better"
+    assert len(runs.result.comparisons) == 2 and set(runs.power) == set(SCORES)
+    assert runs.power["log_loss"][6] < runs.power["log_loss"][3]  # more seeds detect smaller differences
+    assert run_sentence(_fq(runs)).startswith("Longer context forecasts no better, over training runs")
+
+
+@pytest.mark.parametrize("difference, answer", [(0.05, "worse"), (-0.04, "better")])
+def test_a_big_difference_over_runs_answers_worse_or_better(difference, answer):
+    # the prior sits 0.05 above arm A, so the better arm beats it: the difference counts
+    runs = run_question(fake_table(difference), ["n1", "n2"])
+    assert runs.answer == answer and all(p.p_holm <= 0.05 for p in runs.result.comparisons)
+    assert run_sentence(_fq(runs)).startswith(f"Longer context forecasts {answer}, over training runs")
+
+
+def test_a_difference_over_runs_without_skill_decides_nothing():
+    # the prior sits 0.1 below arm A: arm B's lower loss (0.04 below A) still loses to it, so B wins
+    # against A without skill, and the answer is "no better" with that difference named
+    runs = run_question(fake_table(-0.04, prior_gap=-0.1), ["n1", "n2"])
+    p = next(p for p in runs.result.comparisons if p.score == "log_loss")
+    assert p.significant and p.mean_diff < 0 and not runs.result.counts(p) and runs.answer == "no better"
+    text = run_sentence(_fq(runs))
+    assert text.startswith("Longer context forecasts no better, over training runs: N=2 on the log-loss (")
+    assert "differs from N=1, but N=2, the lower loss, does not beat the no-skill forecast on the log-loss (" in text
+    assert "a difference between forecasts without skill, not a better forecast" in text
+
+
+def test_one_seed_per_fold_cannot_be_tested_over_runs():
+    runs = run_question(fake_table(0.1, n_seeds=1), ["n1", "n2"])
+    assert not runs.available and runs.answer is None and runs.reason == ONE_SEED
+    assert run_sentence(_fq(runs)) == "No answer: one seed per fold: question 1 cannot be tested over training runs."
+    caveats = support_sentences(None, [], None, None, runs.reason)
+    assert caveats == ["One seed per fold: question 1 cannot be tested over training runs."]
+
+
+def test_the_ledger_counts_a_run_whose_test_days_match_and_no_other():
+    ledger = TrialLedger.read()
+    fingerprint = "4b38b3911d705c098c3185407ff8ee1f9873f8b73f373608c179e31ac54ae67d"
+    days = np.arange(np.datetime64("2023-01-02"), np.datetime64("2025-07-01"))
+    assert len(days) == 911
+    count = ledger.count_for(fingerprint, days)
+    assert count.n_trials == 7 and "trials.toml" in count.source and len(count.entries) == 7
+    assert ledger.count_for(fingerprint, days[1:]) is None  # other test days
+    assert ledger.count_for("0" * 64, days) is None  # other bars
+
+
+def test_select_run_reads_the_ledger_only_for_matching_days():
+    from tsflash.stats.gate import select_run
+
+    rng = np.random.default_rng(1)
+    days = np.arange(np.datetime64("2023-01-02"), np.datetime64("2025-07-01"))
+    series = {f"n{k}": (days, rng.normal(0, 0.01, len(days))) for k in (1, 2, 3)}
+    trials = [{"state": "COMPLETE", "value": float(v), "slot": f"n{i}/0"} for i, v in enumerate([0.01, -0.02, 0.0])]
+    fp = "4b38b3911d705c098c3185407ff8ee1f9873f8b73f373608c179e31ac54ae67d"
+    matched = select_run(series, trials, ledger=TrialLedger.read(), fingerprint=fp)
+    own = select_run(series, trials, ledger=TrialLedger.read(), fingerprint="f" * 64)
+    assert (matched.n_trials, matched.verdict.n_trials, own.n_trials) == (7, 7, 3)
+    assert own.trial_count.period is None and "own study" in own.trial_count.source
+    d = matched.deflation  # the pass line with the null variance, and 80 % power above each line
+    assert d.power_sharpe > d.min_sharpe and d.power_sharpe_null > d.min_sharpe_null
+
+
+def _null(observed, informative):
+    return {"n_candidates": 3, "n_days": 911, "n_blocks": 16, "replicates": 200, "observed": observed, "mean": 0.65,
+            "q05": 0.11, "q95": 0.98, "p_at_least": 0.38, "p_above_max": 0.71, "informative": informative}
+
+
+def test_the_pbo_null_sentence_says_when_pbo_is_not_informative():
+    text = pbo_null_sentence(_null(0.793, False), 0.5)
+    assert "PBO is not informative here" in text and "38%" in text and "3 candidates" in text
+    assert "says more than noise" in pbo_null_sentence(_null(0.0, True), 0.5)
+
+
+def test_pbo_informative_reads_the_null_range():
+    from tsflash.stats.gate import pbo_informative
+    from tsflash.stats.runs import pbo_null
+
+    values = pbo_null(3, 200, 8, n_replicates=100, rng=np.random.default_rng(0)).values
+    assert not pbo_informative(values, float(np.median(values)))
+    assert pbo_informative(values, -1.0)
+
+
+def test_the_steps_column_is_the_mean_and_range_over_cells():
+    assert steps_text({"steps_mean": 412.4, "steps_min": 300.0, "steps_max": 600.0}) == "412 (300..600)"
+    assert steps_text({"steps_mean": 600.0, "steps_min": 600.0, "steps_max": 600.0}) == "600"
+
+
+def test_a_cpu_preset_run_leads_with_its_caveat_and_claims_nothing():
+    caveats = support_sentences("reduced CPU preset", [32768], 0.002, 0.0029, None)
+    assert caveats[0].startswith("Reduced preset") and "not evidence" in caveats[0]
+    assert any("convergence criterion fails for N = 32768" in c for c in caveats)
+    assert any("inside the seed spread" in c for c in caveats)
+    words = with_caveats({"forecast": "Longer context forecasts worse.", "sentence": "No."}, caveats)
+    assert words["forecast"].endswith(NOT_EVIDENCE) and words["sentence"].endswith(NOT_EVIDENCE)
+    assert with_caveats({"forecast": "x", "sentence": "y"}, [])["forecast"] == "x"
