@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tsflash.errors import UserError
 from tsflash.data.store import INTERVAL_US, find_gaps
 from tsflash.data.synthetic import (
+    iid_bars,
     LongMemory, Market, _bars_from_returns, echo_returns, echo_signal, garch_scale, grid_returns, long_memory_bars,
     parse_source, parse_spec, random_walk_bars, synthetic_bars, trailing_z,
 )
@@ -258,7 +259,7 @@ def test_source_strings():
     assert parse_source("synthetic:long-memory") == ("long-memory", None)
     assert parse_spec("synthetic:long-memory:3:lag=96,strength=0.2") == ("long-memory", 3, {"lag": 96, "strength": 0.2})
     assert parse_spec("synthetic:long-memory:window=5") == ("long-memory", None, {"window": 5})
-    both = r"synthetic sources are synthetic:random-walk\[:SEED\], synthetic:long-memory\[:SEED\]\[:KEY=VALUE,...\]"
+    both = r"synthetic sources are synthetic:random-walk\[:SEED\], synthetic:iid\[:SEED\], synthetic:long-memory\[:SEED\]\[:KEY=VALUE,...\]"
     for bad in ("synthetic:brownian", "synthetic:long-memory:1:2:3", "synthetic:long-memory:lag=9:4"):
         with pytest.raises(UserError, match=rf"^--data: {both}, got '{bad}'$"):
             parse_spec(bad)
@@ -286,3 +287,22 @@ def test_synthetic_bars_name_their_source():
     assert src == {"kind": "synthetic", "source": "synthetic:random-walk:2", "seed": 2,
                    "description": "a seeded synthetic random walk (noise control)"}
     assert np.array_equal(rw.close, random_walk_bars(100, seed=2, start="2024-01-01").close)
+    iid, src = synthetic_bars("synthetic:iid:4", 100, default_seed=2, start="2024-01-01")
+    assert src["source"] == "synthetic:iid:4" and "clean null" in src["description"]
+    assert np.array_equal(iid.close, iid_bars(100, seed=4, start="2024-01-01").close)
+
+
+def test_iid_returns_carry_no_volatility_information_the_random_walk_does():
+    """The clean null: the day-to-day autocorrelation of realised variance is about 0 for iid
+    bars and large for the random walk (its daily regimes), so only the latter lets a far context
+    forecast the size of a move."""
+    per_day, days = 1440, 200
+
+    def daily_variance_autocorrelation(bars) -> float:
+        r = np.diff(np.log(bars.close))[: per_day * days].reshape(days, per_day)
+        v = np.log((r ** 2).sum(axis=1))
+        return float(np.corrcoef(v[:-1], v[1:])[0, 1])
+
+    n = per_day * days + 1
+    assert abs(daily_variance_autocorrelation(iid_bars(n, seed=1, n_gaps=0))) < 0.2
+    assert daily_variance_autocorrelation(random_walk_bars(n, seed=1, n_gaps=0)) > 0.5

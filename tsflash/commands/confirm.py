@@ -28,7 +28,7 @@ def register(sub) -> None:
                    help="last UTC day of the hold-out (default: the store's last day; synthetic data: "
                    "the run's test_days)")
     p.add_argument("--data", type=options.data_type, default=None,
-                   help="bar store folder or synthetic:random-walk[:SEED] (default: the run's own)")
+                   help="bar store folder or synthetic:random-walk[:SEED] etc. (default: the run's own)")
     p.set_defaults(func=run)
 
 

@@ -8,6 +8,12 @@ random-walk (the noise control)
     the selection gates (DSR >= 0.95 and PBO <= 0.5) more often than their nominal rate, and no
     context length may beat another. Whatever a model "learns" there is noise or leakage.
 
+iid (the clean null, `iid_bars`)
+    Independent, identically distributed returns: one constant scale, no daily regimes and no
+    intraday profile, so neither the direction nor the size of a move is predictable from any
+    context. The random walk's volatility regimes (an AR(1) in log with daily persistence 0.97)
+    are information a far context can carry for the log-loss; here there is none at all.
+
 long-memory (the positive control, `long_memory_bars`)
     A fixed-lag echo: the drift of every 1-minute return is tilted by the move over a short window
     that ended `lag` bars earlier (default one week, 10080 bars, far beyond a 4096-bar context).
@@ -39,8 +45,8 @@ from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, bars_per_day
 
 SOURCE_PREFIX = "synthetic:"
-KNOWN_SOURCES = ("random-walk", "long-memory")
-SOURCE_FORMS = {"random-walk": "[:SEED]", "long-memory": "[:SEED][:KEY=VALUE,...]"}
+KNOWN_SOURCES = ("random-walk", "iid", "long-memory")
+SOURCE_FORMS = {"random-walk": "[:SEED]", "iid": "[:SEED]", "long-memory": "[:SEED][:KEY=VALUE,...]"}
 T_DF = 4.0  # Student-t degrees of freedom of the return innovations
 
 
@@ -165,6 +171,20 @@ def random_walk_bars(
     step_us = INTERVAL_US[interval]
     offsets, open_time = _grid(rng, n_bars, n_gaps, start, step_us)
     sigma = _base_sigma(rng, offsets, bars_per_day(step_us), daily_vol)  # (n_bars,)
+    e = _innovations(rng, n_bars)
+    return _bars_from_returns(rng, sigma * e, e, sigma, open_time, start_price, symbol, interval)
+
+
+def iid_bars(n_bars: int, seed: int = 0, start: str | datetime = "2021-01-01", interval: str = "1m",
+             symbol: str = "BTCUSDT", start_price: float = 30_000.0, daily_vol: float = 0.03, n_gaps: int = 3):
+    """Like `random_walk_bars`, but the log return of bar t is sigma * e_t with one constant
+    sigma = daily_vol / sqrt(bars_per_day): iid returns, the clean null (nothing to forecast, not
+    even the size of a move)."""
+    _check_shape(n_bars, interval, "iid_bars")
+    rng = np.random.default_rng(seed)
+    step_us = INTERVAL_US[interval]
+    _, open_time = _grid(rng, n_bars, n_gaps, start, step_us)
+    sigma = np.full(n_bars, daily_vol / np.sqrt(bars_per_day(step_us)))
     e = _innovations(rng, n_bars)
     return _bars_from_returns(rng, sigma * e, e, sigma, open_time, start_price, symbol, interval)
 
@@ -408,6 +428,10 @@ def synthetic_bars(data: str, n_bars: int, default_seed: int, **where) -> tuple[
         bars = random_walk_bars(n_bars, seed=seed, **where)
         return bars, {"kind": "synthetic", "source": source, "seed": seed,
                       "description": "a seeded synthetic random walk (noise control)"}
+    if name == "iid":
+        bars = iid_bars(n_bars, seed=seed, **where)
+        return bars, {"kind": "synthetic", "source": source, "seed": seed,
+                      "description": "seeded iid returns of one constant scale (clean null)"}
     p = LongMemory(**params)
     if params:
         source += ":" + ",".join(f"{k}={params[k]}" for k in (f.name for f in dataclasses.fields(LongMemory)) if k in params)
