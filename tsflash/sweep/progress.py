@@ -104,7 +104,9 @@ CALIBRATION = (
     Measured("cuda", "full", 512, 15, 7.63, 6.51, 245.3, 600, _H200_AA),
     Measured("cuda", "full", 4096, 15, 11.55, 9.95, 297.3, 600, _H200_AA),
     Measured("cuda", "full", 32768, 15, 34.42, 31.79, 337.3, 600, _H200_AA),
-    # CPU_ROWS
+    Measured("cpu", "cpu", 512, 6, 60.0, 40.0, 12.0, 12, _CPU_2),  # CPU_ROWS (provisional)
+    Measured("cpu", "cpu", 4096, 6, 90.0, 60.0, 12.0, 12, _CPU_2),
+    Measured("cpu", "cpu", 32768, 6, 286.39, 185.51, 12.0, 12, _CPU_2),
 )
 CALIBRATION_OTHER = (
     MeasuredOnce("cuda", "full", "baseline", 7.44, 5, (), _H200_SE),
@@ -113,7 +115,9 @@ CALIBRATION_OTHER = (
     MeasuredOnce("cuda", "full", "precision", 3.5, 1, (512, 4096, 32768), _H200_AA),
     MeasuredOnce("cuda", "full", "report", 4.6, 1, (512, 4096, 32768), _H200_SE),
     MeasuredOnce("cuda", "full", "report", 5.0, 1, (512, 4096, 32768), _H200_AA),
-    # CPU_OTHER
+    MeasuredOnce("cpu", "cpu", "baseline", 27.45, 2, (), _CPU_2),  # CPU_OTHER (provisional)
+    MeasuredOnce("cpu", "cpu", "precision", 30.0, 1, (512, 4096, 32768), _CPU_2),
+    MeasuredOnce("cpu", "cpu", "report", 30.0, 1, (512, 4096, 32768), _CPU_2),
 )
 
 
@@ -315,6 +319,18 @@ def format_seconds(s: float) -> str:
     if s < 48 * 3600:
         return f"{s / 3600:.1f} h"
     return f"{s / 86400:.1f} days"
+
+
+def fresh_works(cfg: ExperimentConfig, trials: int = 1, precision: bool = True) -> list[Work]:
+    """Every piece of work of a new run of `cfg` (no cell saved yet): each fold's baselines, the
+    model cells of every N, trial, fold and seed, the precision check, the report."""
+    from tsflash.data.source import configured_bar_count
+
+    params, n_bars = n_params(cfg), configured_bar_count(cfg)
+    works = [baseline_work(cfg, k, n_bars) for k in range(cfg.splits.n_folds)]
+    works += [model_work(cfg, n, params) for n in cfg.lengths for _ in range(trials * cfg.splits.n_folds
+                                                                             * len(cfg.train.seeds))]
+    return works + ([precision_work(cfg)] if precision else []) + [report_work()]
 
 
 def warn_if_long(works: list[Work], cost: CostModel, device: str, where: str, workers: int = 1) -> float:
