@@ -182,3 +182,19 @@ def test_several_workers_share_the_eta_and_count_each_others_cells(caplog):
     assert progress.remaining_seconds() == pytest.approx(2 / 2)  # the N=32 cell left, shared by 2 workers
     warn_if_long([LARGE, LARGE], CostModel({"model": 1.0}), "cpu", "2 cells", workers=2)
     assert "about 4s" in caplog.records[-1].getMessage()
+
+
+# The README's main command, measured (docs/benchmarks.md, "The start-up estimate"): on 2 shared
+# x86_64 cores (benchmarks/bench_estimate.py, runs/calib) and on one H200 (README: 13 min 23 s).
+MEASURED_MAIN_COMMAND_S = {"cpu": 41 * 60 + 29, "cuda": 13 * 60 + 23}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_estimate_of_the_main_command_is_within_1_5x_of_its_measured_wall_clock(device):
+    """The estimate a new run gets before its first cell (the calibration table, no timing here)."""
+    from tsflash.sweep.plan import SweepOptions, resolve_config
+    from tsflash.sweep.progress import fresh_works
+
+    cfg, _, _ = resolve_config(SweepOptions(lengths=[512, 4096, 32768]), device)
+    estimate = sum(CostModel(prior_rates(device)).seconds(w) for w in fresh_works(cfg))
+    assert 1 / 1.5 <= estimate / MEASURED_MAIN_COMMAND_S[device] <= 1.5

@@ -95,8 +95,9 @@ class MeasuredOnce:
 
 _H200_SE = "reports/h200-btcusdt-1m-second-edition/cells/n*/*.cell.json (H200, seeds 0-2, 2026-12-01)"
 _H200_AA = "runs/device-logs/aa-call1.log + aa-call2.log, not committed (H200, seeds 3-5, 2026-12-02)"
-_CPU_2 = ("runs/calib/sweep.log of `tsflash sweep --lengths 512,4096,32768` (benchmarks/bench_estimate.py), "
-          "2 x86_64 cores shared with other jobs, torch 2.13.0+cpu, 2026-12-02")
+_CPU_2 = ("runs/calib (not committed): cells/n*/*.cell.json, precision.json and sweep.log of `tsflash sweep "
+          "--lengths 512,4096,32768`, 41 min 29 s wall-clock on 2 x86_64 cores shared with other jobs (about 3.3x "
+          "slower than the idle 12 min 29 s of presets/cpu.toml), torch 2.13.0+cpu, 2026-12-02; docs/benchmarks.md")
 CALIBRATION = (
     Measured("cuda", "full", 512, 15, 8.61, 7.55, 273.3, 600, _H200_SE),
     Measured("cuda", "full", 4096, 15, 9.81, 8.30, 237.3, 600, _H200_SE),
@@ -104,9 +105,9 @@ CALIBRATION = (
     Measured("cuda", "full", 512, 15, 7.63, 6.51, 245.3, 600, _H200_AA),
     Measured("cuda", "full", 4096, 15, 11.55, 9.95, 297.3, 600, _H200_AA),
     Measured("cuda", "full", 32768, 15, 34.42, 31.79, 337.3, 600, _H200_AA),
-    Measured("cpu", "cpu", 512, 6, 60.0, 40.0, 12.0, 12, _CPU_2),  # CPU_ROWS (provisional)
-    Measured("cpu", "cpu", 4096, 6, 90.0, 60.0, 12.0, 12, _CPU_2),
-    Measured("cpu", "cpu", 32768, 6, 286.39, 185.51, 12.0, 12, _CPU_2),
+    Measured("cpu", "cpu", 512, 6, 34.70, 25.48, 12.0, 12, _CPU_2),
+    Measured("cpu", "cpu", 4096, 6, 52.11, 35.45, 12.0, 12, _CPU_2),
+    Measured("cpu", "cpu", 32768, 6, 303.93, 200.86, 12.0, 12, _CPU_2),
 )
 CALIBRATION_OTHER = (
     MeasuredOnce("cuda", "full", "baseline", 7.44, 5, (), _H200_SE),
@@ -115,9 +116,9 @@ CALIBRATION_OTHER = (
     MeasuredOnce("cuda", "full", "precision", 3.5, 1, (512, 4096, 32768), _H200_AA),
     MeasuredOnce("cuda", "full", "report", 4.6, 1, (512, 4096, 32768), _H200_SE),
     MeasuredOnce("cuda", "full", "report", 5.0, 1, (512, 4096, 32768), _H200_AA),
-    MeasuredOnce("cpu", "cpu", "baseline", 27.45, 2, (), _CPU_2),  # CPU_OTHER (provisional)
-    MeasuredOnce("cpu", "cpu", "precision", 30.0, 1, (512, 4096, 32768), _CPU_2),
-    MeasuredOnce("cpu", "cpu", "report", 30.0, 1, (512, 4096, 32768), _CPU_2),
+    MeasuredOnce("cpu", "cpu", "baseline", 27.45, 2, (), _CPU_2),
+    MeasuredOnce("cpu", "cpu", "precision", 75.64, 1, (512, 4096, 32768), _CPU_2),
+    MeasuredOnce("cpu", "cpu", "report", 3.0, 1, (512, 4096, 32768), _CPU_2),
 )
 
 
