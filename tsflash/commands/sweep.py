@@ -14,7 +14,6 @@ from pathlib import Path
 
 from tsflash.commands import options
 from tsflash.commands.options import parse_overrides
-from tsflash.config import merge_overrides
 
 
 def register(sub) -> None:
@@ -84,6 +83,8 @@ def _command_line(args) -> str:
 
 def with_symbol(overrides: dict, symbol: str | None) -> dict:
     """--symbol is data.symbol; a --set data.symbol=... given as well wins (it is the later, explicit one)."""
+    from tsflash.config import merge_overrides
+
     if symbol is None:
         return overrides
     return merge_overrides({"data": {"symbol": symbol}}, overrides)
