@@ -31,12 +31,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tsflash import CausalTransformer, ModelConfig
-from tsflash.dataset.features import FEATURE_NAMES, Normalizer, compute_features
-from tsflash.dataset.labels import CLASS_NAMES, fit_flat_band, forward_log_returns, make_labels
-from tsflash.data.store import load_bars
-from tsflash.data.synthetic import random_walk_bars
-from tsflash.dataset.windows import gather_windows
+import tsflash
+from tsflash import CausalTransformer, ModelConfig, load_bars, random_walk_bars
+from tsflash.dataset import CLASS_NAMES, FEATURE_NAMES, gather_windows
 
 torch.manual_seed(0)
 REPO = Path.cwd() if (Path.cwd() / "tsflash").is_dir() else Path.cwd().parent
@@ -62,19 +59,15 @@ print(f"{len(bars):,} bars from {source}")
 
 # %% [markdown]
 # ## Features and labels
-# Features are causal (row t uses bars up to t); the normaliser and the flat band are fitted on
-# the training part only (the first 80 % here).
+# `tsflash.model_inputs` builds them as the sweep's engine does: causal features (row t uses bars
+# up to t), the normaliser and the flat band fitted on the training part only (the first 80 %
+# here, `fit_idx`), labels 0 down / 1 flat / 2 up and -1 where the horizon spans a gap.
 
 # %%
-features = compute_features(bars)  # (T, F)
-interval_us = 60_000_000
-fwd = forward_log_returns(torch.from_numpy(bars.close), torch.from_numpy(bars.open_time), HORIZON, interval_us)
 T = len(bars)
 train_idx = np.arange(int(0.8 * T) - HORIZON)  # purge the horizon before the held-out tail
-norm = Normalizer.fit(features, train_idx)
-x_all = norm.apply(features)  # (T, F)
-threshold = fit_flat_band(fwd, train_idx, 1 / 3)
-y_all = make_labels(fwd, threshold)  # (T,) 0 down, 1 flat, 2 up, -1 unlabelled
+inputs = tsflash.model_inputs(bars, horizon=HORIZON, fit_idx=train_idx)
+x_all, y_all, threshold = inputs.features, inputs.labels, inputs.flat_threshold  # (T, F), (T,)
 print(f"F = {len(FEATURE_NAMES)} features; flat band |r_15m| <= {threshold:.2e}")
 
 # %% [markdown]
@@ -179,3 +172,13 @@ for ax in axes:
     ax.legend(fontsize=8)
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# ## A sweep from Python
+# `tsflash.run_sweep` takes the options of `tsflash sweep` as keywords (`set` is `--set`) and
+# returns the run folder with its results; not run here (it trains every N over every fold):
+#
+# ```python
+# res = tsflash.run_sweep(lengths=[512, 4096], data="synthetic:random-walk", set={"train.steps": 3})
+# res.folder, res.report, res.results["verdict_sentence"]
+# ```

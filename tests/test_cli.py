@@ -234,7 +234,7 @@ def test_data_help_loads_no_torch(tmp_path):
 
 def test_the_command_groups_are_listed_in_order():
     (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert list(sub.choices) == ["data", "bench", "sweep", "report", "confirm"]
+    assert list(sub.choices) == ["data", "bench", "sweep", "report", "confirm", "runs"]
 
 
 # ---- benchmarks never overwrite published evidence ------------------------------------------------

@@ -1,4 +1,4 @@
-"""The `tsflash` command line: `tsflash data|bench|sweep|report ...`.
+"""The `tsflash` command line: `tsflash data|bench|sweep|report|confirm|runs ...`, `tsflash --version`.
 
 Each subcommand group lives in `tsflash/commands/<group>.py` and exposes `register(subparsers)`,
 which adds its parser and sets `func(args) -> int`; options shared by several subcommands and the
@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
-# Each cell profiles its first training step to record the attention kernel that ran; torch's
-# CPU profiler backend (kineto) would print two trace lines to stderr for it. The setting is read
-# when torch loads, so it is made here, before any command imports torch.
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+# `import tsflash` (the package, imported before anything here) already set KINETO_LOG_LEVEL,
+# which torch's profiler reads when torch loads; see tsflash/__init__.py.
+import tsflash
+from tsflash.commands import bench, confirm, data, report, runs, sweep
+from tsflash.errors import UsageError, UserError
 
-from tsflash.commands import bench, confirm, data, report, sweep  # noqa: E402  (after the setting above)
-from tsflash.errors import UsageError, UserError  # noqa: E402
-
-COMMAND_GROUPS = (data, bench, sweep, report, confirm)  # in the order `tsflash --help` lists them
+COMMAND_GROUPS = (data, bench, sweep, report, confirm, runs)  # in the order `tsflash --help` lists them
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Does a longer context help? Long-context transformers on BTC 1-minute bars, "
         "with the cost and the multiple-testing-adjusted benefit of every context length.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging (per-step lines too)")
+    parser.add_argument("--version", action="version", version=f"tsflash {tsflash.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for group in COMMAND_GROUPS:

@@ -62,7 +62,9 @@ def test_workers_share_a_postgres_study_and_survive_a_sigkill(postgres, one_work
     # "host A": two workers (--devices cpu,cpu); "host B": one worker, the one that will be killed
     host_a = subprocess.Popen(tiny_argv(run, "--devices", "cpu,cpu", "--storage", url), cwd=REPO, env=PYTHON_ENV,
                               stdout=subprocess.PIPE, stderr=logs["host_a"].open("w"), text=True)
-    host_b = subprocess.Popen(tiny_argv(run, "--device", "cpu", "--storage", url), cwd=REPO, env=PYTHON_ENV,
+    argv_b = tiny_argv(run, "--device", "cpu", "--storage", url)
+    argv_b.insert(argv_b.index("sweep"), "-v")  # step lines are DEBUG: -v shows them on B's console
+    host_b = subprocess.Popen(argv_b, cwd=REPO, env=PYTHON_ENV,
                               stdout=subprocess.DEVNULL, stderr=logs["host_b"].open("w"))
     try:
         step = wait_for(r"(n\d+ fold \d+ seed \d+): step \d+ of \d+", logs["host_b"], host_b, timeout=150)

@@ -37,6 +37,8 @@ def register(sub) -> None:
     )
     p.add_argument("--config", default="default",
                    help="preset name in tsflash/presets/ or a .toml path (default: default)")
+    p.add_argument("--symbol", type=options.symbol_type, default=None,
+                   help="Binance spot pair, e.g. ETHUSDT (upper-cased; default: the config's data.symbol, BTCUSDT)")
     p.add_argument("--start", type=options.date_type, help="first UTC day YYYY-MM-DD (default: the config's)")
     p.add_argument("--end", type=options.date_type, help="last UTC day YYYY-MM-DD, inclusive (default: the config's)")
     p.add_argument("--out", type=Path, help="run folder (default: runs/<YYYYMMDD-HHMMSS>-<run hash>; reports/ is for published runs)")
@@ -64,7 +66,7 @@ def _command_line(args) -> str:
     words = ["tsflash", "sweep"]
     lengths = ",".join(map(str, args.lengths)) if args.lengths is not None else None
     for flag, value, default in (
-        ("--lengths", lengths, None), ("--config", args.config, "default"), ("--data", args.data, "data"),
+        ("--lengths", lengths, None), ("--config", args.config, "default"), ("--symbol", args.symbol, None), ("--data", args.data, "data"),
         ("--start", args.start, None), ("--end", args.end, None), ("--out", args.out, None),
         ("--device", args.device, "auto"), ("--devices", ",".join(args.devices) if args.devices else None, None),
         ("--seed", args.seed, None), ("--storage", args.storage, None),
@@ -77,6 +79,15 @@ def _command_line(args) -> str:
     if args.no_precision:
         words.append("--no-precision")
     return shlex.join(words)
+
+
+def with_symbol(overrides: dict, symbol: str | None) -> dict:
+    """--symbol is data.symbol; a --set data.symbol=... given as well wins (it is the later, explicit one)."""
+    from tsflash.config import merge_overrides
+
+    if symbol is None:
+        return overrides
+    return merge_overrides({"data": {"symbol": symbol}}, overrides)
 
 
 def run(args) -> int:
@@ -95,7 +106,7 @@ def run(args) -> int:
         storage=args.storage,
         trials=args.trials,
         preset=args.preset,
-        overrides=parse_overrides(args.overrides),
+        overrides=with_symbol(parse_overrides(args.overrides), args.symbol),
         command=_command_line(args),
         precision=not args.no_precision,
         time_budget=args.time_budget,

@@ -1,6 +1,7 @@
 """From bars to a model's inputs: causal per-bar features and the train-only normaliser
 (`features`), up/flat/down labels (`labels`), walk-forward folds with purges (`splits`), and
-context windows by index arithmetic (`windows`)."""
+context windows by index arithmetic (`windows`); a model's inputs from bars in one call, as the
+engine builds them (`inputs`: `model_inputs`)."""
 
 from tsflash._exports import lazy_exports
 
@@ -8,6 +9,7 @@ _EXPORTS = {
     "FEATURE_NAMES": "features", "compute_features": "features", "Normalizer": "features",
     "CLASS_NAMES": "labels", "make_labels": "labels", "fit_flat_band": "labels",
     "WalkForward": "splits", "walk_forward_folds": "splits",
+    "model_inputs": "inputs", "ModelInputs": "inputs",
     "eval_windows": "windows", "gather_windows": "windows", "BalancedWindows": "windows",
 }
 __all__ = sorted(_EXPORTS)

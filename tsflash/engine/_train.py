@@ -191,7 +191,7 @@ def run_fold(
                      n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
     cost |= _training_record(state, tc, fd.val is not None, model)
     result = fold_result(prepared, fd, n, seed, y_prob, cost, val_prob=val_prob, cut_probs=cut_probs)
-    log.info("fold %d n=%d seed=%d: acc %.4f logloss %.4f, %d steps (best %s), %.1f s train, %.3g tok/s, backend %s "
+    log.debug("fold %d n=%d seed=%d: acc %.4f logloss %.4f, %d steps (best %s), %.1f s train, %.3g tok/s, backend %s "
              "(observed %s)", fold, n, seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["steps"],
              cost["best_step"], cost["train_seconds"], cost["tokens_per_s"], cost["backend"], cost["backend_observed"])
     return result
@@ -262,7 +262,7 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
             if state.val_seconds is not None:  # None: resumed from a checkpoint that did not record it
                 state.val_seconds += time.perf_counter() - t0
             _evaluate_and_stop(state, model, val, tc.patience)
-            log.info("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, step,
+            log.debug("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, step,
                      state.curve["train_loss"][-1], state.curve["val_loss"][-1], state.best_loss, state.best_step)
         if save or state.stopped:
             checkpoint.save(model, optimizer, state)

@@ -158,7 +158,17 @@ def steps_text(s: dict) -> str:
     return fmt(round(mean)) if lo == hi else f"{fmt(mean, ',.0f')} ({fmt(int(lo))}..{fmt(int(hi))})"
 
 
-def cost_section(nums: Numbers, figures: dict, interval: str | None = None) -> dict:
+
+def job_peak_note(peak: dict | None) -> str | None:
+    """The job's peak memory from run.json (tsflash.sweep.provenance.record_peak_memory), or None
+    for a run from before it was recorded."""
+    if not peak or not peak.get("bytes"):
+        return None
+    return (f"Peak memory of the whole job: {peak['bytes'] / 2**30:.2f} GiB of host memory through the "
+            f"{peak.get('through', 'cells')}: {peak.get('rule', 'the peak resident set')}.")
+
+
+def cost_section(nums: Numbers, figures: dict, interval: str | None = None, job_peak: dict | None = None) -> dict:
     kind = memory_kind(nums.per_n)
     rows = [[_label(s["series"], interval), fmt(s["batch_size"]), steps_text(s), fmt(s["epoch_seconds"], ".2f"),
              fmt(s["train_seconds"], ".2f"), fmt(s.get("val_seconds"), ".2f"), fmt(s["tokens_per_s"], ",.0f"), fmt(s["peak_memory_bytes"] / 2**20, ",.0f"),
@@ -175,6 +185,8 @@ def cost_section(nums: Numbers, figures: dict, interval: str | None = None) -> d
                      "attention); that needs CUDA's allocator statistics, i.e. a CUDA run.")
     header = ["configuration (means over folds and seeds)", "batch", "steps (mean, range over cells)", "epoch (s)", "train (s)", "validation (s)", "tokens/s", f"peak memory (MiB, {kind})",
               "kernel forced", "kernel observed", "TFLOP/s", "device"]
+    if note := job_peak_note(job_peak):
+        notes.append(note)
     notes.append("Kernel forced: the fused attention kernel each cell asked for; kernel observed: the kernel the "
                  "profiler saw run on each cell's first training step (\"-\": cells from before it was recorded).")
     return {"table": _table(header, rows), "notes": notes, "figure": figures.get("cost_vs_n")}
@@ -283,6 +295,17 @@ def reproducibility_section(rd: RunData) -> dict:
     return {"command": run.get("command") or "tsflash sweep", "table": _table(["item", "value"], items)}
 
 
+def report_title(rd: RunData) -> str:
+    """'Does a longer context forecast better, and can it be traded? BTCUSDT 1m, N = 512, 4096' with
+    '(reduced CPU preset)' or '(synthetic data)' where that applies: the data, not the preset's file name."""
+    cfg = rd.config
+    data = cfg["data"]
+    what = ("synthetic " if rd.data.get("kind") == "synthetic" else f"{data['symbol']} ") + data["interval"]
+    caveat = " (reduced CPU preset)" if rd.run.get("preset") == "cpu" else ""
+    return (f"Does a longer context forecast better, and can it be traded? {what}, "
+            f"N = {', '.join(map(str, cfg['lengths']))}{caveat}")
+
+
 def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[str, Path], out_dir: Path) -> dict:
     """The context of report.md.j2 and report.html.j2."""
     figures = {name: {"src": path.relative_to(out_dir).as_posix(), "file": path, "caption": CAPTIONS[name]}
@@ -290,13 +313,12 @@ def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[st
     cfg = rd.config
     paired = write_outputs(rd, nums, words, out_dir)  # the two questions' files (figure, loss sums, questions.json)
     return {
-        "title": (f"Does a longer context forecast better, and can it be traded? {cfg.get('name', '')} sweep, "
-                  f"N = {', '.join(map(str, cfg['lengths']))}"),
+        "title": report_title(rd),
         "page_title": f"tsflash report: {out_dir.name}",
         "headings": SECTIONS,
         "verdict": verdict_section(rd, words),
         "setup": setup_section(rd, nums),
-        "cost": cost_section(nums, figures, cfg["data"]["interval"]),
+        "cost": cost_section(nums, figures, cfg["data"]["interval"], rd.run.get("peak_memory")),
         "benefit": benefit_section(nums, figures, cfg["data"]["interval"]),
         "forecast": forecast_section(nums, words, paired),
         "trading": trading_section(nums) | {"figure": figures.get("equity")},

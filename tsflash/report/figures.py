@@ -46,25 +46,38 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+COST_PANELS = (  # measure, panel title, y-axis label, scale
+    ("epoch_seconds", "Time per epoch", "seconds per epoch", 1),
+    ("tokens_per_s", "Training throughput", "tokens per second", 1),
+    ("peak_memory_bytes", "Peak memory", "MiB", 2**-20),
+    ("tflops", "Achieved compute", "TFLOP/s", 1),
+)
+
+
 def plot_cost(per_n: list[dict], path: Path, memory_kind: str) -> Path:
+    """A 2 x 2 grid, one panel per measure, each point labelled with its value: readable at the
+    width of a report page."""
     plt = _plt()
     ns = [s["n"] for s in per_n]
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    panels = (("epoch_seconds", "wall-clock per epoch (s)", 1), ("tokens_per_s", "training throughput (tokens/s)", 1),
-              ("peak_memory_bytes", f"peak memory (MiB, {memory_kind})", 2**-20), ("tflops", "achieved TFLOP/s", 1))
-    for ax, (m, title, scale) in zip(axes, panels):
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, (m, title, unit, scale) in zip(axes.flat, COST_PANELS):
         ys = np.array([s[m] * scale for s in per_n], dtype=float)
-        ax.plot(ns, ys, "o-")
-        ax.set_ylabel(title)
-        ax.set_title(title)
+        ax.plot(ns, ys, "o-", markersize=7, linewidth=2)
+        for n, y in zip(ns, ys):
+            if np.isfinite(y):
+                ax.annotate(f"{y:,.3g}", (n, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=10)
+        ax.set_title(title + (f" ({memory_kind})" if m == "peak_memory_bytes" else ""), fontsize=13)
+        ax.set_ylabel(unit, fontsize=11)
         _log2_axis(ax, ns)
+        ax.tick_params(labelsize=10)
         pos = ys[np.isfinite(ys) & (ys > 0)]
         if len(pos) > 1 and pos.max() / pos.min() > 20:  # spans decades: log scale
             ax.set_yscale("log")
         else:
             ax.ticklabel_format(axis="y", useOffset=False, style="plain")
-            ax.set_ylim(bottom=0)  # a zoomed axis would turn a 0.4 % change into a cliff
-    fig.suptitle("Cost against context length (mean over folds)")
+            ax.set_ylim(bottom=0, top=1.15 * pos.max() if len(pos) else None)  # room for the labels; from 0, so
+            # a 0.4 % change does not look like a cliff
+    fig.suptitle("Cost against context length N (means over folds and seeds)", fontsize=14)
     fig.tight_layout()
     return _save(fig, path)
 

@@ -165,8 +165,22 @@ def signed(x, digits: int = 3) -> str:
 
 
 def bps(x) -> str:
-    """A fee in basis points: 0.0657 -> "0.066 bp"; negative: the rule loses before fees."""
-    return NA if x is None or not math.isfinite(x) else f"{x:.2g} bp"
+    """Basis points with digits that suit the size, never an exponent: 0.0085 -> "0.0085 bp", 0.0657 -> "0.066 bp",
+    3.21 -> "3.2 bp", 570.4 -> "570 bp", 12345 -> "12,345 bp"; negative: the rule loses before fees."""
+    if x is None or not math.isfinite(x):
+        return NA
+    size = abs(x)
+    if size >= 10:
+        return f"{x:,.0f} bp"
+    if size >= 1:
+        return f"{x:.1f} bp"
+    decimals = 4 if size == 0 else min(1 - math.floor(math.log10(size)), 4)  # two significant digits, to 0.0001
+    return f"{x:.{decimals}f} bp"
+
+
+def return_bps(r) -> str:
+    """A return (a fraction) in basis points, `bps`'s digits: -3.85e-07 -> "-0.0039 bp", 0.0012 -> "12 bp"."""
+    return NA if r is None or not math.isfinite(r) else bps(1e4 * r)
 
 
 def signs(diffs) -> str:

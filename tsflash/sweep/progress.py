@@ -3,31 +3,40 @@
 A cell's cost is ESTIMATED before it runs, in units that grow with its work: for a model cell its
 training and evaluation FLOPs (steps * tokens_per_step * flops_per_token(N), plus the forward
 passes over the test block), for a fold's baselines the size of the logistic regression's design
-matrix. Units become seconds through a rate that finished cells refine:
+matrix, for the precision check its dense float64 attention FLOPs. Units become seconds through
+a CALIBRATED prior, corrected by what this run measures:
 
     a finished cell of the same group (same N)  -> that cell's measured seconds
-    else a finished cell of the same kind       -> units * (measured seconds / units of that kind)
-    else                                        -> units * the prior rate of this device
+    else                                        -> units * prior rate(N) * speed of this machine
 
-The prior rate of model cells comes from a quick calibration (the bench's matmul ceiling,
-`tsflash.bench.common.matmul_ceiling`, timed for ~0.2 s) times the share of it that training
-reaches (TRAIN_EFFICIENCY, measured); of baselines from a measured constant. FLOPs are counted
-by the one rule of `tsflash.model.flops`. `Progress` logs one line per finished cell with a cost-weighted ETA, a line every ~10 %
-of a cell's training steps, and keeps a tqdm bar (on a terminal) in step with them. With several
-workers (tsflash.sweep.workers) each has its own `Progress`: the cells left are refreshed from the run
-folder before each job (`set_remaining`), and their time is divided by the number of workers.
+The prior rate is seconds per unit of cells measured on a machine class (`CALIBRATION`, each row
+naming where its figures come from: published H200 sweeps, the CPU preset timed on 2 x86_64
+cores), interpolated in log N between the measured lengths. The speed of this machine is 1 until
+it is measured: the ratio of measured to prior seconds of the finished cells of that kind (of the
+model cells for the precision check and the report), and before any cell finished, the current
+cell's own step rate against the rate its calibration row implies. So the ETA moves within the
+first cell (after its second step), and a machine unlike the table's is corrected there.
+FLOPs are counted by the one rule of `tsflash.model.flops`.
+
+`Progress` logs one INFO line per finished cell with a cost-weighted ETA, a DEBUG line every ~10 %
+of a cell's training steps, and keeps two tqdm bars (cells, and the current cell's steps) on a
+terminal only; logs and pipes get the plain lines. With several workers (tsflash.sweep.workers)
+each has its own `Progress`: the cells left are refreshed from the run folder before each job
+(`set_remaining`), and their time is divided by the number of workers.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +45,6 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tsflash import engine
-from tsflash.bench.common import matmul_ceiling
 from tsflash.config import ExperimentConfig
 from tsflash.device import device_name
 from tsflash.dataset.features import FEATURE_NAMES
@@ -46,23 +54,72 @@ from tsflash.model.transformer import CausalTransformer, ModelConfig
 
 log = logging.getLogger(__name__)
 
-# Share of the calibrated matmul rate (float32 on CPU, bfloat16 on CUDA) that a training cell
-# reaches, FLOPs counted by tsflash.model.flops.flops_per_token. Rough on purpose (the first finished cell
-# replaces it): CPU preset on 2 x86_64 cores, 0.1 at N=512 and 0.3 at N=4096; published H200
-# sweep, 108..354 TFLOP/s at N=512..131072 against ~700 for a bf16 matmul.
-TRAIN_EFFICIENCY = {"cpu": 0.2, "cuda": 0.25}
-# Baselines run on the CPU (scikit-learn): seconds per value of the logistic regression's design
-# matrix (rows x lags x features); 3.8 s for 200,000 x 224 on the H200 host's CPU, 1.3e-7 on 2
-# busy x86_64 cores.
-BASELINE_S_PER_VALUE = 1e-7
-# The precision check's exact float64 attention materialises N x N scores per layer: its
-# estimated FLOPs (`precision_work`) cost this many training FLOPs each
-# (measured 5-13 on 2 x86_64 cores at N=2048..4096).
-PRECISION_SLOWDOWN = 6.0
 # A run estimated to need longer than this on this machine gets a warning before it starts.
 LONG_RUN_S = 2 * 3600.0
-# The calibration matmul: (size x size) in bfloat16 on CUDA, float32 on CPU, timed ~0.2 s.
-CALIBRATION_SIZE = {"cpu": 512, "cuda": 4096}
+
+
+# ---------------------------------------------------------------------------------------------
+# The calibration: measured cells
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Model cells of one N measured on one machine class, means over `cells` cells: `seconds`
+    a whole cell (training, validation passes, test evaluation), `train_seconds` its training
+    loop, `steps` the training steps run (early stopping ends a cell before `max_steps`)."""
+
+    device: str  # "cpu" | "cuda"
+    preset: str  # the config the cells ran: "full" = presets/default.toml, "cpu" = with presets/cpu.toml
+    n: int
+    cells: int
+    seconds: float
+    train_seconds: float
+    steps: float
+    max_steps: int
+    source: str
+
+
+@dataclass(frozen=True)
+class MeasuredOnce:
+    """Seconds of one other kind of work ("baseline": a fold's baselines, mean over `count`
+    folds; "precision": the check at the lengths of its run; "report": building the report)."""
+
+    device: str
+    preset: str
+    kind: str
+    seconds: float
+    count: int
+    lengths: tuple[int, ...]
+    source: str
+
+
+_H200_SE = "reports/h200-btcusdt-1m-second-edition/cells/n*/*.cell.json (H200, seeds 0-2, 2026-12-01)"
+_H200_AA = "runs/device-logs/aa-call1.log + aa-call2.log, not committed (H200, seeds 3-5, 2026-12-02)"
+_CPU_2 = ("runs/calib (not committed): cells/n*/*.cell.json, precision.json and sweep.log of `tsflash sweep "
+          "--lengths 512,4096,32768`, 41 min 29 s wall-clock on 2 x86_64 cores shared with other jobs (about 3.3x "
+          "slower than the idle 12 min 29 s of presets/cpu.toml), torch 2.13.0+cpu, 2026-12-02; docs/benchmarks.md")
+CALIBRATION = (
+    Measured("cuda", "full", 512, 15, 8.61, 7.55, 273.3, 600, _H200_SE),
+    Measured("cuda", "full", 4096, 15, 9.81, 8.30, 237.3, 600, _H200_SE),
+    Measured("cuda", "full", 32768, 15, 29.46, 27.14, 284.0, 600, _H200_SE),
+    Measured("cuda", "full", 512, 15, 7.63, 6.51, 245.3, 600, _H200_AA),
+    Measured("cuda", "full", 4096, 15, 11.55, 9.95, 297.3, 600, _H200_AA),
+    Measured("cuda", "full", 32768, 15, 34.42, 31.79, 337.3, 600, _H200_AA),
+    Measured("cpu", "cpu", 512, 6, 34.70, 25.48, 12.0, 12, _CPU_2),
+    Measured("cpu", "cpu", 4096, 6, 52.11, 35.45, 12.0, 12, _CPU_2),
+    Measured("cpu", "cpu", 32768, 6, 303.93, 200.86, 12.0, 12, _CPU_2),
+)
+CALIBRATION_OTHER = (
+    MeasuredOnce("cuda", "full", "baseline", 7.44, 5, (), _H200_SE),
+    MeasuredOnce("cuda", "full", "baseline", 8.24, 5, (), _H200_AA),
+    MeasuredOnce("cuda", "full", "precision", 3.67, 1, (512, 4096, 32768), _H200_SE),
+    MeasuredOnce("cuda", "full", "precision", 3.5, 1, (512, 4096, 32768), _H200_AA),
+    MeasuredOnce("cuda", "full", "report", 4.6, 1, (512, 4096, 32768), _H200_SE),
+    MeasuredOnce("cuda", "full", "report", 5.0, 1, (512, 4096, 32768), _H200_AA),
+    MeasuredOnce("cpu", "cpu", "baseline", 27.45, 2, (), _CPU_2),
+    MeasuredOnce("cpu", "cpu", "precision", 75.64, 1, (512, 4096, 32768), _CPU_2),
+    MeasuredOnce("cpu", "cpu", "report", 3.0, 1, (512, 4096, 32768), _CPU_2),
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,18 +128,26 @@ CALIBRATION_SIZE = {"cpu": 512, "cuda": 4096}
 
 @dataclass(frozen=True)
 class Work:
-    """One cell to do: kind "model" | "baseline" | "precision"; group: cells of equal cost
-    ("n512", "baselines"); units: its estimated cost (see the module doc)."""
+    """One piece of work: kind "model" | "baseline" | "precision" | "report"; group: cells of equal
+    cost ("n512", "baselines"); units: its estimated cost (see the module doc); n: a model cell's
+    context length; train_share: the share of `units` that is training (the rest evaluation)."""
 
     kind: str
     group: str
     units: float
+    n: int = 0
+    train_share: float = 1.0
 
 
 def n_params(cfg: ExperimentConfig, n_features: int = len(FEATURE_NAMES)) -> int:
-    """Parameters of the sweep's model, counted on the meta device (no memory, no init)."""
+    """Parameters of the sweep's model, counted on the meta device (no memory)."""
+    return _count_params(tuple(dataclasses.asdict(cfg.model).items()), n_features)
+
+
+@functools.cache  # a model built on the meta device still takes seconds on a busy CPU
+def _count_params(settings: tuple, n_features: int) -> int:
     with torch.device("meta"):
-        model = CausalTransformer(ModelConfig(n_features=n_features, **dataclasses.asdict(cfg.model)))
+        model = CausalTransformer(ModelConfig(n_features=n_features, **dict(settings)))
     return model.n_params()
 
 
@@ -92,7 +157,7 @@ def model_work(cfg: ExperimentConfig, n: int, params: int) -> Work:
     test_bars = cfg.splits.test_days * bars_per_day(INTERVAL_US[cfg.data.interval])
     train = cfg.train.steps * cfg.train.tokens_per_step * fpt
     evaluate = (2 * test_bars + n) * fpt / FWD_BWD  # forward only
-    return Work("model", f"n{n}", train + evaluate)
+    return Work("model", f"n{n}", train + evaluate, n=n, train_share=train / (train + evaluate))
 
 
 def baseline_work(cfg: ExperimentConfig, fold: int, n_bars: int, n_features: int = len(FEATURE_NAMES)) -> Work:
@@ -113,43 +178,135 @@ def precision_work(cfg: ExperimentConfig) -> Work:
     return Work("precision", "precision", (1 + cfg.model.n_layers) * dense)
 
 
-def prior_rates(device: torch.device | str, flops_per_s: float | None = None) -> dict[str, float]:
-    """Seconds per unit of each kind of work before any cell is measured."""
-    device = torch.device(device)
-    if flops_per_s is None:
-        flops_per_s = matmul_ceiling(device, CALIBRATION_SIZE[device.type], min_time=0.2)
-    per_flop = 1.0 / (flops_per_s * TRAIN_EFFICIENCY[device.type])
-    return {"model": per_flop, "baseline": BASELINE_S_PER_VALUE, "precision": per_flop * PRECISION_SLOWDOWN}
+def report_work() -> Work:
+    """Building the report: one unit (its calibrated seconds)."""
+    return Work("report", "report", 1.0)
+
+
+@functools.cache
+def preset_config(preset: str, lengths: tuple[int, ...] = (512, 4096, 32768)) -> ExperimentConfig:
+    """The default config as a calibration row ran it: "full" or with the reduced CPU preset."""
+    from tsflash.sweep.plan import SweepOptions, resolve_config
+
+    return resolve_config(SweepOptions(lengths=list(lengths), preset=preset), "cpu")[0]
+
+
+def _row_work(row: Measured | MeasuredOnce) -> Work:
+    if isinstance(row, Measured):
+        cfg = preset_config(row.preset)
+        return model_work(cfg, row.n, n_params(cfg))
+    cfg = preset_config(row.preset, row.lengths or (512, 4096, 32768))
+    if row.kind == "baseline":  # the mean over the folds of the row
+        works = [baseline_work(cfg, k, _bars_of(cfg)) for k in range(cfg.splits.n_folds)]
+        return Work("baseline", "baselines", sum(w.units for w in works) / len(works))
+    return precision_work(cfg) if row.kind == "precision" else report_work()
+
+
+def _bars_of(cfg: ExperimentConfig) -> int:
+    from tsflash.data.source import configured_bar_count
+
+    return configured_bar_count(cfg)
+
+
+def _log_interp(x: float, xs: list[float], ys: list[float]) -> float:
+    """ys at x, linear in (log x, log y) between the points, flat beyond the ends."""
+    if x <= xs[0] or len(xs) == 1:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    t = (math.log(x) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
+    return math.exp(math.log(ys[i - 1]) + t * (math.log(ys[i]) - math.log(ys[i - 1])))
+
+
+class Calibration:
+    """The prior of one device type from `CALIBRATION`: seconds per unit of each kind of work, a
+    model cell's by N; and the shape of a model cell (training steps run, training's share of its
+    seconds), for reading the current cell's step rate."""
+
+    def __init__(self, device_type: str, rows=CALIBRATION, other=CALIBRATION_OTHER):
+        rows = [r for r in rows if r.device == device_type]
+        if not rows:
+            raise ValueError(f"no calibration for device type {device_type!r}")
+        by_n: dict[int, list[Measured]] = defaultdict(list)
+        for r in rows:
+            by_n[r.n].append(r)
+        self.lengths = sorted(by_n)
+
+        def pooled(n: int, value: Callable[[Measured], float]) -> float:  # mean over cells
+            return sum(r.cells * value(r) for r in by_n[n]) / sum(r.cells for r in by_n[n])
+
+        self.model_rate = [pooled(n, lambda r: r.seconds / _row_work(r).units) for n in self.lengths]
+        self.step_share = [pooled(n, lambda r: r.steps / r.max_steps) for n in self.lengths]
+        self.train_fraction = [pooled(n, lambda r: r.train_seconds / r.seconds) for n in self.lengths]
+        self.rates: dict[str, float] = {}
+        for kind in ("baseline", "precision", "report"):
+            measured = [r for r in other if r.device == device_type and r.kind == kind]
+            self.rates[kind] = sum(r.seconds / _row_work(r).units for r in measured) / max(len(measured), 1)
+
+    def rate(self, work: Work) -> float:
+        """Prior seconds per unit of `work`."""
+        if work.kind == "model":
+            return _log_interp(work.n, self.lengths, self.model_rate)
+        return self.rates[work.kind]
+
+    def cell_shape(self, work: Work) -> tuple[float, float]:
+        """(share of the maximum steps a cell runs, share of its seconds that is training) at N."""
+        return (_log_interp(work.n, self.lengths, self.step_share),
+                _log_interp(work.n, self.lengths, self.train_fraction))
+
+
+def prior_rates(device: torch.device | str) -> Calibration:
+    """The calibrated prior of `device`'s type (cpu or cuda)."""
+    return Calibration(torch.device(device).type)
 
 
 class CostModel:
-    """Estimated seconds of a Work, refined by the measured seconds of finished cells."""
+    """Estimated seconds of a Work: the prior (a `Calibration`, or plain seconds per unit of each
+    kind) times the measured speed of this machine; a finished cell's group by its own seconds."""
 
-    def __init__(self, prior: dict[str, float]):
-        self.prior = dict(prior)
+    def __init__(self, prior: Calibration | Mapping[str, float]):
+        self.prior = prior
         self.group_seconds: dict[str, list[float]] = defaultdict(list)
-        self.kind_units: dict[str, float] = defaultdict(float)
         self.kind_seconds: dict[str, float] = defaultdict(float)
+        self.kind_prior: dict[str, float] = defaultdict(float)
+        self.provisional: dict[str, float] = {}  # kind -> speed read from the current cell's steps
+
+    def prior_seconds(self, work: Work) -> float:
+        rate = self.prior.rate(work) if isinstance(self.prior, Calibration) else self.prior[work.kind]
+        return work.units * rate
 
     def observe(self, work: Work, seconds: float) -> None:
         self.group_seconds[work.group].append(seconds)
-        self.kind_units[work.kind] += work.units
         self.kind_seconds[work.kind] += seconds
+        self.kind_prior[work.kind] += self.prior_seconds(work)
+        self.provisional.pop(work.kind, None)
 
-    def rate(self, kind: str) -> float:
-        """Seconds per unit: measured for this kind, else (precision) scaled from the measured
-        model rate, else the prior."""
-        if self.kind_units[kind] > 0:
-            return self.kind_seconds[kind] / self.kind_units[kind]
-        if kind == "precision" and self.kind_units["model"] > 0:
-            return self.rate("model") * PRECISION_SLOWDOWN
-        return self.prior[kind]
+    def observe_steps(self, work: Work, seconds_per_step: float, steps: int) -> None:
+        """The current cell's step rate before any cell of its kind finished: the whole cell
+        projected from it (its calibrated steps run and training share) against its prior."""
+        share_steps, share_train = (self.prior.cell_shape(work) if isinstance(self.prior, Calibration)
+                                    else (1.0, 1.0))
+        projected = seconds_per_step * steps * share_steps / share_train
+        if self.kind_prior[work.kind] == 0 and (prior := self.prior_seconds(work)) > 0:
+            self.provisional[work.kind] = projected / prior
+
+    def speed(self, kind: str) -> float:
+        """Measured seconds / prior seconds of finished work of this kind (of model cells for the
+        precision check and the report, which run on the same machine), else the current cell's
+        provisional speed, else 1."""
+        for k in (kind,) if kind in ("model", "baseline") else (kind, "model"):  # baselines run on the CPU
+            if self.kind_prior[k] > 0:
+                return self.kind_seconds[k] / self.kind_prior[k]
+            if k in self.provisional:
+                return self.provisional[k]
+        return 1.0
 
     def seconds(self, work: Work) -> float:
         measured = self.group_seconds.get(work.group)
         if measured:
             return sum(measured) / len(measured)
-        return work.units * self.rate(work.kind)
+        return self.prior_seconds(work) * self.speed(work.kind)
 
 
 def format_seconds(s: float) -> str:
@@ -163,6 +320,18 @@ def format_seconds(s: float) -> str:
     if s < 48 * 3600:
         return f"{s / 3600:.1f} h"
     return f"{s / 86400:.1f} days"
+
+
+def fresh_works(cfg: ExperimentConfig, trials: int = 1, precision: bool = True) -> list[Work]:
+    """Every piece of work of a new run of `cfg` (no cell saved yet): each fold's baselines, the
+    model cells of every N, trial, fold and seed, the precision check, the report."""
+    from tsflash.data.source import configured_bar_count
+
+    params, n_bars = n_params(cfg), configured_bar_count(cfg)
+    works = [baseline_work(cfg, k, n_bars) for k in range(cfg.splits.n_folds)]
+    works += [model_work(cfg, n, params) for n in cfg.lengths for _ in range(trials * cfg.splits.n_folds
+                                                                             * len(cfg.train.seeds))]
+    return works + ([precision_work(cfg)] if precision else []) + [report_work()]
 
 
 def warn_if_long(works: list[Work], cost: CostModel, device: str, where: str, workers: int = 1) -> float:
@@ -185,7 +354,7 @@ def warn_if_long(works: list[Work], cost: CostModel, device: str, where: str, wo
 class Progress:
     """Cells done / to do, a cost-weighted ETA, step lines within a cell; `clock` is injectable."""
 
-    STEP_LINES = 10  # a step line every 1/STEP_LINES of a cell's training steps
+    STEP_LINES = 10  # a DEBUG step line every 1/STEP_LINES of a cell's training steps
 
     def __init__(self, todo: list[Work], cost: CostModel, done: int = 0, clock: Callable[[], float] = time.monotonic,
                  bar: bool | None = None, workers: int = 1):
@@ -198,10 +367,13 @@ class Progress:
         self.t0 = clock()
         self.current: Work | None = None
         self.label = ""
-        # The bar shows on a terminal only (disable=None); the log lines carry the same figures.
+        # Bars on a terminal only (disable=None: tqdm draws them when stderr is a tty); logs and
+        # pipes get the plain log lines, which carry the same figures.
+        self._bar_off = True if bar is False else None
         self.bar = tqdm(total=self.total, initial=done, unit="cell", desc="sweep", file=sys.stderr,
-                        disable=True if bar is False else None, dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total} "
-                        "cells [{elapsed}{postfix}]")
+                        disable=self._bar_off, dynamic_ncols=True, position=0,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} cells [{elapsed}{postfix}]")
+        self.step_bar = None
 
     def remaining_seconds(self) -> float:
         """Estimated seconds of every cell not yet finished, the current one included."""
@@ -215,7 +387,8 @@ class Progress:
         with several workers, cells finish elsewhere too."""
         self.todo, self.n = list(todo), done
         self.total = max(self.total, done + len(todo))
-        self.bar.n = self.n
+        self.bar.total = self.total
+        self._draw(self.bar, self.n)
 
     def estimate(self, works: list[Work]) -> float:
         return sum(self.cost.seconds(w) for w in works)
@@ -224,34 +397,50 @@ class Progress:
         self.current, self.label = work, label
         self.t_cell = self.clock()
         self.first_step: int | None = None
+        self.t_first = self.t_cell
         self.step_now, self.steps = 0, 0
         self.next_line = 1
+        self._close_step_bar()
+
+    def _seconds_per_step(self) -> float | None:
+        """Measured from the end of the cell's first step (which also pays one-off costs)."""
+        done = self.step_now - (self.first_step or 0) - 1
+        return (self.clock() - self.t_first) / done if self.first_step is not None and done > 0 else None
 
     def _current_left(self) -> float:
         if self.current is None:
             return 0.0
-        est, spent = self.cost.seconds(self.current), self.clock() - self.t_cell
-        if self.first_step is not None and self.step_now > self.first_step:
-            # measured step rate of this cell; evaluation after training adds a little
-            return spent / (self.step_now - self.first_step) * (self.steps - self.step_now)
-        return max(est - spent, 0.0)
+        spent = self.clock() - self.t_cell
+        if self.first_step and (per_step := self._seconds_per_step()) is not None:
+            return per_step * (self.steps - self.step_now)  # resumed mid-way: its own steps left
+        return max(self.cost.seconds(self.current) - spent, 0.0)
 
     def step(self, step: int, steps: int) -> None:
-        """run_fold's on_step hook: a log line every ~10 % of the steps (not at the last one)."""
+        """run_fold's on_step hook: the step bar, the ETA refined by this cell's step rate, and a
+        DEBUG line every ~10 % of the steps (not at the last one)."""
         if self.first_step is None:
             self.first_step = step - 1  # a resumed cell starts past 0
+            self.t_first = self.clock()
+            self.step_bar = tqdm(total=steps, initial=step - 1, unit="step", desc=f"  {self.label}", leave=False,
+                                 file=sys.stderr, disable=self._bar_off, dynamic_ncols=True, position=1)
         self.step_now, self.steps = step, steps
-        self.bar.n = self.n + step / steps
+        per_step = self._seconds_per_step()
+        if per_step is not None and self.first_step == 0 and self.current is not None:
+            self.cost.observe_steps(self.current, per_step, steps)
+        left = self.remaining_seconds()
+        if self.step_bar is not None:
+            self.step_bar.set_postfix_str(f"sweep ETA {format_seconds(left)}", refresh=False)
+            self._draw(self.step_bar, step)
         if step * self.STEP_LINES >= self.next_line * steps and step < steps:
             while step * self.STEP_LINES >= self.next_line * steps:
                 self.next_line += 1
-            left = self.remaining_seconds()
-            self.bar.set_postfix_str(f"ETA {format_seconds(left)}")
-            log.info("  %s: step %d of %d (%d %%), sweep ETA %s", self.label, step, steps, 100 * step // steps,
-                     format_seconds(left))
+            self.bar.set_postfix_str(f"ETA {format_seconds(left)}", refresh=False)
+            self._draw(self.bar, self.n)
+            log.debug("  %s: step %d of %d (%d %%), sweep ETA %s", self.label, step, steps, 100 * step // steps,
+                      format_seconds(left))
 
     def finish(self, line: str) -> None:
-        """One line per finished cell; its seconds refine the estimate (unless it resumed mid-way)."""
+        """One INFO line per finished cell; its seconds refine the estimate (unless it resumed mid-way)."""
         work = self.current
         if work is not None:
             if self.first_step in (None, 0):  # a cell resumed mid-way would flatter the rate
@@ -259,14 +448,26 @@ class Progress:
             if work in self.todo:
                 self.todo.remove(work)
         self.current = None
+        self._close_step_bar()
         self.n += 1
-        self.bar.n = self.n
         left = self.remaining_seconds()
-        self.bar.set_postfix_str(f"ETA {format_seconds(left)}")
+        self.bar.set_postfix_str(f"ETA {format_seconds(left)}", refresh=False)
+        self._draw(self.bar, self.n)
         log.info("[%d/%d] %s (elapsed %.0fs, ETA %s)", self.n, self.total, line, self.clock() - self.t0,
                  format_seconds(left))
 
+    @staticmethod
+    def _draw(bar, n) -> None:
+        bar.n = n
+        bar.refresh()  # setting n alone does not redraw a bar
+
+    def _close_step_bar(self) -> None:
+        if self.step_bar is not None:
+            self.step_bar.close()
+            self.step_bar = None
+
     def close(self) -> None:
+        self._close_step_bar()
         self.bar.close()
 
 

@@ -1,5 +1,5 @@
-"""Where a run came from: run.json (command, options, device, git commit, package versions) and
-data.json (data source, fingerprint, gaps, folds with dates)."""
+"""Where a run came from: run.json (command, options, device, git commit, package versions, the
+job's peak memory) and data.json (data source, fingerprint, gaps, folds with dates)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from tsflash.device import device_name
+from tsflash.device import device_name, process_peak_bytes
 from tsflash.sweep.ledger import SEARCH_SPACE_DOC, worker_id
 from tsflash.sweep.plan import SweepPlan, run_hash
 from tsflash.runfolder import RunFolder, read_json, write_json
@@ -113,6 +113,24 @@ def record_kernel_choices(folder: RunFolder, choices: dict) -> None:
     if merged != meta.get("kernel_choices"):
         meta["kernel_choices"] = merged
         write_json(folder.run_json, meta)
+
+
+PEAK_MEMORY_RULE = ("the job's peak resident set on this host: the larger of this process's VmHWM and the "
+                    "largest child's ru_maxrss (tsflash.device.process_peak_bytes), every phase included")
+
+
+def record_peak_memory(folder: RunFolder, through: str) -> int:
+    """Write the job's peak memory so far (`process_peak_bytes`: data, cells, precision check and,
+    once it ran, the report) into run.json's "peak_memory", the largest of this host's
+    invocations; `through` names the last phase it covers. Returns this invocation's peak."""
+    peak = process_peak_bytes()
+    meta = folder.read_run()
+    host = socket.gethostname()
+    hosts = meta.get("peak_memory", {}).get("hosts", {})
+    hosts[host] = max(hosts.get(host, 0), peak)
+    meta["peak_memory"] = {"bytes": max(hosts.values()), "through": through, "rule": PEAK_MEMORY_RULE, "hosts": hosts}
+    write_json(folder.run_json, meta)
+    return peak
 
 
 def mark_complete(folder: RunFolder) -> None:

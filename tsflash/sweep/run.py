@@ -59,9 +59,11 @@ from tsflash.model.transformer import CausalTransformer, ModelConfig
 from tsflash.sweep.plan import SweepOptions, SweepPlan, plan_sweep  # the sweep's public API: SweepOptions, plan_sweep, run_sweep
 from tsflash.sweep.progress import (
     CostModel, Progress, Work, baseline_work, format_seconds, model_work, n_params, precision_work, prior_rates,
-    run_logging, warn_if_long,
+    report_work, run_logging, warn_if_long,
 )
-from tsflash.sweep.provenance import mark_complete, record_kernel_choices, write_data_json, write_run_json
+from tsflash.sweep.provenance import (
+    mark_complete, record_kernel_choices, record_peak_memory, write_data_json, write_run_json,
+)
 from tsflash.report import build_report
 from tsflash.runfolder import RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json
 from tsflash.scoring.daily import (
@@ -119,8 +121,14 @@ def _run_in_folder(plan: SweepPlan) -> Path:
             log.info("another worker is writing the report")
             return folder.root
     try:
+        with board.lock():
+            record_peak_memory(folder, "data, cells, precision check")  # what the report's cost section shows
         md, html = build_report(folder.root)
         mark_complete(folder)
+        with board.lock():
+            peak = record_peak_memory(folder, "data, cells, precision check, report")
+        log.info("peak memory of the job: %.2f GiB (%s; run.json \"peak_memory\")", peak / 2**30,
+                 "the host's resident set" if plan.device == "cpu" else "the host's resident set, not the GPU's")
     finally:
         board.release("report")
     folder.tidy_checkpoints()
@@ -163,7 +171,7 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
         todo, done = _todo(folder, cfg, lengths, model_params)
         finale = [precision_work(cfg)] if _precision_due(plan) else []
         if index == 0:
-            warn_if_long(todo + finale, cost, device, f"{len(todo)} of {done + len(todo)} cells to do"
+            warn_if_long(todo + finale + [report_work()], cost, device, f"{len(todo)} of {done + len(todo)} cells to do"
                          + (", then the precision check" if finale else "")
                          + (f", on {n_workers} workers" if n_workers > 1 else ""), workers=n_workers)
         prepared = _prepare_data(plan, write=index == 0)

@@ -1,0 +1,65 @@
+"""`tsflash runs`: the run folders under runs/ (or --root), newest first, one line each: when it
+was made, its config, N, finished or not, and its answer line (from questions.json once the
+report is written). Reads run.json, config.json and questions.json only: no torch, nothing written.
+
+    tsflash runs
+    tsflash runs --root reports
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, iter_run_folders
+
+HEADER = ("run", "created (UTC)", "config", "lengths", "status", "answer")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("runs", help="list past runs under runs/: date, config, lengths, finished or not, answer",
+                       description="List the sweep run folders under --root, newest first.")
+    p.add_argument("--root", type=Path, default=DEFAULT_RUNS_ROOT, help="folder of run folders (default: %(default)s)")
+    p.set_defaults(func=run)
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def answer_line(folder: RunFolder) -> str:
+    """'forecast: worse; trading: no' from questions.json; '-' before the report exists."""
+    questions = _read(folder.root / "questions.json")
+    if not questions:
+        return "-"
+    trading = questions.get("trading", {})
+    traded = trading.get("answer") or ("yes" if trading.get("passed") else "no")
+    return f"forecast: {questions.get('forecast', {}).get('answer') or '-'}; trading: {traded}"
+
+
+def run_row(folder: RunFolder) -> list[str]:
+    meta, cfg = _read(folder.run_json), _read(folder.config_json)
+    name = cfg.get("name", "?")
+    status = meta.get("status", "?")
+    status = "finished" if status == "complete" else f"unfinished ({folder.n_finished_cells()} cells saved)"
+    created = str(meta.get("created", "?")).replace("T", " ")[:16]
+    lengths = ",".join(map(str, meta.get("lengths", []))) or "?"
+    return [folder.root.name, created, name, lengths, status, answer_line(folder)]
+
+
+def format_table(rows: list[list[str]]) -> str:
+    """Left-aligned columns, two spaces apart."""
+    widths = [max(len(str(r[i])) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [HEADER, *rows])
+
+
+def run(args) -> int:
+    rows = [run_row(f) for f in iter_run_folders(args.root)]
+    if not rows:
+        print(f"no runs under {args.root}/ yet: `tsflash sweep --lengths 512,4096,32768` makes one")
+        return 0
+    print(format_table(rows))
+    return 0
