@@ -31,6 +31,7 @@ from tsflash.report.wording import (
     label,
     pbo_null_sentence,
     percent,
+    return_bps,
     plural,
     power_sentence,
     run_power_sentence,
@@ -162,7 +163,7 @@ def trading_table(nums: Numbers) -> dict:
         tau = "n/a" if not taus else fmt(taus[0], ".3g") if min(taus) == max(taus) else \
             f"{min(taus):.3g}..{max(taus):.3g}"
         body.append([_name(r["series"]), f"{tau} ({', '.join(r['sources']) or 'n/a'})", fmt(r["turnover"]),
-                     fmt(r["mean_gross_return"], ".3g"), fmt(r["mean_net_return"], ".3g"), bps(r["break_even_fee_bps"]),
+                     return_bps(r["mean_gross_return"]), return_bps(r["mean_net_return"]), bps(r["break_even_fee_bps"]),
                      fmt(st.get("gross_sharpe", math.nan) * ann, ".2f"), fmt(st.get("sharpe_annual"), ".2f")])
     return _table(head, body)
 
