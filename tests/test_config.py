@@ -329,3 +329,20 @@ def test_fields_added_later_leave_older_configs_unchanged():
     assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
                                 "model.residual", "model.norm", "eval.context_cuts", "eval.strategy",
                                 "eval.entry_threshold", "model.patch"}
+
+
+def test_data_symbol_is_an_upper_case_spot_pair():
+    """One rule for symbols everywhere (`tsflash.data.store.check_pair`): `--set data.symbol=...`
+    is refused as `--symbol` is, and a lower-case pair names its upper-case form."""
+    from tsflash.config import config_from_dict, load_config, validate
+
+    def with_symbol(symbol):
+        d = load_config("default").to_dict()
+        d["data"]["symbol"] = symbol
+        return config_from_dict(d)
+
+    with pytest.raises(UserError, match=r"^data.symbol must be upper case, got 'ethusdt' \(did you mean 'ETHUSDT'\?\)$"):
+        validate(with_symbol("ethusdt"))
+    with pytest.raises(UserError, match=r"^data.symbol must be a Binance spot pair, .* got 'eth'$"):
+        validate(with_symbol("eth"))
+    validate(with_symbol("ETHBTC"))

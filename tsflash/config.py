@@ -10,7 +10,7 @@ Unknown keys and wrong types are errors that name the key, so a typo never silen
 default. Every run writes its resolved config (`to_dict`) into its run folder.
 
 `validate` composes the rules of the concepts a config names, each kept where the concept lives:
-symbols (`tsflash.data.store.check_symbol`), the model's names and shape (`tsflash.model.spec`)
+symbols (`tsflash.data.store.check_pair`), the model's names and shape (`tsflash.model.spec`)
 and rotary cover (`tsflash.model.rotary`), walk-forward feasibility
 (`tsflash.dataset.splits.min_samples`) and the trading rules (`tsflash.scoring.strategy`). The
 command-line parsing of lengths and `--set` is in `tsflash.commands.options`.
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from tsflash.data.store import check_symbol
+from tsflash.data.store import check_pair
 from tsflash.dataset.splits import min_samples
 from tsflash.errors import UserError
 from tsflash.identity import digest
@@ -350,7 +350,9 @@ def _check_fields(cfg: ExperimentConfig) -> None:
 
 
 def _check_data(cfg: ExperimentConfig) -> None:
-    check_symbol(cfg.data.symbol, "data.symbol")
+    symbol = check_pair(cfg.data.symbol, "data.symbol")
+    if symbol != cfg.data.symbol:  # the store and Binance's archives name pairs in upper case
+        raise UserError(f"data.symbol must be upper case, got {cfg.data.symbol!r} (did you mean {symbol!r}?)")
     if cfg.data.interval not in INTERVAL_US:
         raise UserError(f"data.interval must be one of {', '.join(INTERVAL_US)}, got {cfg.data.interval!r}")
     for key in ("data.start", "data.end"):

@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import re
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 from tsflash import config
-from tsflash.data.store import check_symbol
+from tsflash.data.store import check_pair
 from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
 
@@ -175,20 +174,6 @@ def existing_file(text: str) -> Path:
 
 
 # Quote assets of Binance spot pairs: a symbol is a base asset followed by one of these.
-SPOT_QUOTES = ("USDT", "USDC", "FDUSD", "BUSD", "TUSD", "DAI", "BTC", "ETH", "BNB", "EUR", "GBP", "TRY", "BRL", "JPY")
-_PAIR_RE = re.compile(rf"^[A-Z0-9]{{2,12}}(?:{'|'.join(SPOT_QUOTES)})$")
-
-
-def check_pair(text: str, where: str = "--symbol") -> str:
-    """A Binance spot pair such as BTCUSDT, upper-cased as given ('ethusdt' -> 'ETHUSDT'); a bare
-    asset ('eth') or any other shape is refused in one line, before anything is fetched."""
-    symbol = check_symbol(text, where)  # letters and digits (it becomes a store path)
-    if not _PAIR_RE.match(symbol):
-        raise UserError(f"{where} must be a Binance spot pair, a base asset then a quote asset such as BTCUSDT or "
-                        f"ETHUSDT (quotes: {', '.join(SPOT_QUOTES)}), got {text!r}")
-    return symbol
-
-
 def symbol_type(text: str) -> str:
     """A Binance spot pair such as BTCUSDT (`check_pair`), upper-cased."""
     return _argument(lambda t: check_pair(t, "--symbol"), text, "--symbol")

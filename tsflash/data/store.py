@@ -128,6 +128,20 @@ def check_symbol(symbol: str, where: str = "symbol") -> str:
     return symbol.upper()
 
 
+SPOT_QUOTES = ("USDT", "USDC", "FDUSD", "BUSD", "TUSD", "DAI", "BTC", "ETH", "BNB", "EUR", "GBP", "TRY", "BRL", "JPY")
+_PAIR_RE = re.compile(rf"^[A-Z0-9]{{2,12}}(?:{'|'.join(SPOT_QUOTES)})$")
+
+
+def check_pair(text: str, where: str = "symbol") -> str:
+    """A Binance spot pair such as BTCUSDT, upper-cased as given ('ethusdt' -> 'ETHUSDT'); a bare
+    asset ('eth') or any other shape is refused in one line, before anything is fetched."""
+    symbol = check_symbol(text, where)  # letters and digits (it becomes a store path)
+    if not _PAIR_RE.match(symbol):
+        raise UserError(f"{where} must be a Binance spot pair, a base asset then a quote asset such as BTCUSDT or "
+                        f"ETHUSDT (quotes: {', '.join(SPOT_QUOTES)}), got {text!r}")
+    return symbol
+
+
 def check_interval(interval: str) -> int:
     """Microseconds per bar of `interval`; UserError for an unsupported one."""
     if interval not in INTERVAL_US:
