@@ -143,6 +143,10 @@ def _serialise_sqlite(engine) -> None:
 class Retry(optuna.storages.RetryHeartbeatStaleTrialCallback):
     """optuna's retry, logged: the cell resumes from its checkpoint on whichever worker pops it."""
 
+    def __init__(self, **kwargs):
+        with _quiet():
+            super().__init__(**kwargs)
+
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         log.info("cell %s (trial %d) lost its worker: queued again, to resume from its checkpoint",
                  trial.user_attrs.get("cell"), trial.number)

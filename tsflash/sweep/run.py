@@ -88,6 +88,7 @@ def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
     if isinstance(plan, SweepOptions):
         plan = plan_sweep(plan)
     folder = plan.folder
+    refuse_claims_era(folder)
     created = not folder.root.exists()
     folder.root.mkdir(parents=True, exist_ok=True)
     try:
@@ -103,7 +104,6 @@ def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
 
 def _run_in_folder(plan: SweepPlan) -> Path:
     folder = plan.folder
-    refuse_claims_era(folder)
     if plan.preset_note:
         log.warning("%s", plan.preset_note)
     if plan.fee_note:
