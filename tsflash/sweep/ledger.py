@@ -63,6 +63,7 @@ GRACE_FACTOR = 5
 # Searched with --trials K > 1, within each N (N itself is always enqueued, never sampled).
 SEARCH_SPACE_DOC = "lr (log-uniform, lr/10 .. 3 lr) and weight_decay (uniform, 0 .. max(0.3, wd))"
 _LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE)
+_QUEUED = (TrialState.WAITING, TrialState.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -240,14 +241,15 @@ class Ledger:
 
     def enqueue_cell(self, cell: str, params: dict, **attrs) -> None:
         """Queue the cell named `cell` ("n512/fold0-seed1", "baselines", "precision") unless a
-        trial of it is WAITING, RUNNING or COMPLETE."""
-        if not any(t.user_attrs.get("cell") == cell for t in self.trials(*_LIVE, study=self.cells)):
+        trial of it is WAITING or RUNNING. The caller knows whether it is saved: a COMPLETE cell
+        whose files a state archive left behind is queued again."""
+        if not any(t.user_attrs.get("cell") == cell for t in self.trials(*_QUEUED, study=self.cells)):
             self.cells.enqueue_trial(params, user_attrs={"cell": cell, **attrs})
 
     def pop_cell(self, order) -> Trial | None:
         """The WAITING cell first in `order` (a sort key of FrozenTrial, None to leave it), RUNNING
-        and heart-beaten from now on by the caller. A cell queued twice (two syncs at once) runs
-        once: the later copy is PRUNED when another is COMPLETE, or live with a lower number."""
+        and heart-beaten from now on by the caller. A cell queued twice (two workers queueing it at
+        once) runs once: the copy with the higher number is PRUNED while the other is queued."""
         with _quiet():
             optuna.storages.fail_stale_trials(self.cells)
         while True:
@@ -260,13 +262,8 @@ class Ledger:
 
     def _duplicate(self, cell: FrozenTrial) -> bool:
         name = cell.user_attrs.get("cell")
-        return any(t.user_attrs.get("cell") == name and t.number != cell.number
-                   and (t.state == TrialState.COMPLETE or t.number < cell.number)
-                   for t in self.trials(*_LIVE, study=self.cells))
-
-    def cells_of(self, config: str, *states: TrialState) -> list[FrozenTrial]:
-        """The cell trials of configuration key `config` (user attr "key")."""
-        return [t for t in self.trials(*states, study=self.cells) if t.user_attrs.get("key") == config]
+        return any(t.user_attrs.get("cell") == name and t.number < cell.number
+                   for t in self.trials(*_QUEUED, study=self.cells))
 
     def fail(self, cell: FrozenTrial) -> None:
         """Fail a cell that did not finish and queue it again (`Retry`)."""
