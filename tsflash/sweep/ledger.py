@@ -214,7 +214,8 @@ class Ledger:
         """The WAITING configuration with the largest N (then the oldest), made RUNNING (optuna's
         WAITING -> RUNNING transition in one transaction, what `study.ask()` does); None when none
         waits. Its values are drawn by the caller; then `open_cells` queues its cells."""
-        frozen = _pop(self.storage, self.trials(TrialState.WAITING), lambda t: (-int(_enqueued(t).get("n", 0)), t.number))
+        largest_n_first = lambda t: (-int(_enqueued(t).get("n", 0)), t.number)  # noqa: E731
+        frozen = _pop(self.storage, self.trials(TrialState.WAITING), largest_n_first)
         return None if frozen is None else self.trial(frozen)
 
     def running(self) -> list[FrozenTrial]:

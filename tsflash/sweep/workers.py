@@ -216,8 +216,8 @@ def _outcomes(devices: list[str], procs, outcomes: dict[int, tuple]) -> list[dic
         if status == "ok":
             done.append(payload)
         elif status == "killed":
-            log.warning("worker %d on %s (pid %s) ended without a result (exit code %s): its cell is "
-                        "retried by another worker once its heartbeat is stale, or by the next run", i, device, p.pid, p.exitcode)
+            log.warning("worker %d on %s (pid %s) ended without a result (exit code %s): its cell is retried "
+                        "by another worker once its heartbeat is stale, or by the next run", i, device, p.pid, p.exitcode)
         else:
             failures.append((status, device, payload))
     for status, device, payload in failures:
