@@ -255,7 +255,7 @@ class Ledger:
             optuna.storages.fail_stale_trials(self.cells)
         while True:
             waiting = [t for t in self.trials(TrialState.WAITING, study=self.cells) if order(t) is not None]
-            if (frozen := _pop(self.storage, waiting, order)) is None:
+            if (frozen := _pop(self.storage, waiting, order, beat=True)) is None:
                 return None
             if not self._duplicate(frozen):
                 return self.trial(frozen, self.cells)
@@ -287,9 +287,15 @@ class Ledger:
                                  "n_complete": sum(r["state"] == "COMPLETE" for r in rows)})
 
 
-def _pop(storage, waiting: list[FrozenTrial], order) -> FrozenTrial | None:
-    """The first of `waiting` (sorted by `order`) that this worker moves WAITING -> RUNNING."""
+def _pop(storage, waiting: list[FrozenTrial], order, beat: bool = False) -> FrozenTrial | None:
+    """The first of `waiting` (sorted by `order`) that this worker moves WAITING -> RUNNING.
+
+    `beat`: its first heartbeat is recorded before the move. optuna never calls a RUNNING trial
+    without a heartbeat stale, so a worker killed between the move and its heartbeat thread's first
+    beat would leave the cell RUNNING for ever (a beat on a trial another worker wins is harmless)."""
     for t in sorted(waiting, key=order):
+        if beat and getattr(storage, "heartbeat_interval", None):
+            storage.record_heartbeat(t._trial_id)
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
                 return t
