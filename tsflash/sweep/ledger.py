@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tsflash.errors import UserError
@@ -294,7 +295,7 @@ def _pop(storage, waiting: list[FrozenTrial], order, beat: bool = False) -> Froz
     without a heartbeat stale, so a worker killed between the move and its heartbeat thread's first
     beat would leave the cell RUNNING for ever (a beat on a trial another worker wins is harmless)."""
     for t in sorted(waiting, key=order):
-        if beat and getattr(storage, "heartbeat_interval", None):
+        if beat and is_heartbeat_enabled(storage):
             storage.record_heartbeat(t._trial_id)
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
