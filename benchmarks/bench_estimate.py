@@ -2,7 +2,7 @@
 item 1; a benchmark, not a test).
 
     python benchmarks/bench_estimate.py                       # run `tsflash -v sweep --lengths 512,4096,32768`
-    python benchmarks/bench_estimate.py --data /work/shared/data --out runs/bench-estimate
+    python benchmarks/bench_estimate.py --data path/to/store --out runs/bench-estimate
     python benchmarks/bench_estimate.py --measured runs/calib  # an earlier run of the same command: no training
 
 Prints JSON (and writes it to <out>/estimate.json): the estimate the sweep logs before its first

@@ -52,3 +52,22 @@ def sigkill_when(proc: subprocess.Popen, ready: Callable[[], bool], what: str, p
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
+
+
+class KilledAt(Exception):
+    """Raised at the chosen step by `run_fold_killed_at`: training stops as a kill would stop it."""
+
+
+def run_fold_killed_at(run_fold, step: int, *args, **kwargs) -> None:
+    """`run_fold(*args, checkpoint_every_s=0.0, **kwargs)` stopped at `step` as by a kill (a
+    checkpoint is written every step, so the kill leaves the state of the step before)."""
+
+    def kill(s):
+        if s == step:
+            raise KilledAt
+
+    try:
+        run_fold(*args, checkpoint_every_s=0.0, on_step=kill, **kwargs)
+    except KilledAt:
+        return
+    raise AssertionError(f"the cell finished before step {step}")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import run_fold_killed_at
 from tsflash import engine
 from tsflash.config import load_config
 from tsflash.errors import UserError
@@ -273,9 +274,6 @@ def test_predict_range_context_within_half_to_full_window(n, lo, hi):
 # ---- resume ----------------------------------------------------------------------------------------
 
 
-class _Kill(Exception):
-    pass
-
 
 def test_a_checkpoint_from_before_model_residual_still_belongs_to_its_run(prepared):
     """Checkpoints written before model.residual existed hashed model settings without it; at its
@@ -293,12 +291,7 @@ def test_a_checkpoint_from_before_model_residual_still_belongs_to_its_run(prepar
 
 
 def test_resume_after_kill_gives_identical_results(prepared, results, tmp_path):
-    def kill_at_5(step):
-        if step == 5:
-            raise _Kill
-
-    with pytest.raises(_Kill):
-        engine.run_fold(prepared, 32, 1, 0, checkpoint_dir=tmp_path, checkpoint_every_s=0.0, on_step=kill_at_5)
+    run_fold_killed_at(engine.run_fold, 5, prepared, 32, 1, 0, checkpoint_dir=tmp_path)
     blob = torch.load(tmp_path / "fold1-n32-seed0.pt", weights_only=True)
     assert blob["state"]["step"] == 5
     seen = []
@@ -390,12 +383,7 @@ def test_resume_after_kill_mid_validation_interval_is_identical(validated, tmp_p
     """Killed between two evaluations (step 7) and after the early stop: same curve, best step and scores."""
     full = engine.run_fold(validated, 32, 1, 0)
 
-    def kill_at_7(step):
-        if step == 7:
-            raise _Kill
-
-    with pytest.raises(_Kill):
-        engine.run_fold(validated, 32, 1, 0, checkpoint_dir=tmp_path, checkpoint_every_s=0.0, on_step=kill_at_7)
+    run_fold_killed_at(engine.run_fold, 7, validated, 32, 1, 0, checkpoint_dir=tmp_path)
     seen = []
     resumed = engine.run_fold(validated, 32, 1, 0, checkpoint_dir=tmp_path, on_step=seen.append)
     assert seen[0] == 8 and seen[-1] == full.cost["stop_step"]

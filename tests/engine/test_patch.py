@@ -13,6 +13,7 @@ import torch
 from tests.engine.test_engine import tiny_cfg
 from tests.engine.test_resume import argv as sweep_argv
 
+from tests.conftest import run_fold_killed_at
 from tsflash import cli, engine
 from tsflash.data.synthetic import random_walk_bars
 from tsflash.engine import FoldResult
@@ -83,18 +84,10 @@ def test_a_patch_model_scored_as_per_bar_is_a_clear_error():
         engine.predict_range(_PatchProbe(), series, 40, 80, 32, batch_tokens=64, device="cpu")
 
 
-class _Kill(Exception):
-    pass
-
 
 def test_resume_after_kill_gives_identical_results(prepared, results, tmp_path):
     """Killed at step 4 (between validations), resumed: the same cell as the uninterrupted one, bit for bit."""
-    def kill_at_4(step):
-        if step == 4:
-            raise _Kill
-
-    with pytest.raises(_Kill):
-        engine.run_fold(prepared, 32, 1, 0, checkpoint_dir=tmp_path, checkpoint_every_s=0.0, on_step=kill_at_4)
+    run_fold_killed_at(engine.run_fold, 4, prepared, 32, 1, 0, checkpoint_dir=tmp_path)
     seen = []
     resumed = engine.run_fold(prepared, 32, 1, 0, checkpoint_dir=tmp_path, on_step=seen.append)
     full = results[32]
