@@ -383,7 +383,9 @@ def _child(target, plan, device: str, index: int, n_workers: int, results, level
 
     A GPU worker's CPU-side work (batches, baselines) gets its share of the cores. CPU workers keep
     torch's default thread count: a reduction split over another number of threads sums in another
-    order, and their cells must equal a one-worker run bit for bit (they share the cores instead)."""
+    order, and their cells must equal a one-worker run bit for bit (they share the cores instead).
+    Bit for bit needs one thread per process (OMP_NUM_THREADS=1): with more, libgomp combines the
+    threads' partial sums in the order they finish, and on loaded cores the last bits move."""
     import torch
 
     tag = worker_tag(device, index)
