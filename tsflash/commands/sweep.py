@@ -24,8 +24,8 @@ def register(sub) -> None:
         "(optuna is the trial ledger), then write report.md/report.html with cost, benefit, selection gates "
         "(DSR, PBO), precision and reproducibility. Killing it and rerunning the same command resumes.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Without CUDA, --preset auto applies the reduced tsflash/presets/cpu.toml (about 12.5 minutes on "
-        "2 cores) and says so; --preset full insists on the full config. Without --out, the newest "
+        epilog="Without CUDA, --preset auto applies the reduced tsflash/presets/cpu.toml (about 8.5 minutes on "
+        "2 idle cores) and says so; --preset full insists on the full config. Without --out, the newest "
         "unfinished run folder of the same config under runs/ is resumed, else a new one is made. "
         "The whole resolved config is checked before anything is computed or written.",
         parents=[

@@ -95,9 +95,9 @@ class MeasuredOnce:
 
 _H200_SE = "reports/h200-btcusdt-1m-second-edition/cells/n*/*.cell.json (H200, seeds 0-2, 2026-12-01)"
 _H200_AA = "runs/device-logs/aa-call1.log + aa-call2.log, not committed (H200, seeds 3-5, 2026-12-02)"
-_CPU_2 = ("runs/calib (not committed): cells/n*/*.cell.json, precision.json and sweep.log of `tsflash sweep "
-          "--lengths 512,4096,32768`, 41 min 29 s wall-clock on 2 x86_64 cores shared with other jobs (about 3.3x "
-          "slower than the idle 12 min 29 s of presets/cpu.toml), torch 2.13.0+cpu, 2026-12-02; docs/benchmarks.md")
+_CPU_2 = ("reports/bench/estimate-cpu/ (cells/*/*.cell.json, precision.json, sweep.log) of `tsflash sweep --lengths "
+          "512,4096,32768`, 8 min 41.5 s wall-clock on 2 idle x86_64 cores, torch 2.13.0+cpu, 2026-12-02; "
+          "docs/benchmarks.md")
 CALIBRATION = (
     Measured("cuda", "full", 512, 15, 8.61, 7.55, 273.3, 600, _H200_SE),
     Measured("cuda", "full", 4096, 15, 9.81, 8.30, 237.3, 600, _H200_SE),
@@ -105,9 +105,9 @@ CALIBRATION = (
     Measured("cuda", "full", 512, 15, 7.63, 6.51, 245.3, 600, _H200_AA),
     Measured("cuda", "full", 4096, 15, 11.55, 9.95, 297.3, 600, _H200_AA),
     Measured("cuda", "full", 32768, 15, 34.42, 31.79, 337.3, 600, _H200_AA),
-    Measured("cpu", "cpu", 512, 6, 34.70, 25.48, 12.0, 12, _CPU_2),
-    Measured("cpu", "cpu", 4096, 6, 52.11, 35.45, 12.0, 12, _CPU_2),
-    Measured("cpu", "cpu", 32768, 6, 303.93, 200.86, 12.0, 12, _CPU_2),
+    Measured("cpu", "cpu", 512, 6, 4.55, 2.96, 12.0, 12, _CPU_2),
+    Measured("cpu", "cpu", 4096, 6, 10.56, 6.78, 12.0, 12, _CPU_2),
+    Measured("cpu", "cpu", 32768, 6, 59.88, 38.47, 12.0, 12, _CPU_2),
 )
 CALIBRATION_OTHER = (
     MeasuredOnce("cuda", "full", "baseline", 7.44, 5, (), _H200_SE),
@@ -116,9 +116,9 @@ CALIBRATION_OTHER = (
     MeasuredOnce("cuda", "full", "precision", 3.5, 1, (512, 4096, 32768), _H200_AA),
     MeasuredOnce("cuda", "full", "report", 4.6, 1, (512, 4096, 32768), _H200_SE),
     MeasuredOnce("cuda", "full", "report", 5.0, 1, (512, 4096, 32768), _H200_AA),
-    MeasuredOnce("cpu", "cpu", "baseline", 27.45, 2, (), _CPU_2),
-    MeasuredOnce("cpu", "cpu", "precision", 75.64, 1, (512, 4096, 32768), _CPU_2),
-    MeasuredOnce("cpu", "cpu", "report", 3.0, 1, (512, 4096, 32768), _CPU_2),
+    MeasuredOnce("cpu", "cpu", "baseline", 7.15, 2, (), _CPU_2),
+    MeasuredOnce("cpu", "cpu", "precision", 46.5, 1, (512, 4096, 32768), _CPU_2),
+    MeasuredOnce("cpu", "cpu", "report", 4.1, 1, (512, 4096, 32768), _CPU_2),
 )
 
 
