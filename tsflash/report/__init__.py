@@ -27,9 +27,10 @@ trades, enters with 0). PBO uses CSCV on the candidates' daily net returns align
 days; with fewer common days than `selection.cscv_blocks` the block count is reduced (and the
 report says so).
 
-Layout: rundata (loading), rescore (fees at scoring time), compute (numbers), wording
-(sentences and units), figures, context (the one template context), render (jinja2), outputs
-(results.json, Parquet).
+Layout: rundata (loading), rescore (fees at scoring time), compute (numbers), nesting (the nesting
+check: each long N cut to the shortest N against it, over training runs), wording (sentences and
+units), figures, context (the one template context), render (jinja2), outputs (results.json,
+Parquet).
 """
 
 from __future__ import annotations

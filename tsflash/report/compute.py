@@ -50,6 +50,11 @@ The notes below are about these forecast-level tests.
   says the paired tests cannot be computed and shows the fold-level differences from the cell
   summaries instead.
 
+The nesting check (`tsflash.report.nesting`): each long N scored with its context cut to the
+shortest N against the shortest-N model on the same test bars, over training runs, split into
+the flat-vs-move and up-vs-down parts; a failed check means the long models' training lost
+short-range skill, and question 1's answer says so.
+
 Question 2, trading: is any of it tradable after multiple testing? The candidates' daily net
 returns under the run's trading rule (`tsflash.scoring.strategy`) go through the DSR and PBO gates
 (`tsflash.stats.gate.select_run`); here, per candidate and baseline, the mean gross and net returns per
@@ -69,6 +74,7 @@ import numpy as np
 
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.scoring.metrics import DAILY_SUMS, hit_rate_from_confusion
+from tsflash.report.nesting import NestingCheck, nesting_check
 from tsflash.report.rundata import RunData
 from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
 from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
@@ -89,9 +95,9 @@ from tsflash.stats.pbo import CSCV_BLOCKS
 from tsflash.stats.runs import (
     RunTestInputError,
     Runs,
-    VarianceComponents,
     min_detectable_difference,
     pbo_null,
+    pooled_components,
     run_level_test,
     runs_from_table,
 )
@@ -486,11 +492,9 @@ def _prior_runs(table: dict, score: str) -> Runs:
 def _power(results: list, n_folds: int) -> tuple[dict[int, float], float, float]:
     """(detectable difference per seed count, seed sd, between-fold sd): the components averaged
     over `results` (variances, so the mean of variances)."""
-    comps = [r.components for r in results if math.isfinite(r.components.within_fold_seed)]
-    if not comps or n_folds < 2:
+    c = pooled_components(results)
+    if c is None or n_folds < 2:
         return {}, math.nan, math.nan
-    c = VarianceComponents(float(np.mean([x.between_fold for x in comps])),
-                           float(np.mean([x.within_fold_seed for x in comps])), sum(x.seed_df for x in comps))
     try:
         mdd = {k: min_detectable_difference(c, n_folds, k) for k in POWER_SEEDS}
     except (RunTestInputError, ValueError):  # the noncentral t turns NaN far out on degenerate components
@@ -545,6 +549,7 @@ class ForecastQuestion:
     decomposition: list[dict] = field(default_factory=list)
     fold_level: list[dict] = field(default_factory=list)  # always (from the summaries)
     table: dict | None = field(default=None, repr=False)  # the loss table (written beside the report)
+    nesting: NestingCheck = field(default_factory=NestingCheck)  # always (from the cells)
 
     @property
     def answer(self) -> str | None:
@@ -576,7 +581,8 @@ def forecast_question(rd: RunData, primary: list[str]) -> ForecastQuestion:
                                                                  for x in rd.baselines)]
     refs = [r for r in (shortest, LOGREG, PRIOR) if r and (not is_baseline(r) or r in baselines)]
     out = ForecastQuestion(False, "", shortest, fold_level=fold_level(rd, primary + baselines,
-                                                                        [r for r in refs if r != PRIOR]))
+                                                                        [r for r in refs if r != PRIOR]),
+                           nesting=nesting_check(rd, primary))
     table, source = load_losses(rd)
     out.source = source
     if table is None or shortest is None:

@@ -54,6 +54,7 @@ def results(rd: RunData, nums: Numbers, words: dict) -> dict:
         "verdict_sentence": words["sentence"],
         "verdict": verdict_results(nums, words["reasons"]),
         "selection": selection_results(rd, nums, words["notes"]),
+        "nesting": nums.forecast.nesting.to_dict(),  # the nesting check (tsflash.report.nesting)
         "per_configuration": nums.per_n,
         "baselines": nums.baselines,
         "precision": rd.precision,

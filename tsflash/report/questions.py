@@ -2,7 +2,8 @@
 `tsflash.report.compute` (ForecastQuestion, TradingQuestion, the run's selection) and the
 sentences of `tsflash.report.wording`.
 
-Question 1 (forecasting) shows, beside the classification table: the direction apart from
+Question 1 (forecasting) shows, beside the classification table: the nesting check (each long N
+cut to the shortest N against the shortest N, `tsflash.report.nesting`), the direction apart from
 volatility (each N's log-loss split into its flat-vs-move and up-vs-down parts, the skill over
 the class prior and the share of it that is direction), and the paired tests (Holm-adjusted)
 with their figure. Question 2 (trading) shows the trading rule per candidate (turnover, gross and
@@ -24,11 +25,13 @@ from tsflash.report.compute import LOGREG, LOSS_FILE, Numbers, write_table
 from tsflash.report.markdown import table as _table
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import (
+    NESTING_PART_NAMES,
     SCORE_NAMES,
     bps,
     effective_sentence,
     fmt,
     label,
+    nesting_sentence,
     pbo_null_sentence,
     percent,
     return_bps,
@@ -84,6 +87,57 @@ def runs_table(nums: Numbers) -> dict | None:
                          fmt(res.counts(p)) if family == "the answer" else "",
                          fmt(c.seed_sd, ".2g"), fmt(math.sqrt(c.between_fold), ".2g")])
     return _table(head, body)
+
+
+def nesting_table(check) -> dict | None:
+    """The nesting check per longer N and part: cut minus the shortest N over training runs (the
+    test), beside the gap (full minus the shortest) and the far context (full minus cut)."""
+    if not check.tests:
+        return None
+    short = f"N={check.cut}"
+    head = ["N (context cut to the shortest N)", "part (per labelled bar)", f"runs ({short}, cut)",
+            f"cut − {short}", "95 % interval", "t (df)", "p", "Holm p (over longer N)", f"gap: full − {short}",
+            "far context: full − cut", "verdict"]
+    body = []
+    for t in check.tests:
+        gaps = check.gaps.get(t.n, {})
+        for part in [p for p in NESTING_PART_NAMES if p in t.parts or p in gaps]:
+            gap = gaps[part].estimate if part in gaps else math.nan
+            row = [f"N={t.n} cut to {t.cut}", NESTING_PART_NAMES[part]]
+            r = t.parts.get(part)
+            if r is None:  # the gap's part is known, the cut model's is not
+                body.append(row + ["not measured"] + [""] * 5 + [signed(gap), "", ""])
+                continue
+            verdict = ("lost skill" if t.lost_skill else "no significant loss") if part == "log_loss" else ""
+            body.append(row + [f"{r.n_runs_a}, {r.n_runs_b}", signed(r.estimate), f"[{signed(r.ci[0])}, {signed(r.ci[1])}]",
+                               f"{fmt(r.t, '+.2f')} ({r.df})", fmt(r.p, ".3g"), fmt(r.p_holm, ".3g"), signed(gap),
+                               signed(gap - r.estimate), verdict])
+    return _table(head, body)
+
+
+def nesting_notes(check) -> list[str]:
+    """How the check is computed, and what of it this run could not measure."""
+    if not check.tests:
+        return []
+    notes = [f"How: every evaluation context of the cut scoring holds the same last {check.cut} bars as "
+             f"N={check.cut}'s, so both forecasts rest on the same information. Each run (fold, seed) is its mean "
+             "loss per labelled bar on the fold's test bars; per fold, the mean over seeds of the cut model's runs "
+             f"minus the mean over seeds of N={check.cut}'s; the test is the one-sample t of these fold differences "
+             "(`tsflash.stats.runs.run_level_test`, the test of question 1), Holm over the longer N within each "
+             "part; the log-loss decides, its parts say where the difference lies. Positive: the cut model "
+             "forecasts worse. Gap = far context + (cut − shortest), exactly, on the same runs; the gap's test is "
+             f"question 1's. Source: {check.source}."]
+    if check.parts_reason:
+        notes.append(f"The split of the cut model's log-loss into its parts: not measured in this run "
+                     f"({check.parts_reason}); the gap's parts are the cells' move_log_loss and moves_fraction × "
+                     "direction_log_loss_moves, which add up to the log-loss up to the 1e-12 probability floor.")
+    else:
+        notes.append("The split (per labelled bar, each probability floored at 1e-12): flat-vs-move −log(p_up + "
+                     "p_down) on a bar that moved and −log p_flat on a flat bar; up-vs-down −log q_y on a bar that "
+                     "moved (q_up = p_up / (p_up + p_down)), 0 on a flat bar. The log-loss of this table is their "
+                     "sum run by run, so the parts add up exactly; it differs from the 3-class −log p_y by at most "
+                     f"{check.residual:.2g} nats per bar over these runs (where a probability is floored).")
+    return notes
 
 
 def paired_table(nums: Numbers) -> dict | None:
@@ -147,8 +201,10 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      "configuration's fold-mean log-loss minus the reference's, fold by fold (\"-\": lower loss), "
                      "and the directional hit rate from the pooled confusion matrices; the up-vs-down split of the "
                      "log-loss needs the per-bar forecasts.")
+    nesting = {"sentence": nesting_sentence(fq.nesting), "table": nesting_table(fq.nesting),
+               "notes": nesting_notes(fq.nesting)}
     return {"sentence": words["forecast"], "decomposition": decomposition_table(nums), "runs": runs_table(nums),
-            "paired": paired_table(nums),
+            "nesting": nesting, "paired": paired_table(nums),
             "fold_level": None if fq.available else fold_level_table(nums), "notes": notes, "figure": figure}
 
 
@@ -192,7 +248,8 @@ def results(nums: Numbers, words: dict) -> dict:
                      "dm_answer": fq.dm_answer, "dm_mixed": fq.dm_mixed,
                      "comparisons": [{k: getattr(p, k) for k in p.__dataclass_fields__} | {"counts": fq.counts(p)}
                                      for p in fq.comparisons],
-                     "decomposition": fq.decomposition, "fold_level": fq.fold_level},
+                     "decomposition": fq.decomposition, "fold_level": fq.fold_level,
+                     "nesting": fq.nesting.to_dict()},
         "trading": {"strategy": tq.strategy.kind, "horizon": tq.strategy.horizon, "threshold": tq.strategy.threshold,
                     "fee_bps": tq.fee_bps, "n_candidates": tq.n_candidates, "n_profitable": tq.n_profitable,
                     "none_profitable": tq.none_profitable, "passed": s.verdict.passed, "sentence": words["sentence"],

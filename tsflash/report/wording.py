@@ -297,11 +297,58 @@ def dm_sentence(fq) -> str:
 
 
 def forecast_sentence(fq) -> str:
-    """Question 1's answer: over training runs first, then the forecast-level line."""
+    """Question 1's answer: over training runs first, then the forecast-level line; a failed
+    nesting check is said last (it changes what the answer means, whatever the answer)."""
     if not fq.available:
-        return (f"Not tested: {fq.source}, so the paired tests cannot be computed for this run (they need the "
+        text = (f"Not tested: {fq.source}, so the paired tests cannot be computed for this run (they need the "
                 f"per-bar forecasts; a rerun keeps them).{_fold_wins(fq)}")
-    return " ".join(t for t in (run_sentence(fq), dm_sentence(fq)) if t)
+    else:
+        text = " ".join(t for t in (run_sentence(fq), dm_sentence(fq)) if t)
+    return " ".join(t for t in (text, nesting_answer(fq.nesting)) if t)
+
+
+NESTING_PART_NAMES = {"log_loss": "log-loss", "move": "flat-vs-move part", "direction": "up-vs-down part"}
+NESTING_FAILS = "fails: training, not the context, is the cause of part of the gap"
+
+
+def _nested(t, part: str = "log_loss") -> str:
+    """"N=32768 cut to 512 bars +0.0054 per bar against N=512 (95 % [...], p 0.056, Holm p 0.056)"."""
+    r = t.parts[part]
+    return (f"N={t.n} cut to {t.cut} bars {signed(r.estimate)} per bar against N={t.cut} (95 % "
+            f"[{signed(r.ci[0])}, {signed(r.ci[1])}], p {fmt(r.p, '.3g')}, Holm p {fmt(r.p_holm, '.3g')})")
+
+
+def _nested_parts(t) -> str:
+    """"; flat-vs-move part +0.003 (Holm p 0.01), up-vs-down part +0.002 (Holm p 0.2)" where measured."""
+    parts = [p for p in ("move", "direction") if p in t.parts]
+    return "".join(f"; {NESTING_PART_NAMES[p]} {signed(t.parts[p].estimate)} (Holm p {fmt(t.parts[p].p_holm, '.3g')})"
+                   for p in parts)
+
+
+def nesting_sentence(check) -> str:
+    """The nesting check's verdict with its numbers: "passes", "fails: ..." or "not measured"."""
+    if check.verdict == "not measured":
+        return f"Nesting check: not measured in this run ({check.reason})."
+    lead = (f"Nesting check (each longer N scored with its context cut to the last {check.cut} bars, which every "
+            f"evaluation context holds, against N={check.cut} on the same test bars; over training runs, "
+            f"{plural(check.seeds_per_fold, 'seed')} per fold, Holm over {plural(len(check.tests), 'longer N', 'longer Ns')})")
+    if check.failed:
+        who = "these models" if len(check.failed) > 1 else "this model"
+        return (f"{lead}: {NESTING_FAILS}. " + "; ".join(_nested(t) + _nested_parts(t) for t in check.failed)
+                + f". A long context cannot remove information, so {who} lost short-range skill in training.")
+    worst = max(check.tests, key=lambda t: t.parts["log_loss"].estimate)
+    power = (f"; at this design the check finds a loss of {check.detectable:.2g} per bar with 80 % power"
+             if check.detectable else "")
+    return (f"{lead}: passes: no longer N cut to {check.cut} bars forecasts significantly worse than N={check.cut} "
+            f"(the largest difference: {_nested(worst)}{_nested_parts(worst)}){power}.")
+
+
+def nesting_answer(check) -> str:
+    """What question 1's answer adds from the nesting check: a sentence only when it fails."""
+    if not check.failed:
+        return ""
+    return (f"The nesting check {NESTING_FAILS}: " + "; ".join(_nested(t) for t in check.failed)
+            + f": in training, the long model lost short-range skill that N={check.cut} learns.")
 
 
 def run_power_sentence(runs) -> str:

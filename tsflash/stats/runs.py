@@ -1,7 +1,9 @@
 """Question 1 tested at the unit of its claim, training runs (issue 28): the primary test of "does
 arm B (a context length N) forecast better than arm A", its A/A calibration, its power, a
-simulator of runs for both, and PBO's null distribution for few candidates. Torch-free (numpy and
-scipy); it reads per-day loss sums, the table `tsflash.scoring.daily.fold_losses` writes.
+simulator of runs for both, PBO's null distribution for few candidates, and the nesting check
+(issue 29: a long-N model with its context cut to the shortest N against the shortest-N model,
+over the same runs). Torch-free (numpy and scipy); it reads per-day loss sums, the table
+`tsflash.scoring.daily.fold_losses` writes, or one mean loss per run (`runs_from_means`).
 """
 
 from __future__ import annotations
@@ -449,3 +451,87 @@ def pbo_null(n_candidates: int, n_days: int, n_blocks: int = CSCV_BLOCKS, *, n_r
     p = None if observed is None else float(np.mean(values >= observed))
     return PBONull(n_candidates, n_days, n_blocks, values, float(values.mean()),
                    {q: float(np.quantile(values, q)) for q in PBO_QUANTILES}, observed, p)
+
+
+# ---------------------------------------------------------------------------------------------
+# The nesting check (issue 29): a long-N model with its context cut to the shortest N
+
+
+NESTING_PARTS = ("log_loss", "move", "direction")  # the log-loss and its flat-vs-move and up-vs-down parts
+PASSES, FAILS, NOT_MEASURED = "passes", "fails", "not measured"
+
+
+def runs_from_means(label: str, fold, seed, mean, count) -> Runs:
+    """Runs given as one mean loss per bar per (fold, seed) run, over `count` bars (a cell summary's
+    metrics): one row per run (day 0) whose loss sum is mean * count, so `run_means` gives `mean`."""
+    mean, count = np.asarray(mean, np.float64), np.asarray(count, np.float64)
+    return Runs(label, fold, seed, np.zeros(mean.shape, np.int64), mean * count, count)
+
+
+@dataclass(frozen=True)
+class NestingTest:
+    """One long N of the nesting check: per part of NESTING_PARTS measured, `run_level_test` of the
+    long-N model scored with its context cut to `cut` bars (arm B) minus the model trained at N = `cut`
+    (arm A), on the same test bars; p_holm over the long Ns within the part. Positive: the cut model
+    forecasts worse, so its training lost skill the shorter model learns."""
+
+    n: int
+    cut: int
+    parts: Mapping[str, RunTestResult]
+
+    @property
+    def lost_skill(self) -> bool:
+        """The log-loss (the total, the part that decides) significantly higher after Holm."""
+        return self.parts["log_loss"].verdict == "worse"
+
+
+def nesting_tests(short: Mapping[str, Runs], cut: Mapping[int, Mapping[str, Runs]], *, cut_length: int,
+                  alpha: float = ALPHA, min_seeds_per_fold: int = 2) -> list[NestingTest]:
+    """The nesting check over training runs, one `NestingTest` per long N (sorted).
+
+    short : {part: the runs of the model trained at N = cut_length}, parts from NESTING_PARTS,
+        "log_loss" required; cut : {N: {part: the runs of the N model scored with its context cut
+        to cut_length bars}}. A part is tested where every arm has it (a run whose cells keep only
+        the cut log-loss is tested on the total alone).
+
+    Why it is a check of training: every evaluation context of the cut scoring holds the same
+    last `cut_length` bars as the short model's, so both forecasts rest on the same information,
+    and the long model was trained on windows whose first `cut_length` positions are exactly such
+    contexts. A long context cannot remove information, so a cut model significantly worse than
+    the short one lost short-range skill in training. The decision reads the log-loss, the proper
+    score of the whole forecast; its parts (which add up to it, run by run) say where the loss
+    lies. Holm over the long Ns within each part (any dependence between them); two-sided tests,
+    so a cut model better than the short one is reported too, and it passes.
+    """
+    unknown = {p for arm in (short, *cut.values()) for p in arm} - set(NESTING_PARTS)
+    if unknown:
+        raise RunTestInputError(f"nesting parts must be among {NESTING_PARTS}, got {sorted(unknown)}")
+    if not cut:
+        raise RunTestInputError(f"the nesting check needs at least one N longer than {cut_length}, got none")
+    longs = sorted(cut)
+    if longs[0] <= cut_length:
+        raise RunTestInputError(f"every nested N must be longer than the cut {cut_length}, got N = {longs}")
+    if "log_loss" not in short or any("log_loss" not in cut[n] for n in longs):
+        raise RunTestInputError("the nesting check needs the log-loss of every arm (part 'log_loss')")
+    parts = [p for p in NESTING_PARTS if p in short and all(p in cut[n] for n in longs)]
+    tested = {p: holm_adjust([run_level_test(short[p], cut[n][p], alpha=alpha, min_seeds_per_fold=min_seeds_per_fold)
+                              for n in longs]) for p in parts}
+    return [NestingTest(n, cut_length, {p: tested[p][i] for p in parts}) for i, n in enumerate(longs)]
+
+
+def nesting_verdict(tests: Sequence[NestingTest]) -> str:
+    """FAILS when some long N cut to the short length lost skill (`NestingTest.lost_skill`), else
+    PASSES; NOT_MEASURED without tests."""
+    if not tests:
+        return NOT_MEASURED
+    return FAILS if any(t.lost_skill for t in tests) else PASSES
+
+
+def pooled_components(results: Sequence[RunTestResult]) -> VarianceComponents | None:
+    """The variance components of several run-level tests pooled (the mean of each variance; df
+    summed) for a power statement; None when none has a finite seed variance."""
+    comps = [r.components for r in results if math.isfinite(r.components.within_fold_seed)]
+    if not comps:
+        return None
+    return VarianceComponents(float(np.mean([c.between_fold for c in comps])),
+                              float(np.mean([c.within_fold_seed for c in comps])), sum(c.seed_df for c in comps))
