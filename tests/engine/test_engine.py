@@ -14,7 +14,7 @@ from tests.conftest import run_fold_killed_at
 from tsflash import engine
 from tsflash.config import load_config
 from tsflash.errors import UserError
-from tsflash.scoring.metrics import classification_metrics, pooled_metrics, positions_from_probs, strategy_returns
+from tsflash.scoring.metrics import classification_metrics, direction_metrics, pooled_metrics, positions_from_probs, strategy_returns
 from tsflash.data.synthetic import random_walk_bars
 from tsflash.dataset.windows import BalancedWindows, fit_pieces
 
@@ -437,8 +437,11 @@ def test_truncated_scoring_scores_exactly_the_bars_of_the_full_scoring(prepared,
         assert bool((ctx <= m).all()) and bool((full_ctx > m // 2).all())
         np.testing.assert_array_equal(cut.numpy(), probs)
         assert not np.array_equal(probs, r.y_prob)  # a shorter context does change the forecast
-        expected = classification_metrics(r.y_true, probs)
-        assert r.far_context[str(m)] == {k: expected[k] for k in ("log_loss", "accuracy", "balanced_accuracy", "mcc")}
+        expected = classification_metrics(r.y_true, probs) | direction_metrics(r.y_true, probs)
+        # the cut scoring's log-loss parts too, so the nesting check can split it from summaries alone
+        keys = ("log_loss", "accuracy", "balanced_accuracy", "mcc", "move_log_loss", "direction_log_loss_moves",
+                "moves_fraction")
+        assert r.far_context[str(m)] == {k: expected[k] for k in keys}
     # saved and loaded with the cell; a cell saved before cuts existed still loads
     back = engine.FoldResult.load(r.save(tmp_path / "cell")[0])
     assert back.far_context == r.far_context and sorted(back.y_prob_cut) == [16, 32]

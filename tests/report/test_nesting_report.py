@@ -39,10 +39,12 @@ def _forecast(rng, vol, q, shrink: float) -> np.ndarray:
     return np.column_stack([pm * (1 - qq), 1 - pm, pm * qq]).astype(np.float16).astype(np.float64)
 
 
-def nested_run(tmp_path, shrink: dict[int, float], *, seeds: int = 3, cuts=(CUT,), per_bar: bool = True):
+def nested_run(tmp_path, shrink: dict[int, float], *, seeds: int = 3, cuts=(CUT,), per_bar: bool = True,
+               cut_parts: bool = False):
     """make_run's folder with `seeds` seeds per fold, the long cells scored with their context cut to
     each of `cuts` (the cut forecast of N loses `shrink[N]` of the volatility skill), and, with
-    `per_bar`, every cell's .npz (test bars, labels, probabilities, cut probabilities)."""
+    `per_bar`, every cell's .npz (test bars, labels, probabilities, cut probabilities). `cut_parts`:
+    the summaries' cut scorings hold their log-loss parts, as cells scored since the check do."""
     run = make_run(tmp_path, drift=0.0)
     cfg = json.loads((run / "config.json").read_text())
     cfg["train"]["seeds"], cfg["eval"]["context_cuts"] = list(range(seeds)), list(cuts)
@@ -59,7 +61,8 @@ def nested_run(tmp_path, shrink: dict[int, float], *, seeds: int = 3, cuts=(CUT,
             cut = {m: _forecast(rng, vol, q, shrink.get(n, 0.0))[sl] for m in cuts if m < n}
             c = json.loads(json.dumps(cell)) | {"seed": seed}
             c["metrics"] |= classification_metrics(y[sl], full) | direction_metrics(y[sl], full)
-            c["far_context"] = {str(m): classification_metrics(y[sl], p) for m, p in cut.items()}
+            c["far_context"] = {str(m): classification_metrics(y[sl], p) | (direction_metrics(y[sl], p) if cut_parts else {})
+                                for m, p in cut.items()}
             stem = path.with_name(f"fold{fold}-seed{seed}")
             write_json(stem.with_name(stem.name + ".cell.json"), c)
             if per_bar:
@@ -133,6 +136,21 @@ def test_without_the_per_bar_cells_the_check_reads_the_summaries_log_loss(tmp_pa
     text = build_report(run)[0].read_text()
     assert "| N=64 cut to 32 | flat-vs-move part | not measured |" in text
     assert "The split of the cut model's log-loss into its parts: not measured in this run" in text
+
+
+def test_summaries_that_hold_the_cut_scorings_parts_give_the_split_without_the_per_bar_cells(tmp_path):
+    run = nested_run(tmp_path, {64: 1.0}, cut_parts=True)
+    per_bar = nesting_check(load_run(run), PRIMARY)
+    for npz in run.glob("cells/n*/*.npz"):
+        npz.unlink()
+    check = nesting_check(load_run(run), PRIMARY)
+    assert check.source == SUMMARIES and check.parts_reason == "" and check.verdict == "fails"
+    assert all(set(t.parts) == {"log_loss", "move", "direction"} for t in check.tests)
+    for t, ref in zip(check.tests, per_bar.tests):  # float64 summaries against float16 per-bar probabilities
+        for part in ("log_loss", "move", "direction"):
+            assert t.parts[part].estimate == pytest.approx(ref.parts[part].estimate, abs=1e-4)
+    text = build_report(run)[0].read_text()
+    assert "| N=64 cut to 32 | flat-vs-move part | not measured |" not in text
 
 
 @pytest.mark.parametrize("case, reason", [

@@ -102,6 +102,10 @@ def _empty(*shape, dtype=np.float64):
     return lambda: np.empty((0, *shape), dtype=dtype)
 _CUT_PREFIX = "y_prob_ctx"  # + the cut m: probabilities with the context cut to m bars
 FAR_CONTEXT_METRICS = ("log_loss", "accuracy", "balanced_accuracy", "mcc")
+# The parts of the cut scoring's log-loss (flat-vs-move, up-vs-down on the bars that moved), so that
+# the report's nesting check can split it from the cell summaries alone (tsflash.report.nesting):
+# published folders keep the summaries, not the per-bar arrays.
+FAR_CONTEXT_PARTS = ("move_log_loss", "direction_log_loss_moves", "moves_fraction")
 
 
 @dataclass
@@ -207,7 +211,8 @@ def fold_result(prepared: Prepared, fd: FoldData, n: int, seed: int, y_prob: np.
     metrics.update(direction_metrics(y_true, y_prob))
     metrics.update(return_summary(position, gross, net))
     cut_probs = {int(m): p.astype(np.float32) for m, p in (cut_probs or {}).items()}
-    far = {str(m): _subset(classification_metrics(y_true, p), FAR_CONTEXT_METRICS) for m, p in cut_probs.items()}
+    far = {str(m): _subset(classification_metrics(y_true, p), FAR_CONTEXT_METRICS)
+           | _subset(direction_metrics(y_true, p), FAR_CONTEXT_PARTS) for m, p in cut_probs.items()}
     t = prepared.open_time
     return FoldResult(
         fold=fd.fold, n=n, seed=seed,

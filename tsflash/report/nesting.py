@@ -134,12 +134,19 @@ def _from_cells(stem, fold: int, seed: int, cut: int | None) -> _Run:
     return _Run(fold, seed, float(n), full, cut_parts, bars, max(res, res_cut))
 
 
-def _from_summary(cell: dict, cut: int | None) -> _Run:
-    m = cell["metrics"]
-    full = {"log_loss": m["log_loss"]}
+def _summary_parts(m: dict) -> dict[str, float]:
+    """The log-loss of a cell summary's metrics (or of its far_context scoring), with its parts when
+    the summary holds them (cut scorings hold them since the nesting check; older ones do not)."""
+    parts = {"log_loss": m["log_loss"]}
     if m.get("move_log_loss") is not None and m.get("direction_log_loss_moves") is not None:
-        full |= {"move": m["move_log_loss"], "direction": m["moves_fraction"] * m["direction_log_loss_moves"]}
-    cut_parts = None if cut is None else {"log_loss": cell["far_context"][str(cut)]["log_loss"]}
+        parts |= {"move": m["move_log_loss"], "direction": m["moves_fraction"] * m["direction_log_loss_moves"]}
+    return parts
+
+
+def _from_summary(cell: dict, cut: int | None) -> _Run:
+    full = _summary_parts(cell["metrics"])
+    cut_parts = None if cut is None else _summary_parts(cell["far_context"][str(cut)])
+    m = cell["metrics"]
     return _Run(cell["fold"], cell["seed"], float(m["n_scored"]), full, cut_parts,
                 (m["n_scored"], cell["test_start"], cell["test_end"]))
 
@@ -196,9 +203,11 @@ def nesting_check(rd: RunData, primary: list[str]) -> NestingCheck:
         return out
     per_bar = _has_cut_arrays(rd, cells[short], None) and all(_has_cut_arrays(rd, cells[k], cut) for k in longs)
     out.source = PER_BAR if per_bar else SUMMARIES
-    if not per_bar:
+    split_in_summaries = all("move" in _summary_parts(c["far_context"][str(cut)]) for k in longs for c in cells[k])
+    if not per_bar and not split_in_summaries:
         out.parts_reason = (f"the cut model's split needs its per-bar probabilities (cells/**/*.npz, array "
-                            f"{CUT_ARRAY.format(cut)}), which this folder does not keep")
+                            f"{CUT_ARRAY.format(cut)}) or cell summaries that hold the cut scoring's parts "
+                            "(cells scored since the nesting check), and this folder has neither")
     try:
         records = {k: [_record(rd, c, None if k == short else cut, per_bar) for c in cells[k]] for k in primary}
         why = next((w for k in longs if (w := _mismatch(records[short], records[k], rd.n_of(k)))), "")
