@@ -103,6 +103,21 @@ class TrainConfig:
     # are restored either way.
     eval_every: int = 0
     patience: int = 0
+    # The training recipe (issue 29): checkpoints restored at a best step of 137-184 of 600 kept
+    # weights at 83-91 % of the peak learning rate, unannealed and noisy. Both options are off by
+    # default (the published runs); `recipe_words` says in one line what a config uses.
+    # ema_decay: an exponential moving average of the weights (debiased: the average of the
+    # iterates so far, weights decay^(t-i)); validation, the restored best weights and the test
+    # scoring use the average. 0 = off.
+    ema_decay: float = 0.0
+    # schedule: "cosine" (warm-up, cosine to lr * min_lr_ratio at train.steps) or "wsd"
+    # (warm-up, stable at lr, linear decay to lr * min_lr_ratio). With a validation tail, "wsd"
+    # runs the stable phase under the stopping rule, then rewinds to the best step s (weights,
+    # optimizer, average) and decays over decay_fraction * s steps: the annealed end lands at the
+    # validated step, at the cost of the decay steps only. Without a tail, the decay is the last
+    # decay_fraction of train.steps.
+    schedule: str = "cosine"
+    decay_fraction: float = 0.2
 
 
 @dataclass
@@ -230,7 +245,9 @@ SCHEMES = ("expanding", "rolling")
 # them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
 ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
                "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
-               "eval.entry_threshold": -1.0, "model.patch": 1}
+               "eval.entry_threshold": -1.0, "model.patch": 1, "train.ema_decay": 0.0, "train.schedule": "cosine",
+               "train.decay_fraction": 0.2}
+SCHEDULES = ("cosine", "wsd")
 
 
 @dataclass(frozen=True)
@@ -293,6 +310,8 @@ FIELD_RULES: dict[str, Bound] = {
     "train.seeds": Bound(0),
     "train.eval_every": Bound(0),
     "train.patience": Bound(0, note="0 = never stop early"),
+    "train.ema_decay": Bound(0, 1, hi_open=True, note="0 = no weight average"),
+    "train.decay_fraction": Bound(0, 1, lo_open=True),
     "eval.fee_bps": Bound(0),
     "eval.baseline_lags": Bound(1),
     "eval.batch_tokens": Bound(1),
@@ -441,6 +460,34 @@ def _check_budget(cfg: ExperimentConfig) -> None:
     if sp.val_days and tr.eval_every < 1:
         raise UserError(f"train.eval_every must be >= 1 when splits.val_days > 0 (the validation loss is measured "
                         f"every eval_every steps and at the last step), got {tr.eval_every}")
+    check_schedule(tr)
+
+
+def check_schedule(tr: TrainConfig) -> None:
+    """The schedule's name, and no decay fraction where the schedule has no decay phase (a value that
+    would silently do nothing)."""
+    if tr.schedule not in SCHEDULES:
+        raise UserError(f"train.schedule must be 'cosine' or 'wsd', got {tr.schedule!r}")
+    if tr.schedule == "cosine" and tr.decay_fraction != ADDED_LATER["train.decay_fraction"]:
+        raise UserError(f"train.decay_fraction={tr.decay_fraction} is used by train.schedule='wsd' only "
+                        f"(the cosine schedule decays over all of train.steps)")
+
+
+def recipe_words(train: dict) -> str:
+    """The training recipe of a resolved config's train table (`to_dict`, keys added later may be
+    absent), in one line for the report's setup table."""
+    schedule = train.get("schedule", ADDED_LATER["train.schedule"])
+    ratio = train.get("min_lr_ratio", TrainConfig.min_lr_ratio)
+    if schedule == "wsd":
+        fraction = train.get("decay_fraction", ADDED_LATER["train.decay_fraction"])
+        words = (f"warm-up, stable, then a linear decay to {ratio:g} x lr over {fraction:.0%} of the steps; with a "
+                 "validation tail the decay starts from the validated best step (weights and optimizer rewound)")
+    else:
+        words = f"warm-up, then cosine decay to {ratio:g} x lr at the last step"
+    decay = train.get("ema_decay", ADDED_LATER["train.ema_decay"])
+    average = (f"an exponential moving average of the weights (decay {decay:g}, about {1 / (1 - decay):.0f} steps) "
+               "is validated, kept and scored" if decay else "the raw weights are validated, kept and scored")
+    return f"{words}; {average}"
 
 
 def _check_eval(cfg: ExperimentConfig) -> None:

@@ -56,10 +56,25 @@ the balanced windows start at every offset, every training bar is a patch end in
 windows (`tsflash.dataset.windows`); validation and test bars are scored once each, from windows
 whose patch grid ends at the bar (at most p x the eval windows of p = 1).
 
+The recipe (issue 29; off by default, the published runs): the best weights restored at steps
+137-184 of 600 were those of 83-91 % of the peak learning rate, unannealed, and the validation
+loss of N=32768 moved 2.4x more between evaluations than at 512. ``train.ema_decay`` > 0 keeps a
+debiased exponential moving average of the weights (`_update_average`): it is what is validated,
+restored and scored, so the kept model is an average, not one noisy iterate. ``train.schedule =
+"wsd"`` (warm-up, stable, decay; `wsd_lr_at`) fits the stopping rule where a cosine to a fixed
+step count cannot: the stable phase runs under the stopping rule, then training rewinds to its
+best step s (weights, optimizer, average, kept on the host at each new best) and decays linearly
+over ``decay_fraction`` x s steps, validated as before (no early stop within it). That is the
+"second pass ending its decay at the validated step" without the second pass: a rerun with the
+same seed would repeat the stable phase up to s exactly. It costs the decay steps (about 20 % of
+s) and host memory for one copy of weights and optimizer. Without a validation tail the decay
+is the last ``decay_fraction`` of ``train.steps``.
+
 Learning curves: every evaluation appends (step, mean training loss since the previous
 evaluation, validation loss) to the training state; checkpoints carry it and the early-stopping
 state, so an interrupted cell resumes bit-identically on CPU. `FoldResult.cost` keeps the curve,
-the best step and the stopping step.
+the best step and the stopping step. A "wsd" cell's step count and curve go on through the
+decay (they count optimizer steps run), so its curve holds the rewind as a step back in loss.
 """
 
 from __future__ import annotations
@@ -78,7 +93,7 @@ import torch
 
 from tsflash.model import attention
 from tsflash.model import fastpath
-from tsflash.config import ExperimentConfig, TrainConfig
+from tsflash.config import ExperimentConfig, TrainConfig, check_schedule
 from tsflash.model.rotary import rotary_wavelength
 from tsflash.device import autocast, reset_peak_memory, sync
 from tsflash.engine._checkpoint import Checkpoint, TrainingState, checkpoint_identity
@@ -98,6 +113,24 @@ def lr_at(step: int, steps: int, lr: float, warmup_steps: int, min_lr_ratio: flo
     span = max(1, steps - 1 - warmup_steps)
     progress = min(1.0, (step - warmup_steps) / span)
     return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def wsd_lr_at(step: int, lr: float, warmup_steps: int, min_lr_ratio: float, decay_start: int | None,
+              decay_steps: int = 1) -> float:
+    """Warm-up, stable, decay: linear warm-up over `warmup_steps` steps to `lr`, then `lr` until
+    `decay_start` (None: no decay yet), then a linear decay from `lr` reaching lr * min_lr_ratio at
+    the decay's last step, decay_start + decay_steps - 1 (and held there after)."""
+    if decay_start is not None and step >= decay_start:
+        done = min(decay_steps, step - decay_start + 1)
+        return lr * (1 - (1 - min_lr_ratio) * done / decay_steps)
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    return lr
+
+
+def decay_steps(fraction: float, steps: int) -> int:
+    """The decay phase's length: `fraction` of `steps` (the steps before it), at least one."""
+    return max(1, round(fraction * steps))
 
 
 def step_seed(seed: int, fold: int, step: int) -> int:
@@ -173,14 +206,17 @@ def run_fold(
     state = checkpoint.load(model, optimizer) or TrainingState()
 
     reset_peak_memory(device)
-    first = tc.steps if state.stopped else state.step  # a stopped run draws no more batches
-    batch_at = _batch_source(windows, features, labels, batch, tc, first, seed, fold, mconf.dropout > 0)
+    # a finished run draws no more batches; a "wsd" decay past this end draws its own (`_batch_source`)
+    batch_at = _batch_source(windows, features, labels, batch, state.step, _last_step(state, tc), seed, fold,
+                             mconf.dropout > 0)
     val_loss = functools.partial(validation_loss, fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device,
                                  mconf.patch)
     _train(model, fwd_model, optimizer, tc, state, batch_at, val_loss if fd.val is not None else None, checkpoint,
            on_step, device, f"fold {fold} n={n} seed={seed}")
     if state.best_model is not None:
         model.load_state_dict(state.best_model)
+    elif state.average is not None:  # a fixed budget: the average at the last step is the model
+        _copy_into(model, state.average["weights"])
     if model_path is not None:
         model.save(model_path)
 
@@ -220,7 +256,8 @@ def _score_test(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: Ex
 
 def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, batch_at, val_loss,
            checkpoint: Checkpoint, on_step, device: torch.device, label: str) -> None:
-    """The training loop, from `state.step` to tc.steps or an early stop; updates `state`.
+    """The training loop, from `state.step` to `_last_step` (tc.steps, an early stop, or the end
+    of a "wsd" decay); updates `state`.
 
     batch_at(step) -> (x, y, denominator) : the step's windows (B, n, F), targets (B, n) with
         -1 = not scored, and the loss's fixed denominator.
@@ -228,6 +265,10 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
     """
     if state.kernels_observed is None:
         attention.warm_up_profiler()  # its one-time setup is not part of a training step
+    if tc.schedule == "wsd" and val_loss is None and state.decay is None:  # a fixed budget: the classic end
+        length = decay_steps(tc.decay_fraction, tc.steps)
+        state.decay = {"from": None, "start": tc.steps - length, "steps": length}
+    rewinds = tc.schedule == "wsd" and val_loss is not None
     clock = StepClock(device, state.train_seconds)
     step = first = state.step
     # A compiled forward compiles in its first step: the profiler would record every op of the
@@ -235,9 +276,9 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
     # the kernels are observed one step later, the same graph running (unless there is no later step).
     compiles = isinstance(fwd_model, fastpath.Compiled)
     model.train()
-    while step < tc.steps and not state.stopped:
+    while step < _last_step(state, tc):
         clock.start()
-        lr = lr_at(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_ratio)
+        lr = _learning_rate(step, tc, state)
         for group in optimizer.param_groups:
             group["lr"] = lr
         x, y, denominator = batch_at(step)  # (B, n, F), (B, n), float
@@ -249,22 +290,24 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if tc.ema_decay:
+            _update_average(state, model, tc.ema_decay)
         state.loss_sum = state.loss_sum + loss.detach()  # on the device: no sync per step
         step = state.step = step + 1
 
-        validate = val_loss is not None and (step % tc.eval_every == 0 or step == tc.steps)
-        save = step == tc.steps or checkpoint.due()
+        last = _last_step(state, tc)
+        validate = val_loss is not None and (step % tc.eval_every == 0 or step == last)
+        save = step == last or checkpoint.due()
         if validate or save:
             state.train_seconds = clock.pause()  # validation and checkpoint writes are not training
         if validate:
-            t0 = time.perf_counter()
-            val = _evaluating(model, val_loss)  # a float: the device has finished
-            if state.val_seconds is not None:  # None: resumed from a checkpoint that did not record it
-                state.val_seconds += time.perf_counter() - t0
-            _evaluate_and_stop(state, model, val, tc.patience)
-            log.debug("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, step,
-                     state.curve["train_loss"][-1], state.curve["val_loss"][-1], state.best_loss, state.best_step)
-        if save or state.stopped:
+            _validate(state, model, optimizer, val_loss, tc, rewinds, label)
+        if rewinds and state.decay is None and state.rewind is not None and (state.stopped or step == tc.steps):
+            _begin_decay(state, model, optimizer, tc, device)
+            log.debug("%s step %d: decay over %d steps from the best step %d", label, step, state.decay["steps"],
+                      state.decay["from"])
+            save = True
+        if save or step >= _last_step(state, tc):
             checkpoint.save(model, optimizer, state)
         if log.isEnabledFor(logging.DEBUG) and step % max(1, tc.steps // 10) == 0:
             log.debug("%s step %d/%d lr %.2e loss %.5f", label, step, tc.steps, lr, loss.item())
@@ -273,24 +316,119 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
     state.train_seconds = clock.pause()
 
 
-def _batch_source(windows: BalancedWindows, features: torch.Tensor, labels: torch.Tensor, batch: int,
-                  tc: TrainConfig, first: int, seed: int, fold: int, dropout: bool):
-    """batch_at(step) -> (x (B, n, F), y (B, n), loss denominator) for steps first .. tc.steps - 1.
+def _last_step(state: TrainingState, tc: TrainConfig) -> int:
+    """Where training ends: the end of the decay once it is planned, else the early stop or tc.steps."""
+    if state.decay is not None:
+        return state.decay["start"] + state.decay["steps"]
+    return state.step if state.stopped else tc.steps
 
-    Windows are `windows.targets(labels, k)` for k = `sample_starts(...)`; all remaining steps'
-    picks are drawn up front (one host->device copy, no per-step sync). The denominator is the
-    expected number of scored positions of a batch (module doc). With dropout, the step's seed
-    also fixes the masks (reproducible on resume).
+
+def _learning_rate(step: int, tc: TrainConfig, state: TrainingState) -> float:
+    if tc.schedule == "cosine":
+        return lr_at(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_ratio)
+    decay = state.decay or {"start": None, "steps": 1}
+    return wsd_lr_at(step, tc.lr, tc.warmup_steps, tc.min_lr_ratio, decay["start"], decay["steps"])
+
+
+def _validate(state: TrainingState, model, optimizer, val_loss, tc: TrainConfig, rewinds: bool, label: str) -> None:
+    """One evaluation, of the weight average where there is one; with `rewinds` (a "wsd" schedule
+    before its decay) a new best also keeps the state the decay would start from."""
+    t0 = time.perf_counter()
+    with _averaged_weights(model, state.average):
+        val = _evaluating(model, val_loss)  # a float: the device has finished
+        # no early stop within the decay: it is short, and its end is the annealed model
+        improved = _evaluate_and_stop(state, model, val, tc.patience if state.decay is None else 0)
+    if state.val_seconds is not None:  # None: resumed from a checkpoint that did not record it
+        state.val_seconds += time.perf_counter() - t0
+    if improved and rewinds and state.decay is None:
+        state.rewind = {"step": state.step, "model": _to_host(model.state_dict()),
+                        "optimizer": _to_host(optimizer.state_dict()), "average": _to_host(state.average)}
+    log.debug("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, state.step,
+              state.curve["train_loss"][-1], state.curve["val_loss"][-1], state.best_loss, state.best_step)
+
+
+def _begin_decay(state: TrainingState, model, optimizer, tc: TrainConfig, device: torch.device) -> None:
+    """The "wsd" schedule's annealed end at the validated step: weights, optimizer and average
+    rewound to the stable phase's best step s, then a decay of decay_fraction * s steps. The step
+    count goes on (it counts the optimizer steps run), and so do the batches drawn."""
+    rewind, state.rewind = state.rewind, None  # used once; not carried by later checkpoints
+    model.load_state_dict(rewind["model"])
+    optimizer.load_state_dict(rewind["optimizer"])
+    if rewind["average"] is not None:
+        state.average = _to_device(rewind["average"], device)
+    state.decay = {"from": rewind["step"], "start": state.step, "steps": decay_steps(tc.decay_fraction, rewind["step"])}
+
+
+def _update_average(state: TrainingState, model, decay: float) -> None:
+    """The debiased exponential moving average of the weights after each optimizer step: after t
+    steps, sum_i decay^(t-i) w_i / sum_i decay^(t-i) (so no weight of the initialisation), i.e.
+    a lerp towards the new weights by (1 - decay) / (1 - decay^t)."""
+    named = list(model.named_parameters())
+    if state.average is None:
+        state.average = {"count": 0, "weights": {k: p.detach().clone() for k, p in named}}
+    average = state.average
+    average["count"] += 1
+    weight = (1 - decay) / (1 - decay ** average["count"])
+    with torch.no_grad():
+        torch._foreach_lerp_([average["weights"][k] for k, _ in named], [p.detach() for _, p in named], weight)
+
+
+@contextlib.contextmanager
+def _averaged_weights(model, average: dict | None):
+    """The block runs with the weight average in the model's parameters (as they are without one)."""
+    if average is None:
+        yield
+        return
+    live = {k: p.detach().clone() for k, p in model.named_parameters()}
+    _copy_into(model, average["weights"])
+    try:
+        yield
+    finally:
+        _copy_into(model, live)
+
+
+def _copy_into(model, weights: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            p.copy_(weights[k])
+
+
+def _to_host(obj):
+    """A copy on the host of a (nested) state: tensors copied, containers rebuilt, the rest as is."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: _to_host(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_host(v) for v in obj)
+    return obj
+
+
+def _to_device(average: dict, device: torch.device) -> dict:
+    return {"count": average["count"], "weights": {k: v.to(device, copy=True) for k, v in average["weights"].items()}}
+
+
+def _batch_source(windows: BalancedWindows, features: torch.Tensor, labels: torch.Tensor, batch: int,
+                  first: int, last: int, seed: int, fold: int, dropout: bool):
+    """batch_at(step) -> (x (B, n, F), y (B, n), loss denominator) for steps from `first` on.
+
+    Windows are `windows.targets(labels, k)` for k = `sample_starts(...)`; the picks of steps
+    first .. last - 1 are drawn up front (one host->device copy, no per-step sync), those of later
+    steps (a "wsd" decay that runs past the planned end) when asked, the same picks either way. The
+    denominator is the expected number of scored positions of a batch (module doc). With dropout,
+    the step's seed also fixes the masks (reproducible on resume).
     """
     device = features.device
     denominator = batch * windows.scored_per_window()
-    picks = torch.stack([sample_starts(windows.count, batch, seed, fold, s) for s in range(first, tc.steps)]).to(device) \
-        if first < tc.steps else None  # (steps - first, B)
+    picks = torch.stack([sample_starts(windows.count, batch, seed, fold, s) for s in range(first, last)]).to(device) \
+        if first < last else None  # (last - first, B)
 
     def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
         if dropout:
             torch.manual_seed(step_seed(seed, fold, step))
-        start, y = windows.targets(labels, picks[step - first])  # (B,), (B, n)
+        pick = picks[step - first] if first <= step < last else sample_starts(windows.count, batch, seed, fold,
+                                                                               step).to(device)
+        start, y = windows.targets(labels, pick)  # (B,), (B, n)
         return gather_windows(features, start, windows.n), y, denominator  # (B, n, F), (B, n)
 
     return batch_at
@@ -319,9 +457,10 @@ def _evaluating(model, fn):
         model.train()
 
 
-def _evaluate_and_stop(state: TrainingState, model, val: float, patience: int) -> None:
+def _evaluate_and_stop(state: TrainingState, model, val: float, patience: int) -> bool:
     """Append (step, mean training loss since the last evaluation, val) to the curve; keep the best
-    weights (on the host); stop after `patience` evaluations without improvement (0 = never)."""
+    weights (on the host); stop after `patience` evaluations without improvement (0 = never).
+    Returns whether `val` is a new best."""
     curve, step = state.curve, state.step
     since = step - (curve["step"][-1] if curve["step"] else 0)
     curve["step"].append(step)
@@ -331,23 +470,39 @@ def _evaluate_and_stop(state: TrainingState, model, val: float, patience: int) -
     if val < state.best_loss:
         state.best_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         state.best_loss, state.best_step, state.bad_evals = val, step, 0
-    else:
-        state.bad_evals += 1
-        state.stopped = patience > 0 and state.bad_evals >= patience
+        return True
+    state.bad_evals += 1
+    state.stopped = state.stopped or (patience > 0 and state.bad_evals >= patience)
+    return False
 
 
 def _training_record(state: TrainingState, tc: TrainConfig, validated: bool, model) -> dict:
     """The cost record's training fields: the learning curve {"step", "train_loss", "val_loss"}
     (empty lists without a validation tail), the best step and its validation loss (None without
     a tail), the last step trained, the rule (maximum, eval_every, patience, lr) and the rotary
-    base in use with its slowest wavelength in bars."""
+    base in use with its slowest wavelength in bars; with a recipe other than the published one
+    (cosine, raw weights) also "recipe" (`_recipe_record`)."""
     head_dim, base = model.config.head_dim, model.config.rotary_base
-    return {"rotary_base": base, "rotary_wavelength": rotary_wavelength(head_dim, base),
-            "curve": {k: list(v) for k, v in state.curve.items()},
-            "best_step": state.best_step if validated else None,
-            "best_val_loss": state.best_loss if validated else None, "stop_step": state.step,
-            "max_steps": tc.steps, "eval_every": tc.eval_every if validated else None,
-            "patience": tc.patience if validated else None, "lr": tc.lr}
+    record = {"rotary_base": base, "rotary_wavelength": rotary_wavelength(head_dim, base),
+              "curve": {k: list(v) for k, v in state.curve.items()},
+              "best_step": state.best_step if validated else None,
+              "best_val_loss": state.best_loss if validated else None, "stop_step": state.step,
+              "max_steps": tc.steps, "eval_every": tc.eval_every if validated else None,
+              "patience": tc.patience if validated else None, "lr": tc.lr}
+    if tc.schedule != "cosine" or tc.ema_decay:
+        record["recipe"] = _recipe_record(state, tc, state.best_step if validated else state.step)
+    return record
+
+
+def _recipe_record(state: TrainingState, tc: TrainConfig, kept: int) -> dict:
+    """The schedule, the average's decay, the decay phase ({"from", "start", "steps"} or None), and
+    of the kept weights (after optimizer step `kept`): the updates they had ("wsd" rewinds, so
+    after its decay fewer than `kept`) and the learning rate of their last update over lr."""
+    decay = state.decay
+    rewound = decay is not None and decay["from"] is not None and kept > decay["start"]
+    updates = decay["from"] + kept - decay["start"] if rewound else kept
+    return {"schedule": tc.schedule, "ema_decay": tc.ema_decay, "decay": decay, "kept_updates": updates,
+            "kept_lr_ratio": _learning_rate(kept - 1, tc, state) / tc.lr if kept else None}
 
 
 # ---- settings ----------------------------------------------------------------------------------
@@ -364,6 +519,9 @@ def _train_settings(cfg: ExperimentConfig, n, train_overrides: dict | None) -> t
         raise UserError(f"train.tokens_per_step={tc.tokens_per_step} must be a positive multiple of the context length n={n}")
     if tc.steps < 1:
         raise UserError(f"train.steps must be >= 1, got {tc.steps}")
+    if not 0 <= tc.ema_decay < 1:
+        raise UserError(f"train.ema_decay must be in [0, 1) (0 = no weight average), got {tc.ema_decay}")
+    check_schedule(tc)
     return tc, n, tc.tokens_per_step // n
 
 
