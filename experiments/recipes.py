@@ -29,15 +29,17 @@ means of its two rows per N: 8.1 s a cell at N=512, 31.9 s at N=32768, 7.8 s a f
 4.8 s a report), at the default lengths 512 and 32768 (the nesting check needs N=512 and the longest
 N; 4096 adds 10.7 s a cell), five folds and three seeds (15 runs per N, the run-level test's unit):
 a sweep is about 645 s; "wsd" runs its decay too, assumed +13 % of the model cells (a decay of 20 %
-of the best step, 170 of ~270 steps run), about 723 s; the weight average costs a lerp per step.
-Four candidates on three sources:
+of the best step, 170 of ~270 steps run), about 723 s; the weight average costs a lerp per step;
+the short windows of "short-mix" replace tokens (no more, and their attention is cheaper), taken as
+the baseline's cost. Five candidates on three sources:
 
     candidate   per source   3 sources
     baseline       645 s      1935 s
     ema            645 s      1935 s
     wsd            723 s      2169 s
     wsd-ema        723 s      2169 s
-    total                     8208 s = 2 h 17 min of one H200 (about 17 min on 8, cells in parallel)
+    short-mix      645 s      1935 s
+    total                     10143 s = 2 h 49 min of one H200 (about 21 min on 8, cells in parallel)
 
 The baseline on BTC is the published second edition's protocol: its cells
 (reports/h200-btcusdt-1m-second-edition) give the same validation view for 645 s less
@@ -76,6 +78,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "ema": ("train.ema_decay=0.98",),
     "wsd": ("train.schedule=wsd", "train.decay_fraction=0.2"),
     "wsd-ema": ("train.schedule=wsd", "train.decay_fraction=0.2", "train.ema_decay=0.98"),
+    # a quarter of each long-N batch's tokens as 512-bar windows: 1 of 4 windows at N=32768, 8 of 32 at 4096
+    "short-mix": ("train.short_fraction=0.25",),
 }
 CONTROLS = {"long-memory": "synthetic:long-memory:{seed}", "iid": "synthetic:iid:{seed}"}
 SOURCES = (*CONTROLS, "btc")

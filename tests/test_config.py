@@ -329,7 +329,7 @@ def test_fields_added_later_leave_older_configs_unchanged():
     assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
                                 "model.residual", "model.norm", "eval.context_cuts", "eval.strategy",
                                 "eval.entry_threshold", "model.patch", "train.ema_decay", "train.schedule",
-                                "train.decay_fraction"}
+                                "train.decay_fraction", "train.short_fraction", "train.short_length"}
 
 
 def test_data_symbol_is_an_upper_case_spot_pair():
@@ -360,6 +360,13 @@ def test_data_symbol_is_an_upper_case_spot_pair():
     ({"train": {"schedule": "wsd", "decay_fraction": 1.5}}, "train.decay_fraction must be in (0, 1], got 1.5"),
     ({"train": {"decay_fraction": 0.3}},
      "train.decay_fraction=0.3 is used by train.schedule='wsd' only (the cosine schedule decays over all of train.steps)"),
+    ({"train": {"short_fraction": 1.0}}, "train.short_fraction must be in [0, 1), got 1.0"),
+    ({"train": {"short_fraction": 0.3}},
+     "train.short_fraction=0.3 of the batch of 32 windows at N=4096 is 9.6 windows: it must be a whole number >= 1 at "
+     "every N > train.short_length"),
+    ({"train": {"short_fraction": 0.25, "short_length": 500}},
+     "train.short_length: every length must be a power of two >= 2, got 500"),
+    ({"train": {"short_length": 1024}}, "train.short_length=1024 is used with train.short_fraction > 0 only"),
 ])
 def test_recipe_values_are_refused_in_one_line(overrides, message):
     with pytest.raises(UserError) as exc:
@@ -381,7 +388,7 @@ def test_the_recipe_leaves_every_published_hash_and_run_key_unchanged():
         cfg = config_from_dict(raw)
         assert json.loads(json.dumps(cfg.to_dict())) == raw, config
     default = load_config("default")
-    assert not {"ema_decay", "schedule", "decay_fraction"} & set(default.to_dict()["train"])
+    assert not {"ema_decay", "schedule", "decay_fraction", "short_fraction", "short_length"} & set(default.to_dict()["train"])
     recipe = load_config("default", {"train": {"schedule": "wsd", "ema_decay": 0.98}})
     assert recipe.to_dict()["train"]["schedule"] == "wsd" and recipe.to_dict()["train"]["ema_decay"] == 0.98
     assert recipe.hash() != default.hash() and run_hash(recipe) != run_hash(default)
@@ -397,3 +404,5 @@ def test_the_recipe_in_one_line():
     assert words.startswith("warm-up, stable, then a linear decay to 0.1 x lr over 20% of the steps")
     assert words.endswith("an exponential moving average of the weights (decay 0.98, about 50 steps) is validated, "
                           "kept and scored")
+    mixed = load_config("default", {"train": {"short_fraction": 0.25}}).to_dict()["train"]
+    assert recipe_words(mixed).endswith("; 25% of each longer-N batch's tokens drawn as 512-bar windows, same loss")

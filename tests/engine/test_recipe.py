@@ -15,7 +15,8 @@ from tsflash.engine._checkpoint import checkpoint_identity
 from tsflash.engine._train import decay_steps, wsd_lr_at
 
 RECIPES = {"ema": {"ema_decay": 0.8}, "wsd": {"schedule": "wsd", "decay_fraction": 0.5},
-           "wsd-ema": {"schedule": "wsd", "decay_fraction": 0.5, "ema_decay": 0.8}}
+           "wsd-ema": {"schedule": "wsd", "decay_fraction": 0.5, "ema_decay": 0.8},
+           "short": {"short_fraction": 0.5, "short_length": 16}}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,8 @@ def test_a_fixed_budget_scores_the_average_of_its_iterates(fixed, tmp_path, monk
     assert len(iterates) == 6
     for k, v in hand_average(iterates, 0.6).items():
         torch.testing.assert_close(saved[k].double(), v, rtol=1e-5, atol=1e-6)
-    assert r.cost["recipe"] == {"schedule": "cosine", "ema_decay": 0.6, "decay": None, "kept_updates": 6,
+    assert r.cost["recipe"] == {"schedule": "cosine", "ema_decay": 0.6, "short_fraction": 0.0, "decay": None,
+                                "kept_updates": 6,
                                 "kept_lr_ratio": pytest.approx(0.1)}
 
 
@@ -128,7 +130,7 @@ def test_wsd_decays_from_the_validated_step(uninterrupted):
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_resume_after_a_kill_is_bit_identical_with_each_option(validated, uninterrupted, name, tmp_path):
     full = uninterrupted[name]
-    decay = (full.cost["recipe"]["decay"] or {}).get("start")
+    decay = (full.cost["recipe"]["decay"] or {}).get("start")  # None: no decay phase
     kills = [4] + ([decay + 1] if decay is not None else [])  # in the stable phase; within the decay
     for kill in kills:
         folder = tmp_path / f"kill{kill}"
@@ -152,7 +154,8 @@ def test_the_defaults_leave_checkpoints_as_they_were(validated, tmp_path):
 
     settings, _ = _model_config(validated.cfg, 5, None)
     tc = validated.cfg.train
-    before = {k: v for k, v in dataclasses.asdict(tc).items() if k not in ("ema_decay", "schedule", "decay_fraction")}
+    recipe = ("ema_decay", "schedule", "decay_fraction", "short_fraction", "short_length")
+    before = {k: v for k, v in dataclasses.asdict(tc).items() if k not in recipe}
     from tsflash.engine import _checkpoint
 
     identity = checkpoint_identity(validated, 32, 1, 0, settings, tc)
@@ -164,3 +167,40 @@ def test_the_defaults_leave_checkpoints_as_they_were(validated, tmp_path):
     assert identity == older
     assert checkpoint_identity(validated, 32, 1, 0, settings, dataclasses.replace(tc, ema_decay=0.5)) != identity
     assert engine.TrainingState().to_dict().keys().isdisjoint({"average", "rewind", "decay"})
+
+
+def test_short_windows_replace_a_share_of_the_long_batch_under_one_loss(fixed, monkeypatch):
+    """At n=64 and 2048 tokens (32 windows), a quarter of them as 32-bar windows: 24 + 16 windows of
+    the same tokens, two forwards with the denominator of the whole mixed batch, their losses summed."""
+    from tsflash.model.transformer import CausalTransformer
+
+    calls, losses = [], []
+    forward = CausalTransformer.forward
+
+    def spy(self, x, targets=None, loss_denominator=None):
+        logits, loss = forward(self, x, targets, loss_denominator)
+        if self.training:
+            calls.append((tuple(x.shape[:2]), loss_denominator, loss.detach()))
+        return logits, loss
+
+    batch_loss = _train._batch_loss
+    monkeypatch.setattr(CausalTransformer, "forward", spy)
+    monkeypatch.setattr(_train, "_batch_loss", lambda *a: losses.append(batch_loss(*a)) or losses[-1])
+    over = {"steps": 1, "short_fraction": 0.25, "short_length": 32}
+    engine.run_fold(fixed, 64, 1, 0, train_overrides=over)
+    monkeypatch.undo()
+    assert [c[0] for c in calls] == [(24, 64), (16, 32)] and calls[0][1] == calls[1][1]
+    assert torch.equal(losses[0].detach(), calls[0][2] + calls[1][2])
+    fd = engine.fold_data(fixed, 1)
+    windows = {n: _train._fit_windows(fd, n, fixed.segments, 60, fixed.cfg.train) for n in (32, 64)}
+    want = 24 * windows[64].scored_per_window() + 16 * windows[32].scored_per_window()
+    assert calls[0][1] == pytest.approx(want, rel=1e-12)
+    # a length at or below short_length is untouched; a share that is not whole windows is refused
+    calls.clear()
+    monkeypatch.setattr(CausalTransformer, "forward", spy)
+    engine.run_fold(fixed, 32, 1, 0, train_overrides=over)
+    assert [c[0] for c in calls] == [(64, 32)]
+    from tsflash.errors import UserError
+
+    with pytest.raises(UserError, match=r"train.short_fraction=0.3 of the batch of 32 windows at N=64 is 9.6 windows"):
+        engine.run_fold(fixed, 64, 1, 0, train_overrides=over | {"short_fraction": 0.3})

@@ -68,7 +68,10 @@ over ``decay_fraction`` x s steps, validated as before (no early stop within it)
 "second pass ending its decay at the validated step" without the second pass: a rerun with the
 same seed would repeat the stable phase up to s exactly. It costs the decay steps (about 20 % of
 s) and host memory for one copy of weights and optimizer. Without a validation tail the decay
-is the last ``decay_fraction`` of ``train.steps``.
+is the last ``decay_fraction`` of ``train.steps``. ``train.short_fraction`` > 0 replaces that
+share of each batch of N > ``train.short_length`` bars by short windows of the same tokens
+(`_batch_parts`, drawn from their own stream of the step), scored under one loss: the long-N
+models cut to 512 bars had lost what the N=512 model learns.
 
 Learning curves: every evaluation appends (step, mean training loss since the previous
 evaluation, validation loss) to the training state; checkpoints carry it and the early-stopping
@@ -93,7 +96,7 @@ import torch
 
 from tsflash.model import attention
 from tsflash.model import fastpath
-from tsflash.config import ExperimentConfig, TrainConfig, check_schedule
+from tsflash.config import ExperimentConfig, TrainConfig, check_schedule, check_short_windows
 from tsflash.model.rotary import rotary_wavelength
 from tsflash.device import autocast, reset_peak_memory, sync
 from tsflash.engine._checkpoint import Checkpoint, TrainingState, checkpoint_identity
@@ -133,15 +136,17 @@ def decay_steps(fraction: float, steps: int) -> int:
     return max(1, round(fraction * steps))
 
 
-def step_seed(seed: int, fold: int, step: int) -> int:
-    """Seed of one optimizer step's sampling, a pure function of (seed, fold, step): resumable."""
-    return int(np.random.SeedSequence([seed, fold, step]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+def step_seed(seed: int, fold: int, step: int, part: int = 0) -> int:
+    """Seed of one optimizer step's sampling, a pure function of (seed, fold, step): resumable.
+    `part` > 0 names another stream of the same step (the short windows of a mixed batch)."""
+    entropy = [seed, fold, step] + ([part] if part else [])
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
-def sample_starts(n_starts: int, batch: int, seed: int, fold: int, step: int) -> torch.Tensor:
+def sample_starts(n_starts: int, batch: int, seed: int, fold: int, step: int, part: int = 0) -> torch.Tensor:
     """Indices into the fold's `n_starts` (virtual) windows for one step: (batch,) int64 on CPU,
     uniform with replacement."""
-    g = torch.Generator(device="cpu").manual_seed(step_seed(seed, fold, step))
+    g = torch.Generator(device="cpu").manual_seed(step_seed(seed, fold, step, part))
     return torch.randint(n_starts, (batch,), generator=g)
 
 
@@ -195,7 +200,9 @@ def run_fold(
     labels = fd.labels.to(device)  # (T,)
     settings, mconf = _model_config(cfg, features.shape[1], model_overrides)
     check_patch(mconf.patch, n, ("model.patch", "context length n"))
-    windows = _fit_windows(fd, n, prepared.segments.to(device), cfg.data.max_gap_bars, tc, mconf.patch)
+    segments = prepared.segments.to(device)
+    windows = _fit_windows(fd, n, segments, cfg.data.max_gap_bars, tc, mconf.patch)
+    parts = _batch_parts(fd, windows, n, batch, segments, cfg.data.max_gap_bars, tc, mconf.patch)
     torch.manual_seed(seed)  # initial weights depend on the seed only, not on n or the fold
     model = CausalTransformer(mconf).to(device)
     # the attention kernel decided at this shape before the first step, then compiled (tsflash.model.fastpath)
@@ -207,8 +214,7 @@ def run_fold(
 
     reset_peak_memory(device)
     # a finished run draws no more batches; a "wsd" decay past this end draws its own (`_batch_source`)
-    batch_at = _batch_source(windows, features, labels, batch, state.step, _last_step(state, tc), seed, fold,
-                             mconf.dropout > 0)
+    batch_at = _batch_source(parts, features, labels, state.step, _last_step(state, tc), seed, fold, mconf.dropout > 0)
     val_loss = functools.partial(validation_loss, fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device,
                                  mconf.patch)
     _train(model, fwd_model, optimizer, tc, state, batch_at, val_loss if fd.val is not None else None, checkpoint,
@@ -259,8 +265,8 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
     """The training loop, from `state.step` to `_last_step` (tc.steps, an early stop, or the end
     of a "wsd" decay); updates `state`.
 
-    batch_at(step) -> (x, y, denominator) : the step's windows (B, n, F), targets (B, n) with
-        -1 = not scored, and the loss's fixed denominator.
+    batch_at(step) -> (parts, denominator) : the step's windows, [(x (B, n, F), targets (B, n) with
+        -1 = not scored)], one part per window length, and the loss's fixed denominator.
     val_loss : None (a fixed budget), or a function giving the validation loss (early stopping).
     """
     if state.kernels_observed is None:
@@ -281,10 +287,10 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
         lr = _learning_rate(step, tc, state)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        x, y, denominator = batch_at(step)  # (B, n, F), (B, n), float
+        parts, denominator = batch_at(step)  # [((B, n, F), (B, n)), ...], float
         with _observe_kernels_once(state, now=not compiles or step > first or step + 1 >= tc.steps):
             with autocast(device):
-                _, loss = fwd_model(x, y, denominator)
+                loss = _batch_loss(fwd_model, parts, denominator)
             loss.backward()
         if tc.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
@@ -408,28 +414,55 @@ def _to_device(average: dict, device: torch.device) -> dict:
     return {"count": average["count"], "weights": {k: v.to(device, copy=True) for k, v in average["weights"].items()}}
 
 
-def _batch_source(windows: BalancedWindows, features: torch.Tensor, labels: torch.Tensor, batch: int,
-                  first: int, last: int, seed: int, fold: int, dropout: bool):
-    """batch_at(step) -> (x (B, n, F), y (B, n), loss denominator) for steps from `first` on.
+def _batch_parts(fd: FoldData, windows: BalancedWindows, n: int, batch: int, segments: torch.Tensor,
+                 max_gap_bars: int, tc: TrainConfig, patch: int) -> list[tuple[BalancedWindows, int]]:
+    """(windows, how many a step draws) of each part of a batch: `batch` windows of n bars, or with
+    train.short_fraction at n > train.short_length that share of them as short windows of the same
+    tokens (n / short_length short windows for each long one)."""
+    if not tc.short_fraction or n <= tc.short_length:
+        return [(windows, batch)]
+    replaced = round(tc.short_fraction * batch)
+    short = _fit_windows(fd, tc.short_length, segments, max_gap_bars, tc, patch)
+    return [(windows, batch - replaced), (short, replaced * n // tc.short_length)]
 
-    Windows are `windows.targets(labels, k)` for k = `sample_starts(...)`; the picks of steps
-    first .. last - 1 are drawn up front (one host->device copy, no per-step sync), those of later
-    steps (a "wsd" decay that runs past the planned end) when asked, the same picks either way. The
-    denominator is the expected number of scored positions of a batch (module doc). With dropout,
-    the step's seed also fixes the masks (reproducible on resume).
+
+def _batch_loss(fwd_model, parts, denominator: float) -> torch.Tensor:
+    """The model's own loss, summed over the batch's parts (one shape each) with one denominator."""
+    _, loss = fwd_model(*parts[0], denominator)
+    for x, y in parts[1:]:
+        loss = loss + fwd_model(x, y, denominator)[1]
+    return loss
+
+
+def _batch_source(parts: list[tuple[BalancedWindows, int]], features: torch.Tensor, labels: torch.Tensor,
+                  first: int, last: int, seed: int, fold: int, dropout: bool):
+    """batch_at(step) -> ([(x (B, n, F), y (B, n)) per part], loss denominator) for steps from `first` on.
+
+    A part's windows are `windows.targets(labels, k)` for k = `sample_starts(...)` (part i > 0 from
+    its own stream of the step); the picks of steps first .. last - 1 are drawn up front (one
+    host->device copy, no per-step sync), those of later steps (a "wsd" decay that runs past the
+    planned end) when asked, the same picks either way. The denominator is the expected number of
+    scored positions of a batch (module doc), over all its parts. With dropout, the step's seed
+    also fixes the masks (reproducible on resume).
     """
     device = features.device
-    denominator = batch * windows.scored_per_window()
-    picks = torch.stack([sample_starts(windows.count, batch, seed, fold, s) for s in range(first, last)]).to(device) \
-        if first < last else None  # (last - first, B)
+    denominator = sum(count * windows.scored_per_window() for windows, count in parts)
 
-    def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def draw(i: int, steps: range) -> torch.Tensor:  # (len(steps), count) on the device
+        windows, count = parts[i]
+        return torch.stack([sample_starts(windows.count, count, seed, fold, s, part=i) for s in steps]).to(device)
+
+    picks = [draw(i, range(first, last)) for i in range(len(parts))] if first < last else None
+
+    def batch_at(step: int) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], float]:
         if dropout:
             torch.manual_seed(step_seed(seed, fold, step))
-        pick = picks[step - first] if first <= step < last else sample_starts(windows.count, batch, seed, fold,
-                                                                               step).to(device)
-        start, y = windows.targets(labels, pick)  # (B,), (B, n)
-        return gather_windows(features, start, windows.n), y, denominator  # (B, n, F), (B, n)
+        out = []
+        for i, (windows, _) in enumerate(parts):
+            pick = picks[i][step - first] if first <= step < last else draw(i, range(step, step + 1))[0]
+            start, y = windows.targets(labels, pick)  # (B,), (B, n)
+            out.append((gather_windows(features, start, windows.n), y))  # (B, n, F), (B, n)
+        return out, denominator
 
     return batch_at
 
@@ -489,7 +522,7 @@ def _training_record(state: TrainingState, tc: TrainConfig, validated: bool, mod
               "best_val_loss": state.best_loss if validated else None, "stop_step": state.step,
               "max_steps": tc.steps, "eval_every": tc.eval_every if validated else None,
               "patience": tc.patience if validated else None, "lr": tc.lr}
-    if tc.schedule != "cosine" or tc.ema_decay:
+    if tc.schedule != "cosine" or tc.ema_decay or tc.short_fraction:
         record["recipe"] = _recipe_record(state, tc, state.best_step if validated else state.step)
     return record
 
@@ -501,7 +534,8 @@ def _recipe_record(state: TrainingState, tc: TrainConfig, kept: int) -> dict:
     decay = state.decay
     rewound = decay is not None and decay["from"] is not None and kept > decay["start"]
     updates = decay["from"] + kept - decay["start"] if rewound else kept
-    return {"schedule": tc.schedule, "ema_decay": tc.ema_decay, "decay": decay, "kept_updates": updates,
+    return {"schedule": tc.schedule, "ema_decay": tc.ema_decay, "short_fraction": tc.short_fraction, "decay": decay,
+            "kept_updates": updates,
             "kept_lr_ratio": _learning_rate(kept - 1, tc, state) / tc.lr if kept else None}
 
 
@@ -522,6 +556,7 @@ def _train_settings(cfg: ExperimentConfig, n, train_overrides: dict | None) -> t
     if not 0 <= tc.ema_decay < 1:
         raise UserError(f"train.ema_decay must be in [0, 1) (0 = no weight average), got {tc.ema_decay}")
     check_schedule(tc)
+    check_short_windows(tc, [n])
     return tc, n, tc.tokens_per_step // n
 
 
