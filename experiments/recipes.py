@@ -39,7 +39,7 @@ the baseline's cost. Five candidates on three sources:
     wsd            723 s      2169 s
     wsd-ema        723 s      2169 s
     short-mix      645 s      1935 s
-    total                     10143 s = 2 h 49 min of one H200 (about 21 min on 8, cells in parallel)
+    total                     10142 s = 2 h 49 min of one H200 (about 21 min on 8, cells in parallel)
 
 The baseline on BTC is the published second edition's protocol: its cells
 (reports/h200-btcusdt-1m-second-edition) give the same validation view for 645 s less
