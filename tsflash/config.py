@@ -104,7 +104,7 @@ class TrainConfig:
     eval_every: int = 0
     patience: int = 0
     # The training recipe (issue 29): checkpoints restored at a best step of 137-184 of 600 kept
-    # weights at 83-91 % of the peak learning rate, unannealed and noisy. Both options are off by
+    # weights at 83-91 % of the peak learning rate, unannealed and noisy. All three options are off by
     # default (the published runs); `recipe_words` says in one line what a config uses.
     # ema_decay: an exponential moving average of the weights (debiased: the average of the
     # iterates so far, weights decay^(t-i)); validation, the restored best weights and the test
@@ -509,8 +509,9 @@ def recipe_words(train: dict) -> str:
     ratio = train.get("min_lr_ratio", TrainConfig.min_lr_ratio)
     if schedule == "wsd":
         fraction = train.get("decay_fraction", ADDED_LATER["train.decay_fraction"])
-        words = (f"warm-up, stable, then a linear decay to {ratio:g} x lr over {fraction:.0%} of the steps; with a "
-                 "validation tail the decay starts from the validated best step (weights and optimizer rewound)")
+        words = (f"warm-up, stable, then a linear decay to {ratio:g} x lr over {fraction:.0%} of the steps before "
+                 "it; with a validation tail the stable phase ends by the stopping rule and the decay starts from its "
+                 "validated best step (weights and optimizer rewound)")
     else:
         words = f"warm-up, then cosine decay to {ratio:g} x lr at the last step"
     decay = train.get("ema_decay", ADDED_LATER["train.ema_decay"])
