@@ -328,7 +328,8 @@ def test_fields_added_later_leave_older_configs_unchanged():
     assert "norm" not in protocol["model"]  # rmsnorm, as every published run trained
     assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
                                 "model.residual", "model.norm", "eval.context_cuts", "eval.strategy",
-                                "eval.entry_threshold", "model.patch"}
+                                "eval.entry_threshold", "model.patch", "train.ema_decay", "train.schedule",
+                                "train.decay_fraction", "train.short_fraction", "train.short_length"}
 
 
 def test_data_symbol_is_an_upper_case_spot_pair():
@@ -346,3 +347,62 @@ def test_data_symbol_is_an_upper_case_spot_pair():
     with pytest.raises(UserError, match=r"^data.symbol must be a Binance spot pair, .* got 'eth'$"):
         validate(with_symbol("eth"))
     validate(with_symbol("ETHBTC"))
+
+
+# ---- issue 29: the training recipe ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"train": {"ema_decay": 1.0}}, "train.ema_decay must be in [0, 1) (0 = no weight average), got 1.0"),
+    ({"train": {"ema_decay": -0.1}}, "train.ema_decay must be in [0, 1) (0 = no weight average), got -0.1"),
+    ({"train": {"schedule": "linear"}}, "train.schedule must be 'cosine' or 'wsd', got 'linear'"),
+    ({"train": {"schedule": "wsd", "decay_fraction": 0}}, "train.decay_fraction must be in (0, 1], got 0.0"),
+    ({"train": {"schedule": "wsd", "decay_fraction": 1.5}}, "train.decay_fraction must be in (0, 1], got 1.5"),
+    ({"train": {"decay_fraction": 0.3}},
+     "train.decay_fraction=0.3 is used by train.schedule='wsd' only (the cosine schedule decays over all of train.steps)"),
+    ({"train": {"short_fraction": 1.0}}, "train.short_fraction must be in [0, 1), got 1.0"),
+    ({"train": {"short_fraction": 0.3}},
+     "train.short_fraction=0.3 of the batch of 32 windows at N=4096 is 9.6 windows: it must be a whole number >= 1 at "
+     "every N > train.short_length"),
+    ({"train": {"short_fraction": 0.25, "short_length": 500}},
+     "train.short_length: every length must be a power of two >= 2, got 500"),
+    ({"train": {"short_length": 1024}}, "train.short_length=1024 is used with train.short_fraction > 0 only"),
+])
+def test_recipe_values_are_refused_in_one_line(overrides, message):
+    with pytest.raises(UserError) as exc:
+        load_config("default", overrides)
+    assert str(exc.value) == message
+
+
+def test_the_recipe_leaves_every_published_hash_and_run_key_unchanged():
+    """At their defaults the recipe's fields are not written: every preset and published run keeps
+    its config hash and run key; a recipe is written and is another run."""
+    import json
+    from pathlib import Path
+
+    from tsflash.sweep.plan import run_hash
+
+    repo = Path(__file__).resolve().parent.parent
+    for config in sorted(repo.glob("reports/*/config.json")):
+        raw = json.loads(config.read_text())
+        cfg = config_from_dict(raw)
+        assert json.loads(json.dumps(cfg.to_dict())) == raw, config
+    default = load_config("default")
+    assert not {"ema_decay", "schedule", "decay_fraction", "short_fraction", "short_length"} & set(default.to_dict()["train"])
+    recipe = load_config("default", {"train": {"schedule": "wsd", "ema_decay": 0.98}})
+    assert recipe.to_dict()["train"]["schedule"] == "wsd" and recipe.to_dict()["train"]["ema_decay"] == 0.98
+    assert recipe.hash() != default.hash() and run_hash(recipe) != run_hash(default)
+    assert config_from_dict(recipe.to_dict()).hash() == recipe.hash()
+
+
+def test_the_recipe_in_one_line():
+    from tsflash.config import recipe_words
+
+    assert recipe_words({}) == ("warm-up, then cosine decay to 0.1 x lr at the last step; the raw weights are "
+                                "validated, kept and scored")
+    words = recipe_words(load_config("default", {"train": {"schedule": "wsd", "ema_decay": 0.98}}).to_dict()["train"])
+    assert words.startswith("warm-up, stable, then a linear decay to 0.1 x lr over 20% of the steps")
+    assert words.endswith("an exponential moving average of the weights (decay 0.98, about 50 steps) is validated, "
+                          "kept and scored")
+    mixed = load_config("default", {"train": {"short_fraction": 0.25}}).to_dict()["train"]
+    assert recipe_words(mixed).endswith("; 25% of each longer-N batch's tokens drawn as 512-bar windows, same loss")

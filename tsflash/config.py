@@ -103,6 +103,28 @@ class TrainConfig:
     # are restored either way.
     eval_every: int = 0
     patience: int = 0
+    # The training recipe (issue 29): checkpoints restored at a best step of 137-184 of 600 kept
+    # weights at 83-91 % of the peak learning rate, unannealed and noisy. All three options are off by
+    # default (the published runs); `recipe_words` says in one line what a config uses.
+    # ema_decay: an exponential moving average of the weights (debiased: the average of the
+    # iterates so far, weights decay^(t-i)); validation, the restored best weights and the test
+    # scoring use the average. 0 = off.
+    ema_decay: float = 0.0
+    # schedule: "cosine" (warm-up, cosine to lr * min_lr_ratio at train.steps) or "wsd"
+    # (warm-up, stable at lr, linear decay to lr * min_lr_ratio). With a validation tail, "wsd"
+    # runs the stable phase under the stopping rule, then rewinds to the best step s (weights,
+    # optimizer, average) and decays over decay_fraction * s steps: the annealed end lands at the
+    # validated step, at the cost of the decay steps only. Without a tail, the decay is the last
+    # decay_fraction of train.steps.
+    schedule: str = "cosine"
+    decay_fraction: float = 0.2
+    # short_fraction: the share of each long-N batch (N > short_length) whose tokens are drawn as
+    # windows of short_length bars instead, under the same loss (one denominator: the expected
+    # scored positions of the mixed batch). The N=32768 models cut to 512 bars were 0.0054 nats
+    # worse than the N=512 model on the same bars: they lost what every step of N=512 trains, so
+    # every long-N step trains it too. 0 = off; the share must be a whole number of long windows.
+    short_fraction: float = 0.0
+    short_length: int = 512
 
 
 @dataclass
@@ -230,7 +252,9 @@ SCHEMES = ("expanding", "rolling")
 # them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
 ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
                "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
-               "eval.entry_threshold": -1.0, "model.patch": 1}
+               "eval.entry_threshold": -1.0, "model.patch": 1, "train.ema_decay": 0.0, "train.schedule": "cosine",
+               "train.decay_fraction": 0.2, "train.short_fraction": 0.0, "train.short_length": 512}
+SCHEDULES = ("cosine", "wsd")
 
 
 @dataclass(frozen=True)
@@ -293,6 +317,10 @@ FIELD_RULES: dict[str, Bound] = {
     "train.seeds": Bound(0),
     "train.eval_every": Bound(0),
     "train.patience": Bound(0, note="0 = never stop early"),
+    "train.ema_decay": Bound(0, 1, hi_open=True, note="0 = no weight average"),
+    "train.decay_fraction": Bound(0, 1, lo_open=True),
+    "train.short_fraction": FRACTION,
+    "train.short_length": Bound(2),
     "eval.fee_bps": Bound(0),
     "eval.baseline_lags": Bound(1),
     "eval.batch_tokens": Bound(1),
@@ -441,6 +469,58 @@ def _check_budget(cfg: ExperimentConfig) -> None:
     if sp.val_days and tr.eval_every < 1:
         raise UserError(f"train.eval_every must be >= 1 when splits.val_days > 0 (the validation loss is measured "
                         f"every eval_every steps and at the last step), got {tr.eval_every}")
+    check_schedule(tr)
+    check_short_windows(tr, cfg.lengths)
+    if tr.short_fraction:
+        check_patch(cfg.model.patch, tr.short_length, ("model.patch", "train.short_length"))
+
+
+def check_short_windows(tr: TrainConfig, lengths) -> None:
+    """The short windows' length, and a share of each long-N batch that is a whole number of windows."""
+    if not tr.short_fraction:
+        if tr.short_length != ADDED_LATER["train.short_length"]:
+            raise UserError(f"train.short_length={tr.short_length} is used with train.short_fraction > 0 only")
+        return
+    check_context_length(tr.short_length, "train.short_length")
+    for n in lengths:
+        if n <= tr.short_length:
+            continue
+        batch = tr.tokens_per_step // n
+        replaced = tr.short_fraction * batch
+        if replaced != round(replaced) or replaced < 1:
+            raise UserError(f"train.short_fraction={tr.short_fraction} of the batch of {batch} windows at N={n} is "
+                            f"{replaced:g} windows: it must be a whole number >= 1 at every N > train.short_length")
+
+
+def check_schedule(tr: TrainConfig) -> None:
+    """The schedule's name, and no decay fraction where the schedule has no decay phase (a value that
+    would silently do nothing)."""
+    if tr.schedule not in SCHEDULES:
+        raise UserError(f"train.schedule must be 'cosine' or 'wsd', got {tr.schedule!r}")
+    if tr.schedule == "cosine" and tr.decay_fraction != ADDED_LATER["train.decay_fraction"]:
+        raise UserError(f"train.decay_fraction={tr.decay_fraction} is used by train.schedule='wsd' only "
+                        f"(the cosine schedule decays over all of train.steps)")
+
+
+def recipe_words(train: dict) -> str:
+    """The training recipe of a resolved config's train table (`to_dict`, keys added later may be
+    absent), in one line for the report's setup table."""
+    schedule = train.get("schedule", ADDED_LATER["train.schedule"])
+    ratio = train.get("min_lr_ratio", TrainConfig.min_lr_ratio)
+    if schedule == "wsd":
+        fraction = train.get("decay_fraction", ADDED_LATER["train.decay_fraction"])
+        words = (f"warm-up, stable, then a linear decay to {ratio:g} x lr over {fraction:.0%} of the steps before "
+                 "it; with a validation tail the stable phase ends by the stopping rule and the decay starts from its "
+                 "validated best step (weights and optimizer rewound)")
+    else:
+        words = f"warm-up, then cosine decay to {ratio:g} x lr at the last step"
+    decay = train.get("ema_decay", ADDED_LATER["train.ema_decay"])
+    average = (f"an exponential moving average of the weights (decay {decay:g}, about {1 / (1 - decay):.0f} steps) "
+               "is validated, kept and scored" if decay else "the raw weights are validated, kept and scored")
+    short = train.get("short_fraction", ADDED_LATER["train.short_fraction"])
+    mixed = (f"; {short:.0%} of each longer-N batch's tokens drawn as {train.get('short_length', ADDED_LATER['train.short_length'])}-bar windows, same loss"
+             if short else "")
+    return f"{words}; {average}{mixed}"
 
 
 def _check_eval(cfg: ExperimentConfig) -> None:

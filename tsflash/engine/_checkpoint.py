@@ -6,7 +6,8 @@ attention kernel. `Checkpoint` writes it with the model and the optimizer to
 `<dir>/fold<k>-n<N>-seed<s>.pt` atomically, and refuses a file of another run by its identity
 (`checkpoint_identity`). On disk the state is a plain dict (`TrainingState.to_dict`), the form
 every checkpoint of TRAINING_CHECKPOINT_FORMAT has had, so files written before the dataclass
-existed resume unchanged (bit-identically on CPU).
+existed resume unchanged (bit-identically on CPU). The recipe's state (the weight average, the
+rewind point and the decay of the "wsd" schedule) is written only where a cell uses it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ TRAINING_CHECKPOINT_FORMAT = "tsflash-fold-checkpoint-2"
 # left out of the identity at that value, so that a cell cut before the field existed still resumes.
 IDENTITY_ADDED_LATER = {"residual": ADDED_LATER["model.residual"], "norm": ADDED_LATER["model.norm"],
                         "patch": ADDED_LATER["model.patch"]}
+# Train settings added after checkpoints were written (the recipe's), left out of the identity likewise.
+TRAIN_IDENTITY_ADDED_LATER = {k: ADDED_LATER[f"train.{k}"] for k in ("ema_decay", "schedule", "decay_fraction",
+                                                                     "short_fraction", "short_length")}
+# TrainingState fields added later: left out of the saved dict while None, so a cell without them
+# writes the dict every older checkpoint holds.
+STATE_ADDED_LATER = ("average", "rewind", "decay")
 
 
 def _empty_curve() -> dict[str, list]:
@@ -58,10 +65,19 @@ class TrainingState:
     kernels_observed: list[str] | None = None  # the profiler's SDPA ops of the observed step; None: not yet
     loss_sum: float | torch.Tensor = 0.0  # training loss summed since the last evaluation (on the device)
     curve: dict[str, list] = field(default_factory=_empty_curve)  # {"step", "train_loss", "val_loss"}
+    # train.ema_decay > 0: {"count": updates averaged, "weights": {name: tensor}} (on the device)
+    average: dict | None = None
+    # train.schedule "wsd" with a validation tail: the state at the best step of the stable phase,
+    # {"step", "model", "optimizer", "average"} on the host, that the decay starts from
+    rewind: dict | None = None
+    # once the decay phase began: {"from": the best step rewound to, "start": the step it began at,
+    # "steps": its length}; training ends at start + steps
+    decay: dict | None = None
 
     def to_dict(self) -> dict:
         """The dict a checkpoint holds (shallow: the tensors are the state's own, not copies)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in STATE_ADDED_LATER or getattr(self, f.name) is not None}
 
     @classmethod
     def from_dict(cls, saved: dict) -> TrainingState:
@@ -71,11 +87,16 @@ class TrainingState:
 
 def checkpoint_identity(prepared: Prepared, n: int, fold: int, seed: int, settings: dict, tc: TrainConfig) -> str:
     """A short hash of everything that makes a checkpoint belong to one run."""
-    model = {k: v for k, v in settings.items() if k not in IDENTITY_ADDED_LATER or v != IDENTITY_ADDED_LATER[k]}
+    model = _without_defaults(settings, IDENTITY_ADDED_LATER)
+    train = _without_defaults(dataclasses.asdict(tc), TRAIN_IDENTITY_ADDED_LATER)
     identity = {"format": TRAINING_CHECKPOINT_FORMAT, "config": prepared.cfg.hash(), "n": n, "fold": fold,
-                "seed": seed, "model": model, "train": dataclasses.asdict(tc),
+                "seed": seed, "model": model, "train": train,
                 "bars": [len(prepared.open_time), int(prepared.open_time[0]), int(prepared.open_time[-1])]}
     return digest(identity, 12)
+
+
+def _without_defaults(settings: dict, added_later: dict) -> dict:
+    return {k: v for k, v in settings.items() if k not in added_later or v != added_later[k]}
 
 
 class Checkpoint:

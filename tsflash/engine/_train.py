@@ -56,10 +56,28 @@ the balanced windows start at every offset, every training bar is a patch end in
 windows (`tsflash.dataset.windows`); validation and test bars are scored once each, from windows
 whose patch grid ends at the bar (at most p x the eval windows of p = 1).
 
+The recipe (issue 29; off by default, the published runs): the best weights restored at steps
+137-184 of 600 were those of 83-91 % of the peak learning rate, unannealed, and the validation
+loss of N=32768 moved 2.4x more between evaluations than at 512. ``train.ema_decay`` > 0 keeps a
+debiased exponential moving average of the weights (`_update_average`): it is what is validated,
+restored and scored, so the kept model is an average, not one noisy iterate. ``train.schedule =
+"wsd"`` (warm-up, stable, decay; `wsd_lr_at`) fits the stopping rule where a cosine to a fixed
+step count cannot: the stable phase runs under the stopping rule, then training rewinds to its
+best step s (weights, optimizer, average, kept on the host at each new best) and decays linearly
+over ``decay_fraction`` x s steps, validated as before (no early stop within it). That is the
+"second pass ending its decay at the validated step" without the second pass: a rerun with the
+same seed would repeat the stable phase up to s exactly. It costs the decay steps (about 20 % of
+s) and host memory for one copy of weights and optimizer. Without a validation tail the decay
+is the last ``decay_fraction`` of ``train.steps``. ``train.short_fraction`` > 0 replaces that
+share of each batch of N > ``train.short_length`` bars by short windows of the same tokens
+(`_batch_parts`, drawn from their own stream of the step), scored under one loss: the long-N
+models cut to 512 bars had lost what the N=512 model learns.
+
 Learning curves: every evaluation appends (step, mean training loss since the previous
 evaluation, validation loss) to the training state; checkpoints carry it and the early-stopping
 state, so an interrupted cell resumes bit-identically on CPU. `FoldResult.cost` keeps the curve,
-the best step and the stopping step.
+the best step and the stopping step. A "wsd" cell's step count and curve go on through the
+decay (they count optimizer steps run), so its curve holds the rewind as a step back in loss.
 """
 
 from __future__ import annotations
@@ -78,7 +96,7 @@ import torch
 
 from tsflash.model import attention
 from tsflash.model import fastpath
-from tsflash.config import ExperimentConfig, TrainConfig
+from tsflash.config import ExperimentConfig, TrainConfig, check_schedule, check_short_windows
 from tsflash.model.rotary import rotary_wavelength
 from tsflash.device import autocast, reset_peak_memory, sync
 from tsflash.engine._checkpoint import Checkpoint, TrainingState, checkpoint_identity
@@ -100,15 +118,35 @@ def lr_at(step: int, steps: int, lr: float, warmup_steps: int, min_lr_ratio: flo
     return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def step_seed(seed: int, fold: int, step: int) -> int:
-    """Seed of one optimizer step's sampling, a pure function of (seed, fold, step): resumable."""
-    return int(np.random.SeedSequence([seed, fold, step]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+def wsd_lr_at(step: int, lr: float, warmup_steps: int, min_lr_ratio: float, decay_start: int | None,
+              decay_steps: int = 1) -> float:
+    """Warm-up, stable, decay: linear warm-up over `warmup_steps` steps to `lr`, then `lr` until
+    `decay_start` (None: no decay yet), then a linear decay from `lr` reaching lr * min_lr_ratio at
+    the decay's last step, decay_start + decay_steps - 1 (and held there after)."""
+    if decay_start is not None and step >= decay_start:
+        done = min(decay_steps, step - decay_start + 1)
+        return lr * (1 - (1 - min_lr_ratio) * done / decay_steps)
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    return lr
 
 
-def sample_starts(n_starts: int, batch: int, seed: int, fold: int, step: int) -> torch.Tensor:
+def decay_steps(fraction: float, steps: int) -> int:
+    """The decay phase's length: `fraction` of `steps` (the steps before it), at least one."""
+    return max(1, round(fraction * steps))
+
+
+def step_seed(seed: int, fold: int, step: int, part: int = 0) -> int:
+    """Seed of one optimizer step's sampling, a pure function of (seed, fold, step): resumable.
+    `part` > 0 names another stream of the same step (the short windows of a mixed batch)."""
+    entropy = [seed, fold, step] + ([part] if part else [])
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def sample_starts(n_starts: int, batch: int, seed: int, fold: int, step: int, part: int = 0) -> torch.Tensor:
     """Indices into the fold's `n_starts` (virtual) windows for one step: (batch,) int64 on CPU,
     uniform with replacement."""
-    g = torch.Generator(device="cpu").manual_seed(step_seed(seed, fold, step))
+    g = torch.Generator(device="cpu").manual_seed(step_seed(seed, fold, step, part))
     return torch.randint(n_starts, (batch,), generator=g)
 
 
@@ -162,7 +200,9 @@ def run_fold(
     labels = fd.labels.to(device)  # (T,)
     settings, mconf = _model_config(cfg, features.shape[1], model_overrides)
     check_patch(mconf.patch, n, ("model.patch", "context length n"))
-    windows = _fit_windows(fd, n, prepared.segments.to(device), cfg.data.max_gap_bars, tc, mconf.patch)
+    segments = prepared.segments.to(device)
+    windows = _fit_windows(fd, n, segments, cfg.data.max_gap_bars, tc, mconf.patch)
+    parts = _batch_parts(fd, windows, n, batch, segments, cfg.data.max_gap_bars, tc, mconf.patch)
     torch.manual_seed(seed)  # initial weights depend on the seed only, not on n or the fold
     model = CausalTransformer(mconf).to(device)
     # the attention kernel decided at this shape before the first step, then compiled (tsflash.model.fastpath)
@@ -173,14 +213,16 @@ def run_fold(
     state = checkpoint.load(model, optimizer) or TrainingState()
 
     reset_peak_memory(device)
-    first = tc.steps if state.stopped else state.step  # a stopped run draws no more batches
-    batch_at = _batch_source(windows, features, labels, batch, tc, first, seed, fold, mconf.dropout > 0)
+    # a finished run draws no more batches; a "wsd" decay past this end draws its own (`_batch_source`)
+    batch_at = _batch_source(parts, features, labels, state.step, _last_step(state, tc), seed, fold, mconf.dropout > 0)
     val_loss = functools.partial(validation_loss, fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device,
                                  mconf.patch)
     _train(model, fwd_model, optimizer, tc, state, batch_at, val_loss if fd.val is not None else None, checkpoint,
            on_step, device, f"fold {fold} n={n} seed={seed}")
     if state.best_model is not None:
         model.load_state_dict(state.best_model)
+    elif state.average is not None:  # a fixed budget: the average at the last step is the model
+        _copy_into(model, state.average["weights"])
     if model_path is not None:
         model.save(model_path)
 
@@ -220,14 +262,19 @@ def _score_test(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: Ex
 
 def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, batch_at, val_loss,
            checkpoint: Checkpoint, on_step, device: torch.device, label: str) -> None:
-    """The training loop, from `state.step` to tc.steps or an early stop; updates `state`.
+    """The training loop, from `state.step` to `_last_step` (tc.steps, an early stop, or the end
+    of a "wsd" decay); updates `state`.
 
-    batch_at(step) -> (x, y, denominator) : the step's windows (B, n, F), targets (B, n) with
-        -1 = not scored, and the loss's fixed denominator.
+    batch_at(step) -> (parts, denominator) : the step's windows, [(x (B, n, F), targets (B, n) with
+        -1 = not scored)], one part per window length, and the loss's fixed denominator.
     val_loss : None (a fixed budget), or a function giving the validation loss (early stopping).
     """
     if state.kernels_observed is None:
         attention.warm_up_profiler()  # its one-time setup is not part of a training step
+    if tc.schedule == "wsd" and val_loss is None and state.decay is None:  # a fixed budget: the classic end
+        length = decay_steps(tc.decay_fraction, tc.steps)
+        state.decay = {"from": None, "start": tc.steps - length, "steps": length}
+    rewinds = tc.schedule == "wsd" and val_loss is not None
     clock = StepClock(device, state.train_seconds)
     step = first = state.step
     # A compiled forward compiles in its first step: the profiler would record every op of the
@@ -235,36 +282,38 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
     # the kernels are observed one step later, the same graph running (unless there is no later step).
     compiles = isinstance(fwd_model, fastpath.Compiled)
     model.train()
-    while step < tc.steps and not state.stopped:
+    while step < _last_step(state, tc):
         clock.start()
-        lr = lr_at(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_ratio)
+        lr = _learning_rate(step, tc, state)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        x, y, denominator = batch_at(step)  # (B, n, F), (B, n), float
+        parts, denominator = batch_at(step)  # [((B, n, F), (B, n)), ...], float
         with _observe_kernels_once(state, now=not compiles or step > first or step + 1 >= tc.steps):
             with autocast(device):
-                _, loss = fwd_model(x, y, denominator)
+                loss = _batch_loss(fwd_model, parts, denominator)
             loss.backward()
         if tc.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if tc.ema_decay:
+            _update_average(state, model, tc.ema_decay)
         state.loss_sum = state.loss_sum + loss.detach()  # on the device: no sync per step
         step = state.step = step + 1
 
-        validate = val_loss is not None and (step % tc.eval_every == 0 or step == tc.steps)
-        save = step == tc.steps or checkpoint.due()
+        last = _last_step(state, tc)
+        validate = val_loss is not None and (step % tc.eval_every == 0 or step == last)
+        save = step == last or checkpoint.due()
         if validate or save:
             state.train_seconds = clock.pause()  # validation and checkpoint writes are not training
         if validate:
-            t0 = time.perf_counter()
-            val = _evaluating(model, val_loss)  # a float: the device has finished
-            if state.val_seconds is not None:  # None: resumed from a checkpoint that did not record it
-                state.val_seconds += time.perf_counter() - t0
-            _evaluate_and_stop(state, model, val, tc.patience)
-            log.debug("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, step,
-                     state.curve["train_loss"][-1], state.curve["val_loss"][-1], state.best_loss, state.best_step)
-        if save or state.stopped:
+            _validate(state, model, optimizer, val_loss, tc, rewinds, label)
+        if rewinds and state.decay is None and state.rewind is not None and (state.stopped or step == tc.steps):
+            _begin_decay(state, model, optimizer, tc, device)
+            log.debug("%s step %d: decay over %d steps from the best step %d", label, step, state.decay["steps"],
+                      state.decay["from"])
+            save = True
+        if save or step >= _last_step(state, tc):
             checkpoint.save(model, optimizer, state)
         if log.isEnabledFor(logging.DEBUG) and step % max(1, tc.steps // 10) == 0:
             log.debug("%s step %d/%d lr %.2e loss %.5f", label, step, tc.steps, lr, loss.item())
@@ -273,25 +322,147 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
     state.train_seconds = clock.pause()
 
 
-def _batch_source(windows: BalancedWindows, features: torch.Tensor, labels: torch.Tensor, batch: int,
-                  tc: TrainConfig, first: int, seed: int, fold: int, dropout: bool):
-    """batch_at(step) -> (x (B, n, F), y (B, n), loss denominator) for steps first .. tc.steps - 1.
+def _last_step(state: TrainingState, tc: TrainConfig) -> int:
+    """Where training ends: the end of the decay once it is planned, else the early stop or tc.steps."""
+    if state.decay is not None:
+        return state.decay["start"] + state.decay["steps"]
+    return state.step if state.stopped else tc.steps
 
-    Windows are `windows.targets(labels, k)` for k = `sample_starts(...)`; all remaining steps'
-    picks are drawn up front (one host->device copy, no per-step sync). The denominator is the
-    expected number of scored positions of a batch (module doc). With dropout, the step's seed
+
+def _learning_rate(step: int, tc: TrainConfig, state: TrainingState) -> float:
+    if tc.schedule == "cosine":
+        return lr_at(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_ratio)
+    decay = state.decay or {"start": None, "steps": 1}
+    return wsd_lr_at(step, tc.lr, tc.warmup_steps, tc.min_lr_ratio, decay["start"], decay["steps"])
+
+
+def _validate(state: TrainingState, model, optimizer, val_loss, tc: TrainConfig, rewinds: bool, label: str) -> None:
+    """One evaluation, of the weight average where there is one; with `rewinds` (a "wsd" schedule
+    before its decay) a new best also keeps the state the decay would start from."""
+    t0 = time.perf_counter()
+    with _averaged_weights(model, state.average):
+        val = _evaluating(model, val_loss)  # a float: the device has finished
+        # no early stop within the decay: it is short, and its end is the annealed model
+        improved = _evaluate_and_stop(state, model, val, tc.patience if state.decay is None else 0)
+    if state.val_seconds is not None:  # None: resumed from a checkpoint that did not record it
+        state.val_seconds += time.perf_counter() - t0
+    if improved and rewinds and state.decay is None:
+        state.rewind = {"step": state.step, "model": _to_host(model.state_dict()),
+                        "optimizer": _to_host(optimizer.state_dict()), "average": _to_host(state.average)}
+    log.debug("%s step %d: train loss %.5f, val loss %.5f (best %.5f at step %d)", label, state.step,
+              state.curve["train_loss"][-1], state.curve["val_loss"][-1], state.best_loss, state.best_step)
+
+
+def _begin_decay(state: TrainingState, model, optimizer, tc: TrainConfig, device: torch.device) -> None:
+    """The "wsd" schedule's annealed end at the validated step: weights, optimizer and average
+    rewound to the stable phase's best step s, then a decay of decay_fraction * s steps. The step
+    count goes on (it counts the optimizer steps run), and so do the batches drawn."""
+    rewind, state.rewind = state.rewind, None  # used once; not carried by later checkpoints
+    model.load_state_dict(rewind["model"])
+    optimizer.load_state_dict(rewind["optimizer"])
+    if rewind["average"] is not None:
+        state.average = _to_device(rewind["average"], device)
+    state.decay = {"from": rewind["step"], "start": state.step, "steps": decay_steps(tc.decay_fraction, rewind["step"])}
+
+
+def _update_average(state: TrainingState, model, decay: float) -> None:
+    """The debiased exponential moving average of the weights after each optimizer step: after t
+    steps, sum_i decay^(t-i) w_i / sum_i decay^(t-i) (so no weight of the initialisation), i.e.
+    a lerp towards the new weights by (1 - decay) / (1 - decay^t)."""
+    named = list(model.named_parameters())
+    if state.average is None:
+        state.average = {"count": 0, "weights": {k: p.detach().clone() for k, p in named}}
+    average = state.average
+    average["count"] += 1
+    weight = (1 - decay) / (1 - decay ** average["count"])
+    with torch.no_grad():
+        torch._foreach_lerp_([average["weights"][k] for k, _ in named], [p.detach() for _, p in named], weight)
+
+
+@contextlib.contextmanager
+def _averaged_weights(model, average: dict | None):
+    """The block runs with the weight average in the model's parameters (as they are without one)."""
+    if average is None:
+        yield
+        return
+    live = {k: p.detach().clone() for k, p in model.named_parameters()}
+    _copy_into(model, average["weights"])
+    try:
+        yield
+    finally:
+        _copy_into(model, live)
+
+
+def _copy_into(model, weights: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            p.copy_(weights[k])
+
+
+def _to_host(obj):
+    """A copy on the host of a (nested) state: tensors copied, containers rebuilt, the rest as is."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: _to_host(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_host(v) for v in obj)
+    return obj
+
+
+def _to_device(average: dict, device: torch.device) -> dict:
+    return {"count": average["count"], "weights": {k: v.to(device, copy=True) for k, v in average["weights"].items()}}
+
+
+def _batch_parts(fd: FoldData, windows: BalancedWindows, n: int, batch: int, segments: torch.Tensor,
+                 max_gap_bars: int, tc: TrainConfig, patch: int) -> list[tuple[BalancedWindows, int]]:
+    """(windows, how many a step draws) of each part of a batch: `batch` windows of n bars, or with
+    train.short_fraction at n > train.short_length that share of them as short windows of the same
+    tokens (n / short_length short windows for each long one)."""
+    if not tc.short_fraction or n <= tc.short_length:
+        return [(windows, batch)]
+    replaced = round(tc.short_fraction * batch)
+    short = _fit_windows(fd, tc.short_length, segments, max_gap_bars, tc, patch)
+    return [(windows, batch - replaced), (short, replaced * n // tc.short_length)]
+
+
+def _batch_loss(fwd_model, parts, denominator: float) -> torch.Tensor:
+    """The model's own loss, summed over the batch's parts (one shape each) with one denominator."""
+    _, loss = fwd_model(*parts[0], denominator)
+    for x, y in parts[1:]:
+        loss = loss + fwd_model(x, y, denominator)[1]
+    return loss
+
+
+def _batch_source(parts: list[tuple[BalancedWindows, int]], features: torch.Tensor, labels: torch.Tensor,
+                  first: int, last: int, seed: int, fold: int, dropout: bool):
+    """batch_at(step) -> ([(x (B, n, F), y (B, n)) per part], loss denominator) for steps from `first` on.
+
+    A part's windows are `windows.targets(labels, k)` for k = `sample_starts(...)` (part i > 0 from
+    its own stream of the step); the picks of steps first .. last - 1 are drawn up front (one
+    host->device copy, no per-step sync), those of later steps (a "wsd" decay that runs past the
+    planned end) when asked, the same picks either way. The denominator is the expected number of
+    scored positions of a batch (module doc), over all its parts. With dropout, the step's seed
     also fixes the masks (reproducible on resume).
     """
     device = features.device
-    denominator = batch * windows.scored_per_window()
-    picks = torch.stack([sample_starts(windows.count, batch, seed, fold, s) for s in range(first, tc.steps)]).to(device) \
-        if first < tc.steps else None  # (steps - first, B)
+    denominator = sum(count * windows.scored_per_window() for windows, count in parts)
 
-    def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def draw(i: int, steps: range) -> torch.Tensor:  # (len(steps), count) on the device
+        windows, count = parts[i]
+        return torch.stack([sample_starts(windows.count, count, seed, fold, s, part=i) for s in steps]).to(device)
+
+    picks = [draw(i, range(first, last)) for i in range(len(parts))] if first < last else None
+
+    def batch_at(step: int) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], float]:
         if dropout:
             torch.manual_seed(step_seed(seed, fold, step))
-        start, y = windows.targets(labels, picks[step - first])  # (B,), (B, n)
-        return gather_windows(features, start, windows.n), y, denominator  # (B, n, F), (B, n)
+        out = []
+        for i, (windows, _) in enumerate(parts):
+            pick = picks[i][step - first] if first <= step < last else draw(i, range(step, step + 1))[0]
+            start, y = windows.targets(labels, pick)  # (B,), (B, n)
+            out.append((gather_windows(features, start, windows.n), y))  # (B, n, F), (B, n)
+        return out, denominator
 
     return batch_at
 
@@ -319,9 +490,10 @@ def _evaluating(model, fn):
         model.train()
 
 
-def _evaluate_and_stop(state: TrainingState, model, val: float, patience: int) -> None:
+def _evaluate_and_stop(state: TrainingState, model, val: float, patience: int) -> bool:
     """Append (step, mean training loss since the last evaluation, val) to the curve; keep the best
-    weights (on the host); stop after `patience` evaluations without improvement (0 = never)."""
+    weights (on the host); stop after `patience` evaluations without improvement (0 = never).
+    Returns whether `val` is a new best."""
     curve, step = state.curve, state.step
     since = step - (curve["step"][-1] if curve["step"] else 0)
     curve["step"].append(step)
@@ -331,23 +503,40 @@ def _evaluate_and_stop(state: TrainingState, model, val: float, patience: int) -
     if val < state.best_loss:
         state.best_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         state.best_loss, state.best_step, state.bad_evals = val, step, 0
-    else:
-        state.bad_evals += 1
-        state.stopped = patience > 0 and state.bad_evals >= patience
+        return True
+    state.bad_evals += 1
+    state.stopped = state.stopped or (patience > 0 and state.bad_evals >= patience)
+    return False
 
 
 def _training_record(state: TrainingState, tc: TrainConfig, validated: bool, model) -> dict:
     """The cost record's training fields: the learning curve {"step", "train_loss", "val_loss"}
     (empty lists without a validation tail), the best step and its validation loss (None without
     a tail), the last step trained, the rule (maximum, eval_every, patience, lr) and the rotary
-    base in use with its slowest wavelength in bars."""
+    base in use with its slowest wavelength in bars; with a recipe other than the published one
+    (cosine, raw weights) also "recipe" (`_recipe_record`)."""
     head_dim, base = model.config.head_dim, model.config.rotary_base
-    return {"rotary_base": base, "rotary_wavelength": rotary_wavelength(head_dim, base),
-            "curve": {k: list(v) for k, v in state.curve.items()},
-            "best_step": state.best_step if validated else None,
-            "best_val_loss": state.best_loss if validated else None, "stop_step": state.step,
-            "max_steps": tc.steps, "eval_every": tc.eval_every if validated else None,
-            "patience": tc.patience if validated else None, "lr": tc.lr}
+    record = {"rotary_base": base, "rotary_wavelength": rotary_wavelength(head_dim, base),
+              "curve": {k: list(v) for k, v in state.curve.items()},
+              "best_step": state.best_step if validated else None,
+              "best_val_loss": state.best_loss if validated else None, "stop_step": state.step,
+              "max_steps": tc.steps, "eval_every": tc.eval_every if validated else None,
+              "patience": tc.patience if validated else None, "lr": tc.lr}
+    if tc.schedule != "cosine" or tc.ema_decay or tc.short_fraction:
+        record["recipe"] = _recipe_record(state, tc, state.best_step if validated else state.step)
+    return record
+
+
+def _recipe_record(state: TrainingState, tc: TrainConfig, kept: int) -> dict:
+    """The schedule, the average's decay, the decay phase ({"from", "start", "steps"} or None), and
+    of the kept weights (after optimizer step `kept`): the updates they had ("wsd" rewinds, so
+    after its decay fewer than `kept`) and the learning rate of their last update over lr."""
+    decay = state.decay
+    rewound = decay is not None and decay["from"] is not None and kept > decay["start"]
+    updates = decay["from"] + kept - decay["start"] if rewound else kept
+    return {"schedule": tc.schedule, "ema_decay": tc.ema_decay, "short_fraction": tc.short_fraction, "decay": decay,
+            "kept_updates": updates,
+            "kept_lr_ratio": _learning_rate(kept - 1, tc, state) / tc.lr if kept else None}
 
 
 # ---- settings ----------------------------------------------------------------------------------
@@ -364,6 +553,10 @@ def _train_settings(cfg: ExperimentConfig, n, train_overrides: dict | None) -> t
         raise UserError(f"train.tokens_per_step={tc.tokens_per_step} must be a positive multiple of the context length n={n}")
     if tc.steps < 1:
         raise UserError(f"train.steps must be >= 1, got {tc.steps}")
+    if not 0 <= tc.ema_decay < 1:
+        raise UserError(f"train.ema_decay must be in [0, 1) (0 = no weight average), got {tc.ema_decay}")
+    check_schedule(tc)
+    check_short_windows(tc, [n])
     return tc, n, tc.tokens_per_step // n
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from tsflash.config import recipe_words
 from tsflash.intervals import bars_as_time, interval_words
 from tsflash.report import protocol
 from tsflash.report.compute import METRICS, Numbers
@@ -125,6 +126,7 @@ def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
                   "(same for every N)"],
         ["budget", f"{tr['steps']} AdamW steps of {fmt(tr['tokens_per_step'])} tokens (batch = tokens / N), "
                    f"lr {tr['lr']}, warm-up {plural(tr['warmup_steps'], 'step')}, weight decay {tr['weight_decay']}"],
+        ["recipe", recipe_words(tr)],
         ["seeds", ", ".join(map(str, tr["seeds"]))],
         ["trials", f"{trials}; {plural(nums.selection.n_trials, 'complete trial')} in the study"],
         ["evaluation", "every test bar scored once, with a context of N/2..N bars ending at it (stride N/2); "

@@ -1,0 +1,356 @@
+"""Training recipes side by side (issue 29, deliverable 2): which recipe keeps short-range skill at
+every N, chosen on the validation tails and the controls only, never on BTC test bars?
+
+Each candidate is the default protocol with a few `--set` overrides (`CANDIDATES`), run as an
+ordinary resumable sweep (in this process, through the CLI) into its own run folder,
+OUT/<candidate>/<source>, on three sources (`SOURCES`): the positive control (synthetic:long-memory,
+a one-week echo only N=32768 reaches), the clean null (synthetic:iid) and BTC (the bar store). Then
+OUT/summary.md and summary.json, per candidate, source and N, from the cells' summaries:
+
+* the validation loss at the kept step (of the kept weights: the average with train.ema_decay), the
+  kept step and, where the recipe rewinds ("wsd"), the updates the kept weights had; the learning
+  rate of the kept weights' last update over the peak (today 83-91 %); the validation noise (sd of
+  the change between successive evaluations before any decay, the 2.4x of N=32768 over 512);
+* on the controls only: the test log-loss per N and the nesting check, each N > 512 with its
+  context cut to 512 bars against the N=512 model on the same test bars, paired over (fold, seed)
+  runs (mean, t test; "fails" = significantly worse, p < 0.05), on the log-loss and, where cells
+  record them for the cut scoring, its flat-vs-move and up-vs-down parts.
+
+BTC test metrics are never read: a cell is reduced to `validation_view` as it is loaded, and only a
+control source's cells also pass through `test_view`, which refuses any other source (the BTC runs'
+own report.md, written by the sweep, holds test metrics; the choice is made from summary.md).
+
+    python experiments/recipes.py --out runs/recipes --device cuda --time-budget 500   # rerun until done
+    python experiments/recipes.py --out runs/recipes --summary-only
+    python experiments/recipes.py --plan                                               # the GPU cost plan
+
+GPU cost plan (`cost_plan`, from the calibrated H200 cells of tsflash/sweep/progress.py CALIBRATION,
+means of its two rows per N: 8.1 s a cell at N=512, 31.9 s at N=32768, 7.8 s a fold's baselines,
+4.8 s a report), at the default lengths 512 and 32768 (the nesting check needs N=512 and the longest
+N; 4096 adds 10.7 s a cell), five folds and three seeds (15 runs per N, the run-level test's unit):
+a sweep is about 645 s; "wsd" runs its decay too, assumed +13 % of the model cells (a decay of 20 %
+of the best step, 170 of ~270 steps run), about 723 s; the weight average costs a lerp per step;
+the short windows of "short-mix" replace tokens (no more, and their attention is cheaper), taken as
+the baseline's cost. Five candidates on three sources:
+
+    candidate   per source   3 sources
+    baseline       645 s      1935 s
+    ema            645 s      1935 s
+    wsd            723 s      2169 s
+    wsd-ema        723 s      2169 s
+    short-mix      645 s      1935 s
+    total                     10142 s = 2 h 49 min of one H200 (about 21 min on 8, cells in parallel)
+
+The baseline on BTC is the published second edition's protocol: its cells
+(reports/h200-btcusdt-1m-second-edition) give the same validation view for 645 s less
+(`--baseline-btc FOLDER`). One seed instead of three divides everything by three but leaves the
+nesting check 5 pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # the repository's tsflash
+
+from tsflash import cli  # noqa: E402
+from tsflash.atomic import write_json, write_text  # noqa: E402
+from tsflash.runfolder import RunFolder, read_json  # noqa: E402
+
+log = logging.getLogger("recipes")
+
+# name -> the --set overrides over the default protocol. An average over ~50 steps (decay 0.98,
+# 2.5 evaluations of 20 steps) is short against best steps of 137-184; the decay is 20 % of the
+# best step, the cooldown share of warmup-stable-decay schedules.
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "baseline": (),
+    "ema": ("train.ema_decay=0.98",),
+    "wsd": ("train.schedule=wsd", "train.decay_fraction=0.2"),
+    "wsd-ema": ("train.schedule=wsd", "train.decay_fraction=0.2", "train.ema_decay=0.98"),
+    # a quarter of each long-N batch's tokens as 512-bar windows: 1 of 4 windows at N=32768, 8 of 32 at 4096
+    "short-mix": ("train.short_fraction=0.25",),
+}
+CONTROLS = {"long-memory": "synthetic:long-memory:{seed}", "iid": "synthetic:iid:{seed}"}
+SOURCES = (*CONTROLS, "btc")
+DEFAULT_LENGTHS = "512,32768"
+SHORT = 512  # the nesting check's short context
+ALPHA = 0.05
+NESTING_PARTS = ("log_loss", "move_log_loss", "direction_log_loss")  # total, flat-vs-move, up-vs-down
+# the decay's extra share of a "wsd" cell (module doc), for the plan
+WSD_EXTRA = 0.13
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading cells: validation for every source, test bars for the controls only
+
+
+def validation_view(cell: dict, train: dict) -> dict:
+    """What the summary may know of any cell: its identity and its training record (validation
+    tail, kept step, learning rate at it). `train` is the run config's train table."""
+    cost = cell.get("cost") or {}
+    recipe = cost.get("recipe") or {}
+    best = cost.get("best_step")
+    ratio = recipe.get("kept_lr_ratio") if recipe else _cosine_lr_ratio(best, train)
+    return {"n": int(cell["n"]), "fold": int(cell["fold"]), "seed": int(cell["seed"]),
+            "best_val_loss": cost.get("best_val_loss"), "best_step": best, "stop_step": cost.get("stop_step"),
+            "kept_updates": recipe.get("kept_updates", best), "kept_lr_ratio": ratio,
+            "val_noise": _val_noise(cost.get("curve") or {}, recipe.get("decay"))}
+
+
+def test_view(cell: dict, source: str) -> dict:
+    """The test-bar numbers of a CONTROL's cell: its log-loss parts, and those of its context cuts."""
+    if source not in CONTROLS:
+        raise ValueError(f"test metrics are read for the controls only ({', '.join(CONTROLS)}), not {source!r}")
+    metrics = cell["metrics"]
+    cuts = {int(m): {k: v[k] for k in NESTING_PARTS if k in v} for m, v in (cell.get("far_context") or {}).items()}
+    return {"test": {k: metrics[k] for k in NESTING_PARTS if k in metrics}, "cut": cuts,
+            "n_scored": int(metrics["n_scored"])}
+
+
+def _cosine_lr_ratio(best: int | None, train: dict) -> float | None:
+    """The published schedule's rate at the kept weights' last update, over the peak."""
+    from tsflash.engine._train import lr_at
+
+    if not best:
+        return None
+    return lr_at(best - 1, train["steps"], 1.0, train["warmup_steps"], train.get("min_lr_ratio", 0.1))
+
+
+def _val_noise(curve: dict, decay: dict | None) -> float | None:
+    """sd of the change of the validation loss between successive evaluations, before any decay."""
+    steps, losses = curve.get("step", []), curve.get("val_loss", [])
+    end = decay["start"] if decay and decay.get("from") is not None else math.inf
+    kept = [v for s, v in zip(steps, losses) if s <= end]
+    return float(np.std(np.diff(kept), ddof=1)) if len(kept) > 2 else None
+
+
+def read_run(root: Path, source: str) -> dict[int, dict[tuple[int, int], dict]]:
+    """{N: {(fold, seed): row}}: every cell's `validation_view`, with `test_view` on a control."""
+    folder = RunFolder(root)
+    train = read_json(folder.config_json)["train"]
+    cells, _ = folder.cell_summaries()
+    out: dict[int, dict] = {}
+    for cell in cells:
+        row = validation_view(cell, train) | (test_view(cell, source) if source in CONTROLS else {})
+        out.setdefault(row["n"], {})[(row["fold"], row["seed"])] = row
+    return dict(sorted(out.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary
+
+
+def _mean(values) -> float | None:
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
+
+
+def per_n(rows: dict[tuple[int, int], dict]) -> dict:
+    cells = list(rows.values())
+    out = {"cells": len(cells)} | {k: _mean(r[k] for r in cells)
+                                   for k in ("best_val_loss", "best_step", "kept_updates", "kept_lr_ratio", "val_noise")}
+    if cells and "test" in cells[0]:
+        scored = sum(r["n_scored"] for r in cells)
+        out["test_log_loss"] = sum(r["test"]["log_loss"] * r["n_scored"] for r in cells) / scored
+    return out
+
+
+def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
+    """Each N > short cut to `short` bars minus the N=short model, per part, paired over (fold, seed)."""
+    if short not in by_n:
+        return {}
+    out = {}
+    for n, rows in by_n.items():
+        if n <= short:
+            continue
+        out[n] = {}
+        for part in NESTING_PARTS:
+            keys = sorted(k for k in set(rows) & set(by_n[short])
+                          if part in rows[k]["cut"].get(short, {}) and part in by_n[short][k]["test"])
+            d = np.array([rows[k]["cut"][short][part] - by_n[short][k]["test"][part] for k in keys])
+            if len(d) == 0:
+                continue
+            p = float(stats.ttest_1samp(d, 0.0).pvalue) if len(d) > 1 and np.ptp(d) > 0 else math.nan
+            out[n][part] = {"pairs": len(d), "mean": float(d.mean()), "p": p,
+                            "fails": bool(d.mean() > 0 and p < ALPHA)}
+    return out
+
+
+def run_root(out: Path, name: str, source: str, baseline_btc: Path | None = None) -> Path:
+    """OUT/<candidate>/<source>; the baseline on BTC may be an existing run of the default protocol."""
+    return baseline_btc if (name, source) == ("baseline", "btc") and baseline_btc is not None else out / name / source
+
+
+def summarize(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baseline_btc: Path | None = None,
+              short: int = SHORT) -> dict:
+    runs = []
+    for name in candidates:
+        for source in sources:
+            root = run_root(out, name, source, baseline_btc)
+            if not RunFolder(root).exists():
+                continue
+            by_n = read_run(root, source)
+            run = {"candidate": name, "source": source, "run": str(root), "overrides": list(CANDIDATES[name]),
+                   "complete": RunFolder(root).is_complete(), "per_n": {n: per_n(r) for n, r in by_n.items()}}
+            if source in CONTROLS:
+                run["nesting"] = nesting(by_n, short)
+            runs.append(run)
+    return {"runs": runs}
+
+
+def _f(x, spec: str = ".4f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def render(summary: dict) -> str:
+    lines = ["# Training recipes side by side", "",
+             "Validation tails for every source; test bars of the controls only (never of BTC). Kept step: the "
+             "best validated step; updates: those the kept weights had (fewer after a rewind); lr: the rate of "
+             "their last update over the peak; noise: sd of the validation loss's change between evaluations. "
+             f"Nesting: each N cut to {summary.get('short', SHORT)} bars minus the N={summary.get('short', SHORT)} "
+             "model on the same test bars, paired over runs "
+             "(> 0: the long model lost short-range skill; fails = p < 0.05).", "",
+             "| candidate | source | N | cells | val loss at kept step | kept step | updates | lr / peak | noise "
+             "| test log-loss | nesting (log-loss) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in summary["runs"]:
+        for n, row in run["per_n"].items():
+            check = (run.get("nesting") or {}).get(n, {}).get("log_loss")
+            nest = "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
+                                              f"{check['pairs']} pairs){' FAILS' if check['fails'] else ''}")
+            lines.append(f"| {run['candidate']} | {run['source']}{'' if run['complete'] else ' (unfinished)'} | {n} "
+                         f"| {row['cells']} | {_f(row['best_val_loss'], '.5f')} | {_f(row['best_step'], '.0f')} "
+                         f"| {_f(row['kept_updates'], '.0f')} | {_f(row['kept_lr_ratio'], '.0%')} "
+                         f"| {_f(row['val_noise'], '.5f')} | {_f(row.get('test_log_loss'), '.5f')} | {nest} |")
+    lines += ["", "Candidates: " + "; ".join(f"`{r}` = " + (" ".join(f"`--set {o}`" for o in CANDIDATES[r]) or
+                                                             "the default protocol") for r in CANDIDATES), ""]
+    return "\n".join(lines)
+
+
+def write_summary(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baseline_btc: Path | None = None,
+                  short: int = SHORT) -> dict:
+    summary = summarize(out, candidates, sources, baseline_btc, short) | {"short": short}
+    write_json(out / "summary.json", summary)
+    write_text(out / "summary.md", render(summary))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# The cost plan
+
+
+def cost_plan(candidates=tuple(CANDIDATES), n_sources: int = len(SOURCES), lengths=(512, 32768), folds: int = 5,
+              seeds: int = 3) -> dict[str, float]:
+    """Seconds of one H200 per candidate over `n_sources` sweeps, from the calibrated H200 cells
+    (means of CALIBRATION's rows per N) at the default protocol's size."""
+    from tsflash.sweep.progress import CALIBRATION, CALIBRATION_OTHER
+
+    def mean_of(rows) -> float:
+        rows = list(rows)
+        if not rows:
+            raise SystemExit("no calibrated H200 cells for this length: lengths must be among 512, 4096, 32768")
+        return sum(r.seconds for r in rows) / len(rows)
+
+    cell = {n: mean_of(r for r in CALIBRATION if r.device == "cuda" and r.preset == "full" and r.n == n)
+            for n in lengths}
+    other = {k: mean_of(r for r in CALIBRATION_OTHER if r.device == "cuda" and r.kind == k)
+             for k in ("baseline", "report")}
+    models = folds * seeds * sum(cell.values())
+    fixed = folds * other["baseline"] + other["report"]
+    return {name: n_sources * (models * (1 + WSD_EXTRA * any("wsd" in o for o in CANDIDATES[name])) + fixed)
+            for name in candidates}
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the sweeps
+
+
+def data_arg(source: str, args) -> str:
+    return args.btc_data if source == "btc" else CONTROLS[source].format(seed=args.seed)
+
+
+def sweep_argv(name: str, source: str, args, budget: float | None) -> list[str]:
+    argv = ["sweep", "--data", data_arg(source, args), "--lengths", args.lengths, "--out", str(args.out / name / source),
+            "--device", args.device, "--preset", args.preset, "--config", args.config, "--no-precision"]
+    for item in (*args.overrides, *CANDIDATES[name]):
+        argv += ["--set", item]
+    if budget is not None:
+        argv += ["--time-budget", f"{budget:.0f}"]
+    return argv
+
+
+def _names(text: str, known) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names or any(n not in known for n in names):
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(known)}, got {text!r}")
+    return names
+
+
+def run_all(args) -> bool:
+    """Every (source, candidate) sweep not complete, within the time budget; True when all are."""
+    t0 = time.monotonic()
+    for source in args.sources:
+        for name in args.candidates:
+            folder = RunFolder(run_root(args.out, name, source, args.baseline_btc))
+            if (folder.exists() and folder.is_complete()) or folder.root == args.baseline_btc:  # read, never run
+                continue
+            left = None if args.time_budget is None else args.time_budget - (time.monotonic() - t0)
+            if left is not None and left <= 0:
+                log.info("time budget used before %s on %s: run this command again to continue", name, source)
+                return False
+            if cli.main(sweep_argv(name, source, args, left)) != 0:
+                raise SystemExit(f"the sweep of {name} on {source} failed")
+    return all(RunFolder(args.out / n / s).is_complete() for n in args.candidates for s in args.sources
+               if run_root(args.out, n, s, args.baseline_btc) != args.baseline_btc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/recipes"), help="folder of the run folders and the summary")
+    ap.add_argument("--candidates", type=lambda t: _names(t, CANDIDATES), default=list(CANDIDATES),
+                    help=f"comma-separated, from {', '.join(CANDIDATES)} (default: all)")
+    ap.add_argument("--sources", type=lambda t: _names(t, SOURCES), default=list(SOURCES),
+                    help=f"comma-separated, from {', '.join(SOURCES)} (default: all)")
+    ap.add_argument("--btc-data", default="data", help="the bar store of the btc source (default: data)")
+    ap.add_argument("--baseline-btc", type=Path, default=None, metavar="FOLDER",
+                    help="a finished run of the default protocol on BTC, read (validation view only) as the "
+                         "baseline's instead of running it, e.g. reports/h200-btcusdt-1m-second-edition")
+    ap.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"context lengths (default {DEFAULT_LENGTHS})")
+    ap.add_argument("--short", type=int, default=SHORT, help=f"the nesting check's short N (default {SHORT})")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic bars (default 0)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--preset", default="full", help="sweep preset (default full: the config as written)")
+    ap.add_argument("--config", default="default", help="sweep config, a preset name or .toml path")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="override for every candidate")
+    ap.add_argument("--time-budget", type=float, default=None, help="seconds after which no new sweep or trial starts")
+    ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary of the runs in --out")
+    ap.add_argument("--plan", action="store_true", help="print the GPU cost plan and exit")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.plan:
+        lengths = tuple(int(n) for n in args.lengths.split(","))
+        plan = cost_plan(args.candidates, len(args.sources), lengths)
+        print(json.dumps({"seconds": plan, "total_s": sum(plan.values())}, indent=1))
+        return 0
+    done = args.summary_only or run_all(args)
+    if done:
+        write_summary(args.out, args.candidates, args.sources, args.baseline_btc, args.short)
+        log.info("summary: %s", args.out / "summary.md")
+    else:
+        log.info("unfinished: run the same command again to continue")
+    print(json.dumps({"complete": bool(done), "out": str(args.out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

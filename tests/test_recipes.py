@@ -1,0 +1,68 @@
+"""experiments/recipes.py: a tiny CPU run of two sweeps (the iid control and a stand-in for BTC)
+gives the validation view everywhere, the nesting check on the control, and never reads the BTC
+cells' test metrics; the GPU cost plan of its docstring is the calibrated table's."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.conftest import load_experiment
+from tests.sweep.test_sweep import TINY
+
+recipes = load_experiment("recipes")
+
+TINY_VALIDATED = [t for t in TINY if not t.startswith(("splits.val_days", "train.steps"))] + [
+    "splits.val_days=1", "train.steps=4", "train.eval_every=1", "train.patience=1", "eval.context_cuts=[32]", "train.seeds=[0, 1]"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("recipes")
+    argv = ["--out", str(out), "--candidates", "wsd-ema", "--sources", "iid,btc", "--btc-data",
+            "synthetic:random-walk", "--lengths", "32,64", "--short", "32", "--device", "cpu", "--preset", "cpu"]
+    for item in TINY_VALIDATED:
+        argv += ["--set", item]
+    assert recipes.main(argv) == 0
+    return out, argv
+
+
+def test_a_tiny_run_summarises_validation_everywhere_and_tests_only_the_control(run):
+    out, _ = run
+    summary = json.loads((out / "summary.json").read_text())
+    by_source = {r["source"]: r for r in summary["runs"]}
+    assert set(by_source) == {"iid", "btc"} and all(r["complete"] for r in summary["runs"])
+    for r in summary["runs"]:
+        assert r["overrides"] == list(recipes.CANDIDATES["wsd-ema"])
+        for row in r["per_n"].values():
+            assert row["cells"] == 4 and row["best_val_loss"] is not None and 1 <= row["best_step"] <= 5
+            assert 0 < row["kept_lr_ratio"] <= 1
+    assert all("test_log_loss" not in row for row in by_source["btc"]["per_n"].values())
+    assert "nesting" not in by_source["btc"]
+    check = by_source["iid"]["nesting"]["64"]["log_loss"]
+    assert check["pairs"] == 4 and isinstance(check["fails"], bool)
+    assert "| wsd-ema | iid | 64 | 4 |" in (out / "summary.md").read_text()
+
+
+def test_the_btc_cells_test_metrics_are_never_read(run):
+    out, argv = run
+    before = json.loads((out / "summary.json").read_text())
+    for path in (out / "wsd-ema" / "btc" / "cells").rglob("n*/*.cell.json"):
+        cell = json.loads(path.read_text())
+        for key in ("metrics", "far_context"):
+            cell.pop(key, None)
+        path.write_text(json.dumps(cell))
+    assert recipes.main(argv + ["--summary-only"]) == 0
+    assert json.loads((out / "summary.json").read_text()) == before
+    with pytest.raises(ValueError, match="test metrics are read for the controls only"):
+        recipes.test_view({"metrics": {}}, "btc")
+
+
+def test_the_cost_plan_in_the_docstring_is_the_calibrated_one():
+    plan = recipes.cost_plan()
+    doc = recipes.__doc__
+    for name, seconds in plan.items():
+        assert re.search(rf"{name}\s+{round(seconds / 3)} s\s+{round(seconds)} s", doc), name
+    assert f"total                     {round(sum(plan.values()))} s" in doc
