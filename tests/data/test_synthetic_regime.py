@@ -92,12 +92,13 @@ def test_direction_gain_is_the_calibrated_logistic_gain():
 
 def test_the_oracle_holds_the_documented_information_growing_with_n():
     """The defaults on 2.4M gap-free bars (the default range): the numbers in `Regime`'s docstring."""
-    gains = regime_oracle(2_400_000, seed=11, market=Market(n_gaps=0), lengths=(512, 4096, 32768), max_rows=12_000)
+    gains = regime_oracle(2_400_000, seed=11, market=Market(n_gaps=0), lengths=(512, 4096, 32768), max_rows=8000)
     g = gains.by_length
-    print(f"regime oracle: true state {gains.true_state:.5f}, by N {g}, {gains.rows} rows")
-    assert 0.0009 < gains.true_state < 0.0018, gains
-    assert g[512] < g[4096] < g[32768] <= gains.true_state + 3e-4, gains
-    assert 0.0005 < g[32768] < 0.0013 and g[512] < 0.5 * g[32768], gains  # at most about BTC's 0.001
+    print(f"regime oracle: true state {gains.true_state:.5f} (hit rate {gains.hit_rate:.4f}), by N {g}")
+    # measured: 0.00159 (0.528); 0.00017, 0.00074, 0.00092
+    assert 0.0012 < gains.true_state < 0.0020 and 0.52 < gains.hit_rate < 0.535, gains
+    assert g[512] < g[4096] < g[32768] < gains.true_state, gains
+    assert 0.0006 < g[32768] < 0.0012 and g[512] < 0.3 * g[32768], gains  # at most about BTC's 0.001
 
 
 def moved_up(bars, rows):
@@ -107,19 +108,29 @@ def moved_up(bars, rows):
     return rows[moved], (fwd[moved] > 0).astype(int)
 
 
+def window_sums(close, n: int) -> np.ndarray:
+    """The probe's window sums of the last n bars (`probe_features`), each over its window's
+    realised volatility (scale free: raw sums in a high-volatility stretch make overconfident
+    forecasts), and their tanh."""
+    f = probe_features(close, n)
+    z = f[:, 0::2] / np.exp(f[:, 1::2])
+    return np.hstack([z, np.tanh(z)])
+
+
 def test_window_sums_find_more_at_long_n_than_at_short_n_and_nothing_on_iid():
-    """A scaled-down regime (regimes of 3000 bars, tilt 0.04): a logistic regression on the probe's
-    multi-scale aggregates (`probe_features`) of the last 1024 bars beats the last 16 bars'; on the
-    iid null neither gains beyond noise."""
-    n = 400_000
+    """A scaled-down regime (1M bars, regimes of 2000 bars, tilt 0.05): a plain logistic regression
+    on the window sums of the last 1024 bars gains more than on the last 16 bars'; on the iid null
+    neither gains beyond noise (measured: 0.0085 nats per moved bar against 0.0009 on the regime; -0.00003
+    and -0.00004 on iid)."""
+    n = 1_000_000
     found = {}
-    for name, bars in (("regime", regime_bars(n, seed=5, params=Regime(duration=3000, tilt=0.04),
+    for name, bars in (("regime", regime_bars(n, seed=5, params=Regime(duration=2000, tilt=0.05),
                                               market=Market(n_gaps=0))),
                        ("iid", iid_bars(n, seed=5, n_gaps=0))):
-        rows, up = moved_up(bars, np.arange(1024, n - HORIZON, HORIZON))
-        found[name] = {w: binary_gain(probe_features(bars.close, w)[rows], up)[:2] for w in (16, 1024)}
+        rows, up = moved_up(bars, np.arange(1024, n - HORIZON, 5))
+        found[name] = {w: binary_gain(window_sums(bars.close, w)[rows], up)[:2] for w in (16, 1024)}
     print(found)
     (short, _), (long, se) = found["regime"][16], found["regime"][1024]
-    assert long > short + 4 * se and long > 0.002, found
+    assert long > short + 4 * se and long > 0.004, found
     for gain, se in found["iid"].values():
         assert gain < 3 * se, found

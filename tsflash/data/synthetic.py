@@ -22,10 +22,10 @@ long-memory (the positive control, `long_memory_bars`)
     better than chance; a shorter context sees nothing of it. Parameters: `LongMemory`.
 
 regime (the positive control of realistic size, `regime_bars`)
-    A hidden state that lasts two weeks on average (a Markov chain) tilts the drift of every
+    A hidden state that lasts four weeks on average (a Markov chain) tilts the drift of every
     return by a small fraction of its volatility. A window of N bars estimates the state the
     better the longer it is, so the information grows with N, to a direction gain of about
-    0.001 nats per moved bar at N = 32768 (the scale of BTC's own direction skill). The oracle
+    0.0009 nats per moved bar at N = 32768 (the scale of BTC's own direction skill). The oracle
     (`regime_oracle`) states what the true state and what each N's window hold. Parameters: `Regime`.
 
 What is realistic in all of them, so that the pipeline is exercised like on real data:
@@ -382,23 +382,26 @@ class Regime:
     `synthetic:regime:3:duration=2000,tilt=0.05` for a scaled-down test market).
 
     A hidden state s_t in {-1, +1} switches as a symmetric Markov chain (probability 1 / duration
-    per bar, so a regime lasts `duration` bars on average: two weeks of 1-minute bars at the
+    per bar, so a regime lasts `duration` bars on average: four weeks of 1-minute bars at the
     default) and tilts the drift of every return by tilt * s_t of the bar's volatility. No bar
     tells the state; a window of N bars estimates it from the drift of its returns, the better
-    the longer the window (up to the regime's own length), so the information grows with N.
+    the longer the window, so the information grows with N.
 
-    The size at the defaults, measured by tests/data/test_synthetic.py on 2.4M bars (the default
-    range) and the 15-bar forward return, as the direction log-loss gain over the class prior per
-    moved bar (outside the flat third; `regime_oracle`): given the true state 0.0013 nats; given
-    only the last N bars (the exact filter of the chain, `regime_posterior`) about 0.0009 at
-    N = 32768, 0.0007 at 4096 and 0.0002 at 512. That is the scale of BTC's own direction skill
-    (at most about 0.001 nats per moved bar). What it implies at the scale of weeks: a drift of
-    tilt * sqrt(bars per day) daily standard deviations a day (0.44 at the defaults), a trend
-    a chart shows; at 15 bars it is 0.046 standard deviations of the move.
+    The size at the defaults, measured by tests/data/test_synthetic_regime.py on 2.4M bars (the
+    default range) and the 15-bar forward return, as the expected direction log-loss gain over
+    the class prior per moved bar (outside the flat third; `regime_oracle`): given the true state
+    0.0016 nats (hit rate 0.528); given only the last N bars (the exact filter of the chain,
+    `regime_posterior`) 0.0009 at N = 32768, 0.0007 at 4096 and 0.0002 at 512. At most about
+    0.001 nats per moved bar at the longest N: the scale of BTC's own direction skill. A drift that
+    gives 0.001 at 15 bars is readable from a few thousand bars, so N=4096 holds most of what
+    N=32768 does; longer regimes with a smaller tilt move little of it (0.0008 of 0.0010 at 60480
+    bars, tilt 0.011). What it implies at the scale of weeks: a drift of tilt * sqrt(bars per day)
+    daily standard deviations a day (0.47 at the defaults), a trend a chart shows; over 15 bars it
+    is 0.048 standard deviations of the move.
     """
 
-    duration: int = 20160  # mean bars a regime lasts (two weeks of 1-minute bars)
-    tilt: float = 0.012  # drift per bar in units of the bar's own volatility, signed by the state
+    duration: int = 40320  # mean bars a regime lasts (four weeks of 1-minute bars)
+    tilt: float = 0.0125  # drift per bar in units of the bar's own volatility, signed by the state
     garch_alpha: float = 0.05  # GARCH(1,1) as `LongMemory`: volatility clustering, no direction
     garch_beta: float = 0.93
 
@@ -507,15 +510,16 @@ def regime_posterior(llr: np.ndarray, switch: float, rows: np.ndarray, window: i
 
 
 class OracleGains(NamedTuple):
-    """`regime_oracle`: direction log-loss gains over the class prior, nats per moved bar.
+    """`regime_oracle`: expected direction log-loss gains over a coin flip (the class prior of the
+    symmetric market), nats per moved bar.
 
-    rows : moved bars scored; prior_loss : the class prior's up-vs-down log-loss on them;
+    rows : moved bars the rate is read on; hit_rate : P(up | moved, state up), that rate;
     true_state : the forecast that knows the state; by_length : {N: the forecast that knows only
     the last N bars (and each bar's volatility)}.
     """
 
     rows: int
-    prior_loss: float
+    hit_rate: float
     true_state: float
     by_length: dict
 
@@ -542,39 +546,43 @@ def direction_gain(feature: np.ndarray, up: np.ndarray, iters: int = 25) -> floa
 
 
 def regime_oracle(n_bars: int, seed: int = 0, params: Regime | None = None, market: Market | None = None, *,
-                  horizon: int = 15, lengths=(512, 4096, 32768), flat_fraction: float = 1 / 3, stride: int | None = None,
+                  horizon: int = 15, lengths=(512, 4096, 32768), flat_fraction: float = 1 / 3,
                   max_rows: int = 20_000) -> OracleGains:
     """How much direction information the regime market of these arguments holds, per context length.
 
-    Labels as the pipeline's: the `horizon`-bar forward log return from each bar, moved outside a
-    flat band of `flat_fraction` (fitted here on all rows, not per fold). Rows: bars every
-    `stride` (default `horizon`: the forward returns do not overlap) past the longest length, at
-    most `max_rows` of them for the windowed filters (evenly spaced). The forecasts are calibrated
-    on the rows they score (`direction_gain`): the true state's expected sign over the horizon,
-    and the exact filter's, given the volatility and only the last N slots (`regime_posterior`).
-    An upper bound of what a model of N bars can do: it knows neither sigma nor the chain.
+    Labels as the pipeline's: the `horizon`-bar forward log return from each bar past the longest
+    length, moved outside a flat band of `flat_fraction` (fitted here on all of them, not per
+    fold). One rate is read off the moved bars, a = P(up | moved, s_t = +1) = P(down | moved,
+    s_t = -1); then the forecast that knows the state says P(up) = 1/2 + (a - 1/2) s_t, and the one
+    that knows the last N bars 1/2 + (a - 1/2)(2 P(s_t = +1 | those bars) - 1) (`regime_posterior`:
+    the exact Bayes forecast, as the future depends on the past only through s_t). Gains are the
+    expected ones under the true-state forecast (its cross-entropy against each forecast, from
+    log 2), not realised outcomes, so they carry no label noise; the windowed filters run on at
+    most `max_rows` moved bars, evenly spaced. An upper bound of what a model of N bars can do:
+    it knows neither sigma nor the chain.
     """
     p, m = (params or Regime()).check(), market or Market()
     truth = regime_truth(n_bars, seed, p, m)
     lengths = tuple(int(n) for n in lengths)
     log_close = np.cumsum(truth.sigma * (truth.e + p.tilt * truth.state))[truth.slots]
-    t = np.arange(max(lengths, default=0), n_bars - horizon, stride or horizon)
+    t = np.arange(max(lengths, default=0), n_bars - horizon)
     t = t[truth.slots[t + horizon] - truth.slots[t] == horizon]  # no gap inside the horizon
     fwd = log_close[t + horizon] - log_close[t]
     moved = np.abs(fwd) > np.quantile(np.abs(fwd), flat_fraction)
-    t, up = t[moved], (fwd[moved] > 0).astype(np.float64)
+    t, up = t[moved], fwd[moved] > 0
+    state = truth.state[truth.slots[t]]
+    a = float(np.mean(up == (state > 0)))
     if len(t) > max_rows:
-        keep = np.linspace(0, len(t) - 1, max_rows).round().astype(np.int64)
-        t, up = t[keep], up[keep]
-    decay = 1 - 2 * p.switch  # E[s_{t+j} | s_t] = decay^j s_t: the state may flip within the horizon
-    ahead = sum(decay ** j for j in range(1, horizon + 1)) / horizon
-    slots = truth.slots[t]
+        t, state = (x[np.linspace(0, len(t) - 1, max_rows).round().astype(np.int64)] for x in (t, state))
+    p_true = 0.5 + (a - 0.5) * state
+
+    def gain(p_forecast):  # expected log-loss gain over 1/2 when the truth is p_true
+        return float(np.mean(np.log(2) + p_true * np.log(p_forecast) + (1 - p_true) * np.log1p(-p_forecast)))
+
     llr = regime_llr(truth.e + p.tilt * truth.state, p.tilt)  # (G,)
-    by_length = {n: direction_gain(np.tanh(regime_posterior(llr, p.switch, slots, n) / 2) * ahead, up)
-                 for n in lengths}  # tanh(L/2) = 2 P(s=+1) - 1
-    q = up.mean()
-    return OracleGains(len(t), float(-(q * np.log(q) + (1 - q) * np.log(1 - q))),
-                       direction_gain(truth.state[slots] * ahead, up), by_length)
+    by_length = {n: gain(0.5 + (a - 0.5) * np.tanh(regime_posterior(llr, p.switch, truth.slots[t], n) / 2))
+                 for n in lengths}  # tanh(L / 2) = 2 P(s = +1) - 1
+    return OracleGains(int(moved.sum()), a, gain(p_true), by_length)
 
 
 # ---------------------------------------------------------------------------------------------
