@@ -17,7 +17,8 @@ one measured point (strength 0.2: found by 5 of 15 N=32768 runs). The regime mar
 its information at every N, so its N=512 arm would carry part of the effect.
 
 Rungs (default): strengths 0.02, 0.05, 0.1, 0.2, oracle gains about 0.001 (BTC's own direction
-skill), 0.0065, 0.026 and 0.10 nats per moved bar, and the iid null. Design: N in {512, 32768},
+skill), 0.0063, 0.025 and 0.10 nats per moved bar (measured on 2.4M bars by `echo_oracle_gain`'s
+rule), and the iid null. Design: N in {512, 32768},
 3 folds (df 2), seeds 0 and 1, the default protocol otherwise (validated stopping, 600 steps at
 most), no precision check, no context cuts. Replicates are interleaved (replicate r of every rung
 before r + 1), so a partial ladder is balanced. Detected: the verdict "better" (p < 0.05,
@@ -28,15 +29,24 @@ two rungs around 0.8; "at most the weakest rung" or "beyond the strongest" when 
 inside. Beside it, the model-based power at the full protocol (5 folds x 3 seeds,
 `tsflash.stats.runs.power_of`) from the rung's mean estimate and variance components.
 
-GPU cost plan (one H200, `--plan` prints it from the calibrated cost table,
-`tsflash.sweep.progress.prior_rates("cuda")` / `CostModel`, cuda rows of the real-bar sweeps):
-one replicate (6 cells at N=512, 6 at N=32768, 3 folds' baselines) is estimated at about 4.0
-minutes, 7.0 minutes when every N=32768 cell runs its 600 steps as the echo's finders do. Each
-10-minute call runs `--time-budget 400` (no new cell after 400 s; a cell in flight finishes), so
-about 20 minutes of device time (two calls after the machine's start) fit about 5 replicates:
-one per rung and the null. A binomial interval of useful width (10 replicates a rung: 9/10 gives
-[0.55, 1.00]) needs 50 replicates, about 3.5 hours of one H200 (about 30 minutes on eight),
-spread over sessions; the ladder resumes where it stopped.
+GPU cost plan (one H200; `--plan` prints it from the calibrated cost table,
+`tsflash.sweep.progress.prior_rates("cuda")` and `CostModel`, whose cuda rows are the real-bar and
+A/A sweeps): one replicate (6 cells at N=512 of about 8 s, 6 at N=32768 of about 32 s, 3 folds'
+baselines of about 8 s) is estimated at 269 s, 447 s when every N=32768 cell runs its 600 steps
+(the calibrated cells stopped at 284-337 on average; the echo's finders ran to 600). A 10-minute
+call with `--time-budget 400` (no new cell after 400 s; the cell in flight finishes) does one or
+two replicates, so about 20 minutes of device time fit 4 replicates (2 in the worst case): one
+of each of the four strengths, the null not yet, as the schedule runs the rungs in order. The
+ladder of 10 replicates a rung (5 rungs, 50 replicates; 9/10 detected gives [0.555, 0.997])
+needs about 3.7 hours of one H200 (6.2 in the worst case), so it runs over sessions: each call
+resumes where the last stopped. With fewer replicates a rung the intervals say how little they
+hold (1/1 detected: [0.025, 1]). Compiled training (train.compile) is left off: it is not
+calibrated, and it must not change the conclusions.
+
+On the device, from the repository root (like experiments/controls_h200.sh: source
+experiments/device_env.sh, carry the runs folder back as a tar):
+
+    timeout --signal=INT 560 python experiments/power_ladder.py --device cuda --time-budget 400
 
     python experiments/power_ladder.py --plan                               # the cost plan, no training
     python experiments/power_ladder.py --device cuda --time-budget 400      # rerun until done
@@ -50,7 +60,6 @@ unless --out names it. The sweeps run through `experiments/controls.py`'s helper
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import logging
@@ -59,6 +68,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -98,8 +108,7 @@ LEVEL = 0.95  # of the binomial intervals
 # Rungs and their run folders
 
 
-@dataclasses.dataclass(frozen=True)
-class Rung:
+class Rung(NamedTuple):  # a NamedTuple: this script is loaded outside sys.modules, which dataclasses need
     """One step of the ladder: the echo at `strength`, or the null market (strength None)."""
 
     strength: float | None
@@ -234,6 +243,12 @@ def effect_at_power(effects, rates, weights, target: float = TARGET_POWER) -> di
     return {"effect": float(np.exp(x[i - 1] + w * (x[i] - x[i - 1]))), "how": "interpolated", "fitted": fitted.tolist()}
 
 
+def _finite_mean(values: list[float]) -> float:
+    """Mean of the finite values; NaN when none is (a split of the variance needs two seeds a fold)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
 def rung_summary(results: list[dict[str, RunTestResult]], gains: list[float | None]) -> dict:
     """Detections per score over a rung's complete replicates, the mean estimate (longest N minus
     512), the pooled variance components and the model-based power at the full protocol."""
@@ -242,9 +257,8 @@ def rung_summary(results: list[dict[str, RunTestResult]], gains: list[float | No
     out["oracle_gain"] = float(np.mean(valid)) if valid else None
     for score in SCORES:
         res = [r[score] for r in results]
-        comps = VarianceComponents(float(np.mean([r.components.between_fold for r in res])) if res else math.nan,
-                                   float(np.nanmean([r.components.within_fold_seed for r in res])) if res else math.nan,
-                                   0)
+        comps = VarianceComponents(_finite_mean([r.components.between_fold for r in res]),
+                                   _finite_mean([r.components.within_fold_seed for r in res]), 0)
         mean = float(np.mean([r.estimate for r in res])) if res else math.nan
         folds, seeds = FULL_PROTOCOL
         power = (power_of(abs(mean), comps, folds, seeds) if res and math.isfinite(comps.within_fold_seed)

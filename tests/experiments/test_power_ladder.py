@@ -70,7 +70,7 @@ def test_a_tiny_ladder_detects_the_strongest_strength_and_not_the_null(ladder, t
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one CPU thread: faster on a small shared machine, and bit-identical
     t0 = time.process_time()
-    argv = ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "power"), "--strengths", "0.3", "--echo", "lag=48",
+    argv = ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "power"), "--strengths", "0.6", "--echo", "lag=48",
             "--replicates", "1", "--lengths", "16,128", "--device", "cpu", "--preset", "cpu", "--seed", "1"]
     argv += [x for item in [*TOY, "splits.n_folds=3"] for x in ("--set", item)]
     try:
@@ -82,11 +82,12 @@ def test_a_tiny_ladder_detects_the_strongest_strength_and_not_the_null(ladder, t
     strong, null = summary["rungs"]
     print({r["rung"]: {s: r[s]["estimates"] + r[s]["p"] for s in ("log_loss", "direction")} for r in summary["rungs"]},
           f"{seconds:.0f} s CPU")
-    assert summary["complete"] and strong["rung"] == "strength-0.3" and null["rung"] == "iid"
-    assert strong["log_loss"]["detected"]["k"] == 1 and strong["oracle_gain"] > 0.05
+    assert summary["complete"] and strong["rung"] == "strength-0.6" and null["rung"] == "iid"
+    assert strong["log_loss"]["detected"]["k"] == 1 and strong["direction"]["detected"]["k"] == 1
+    assert strong["oracle_gain"] > 0.1
     assert null["log_loss"]["rejected"]["k"] == 0 and null["direction"]["rejected"]["k"] == 0
     assert null["oracle_gain"] is None
     md = (tmp_path / "power" / "summary.md").read_text()
-    assert "| strength-0.3 |" in md and "| iid | 0 (null) | 1 |" in md
+    assert "| strength-0.6 |" in md and "| iid | 0 (null) | 1 |" in md
     assert not (tmp_path / "runs" / "summary.md").exists()  # the summary goes to --out only
     assert seconds < 60
