@@ -118,7 +118,7 @@ BAD = [
     (["sweep", "--data", "no/such/folder"],
      r"tsflash sweep: error: argument --data: bar store folder not found: no/such/folder \(create it with .*\)"),
     (["sweep", "--data", "synthetic:brownian"],
-     r"tsflash sweep: error: argument --data: synthetic sources are synthetic:random-walk\[:SEED\], synthetic:iid\[:SEED\], synthetic:long-memory\[:SEED\]\[:KEY=VALUE,\.\.\.\], got 'synthetic:brownian'"),
+     r"tsflash sweep: error: argument --data: synthetic sources are synthetic:random-walk\[:SEED\], synthetic:iid\[:SEED\], synthetic:long-memory\[:SEED\]\[:KEY=VALUE,\.\.\.\], synthetic:regime\[:SEED\]\[:KEY=VALUE,\.\.\.\], got 'synthetic:brownian'"),
     (["sweep", "--data", "synthetic:random-walk:x"],
      r"tsflash sweep: error: argument --data: the synthetic seed must be an integer, got 'x' in 'synthetic:random-walk:x'"),
     ([*SWEEP, "--device", "tpu"], r"tsflash sweep: error: argument --device: must be auto, cpu, cuda or cuda:K, got 'tpu'"),

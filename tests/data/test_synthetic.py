@@ -259,7 +259,7 @@ def test_source_strings():
     assert parse_source("synthetic:long-memory") == ("long-memory", None)
     assert parse_spec("synthetic:long-memory:3:lag=96,strength=0.2") == ("long-memory", 3, {"lag": 96, "strength": 0.2})
     assert parse_spec("synthetic:long-memory:window=5") == ("long-memory", None, {"window": 5})
-    both = r"synthetic sources are synthetic:random-walk\[:SEED\], synthetic:iid\[:SEED\], synthetic:long-memory\[:SEED\]\[:KEY=VALUE,...\]"
+    both = r"synthetic sources are synthetic:random-walk\[:SEED\], synthetic:iid\[:SEED\], synthetic:long-memory\[:SEED\]\[:KEY=VALUE,...\], synthetic:regime\[:SEED\]\[:KEY=VALUE,...\]"
     for bad in ("synthetic:brownian", "synthetic:long-memory:1:2:3", "synthetic:long-memory:lag=9:4"):
         with pytest.raises(UserError, match=rf"^--data: {both}, got '{bad}'$"):
             parse_spec(bad)

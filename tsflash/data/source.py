@@ -1,7 +1,7 @@
 """The sweep's bars: read the store for the configured range (fetching what is missing), or build
 seeded synthetic bars of the same bar count (`--data synthetic:random-walk[:SEED]`, the noise
-control; `--data synthetic:long-memory[:SEED][:KEY=VALUE,...]`, the positive control; see
-tsflash.data.synthetic)."""
+control; `--data synthetic:iid[:SEED]`, the clean null; `--data synthetic:long-memory[:SEED][:KEY=VALUE,...]`
+and `synthetic:regime[:SEED][:KEY=VALUE,...]`, the positive controls; see tsflash.data.synthetic)."""
 
 from __future__ import annotations
 

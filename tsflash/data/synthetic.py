@@ -1,4 +1,5 @@
-"""Synthetic bars for the controls: a seeded random walk (noise) and a long-memory market (signal).
+"""Synthetic bars for the controls: a seeded random walk (noise), an iid null, and two markets with
+a planted far-context signal (a one-week echo; a slow hidden regime), with their oracles.
 
 `tsflash sweep --data synthetic:NAME[:SEED][:KEY=VALUE,...]` runs the whole pipeline on seeded
 bars with the same bar count as the configured range:
@@ -20,17 +21,24 @@ long-memory (the positive control, `long_memory_bars`)
     A model whose context reaches back that far can predict the sign of the 15-bar forward return
     better than chance; a shorter context sees nothing of it. Parameters: `LongMemory`.
 
-What is realistic in both, so that the pipeline is exercised like on real data:
+regime (the positive control of realistic size, `regime_bars`)
+    A hidden state that lasts four weeks on average (a Markov chain) tilts the drift of every
+    return by a small fraction of its volatility. A window of N bars estimates the state the
+    better the longer it is, so the information grows with N, to a direction gain of about
+    0.0009 nats per moved bar at N = 32768 (the scale of BTC's own direction skill). The oracle
+    (`regime_oracle`) states what the true state and what each N's window hold. Parameters: `Regime`.
+
+What is realistic in all of them, so that the pipeline is exercised like on real data:
     - close follows exp(cumsum(r)) with zero-mean Student-t(4) log return innovations (heavy
-      tails) whose scale has an intraday profile and slowly varying daily regimes; the
-      long-memory market adds GARCH(1,1) volatility clustering minute to minute;
+      tails) whose scale has an intraday profile and slowly varying daily regimes (iid: one constant scale); the
+      long-memory and regime markets add GARCH(1,1) volatility clustering minute to minute;
     - open = previous close; high/low wrap open and close; volume is log-normal and larger on
       big moves; trades ~ Poisson(volume); taker_buy_base is a Beta share of volume;
     - open_time sits on the interval grid, with a few gaps (missing bars) like the exchange's
       outages, so gap handling runs too.
 
-Everything is vectorised over bars; only short recursions (days, GARCH chunks, echo lags) are
-Python-level loops.
+Everything is vectorised over bars; only short recursions (days, GARCH chunks, echo lags, the
+regime filter's window steps) are Python-level loops.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,8 +54,9 @@ from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, bars_per_day
 
 SOURCE_PREFIX = "synthetic:"
-KNOWN_SOURCES = ("random-walk", "iid", "long-memory")
-SOURCE_FORMS = {"random-walk": "[:SEED]", "iid": "[:SEED]", "long-memory": "[:SEED][:KEY=VALUE,...]"}
+KNOWN_SOURCES = ("random-walk", "iid", "long-memory", "regime")
+SOURCE_FORMS = {"random-walk": "[:SEED]", "iid": "[:SEED]", "long-memory": "[:SEED][:KEY=VALUE,...]",
+                "regime": "[:SEED][:KEY=VALUE,...]"}
 T_DF = 4.0  # Student-t degrees of freedom of the return innovations
 
 
@@ -233,10 +243,14 @@ class LongMemory:
             raise UserError(f"{where}: needs window >= 1 and lag > window, got lag={self.lag}, window={self.window}")
         if not 0.0 <= self.strength < 1.0:
             raise UserError(f"{where}: strength must be in [0, 1), got {self.strength}")
-        if self.garch_alpha < 0 or self.garch_beta < 0 or self.garch_alpha + self.garch_beta >= 1:
-            raise UserError(f"{where}: needs garch_alpha, garch_beta >= 0 and garch_alpha + garch_beta < 1, "
-                            f"got {self.garch_alpha} and {self.garch_beta}")
+        _check_garch(self.garch_alpha, self.garch_beta, where)
         return self
+
+
+def _check_garch(alpha: float, beta: float, where: str) -> None:
+    if alpha < 0 or beta < 0 or alpha + beta >= 1:
+        raise UserError(f"{where}: needs garch_alpha, garch_beta >= 0 and garch_alpha + garch_beta < 1, "
+                        f"got {alpha} and {beta}")
 
 
 GARCH_CAP = 50.0  # squared innovations feeding the variance are capped: one t(4) outlier must not blow it up 1000x
@@ -359,6 +373,219 @@ def long_memory_bars(n_bars: int, seed: int = 0, params: LongMemory | None = Non
 
 
 # ---------------------------------------------------------------------------------------------
+# The regime market (a second positive control, of realistic size)
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Parameters of `regime_bars` (each settable in the source string, e.g.
+    `synthetic:regime:3:duration=2000,tilt=0.05` for a scaled-down test market).
+
+    A hidden state s_t in {-1, +1} switches as a symmetric Markov chain (probability 1 / duration
+    per bar, so a regime lasts `duration` bars on average: four weeks of 1-minute bars at the
+    default) and tilts the drift of every return by tilt * s_t of the bar's volatility. No bar
+    tells the state; a window of N bars estimates it from the drift of its returns, the better
+    the longer the window, so the information grows with N.
+
+    The size at the defaults, measured by tests/data/test_synthetic_regime.py on 2.4M bars (the
+    default range) and the 15-bar forward return, as the expected direction log-loss gain over
+    the class prior per moved bar (outside the flat third; `regime_oracle`): given the true state
+    0.0016 nats (hit rate 0.528); given only the last N bars (the exact filter of the chain,
+    `regime_posterior`) 0.0009 at N = 32768, 0.0007 at 4096 and 0.0002 at 512. At most about
+    0.001 nats per moved bar at the longest N: the scale of BTC's own direction skill. A drift that
+    gives 0.001 at 15 bars is readable from a few thousand bars, so N=4096 holds most of what
+    N=32768 does; longer regimes with a smaller tilt move little of it (0.0008 of 0.0010 at 60480
+    bars, tilt 0.011). What it implies at the scale of weeks: a drift of tilt * sqrt(bars per day)
+    daily standard deviations a day (0.47 at the defaults), a trend a chart shows; over 15 bars it
+    is 0.048 standard deviations of the move.
+    """
+
+    duration: int = 40320  # mean bars a regime lasts (four weeks of 1-minute bars)
+    tilt: float = 0.0125  # drift per bar in units of the bar's own volatility, signed by the state
+    garch_alpha: float = 0.05  # GARCH(1,1) as `LongMemory`: volatility clustering, no direction
+    garch_beta: float = 0.93
+
+    def check(self, where: str = "regime") -> Regime:
+        if self.duration < 2:
+            raise UserError(f"{where}: duration must be an integer >= 2 bars, got {self.duration}")
+        if not 0.0 <= self.tilt < 1.0:
+            raise UserError(f"{where}: tilt must be in [0, 1), got {self.tilt}")
+        _check_garch(self.garch_alpha, self.garch_beta, where)
+        return self
+
+    @property
+    def switch(self) -> float:
+        """Probability per bar that the state flips."""
+        return 1.0 / self.duration
+
+
+class RegimeTruth(NamedTuple):
+    """What `regime_bars` drew on the interval grid (G slots, missing bars included): the state
+    (G,) in {-1, +1}, each slot's volatility sigma (G,), its innovation e (G,), and the grid slot
+    of each bar (n_bars,)."""
+
+    state: np.ndarray
+    sigma: np.ndarray
+    e: np.ndarray
+    slots: np.ndarray
+
+
+def regime_path(rng: np.random.Generator, n: int, switch: float) -> np.ndarray:
+    """A symmetric two-state Markov chain of n steps in {-1, +1}: (n,) int8; s_0 is a fair coin,
+    s_t flips with probability `switch` (the flip at t decides s_t, so s_t reads draws <= t)."""
+    flips = rng.random(n) < switch
+    flips[0] = False
+    start = 1 if rng.random() < 0.5 else -1
+    return (start * (1 - 2 * (np.cumsum(flips) % 2))).astype(np.int8)
+
+
+def _regime_draws(n_bars: int, seed: int, p: Regime, m: Market) -> tuple[RegimeTruth, np.ndarray, np.random.Generator]:
+    """(truth, open_time, rng after the draws): the one sequence of draws behind `regime_bars`."""
+    _check_shape(n_bars, m.interval, "regime_bars")
+    rng = np.random.default_rng(seed)
+    step_us = INTERVAL_US[m.interval]
+    offsets, open_time = _grid(rng, n_bars, m.n_gaps, m.start, step_us)
+    n_slots = int(offsets[-1]) + 1
+    base = _base_sigma(rng, np.arange(n_slots), bars_per_day(step_us), m.daily_vol)  # (G,)
+    e = _innovations(rng, n_slots)  # (G,)
+    sigma = base * garch_scale(e, p.garch_alpha, p.garch_beta)  # (G,)
+    state = regime_path(rng.spawn(1)[0], n_slots, p.switch)  # its own stream: tilt 0 is the same market
+    return RegimeTruth(state, sigma, e, offsets), open_time, rng
+
+
+def regime_truth(n_bars: int, seed: int = 0, params: Regime | None = None, market: Market | None = None) -> RegimeTruth:
+    """The hidden state and volatility behind `regime_bars(n_bars, seed, params, market)` (the same draws)."""
+    return _regime_draws(n_bars, seed, (params or Regime()).check(), market or Market())[0]
+
+
+def regime_bars(n_bars: int, seed: int = 0, params: Regime | None = None, market: Market | None = None):
+    """A seeded market of exactly `n_bars` bars whose drift follows a slow hidden regime.
+
+    Args as `long_memory_bars`; params: `Regime` (default: two-week regimes, BTC-scale tilt). On
+    the interval grid the log return of slot t is
+
+        r_t = sigma_t * (e_t + tilt * s_t),   sigma_t = base_t * sqrt(g_t)
+
+    with e_t, base_t and g_t as in `long_memory_bars` and s_t the hidden state (`regime_path`).
+    E[r_t | s_t] has the sign of the state; returns, volatility and the bars' columns at t depend
+    on draws up to t only. The state and sigma: `regime_truth`; the oracle: `regime_oracle`.
+    """
+    m, p = market or Market(), (params or Regime()).check()
+    truth, open_time, rng = _regime_draws(n_bars, seed, p, m)
+    r = truth.sigma * (truth.e + p.tilt * truth.state)  # (G,)
+    log_close = np.cumsum(r)[truth.slots]
+    bar_r = np.diff(log_close, prepend=0.0)  # across a gap, the whole move through it
+    return _bars_from_returns(rng, bar_r, truth.e[truth.slots], truth.sigma[truth.slots], open_time, m.start_price,
+                              m.symbol, m.interval, share_rng=rng.spawn(1)[0])
+
+
+def regime_llr(x: np.ndarray, tilt: float) -> np.ndarray:
+    """log P(x | s = +1) - log P(x | s = -1) for standardised returns x = r / sigma (the unit-variance
+    Student-t(T_DF) innovation shifted by +-tilt): (G,) -> (G,). Exact, not a Gaussian approximation."""
+    scale2 = T_DF * (T_DF - 2) / T_DF  # df * c^2 with c^2 = (df - 2) / df: the t's squared scale times df
+
+    def log_density(y):
+        return -(T_DF + 1) / 2 * np.log1p(y * y / scale2)
+
+    return log_density(x - tilt) - log_density(x + tilt)
+
+
+def regime_posterior(llr: np.ndarray, switch: float, rows: np.ndarray, window: int) -> np.ndarray:
+    """log-odds of s_t = +1 at each of `rows`, from the log-likelihood ratios `llr` (G,) of the
+    slots t-window+1 .. t only: the exact forward filter of the chain started at 1/2 (no
+    knowledge) `window` slots back, fewer at the start of the series: (len(rows),). A window of
+    many regime lengths gives the filter of the whole history.
+
+    The recursion L_t = llr_t + log(((1-q) e^L + q) / (q e^L + 1-q)), q = switch (the state may
+    flip between bars), runs `window` steps vectorised over the rows: window x rows work.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    log_q, log_stay = np.log(switch), np.log1p(-switch)
+    L = np.zeros(len(rows))
+    for k in range(window - 1, -1, -1):  # oldest slot first; the carry of L = 0 is 0
+        t = rows - k
+        carried = np.logaddexp(log_stay + L, log_q) - np.logaddexp(log_q + L, log_stay)
+        L = np.where(t >= 0, llr[np.maximum(t, 0)] + carried, L)
+    return L
+
+
+class OracleGains(NamedTuple):
+    """`regime_oracle`: expected direction log-loss gains over a coin flip (the class prior of the
+    symmetric market), nats per moved bar.
+
+    rows : moved bars the rate is read on; hit_rate : P(up | moved, state up), that rate;
+    true_state : the forecast that knows the state; by_length : {N: the forecast that knows only
+    the last N bars (and each bar's volatility)}.
+    """
+
+    rows: int
+    hit_rate: float
+    true_state: float
+    by_length: dict
+
+
+def direction_gain(feature: np.ndarray, up: np.ndarray, iters: int = 25) -> float:
+    """Log-loss gain (nats per bar) over the base rate of the logistic calibration
+    P(up) = sigmoid(a + b * feature), fitted on the same rows by Newton's method: two parameters
+    on many rows, so its in-sample optimism (about 1 / rows) is negligible."""
+    x = np.stack([np.ones(len(feature)), np.asarray(feature, np.float64)], axis=1)
+    y = np.asarray(up, np.float64)
+    w = np.zeros(2)
+    for _ in range(iters):
+        prob = 1 / (1 + np.exp(-(x @ w)))
+        hess = x.T @ (x * (prob * (1 - prob))[:, None]) + 1e-9 * np.eye(2)
+        step = np.linalg.solve(hess, x.T @ (prob - y))
+        w -= step
+        if np.abs(step).max() < 1e-12:
+            break
+    z = x @ w
+    fitted = np.mean(np.logaddexp(0, z) - y * z)  # binary log-loss of sigmoid(z)
+    q = y.mean()
+    prior = -(q * np.log(q) + (1 - q) * np.log(1 - q))
+    return float(prior - fitted)
+
+
+def regime_oracle(n_bars: int, seed: int = 0, params: Regime | None = None, market: Market | None = None, *,
+                  horizon: int = 15, lengths=(512, 4096, 32768), flat_fraction: float = 1 / 3,
+                  max_rows: int = 20_000) -> OracleGains:
+    """How much direction information the regime market of these arguments holds, per context length.
+
+    Labels as the pipeline's: the `horizon`-bar forward log return from each bar past the longest
+    length, moved outside a flat band of `flat_fraction` (fitted here on all of them, not per
+    fold). One rate is read off the moved bars, a = P(up | moved, s_t = +1) = P(down | moved,
+    s_t = -1); then the forecast that knows the state says P(up) = 1/2 + (a - 1/2) s_t, and the one
+    that knows the last N bars 1/2 + (a - 1/2)(2 P(s_t = +1 | those bars) - 1) (`regime_posterior`:
+    the exact Bayes forecast, as the future depends on the past only through s_t). Gains are the
+    expected ones under the true-state forecast (its cross-entropy against each forecast, from
+    log 2), not realised outcomes, so they carry no label noise; the windowed filters run on at
+    most `max_rows` moved bars, evenly spaced. An upper bound of what a model of N bars can do:
+    it knows neither sigma nor the chain.
+    """
+    p, m = (params or Regime()).check(), market or Market()
+    truth = regime_truth(n_bars, seed, p, m)
+    lengths = tuple(int(n) for n in lengths)
+    log_close = np.cumsum(truth.sigma * (truth.e + p.tilt * truth.state))[truth.slots]
+    t = np.arange(max(lengths, default=0), n_bars - horizon)
+    t = t[truth.slots[t + horizon] - truth.slots[t] == horizon]  # no gap inside the horizon
+    fwd = log_close[t + horizon] - log_close[t]
+    moved = np.abs(fwd) > np.quantile(np.abs(fwd), flat_fraction)
+    t, up = t[moved], fwd[moved] > 0
+    state = truth.state[truth.slots[t]]
+    a = float(np.mean(up == (state > 0)))
+    if len(t) > max_rows:
+        t, state = (x[np.linspace(0, len(t) - 1, max_rows).round().astype(np.int64)] for x in (t, state))
+    p_true = 0.5 + (a - 0.5) * state
+
+    def gain(p_forecast):  # expected log-loss gain over 1/2 when the truth is p_true
+        return float(np.mean(np.log(2) + p_true * np.log(p_forecast) + (1 - p_true) * np.log1p(-p_forecast)))
+
+    llr = regime_llr(truth.e + p.tilt * truth.state, p.tilt)  # (G,)
+    by_length = {n: gain(0.5 + (a - 0.5) * np.tanh(regime_posterior(llr, p.switch, truth.slots[t], n) / 2))
+                 for n in lengths}  # tanh(L / 2) = 2 P(s = +1) - 1
+    return OracleGains(int(moved.sum()), a, gain(p_true), by_length)
+
+
+# ---------------------------------------------------------------------------------------------
 # The source string
 
 
@@ -367,21 +594,24 @@ def _usage(data: str) -> str:
     return f"--data: synthetic sources are {forms}, got {data!r}"
 
 
+PARAMS = {"long-memory": LongMemory, "regime": Regime}  # the sources that take KEY=VALUE parameters
+
+
 def _parse_params(name: str, text: str, data: str) -> dict:
-    """KEY=VALUE,... -> {field: value} for `name`'s parameters (only long-memory has any)."""
-    if name != "long-memory":
+    """KEY=VALUE,... -> {field: value} for `name`'s parameters (`PARAMS`)."""
+    if name not in PARAMS:
         raise UserError(f"--data: synthetic:{name} takes no KEY=VALUE parameters, got {text!r} in {data!r}")
-    types = {f.name: f.type for f in dataclasses.fields(LongMemory)}
+    types = {f.name: f.type for f in dataclasses.fields(PARAMS[name])}
     out = {}
     for item in text.split(","):
         key, _, value = item.partition("=")
         if key not in types:
-            raise UserError(f"--data: unknown synthetic:long-memory parameter {key!r} in {data!r}; known: {', '.join(types)}")
+            raise UserError(f"--data: unknown synthetic:{name} parameter {key!r} in {data!r}; known: {', '.join(types)}")
         try:
             out[key] = int(value) if types[key] == "int" else float(value)
         except ValueError:
-            raise UserError(f"--data: synthetic:long-memory parameter {key} must be {types[key]}, got {value!r}") from None
-    LongMemory(**out).check(f"--data {data}")
+            raise UserError(f"--data: synthetic:{name} parameter {key} must be {types[key]}, got {value!r}") from None
+    PARAMS[name](**out).check(f"--data {data}")
     return out
 
 
@@ -432,11 +662,16 @@ def synthetic_bars(data: str, n_bars: int, default_seed: int, **where) -> tuple[
         bars = iid_bars(n_bars, seed=seed, **where)
         return bars, {"kind": "synthetic", "source": source, "seed": seed,
                       "description": "seeded iid returns of one constant scale (clean null)"}
-    p = LongMemory(**params)
+    p = PARAMS[name](**params)
     if params:
-        source += ":" + ",".join(f"{k}={params[k]}" for k in (f.name for f in dataclasses.fields(LongMemory)) if k in params)
-    bars = long_memory_bars(n_bars, seed=seed, params=p, market=Market(**where))
-    description = (f"a seeded synthetic market whose direction echoes the move over {p.window} bars that ended "
-                   f"{p.lag} bars earlier (positive control)")
+        source += ":" + ",".join(f"{k}={params[k]}" for k in (f.name for f in dataclasses.fields(p)) if k in params)
+    if name == "regime":
+        bars = regime_bars(n_bars, seed=seed, params=p, market=Market(**where))
+        description = (f"a seeded synthetic market whose drift follows a hidden regime lasting {p.duration} bars on "
+                       f"average, tilted by {p.tilt} of each bar's volatility (positive control of realistic size)")
+    else:
+        bars = long_memory_bars(n_bars, seed=seed, params=p, market=Market(**where))
+        description = (f"a seeded synthetic market whose direction echoes the move over {p.window} bars that ended "
+                       f"{p.lag} bars earlier (positive control)")
     return bars, {"kind": "synthetic", "source": source, "seed": seed, "params": dataclasses.asdict(p),
                   "description": description}

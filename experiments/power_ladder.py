@@ -1,0 +1,419 @@
+"""The strength ladder (issue 29, item 6): what a "no" of question 1 rules out.
+
+One planted far-context mechanism at several strengths, each rung run as independent replicates
+(a market seed each) of N=512 against the longest N only, and for each rung the rate at which the
+run-level test (`tsflash.stats.runs.run_level_test`, the longest N against 512 over the folds)
+says "better", with its exact binomial interval (`scipy.stats.binomtest`), beside the planted
+effect's size (the oracle's direction gain, nats per moved bar). From the rates, the smallest
+effect found with 80 % power. A null rung on `synthetic:iid` (nothing to find) gives the test's
+false-positive rate on the same design.
+
+The mechanism: the long-memory echo's strength (`tsflash.data.synthetic.LongMemory`), not the
+regime's tilt. The echo's information is nil below its lag (10080 bars) and whole beyond it, so
+the difference N=32768 minus N=512 is exactly the planted far-context effect and the oracle's
+gain is its size, with no partial information at 512 to subtract; that gain grows as strength^2
+(0.0094 nats per moved bar at 0.06), so the rungs are placed by their size; and it extends the
+one measured point (strength 0.2: found by 5 of 15 N=32768 runs). The regime market holds some of
+its information at every N, so its N=512 arm would carry part of the effect.
+
+Rungs (default): strengths 0.02, 0.05, 0.1, 0.2, oracle gains about 0.001 (BTC's own direction
+skill), 0.0063, 0.025 and 0.10 nats per moved bar (measured on 2.4M bars by `echo_oracle_gain`'s
+rule), and the iid null. Design: N in {512, 32768},
+3 folds (df 2), seeds 0 and 1, the default protocol otherwise (validated stopping, 600 steps at
+most), no precision check, no context cuts. Replicates are interleaved (replicate r of every rung
+before r + 1), so a partial ladder is balanced. Detected: the verdict "better" (p < 0.05,
+two-sided, in the longer N's favour) on each score (log-loss per labelled bar, direction score
+per moved bar). The 80 % point: the detection rates made monotone in strength (isotonic
+regression weighted by replicates, `sklearn.isotonic`), then linear in log(effect) between the
+two rungs around 0.8; "at most the weakest rung" or "beyond the strongest" when it does not cross
+inside. Beside it, the model-based power at the full protocol (5 folds x 3 seeds,
+`tsflash.stats.runs.power_of`) from the rung's mean estimate and variance components.
+
+GPU cost plan (one H200; `--plan` prints it from the calibrated cost table,
+`tsflash.sweep.progress.prior_rates("cuda")` and `CostModel`, whose cuda rows are the real-bar and
+A/A sweeps): one replicate (6 cells at N=512 of about 8 s, 6 at N=32768 of about 32 s, 3 folds'
+baselines of about 8 s) is estimated at 269 s, 447 s when every N=32768 cell runs its 600 steps
+(the calibrated cells stopped at 284-337 on average; the echo's finders ran to 600). A 10-minute
+call with `--time-budget 400` (no new cell after 400 s; the cell in flight finishes) does one or
+two replicates, so about 20 minutes of device time fit 4 replicates (2 in the worst case): one
+of each of the four strengths, the null not yet, as the schedule runs the rungs in order. The
+ladder of 10 replicates a rung (5 rungs, 50 replicates; 9/10 detected gives [0.555, 0.997])
+needs about 3.7 hours of one H200 (6.2 in the worst case), so it runs over sessions: each call
+resumes where the last stopped. With fewer replicates a rung the intervals say how little they
+hold (1/1 detected: [0.025, 1]). Compiled training (train.compile) is left off: it is not
+calibrated, and it must not change the conclusions.
+
+On the device, from the repository root (like experiments/controls_h200.sh: source
+experiments/device_env.sh, carry the runs folder back as a tar):
+
+    timeout --signal=INT 560 python experiments/power_ladder.py --device cuda --time-budget 400
+
+    python experiments/power_ladder.py --plan                               # the cost plan, no training
+    python experiments/power_ladder.py --device cuda --time-budget 400      # rerun until done
+    python experiments/power_ladder.py --summary-only --out reports/controls/power   # publish the summary
+
+The runs go to --runs (default runs/power-ladder/<rung>/rep<k>/<market>); summary.md and
+summary.json go to --out (default: the --runs folder), so nothing under reports/ is written
+unless --out names it. The sweeps run through `experiments/controls.py`'s helpers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import math
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # the repository's tsflash
+
+from tsflash import cli  # noqa: E402
+from tsflash.atomic import write_json, write_text  # noqa: E402
+from tsflash.report.compute import SCORES  # noqa: E402  (score -> its loss and count columns)
+from tsflash.runfolder import RunFolder, read_json  # noqa: E402
+from tsflash.stats.runs import RunTestResult, VarianceComponents, power_of, run_level_test, runs_from_table  # noqa: E402
+
+
+def _controls():
+    """experiments/controls.py (the experiment scripts are not a package): its sweep helpers."""
+    spec = importlib.util.spec_from_file_location("controls", Path(__file__).with_name("controls.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+controls = _controls()
+log = logging.getLogger("power_ladder")
+
+DEFAULT_STRENGTHS = "0.02,0.05,0.1,0.2"
+DEFAULT_LENGTHS = "512,32768"
+NULL = "iid"  # the null rung's market
+ECHO = "long-memory"
+DESIGN = ("splits.n_folds=3", "train.seeds=[0,1]", "eval.context_cuts=[]")  # fewer folds and seeds, no cuts
+TARGET_POWER = 0.8
+FULL_PROTOCOL = (5, 3)  # folds, seeds of the default protocol: the design BTC's answer is tested on
+LEVEL = 0.95  # of the binomial intervals
+
+
+# ---------------------------------------------------------------------------------------------
+# Rungs and their run folders
+
+
+class Rung(NamedTuple):  # a NamedTuple: this script is loaded outside sys.modules, which dataclasses need
+    """One step of the ladder: the echo at `strength`, or the null market (strength None)."""
+
+    strength: float | None
+
+    @property
+    def name(self) -> str:
+        return NULL if self.strength is None else f"strength-{self.strength:g}"
+
+    @property
+    def source(self) -> str:
+        return NULL if self.strength is None else ECHO
+
+
+def rungs_of(strengths: list[float], with_null: bool = True) -> list[Rung]:
+    return [Rung(s) for s in strengths] + ([Rung(None)] if with_null else [])
+
+
+def replicate_args(args, rung: Rung, k: int) -> argparse.Namespace:
+    """The arguments `controls.sweep_argv` reads, for replicate k (market seed seed + k) of `rung`."""
+    echo = ",".join(x for x in (args.echo, "" if rung.strength is None else f"strength={rung.strength:g}") if x)
+    return argparse.Namespace(out=args.runs / rung.name / f"rep{k:02d}", lengths=args.lengths, device=args.device,
+                              preset=args.preset, config=args.config, seed=args.seed + k, long_memory=echo,
+                              overrides=[*DESIGN, *args.overrides])
+
+
+def run_root(args, rung: Rung, k: int) -> Path:
+    rep = replicate_args(args, rung, k)
+    return rep.out / rung.source
+
+
+def is_complete(root: Path) -> bool:
+    return RunFolder(root).exists() and RunFolder(root).is_complete()
+
+
+def schedule(args) -> list[tuple[Rung, int]]:
+    """Every (rung, replicate), replicate-major: a partial ladder has every rung at equal depth."""
+    return [(rung, k) for k in range(args.replicates) for rung in rungs_of(args.strengths, not args.no_null)]
+
+
+def run_ladder(args) -> bool:
+    """Continue the replicates in `schedule` order within --time-budget; True when all are complete."""
+    t0 = time.monotonic()
+    for rung, k in schedule(args):
+        if is_complete(run_root(args, rung, k)):
+            continue
+        left = None if args.time_budget is None else args.time_budget - (time.monotonic() - t0)
+        if left is not None and left <= 0:
+            log.info("time budget used before %s replicate %d: run this command again to continue", rung.name, k)
+            return False
+        if (rc := cli.main(controls.sweep_argv(rung.source, replicate_args(args, rung, k), left))) != 0:
+            raise SystemExit(rc)
+    return all(is_complete(run_root(args, r, k)) for r, k in schedule(args))
+
+
+# ---------------------------------------------------------------------------------------------
+# One replicate: the run-level test and the oracle's gain
+
+
+def replicate_tests(root: Path, min_seeds_per_fold: int = 1) -> dict[str, RunTestResult]:
+    """{score: run_level_test of the longest N (B) against the shortest (A)} of a complete run folder."""
+    from tsflash.scoring.daily import read_losses
+
+    folder = RunFolder(root)
+    cells, _ = folder.cell_summaries()
+    keys = {int(c["n"]): c["key"] for c in cells}
+    short, long = min(keys), max(keys)
+    tables = {n: read_losses(folder, keys[n]) for n in (short, long)}
+    out = {}
+    for score, (loss, count) in SCORES.items():
+        a, b = (runs_from_table(tables[n], keys[n], loss=loss, count=count, label=f"N={n}") for n in (short, long))
+        out[score] = run_level_test(a, b, min_seeds_per_fold=min_seeds_per_fold)
+    return out
+
+
+def echo_oracle_gain(root: Path) -> float | None:
+    """The planted echo's size in the replicate's bars: the direction log-loss gain (nats per moved
+    bar, over the class prior) of the calibrated sign of the planted drift (`echo_signal`) on every
+    bar whose echo source exists, the flat third fitted on them (`direction_gain`). None on the null."""
+    from tsflash.config import config_from_dict
+    from tsflash.data.source import load_data
+    from tsflash.data.synthetic import INTERVAL_US, LongMemory, direction_gain, echo_signal, grid_returns
+
+    folder = RunFolder(root)
+    data = read_json(folder.data_json)
+    if "params" not in data:
+        return None
+    cfg = config_from_dict(read_json(folder.config_json))
+    bars, _ = load_data(cfg, data["source"], default_seed=int(data["seed"]))
+    p, h, step = LongMemory(**data["params"]), cfg.labels.horizon, INTERVAL_US[cfg.data.interval]
+    g, slots = grid_returns(bars.open_time, bars.close, step)
+    signal = echo_signal(g, p, h)[slots]
+    t = np.arange(len(slots) - h)
+    t = t[(slots[t] >= p.lag + p.window) & (slots[t + h] - slots[t] == h)]  # source exists, no gap in the horizon
+    lc = np.log(bars.close)
+    fwd = lc[t + h] - lc[t]
+    moved = np.abs(fwd) > np.quantile(np.abs(fwd), cfg.labels.flat_fraction)
+    return direction_gain(signal[t[moved]], fwd[moved] > 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The ladder's statistics (pure functions: tests/experiments/test_power_ladder.py checks them)
+
+
+def detection_rate(k: int, n: int, level: float = LEVEL) -> dict:
+    """k detections in n replicates: the rate and its exact (Clopper-Pearson) interval, scipy.stats.binomtest."""
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return {"k": 0, "n": 0, "rate": math.nan, "ci": [math.nan, math.nan]}
+    ci = binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+    return {"k": int(k), "n": int(n), "rate": k / n, "ci": [float(ci.low), float(ci.high)]}
+
+
+def effect_at_power(effects, rates, weights, target: float = TARGET_POWER) -> dict:
+    """The smallest effect detected with probability `target`: the rates made non-decreasing in
+    the effect (isotonic regression, weighted by replicates), then linear in log(effect) between
+    the two rungs around `target`. {"effect": value or None, "how": "interpolated" | "at most the
+    weakest rung" | "beyond the strongest rung"}."""
+    from sklearn.isotonic import IsotonicRegression
+
+    order = np.argsort(effects)
+    x = np.log(np.asarray(effects, float)[order])
+    fitted = IsotonicRegression(increasing=True).fit_transform(x, np.asarray(rates, float)[order],
+                                                               sample_weight=np.asarray(weights, float)[order])
+    above = np.flatnonzero(fitted >= target)
+    if len(above) == 0:
+        return {"effect": None, "how": "beyond the strongest rung", "fitted": fitted.tolist()}
+    i = int(above[0])
+    if i == 0:
+        return {"effect": float(np.exp(x[0])), "how": "at most the weakest rung", "fitted": fitted.tolist()}
+    w = (target - fitted[i - 1]) / (fitted[i] - fitted[i - 1])
+    return {"effect": float(np.exp(x[i - 1] + w * (x[i] - x[i - 1]))), "how": "interpolated", "fitted": fitted.tolist()}
+
+
+def _finite_mean(values: list[float]) -> float:
+    """Mean of the finite values; NaN when none is (a split of the variance needs two seeds a fold)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def rung_summary(results: list[dict[str, RunTestResult]], gains: list[float | None]) -> dict:
+    """Detections per score over a rung's complete replicates, the mean estimate (longest N minus
+    512), the pooled variance components and the model-based power at the full protocol."""
+    out: dict = {"replicates": len(results)}
+    valid = [g for g in gains if g is not None]
+    out["oracle_gain"] = float(np.mean(valid)) if valid else None
+    for score in SCORES:
+        res = [r[score] for r in results]
+        comps = VarianceComponents(_finite_mean([r.components.between_fold for r in res]),
+                                   _finite_mean([r.components.within_fold_seed for r in res]), 0)
+        mean = float(np.mean([r.estimate for r in res])) if res else math.nan
+        folds, seeds = FULL_PROTOCOL
+        power = (power_of(abs(mean), comps, folds, seeds) if res and math.isfinite(comps.within_fold_seed)
+                 and comps.between_fold + comps.within_fold_seed > 0 else math.nan)
+        out[score] = {"detected": detection_rate(sum(r.verdict == "better" for r in res), len(res)),
+                      "rejected": detection_rate(sum(r.verdict != "no better" for r in res), len(res)),
+                      "mean_estimate": mean, "p": [r.p for r in res], "estimates": [r.estimate for r in res],
+                      "between_fold": comps.between_fold, "within_fold_seed": comps.within_fold_seed,
+                      "power_full_protocol": power}
+    return out
+
+
+def summarize(args) -> dict:
+    """The ladder from the complete replicates under --runs (unfinished ones are counted, not used)."""
+    rungs, done = [], 0
+    for rung in rungs_of(args.strengths, not args.no_null):
+        roots = [run_root(args, rung, k) for k in range(args.replicates)]
+        complete = [r for r in roots if is_complete(r)]
+        done += len(complete)
+        results = [replicate_tests(r) for r in complete]
+        gains = [echo_oracle_gain(r) for r in complete[:1]]  # one market's bars suffice: the size is the strength's
+        rungs.append({"rung": rung.name, "strength": rung.strength, **rung_summary(results, gains)})
+    planted = [r for r in rungs if r["strength"] is not None and r["replicates"] and r["oracle_gain"]]
+    power = {score: effect_at_power([r["oracle_gain"] for r in planted],
+                                    [r[score]["detected"]["rate"] for r in planted],
+                                    [r["replicates"] for r in planted]) if planted else None
+             for score in SCORES}
+    return {"rungs": rungs, "power_80": power, "replicates_done": done,
+            "replicates_planned": len(schedule(args)), "complete": done == len(schedule(args)),
+            "lengths": args.lengths, "design": list(DESIGN) + list(args.overrides), "echo": args.echo,
+            "commands": [command_line(args)]}
+
+
+# ---------------------------------------------------------------------------------------------
+# summary.md
+
+
+def _f(x, spec: str = ".4f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def _rate(d: dict) -> str:
+    return f"{d['k']}/{d['n']} ({_f(d['ci'][0], '.2f')}-{_f(d['ci'][1], '.2f')})" if d["n"] else "n/a"
+
+
+def render_markdown(s: dict) -> str:
+    short, long = s["lengths"].split(",")[0], s["lengths"].split(",")[-1]
+    lines = ["# What a \"no\" rules out: the strength ladder", "",
+             f"The one-week echo (`synthetic:long-memory`) planted at each strength, N={long} against N={short} by "
+             "the run-level test (`tsflash.stats.runs.run_level_test`, folds as replicates), one market seed per "
+             f"replicate; the null rung is `synthetic:iid`. Design: {', '.join(s['design'])} on the default protocol. "
+             "Detected: the verdict \"better\" at alpha 0.05 (two-sided, the longer N ahead); interval: exact binomial "
+             f"95 % (scipy.stats.binomtest). Effect: the oracle's direction gain, nats per moved bar "
+             f"(`experiments/power_ladder.py`).{'' if s['complete'] else ' **Unfinished**'} "
+             f"({s['replicates_done']} of {s['replicates_planned']} replicates).", "",
+             "| rung | effect (nats / moved bar) | replicates | detected, log-loss | detected, direction score "
+             "| mean estimate, direction | power at 5 folds x 3 seeds (model) |", "|---|---|---|---|---|---|---|"]
+    for r in s["rungs"]:
+        d = r["direction"]
+        lines.append(f"| {r['rung']} | {_f(r['oracle_gain'], '.5f') if r['strength'] is not None else '0 (null)'} "
+                     f"| {r['replicates']} | {_rate(r['log_loss']['detected'])} | {_rate(d['detected'])} "
+                     f"| {_f(d['mean_estimate'], '+.5f')} | {_f(d['power_full_protocol'], '.2f')} |")
+    lines.append("")
+    for score, p in (s["power_80"] or {}).items():
+        if p is None:
+            continue
+        name = {"log_loss": "log-loss", "direction": "direction score"}[score]
+        what = (f"{_f(p['effect'], '.5f')} nats per moved bar ({p['how']})" if p["effect"] is not None
+                else f"not reached ({p['how']})")
+        lines.append(f"- Smallest effect found with 80 % power on the {name}: {what}.")
+    lines += ["", "## How it was run", "", "```", *s["commands"], "```", ""]
+    return "\n".join(lines)
+
+
+def write_summary(args) -> dict:
+    summary = summarize(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "summary.json", summary)
+    write_text(args.out / "summary.md", render_markdown(summary))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# The cost plan
+
+
+def cost_plan(args, usable_s: float = 1200.0) -> dict:
+    """Estimated seconds of one replicate on one H200 from the calibrated cost table (cuda rows),
+    as estimated and with every longest-N cell at its maximum steps, and how many fit in `usable_s`."""
+    from tsflash.commands.options import parse_overrides
+    from tsflash.sweep.plan import SweepOptions, resolve_config
+    from tsflash.sweep.progress import CostModel, fresh_works, prior_rates
+
+    opts = SweepOptions(lengths=[int(n) for n in args.lengths.split(",")], preset="full", config=args.config,
+                        overrides=parse_overrides([*DESIGN, *args.overrides]))
+    cfg = resolve_config(opts, "cuda")[0]
+    cost, calibration = CostModel(prior_rates("cuda")), prior_rates("cuda")
+    works = fresh_works(cfg, precision=False)
+    expected = sum(cost.seconds(w) for w in works)
+    longest = max(cfg.lengths)
+    worst = expected + sum(cost.seconds(w) * (1 / calibration.cell_shape(w)[0] - 1)
+                           for w in works if w.kind == "model" and w.n == longest)
+    return {"cells": sum(w.kind == "model" for w in works), "replicate_s": expected, "replicate_worst_s": worst,
+            "usable_s": usable_s, "replicates": int(usable_s // expected), "replicates_worst": int(usable_s // worst)}
+
+
+def command_line(args) -> str:
+    parts = ["python", "experiments/power_ladder.py", "--runs", str(args.runs), "--lengths", args.lengths,
+             "--strengths", ",".join(f"{s:g}" for s in args.strengths), "--replicates", str(args.replicates),
+             "--seed", str(args.seed), "--device", args.device, "--preset", args.preset]
+    parts += ["--echo", args.echo] if args.echo else []
+    parts += [x for item in args.overrides for x in ("--set", item)]
+    return shlex.join(parts)
+
+
+def _strengths(text: str) -> list[float]:
+    values = [float(x) for x in text.split(",") if x.strip()]
+    if not values or any(not 0 < v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"strengths must be in (0, 1), comma-separated, got {text!r}")
+    return sorted(values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=Path, default=Path("runs/power-ladder"), help="folder of the replicates' run folders")
+    ap.add_argument("--out", type=Path, default=None, help="where summary.md and .json go (default: --runs)")
+    ap.add_argument("--strengths", type=_strengths, default=_strengths(DEFAULT_STRENGTHS),
+                    help=f"echo strengths of the rungs (default {DEFAULT_STRENGTHS})")
+    ap.add_argument("--echo", default="", metavar="KEY=VALUE,...", help="other echo parameters, e.g. lag=48 (toy)")
+    ap.add_argument("--no-null", action="store_true", help="leave out the iid null rung")
+    ap.add_argument("--replicates", type=int, default=10, help="replicates per rung (default 10)")
+    ap.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"the short and the long N (default {DEFAULT_LENGTHS})")
+    ap.add_argument("--seed", type=int, default=0, help="market seed of replicate 0 (replicate k: seed + k)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--preset", default="full")
+    ap.add_argument("--config", default="default")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (repeatable)")
+    ap.add_argument("--time-budget", type=float, default=None, help="seconds after which no new cell starts")
+    ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary")
+    ap.add_argument("--plan", action="store_true", help="print the GPU cost plan and exit")
+    args = ap.parse_args(argv)
+    if len(args.lengths.split(",")) != 2:
+        ap.error(f"--lengths takes the short and the long N, got {args.lengths!r}")
+    args.out = args.out or args.runs
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.plan:
+        print(json.dumps(cost_plan(args), indent=1))
+        return 0
+    done = True if args.summary_only else run_ladder(args)
+    summary = write_summary(args)
+    log.info("summary: %s (%d of %d replicates)", args.out / "summary.md", summary["replicates_done"],
+             summary["replicates_planned"])
+    print(json.dumps({"complete": done and summary["complete"], "out": str(args.out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

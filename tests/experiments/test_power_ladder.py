@@ -1,0 +1,93 @@
+"""experiments/power_ladder.py: its statistics on hand-made rates, its schedule, the cost plan from
+the calibrated table, and a tiny CPU ladder through the whole pipeline (under a minute): the
+strongest planted strength is detected by the run-level test, the iid null is not."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import load_experiment
+from tests.test_controls import TOY
+
+
+@pytest.fixture(scope="module")
+def ladder():
+    return load_experiment("power_ladder")
+
+
+def test_detection_rate_is_the_exact_binomial_interval(ladder):
+    d = ladder.detection_rate(9, 10)
+    assert d["rate"] == 0.9 and d["ci"] == pytest.approx([0.5550, 0.9975], abs=1e-4)  # Clopper-Pearson
+    assert ladder.detection_rate(0, 10)["ci"][0] == 0.0 and ladder.detection_rate(10, 10)["ci"][1] == 1.0
+    assert np.isnan(ladder.detection_rate(0, 0)["rate"])
+
+
+def test_effect_at_80_percent_power(ladder):
+    effects = [0.001, 0.004, 0.016, 0.064]
+    # crosses 0.8 half-way from 0.6 to 1.0 between 0.016 and 0.064: the geometric mean
+    p = ladder.effect_at_power(effects, [0.0, 0.2, 0.6, 1.0], [10] * 4)
+    assert p["how"] == "interpolated" and p["effect"] == pytest.approx(0.032)
+    # a non-monotone pair is pooled first (1.0, 0.8 -> 0.9 at 0.004 and 0.016), then 0.8 is 4/5 of the way
+    # from 0.4 at 0.001 to 0.9 at 0.004 in log(effect)
+    p = ladder.effect_at_power(effects, [0.4, 1.0, 0.8, 1.0], [10] * 4)
+    assert p["fitted"] == pytest.approx([0.4, 0.9, 0.9, 1.0]) and p["effect"] == pytest.approx(0.001 * 4 ** 0.8)
+    assert ladder.effect_at_power(effects, [0.9, 1, 1, 1], [5] * 4)["how"] == "at most the weakest rung"
+    assert ladder.effect_at_power(effects, [0, 0.1, 0.2, 0.5], [5] * 4) == {
+        "effect": None, "how": "beyond the strongest rung", "fitted": [0, 0.1, 0.2, 0.5]}
+
+
+def test_schedule_is_replicate_major_with_the_null_last(ladder, tmp_path):
+    args = ladder.argparse.Namespace(strengths=[0.05, 0.2], no_null=False, replicates=2, runs=tmp_path, echo="lag=48",
+                                     lengths="16,128", device="cpu", preset="cpu", config="default", seed=3,
+                                     overrides=["train.seeds=[0]"])
+    order = [(r.name, k) for r, k in ladder.schedule(args)]
+    assert order == [("strength-0.05", 0), ("strength-0.2", 0), ("iid", 0),
+                     ("strength-0.05", 1), ("strength-0.2", 1), ("iid", 1)]
+    rep = ladder.replicate_args(args, ladder.Rung(0.2), 1)
+    argv = ladder.controls.sweep_argv("long-memory", rep, None)
+    assert argv[:3] == ["sweep", "--data", "synthetic:long-memory:4:lag=48,strength=0.2"]
+    assert str(tmp_path / "strength-0.2" / "rep01" / "long-memory") in argv
+    assert argv[-2:] == ["--set", "train.seeds=[0]"]  # the caller's settings after the ladder's design
+    null = ladder.controls.sweep_argv("iid", ladder.replicate_args(args, ladder.Rung(None), 0), None)
+    assert null[2] == "synthetic:iid:3"
+
+
+def test_the_cost_plan_reads_the_calibrated_table(ladder):
+    args = ladder.argparse.Namespace(lengths="512,32768", config="default", overrides=[])
+    plan = ladder.cost_plan(args)
+    assert plan["cells"] == 12  # 2 lengths x 3 folds x 2 seeds
+    # the cuda rows: about 8 s a cell at 512, 30 s at 32768, 7-8 s a fold's baselines
+    assert 150 < plan["replicate_s"] < 400 and plan["replicate_s"] < plan["replicate_worst_s"] < 700, plan
+    assert plan["replicates"] >= plan["replicates_worst"] >= 1
+
+
+def test_a_tiny_ladder_detects_the_strongest_strength_and_not_the_null(ladder, tmp_path):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one CPU thread: faster on a small shared machine, and bit-identical
+    t0 = time.process_time()
+    argv = ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "power"), "--strengths", "0.6", "--echo", "lag=48",
+            "--replicates", "1", "--lengths", "16,128", "--device", "cpu", "--preset", "cpu", "--seed", "1"]
+    argv += [x for item in [*TOY, "splits.n_folds=3"] for x in ("--set", item)]
+    try:
+        assert ladder.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    seconds = time.process_time() - t0
+    summary = json.loads((tmp_path / "power" / "summary.json").read_text())
+    strong, null = summary["rungs"]
+    print({r["rung"]: {s: r[s]["estimates"] + r[s]["p"] for s in ("log_loss", "direction")} for r in summary["rungs"]},
+          f"{seconds:.0f} s CPU")
+    assert summary["complete"] and strong["rung"] == "strength-0.6" and null["rung"] == "iid"
+    assert strong["log_loss"]["detected"]["k"] == 1 and strong["direction"]["detected"]["k"] == 1
+    assert strong["oracle_gain"] > 0.1
+    assert null["log_loss"]["rejected"]["k"] == 0 and null["direction"]["rejected"]["k"] == 0
+    assert null["oracle_gain"] is None
+    md = (tmp_path / "power" / "summary.md").read_text()
+    assert "| strength-0.6 |" in md and "| iid | 0 (null) | 1 |" in md
+    assert not (tmp_path / "runs" / "summary.md").exists()  # the summary goes to --out only
+    assert seconds < 60
