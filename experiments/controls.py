@@ -163,8 +163,8 @@ def oracle_hits(folder: RunFolder, cells: list[dict]) -> dict[int, dict] | None:
     from tsflash.data.synthetic import INTERVAL_US, LongMemory, echo_signal, grid_returns
 
     data = read_json(folder.data_json)
-    if "params" not in data:
-        return None
+    if "params" not in data or not str(data["source"]).startswith("synthetic:long-memory"):
+        return None  # the echo's oracle; other markets (synthetic:regime) have their own
     cfg = config_from_dict(read_json(folder.config_json))
     bars, _ = load_data(cfg, data["source"], default_seed=int(data["seed"]))
     step = INTERVAL_US[cfg.data.interval]

@@ -9,7 +9,8 @@ _EXPORTS = {
     "Bars": "store", "load_bars": "store", "find_gaps": "store", "list_datasets": "store",
     "import_paths": "ingest", "fetch": "fetch", "pack_store": "transport", "unpack": "transport",
     "load_data": "source", "configured_bar_count": "source",
-    "random_walk_bars": "synthetic", "long_memory_bars": "synthetic", "synthetic_bars": "synthetic",
+    "random_walk_bars": "synthetic", "iid_bars": "synthetic", "long_memory_bars": "synthetic", "regime_bars": "synthetic",
+    "synthetic_bars": "synthetic",
     "parse_source": "synthetic",
 }
 __all__ = sorted(_EXPORTS)
