@@ -8,6 +8,8 @@
 #   bash experiments/h200.sh mfu       # training-step MFU, eager vs torch.compile modes, and auto's kernel per N -> reports/bench/mfu.md
 #   bash experiments/h200.sh compile   # sweep cells plain vs train.compile=true, compiling counted -> reports/bench/compile-cells.md
 #   bash experiments/h200.sh model-variants  # faster models against the experiment's on the positive control -> reports/bench/model-variants.md
+#   bash experiments/h200.sh recipes   # training-recipe candidates on validation tails and controls (issue 29), resumable
+#   bash experiments/h200.sh ladder    # the echo-strength ladder: detection rate and the 80 % power point (issue 29), resumable
 #
 # Inputs carried into the checkout (git-ignored): .whl/ (optuna and its 4 dependencies, Python 3.12
 # wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs), or instead .carry/packed/
@@ -191,8 +193,25 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
 print(w(*sorted(p for p in Path('$top').iterdir() if p.is_dir()), out='$top.md', found_at=control_found_bar('$data')).read_text())"
     tar cf "$OUT/variants.tar" "$d" "$top.md"
     ;;
+  recipes|ladder)
+    # The issue-29 measurements, resumable in slices like `sweep` (state in, state out):
+    #   recipes: experiments/recipes.py, the training-recipe candidates side by side on the controls and
+    #            BTC (validation tails and control test bars only); RECIPES_ARGS e.g.
+    #            "--candidates baseline,wsd-ema --sources long-memory,iid --baseline-btc reports/h200-btcusdt-1m-second-edition"
+    #   ladder:  experiments/power_ladder.py, the echo-strength ladder (N=512 against 32768); LADDER_ARGS
+    #            e.g. "--replicates 4 --strengths 0.05,0.2"
+    # Each prints its GPU cost plan first (--plan, from the calibrated cost table).
+    if [ "$1" = recipes ]; then script=experiments/recipes.py; run=${RUN_RECIPES:-runs/recipes}; args=(--out "$run" --btc-data .carry/data ${RECIPES_ARGS:-})
+    else script=experiments/power_ladder.py; run=${RUN_LADDER:-runs/power-ladder}; args=(--runs "$run" ${LADDER_ARGS:-}); fi
+    python3 "$script" "${args[@]}" --plan | tail -15
+    timeout --signal=INT "${LIMIT_S:-560}" python3 "$script" "${args[@]}" --device cuda --time-budget "$BUDGET_S" \
+      2>&1 | tee "$OUT/$1.log" | grep -vE " DEBUG "
+    echo "$1 exit: ${PIPESTATUS[0]}"
+    tar cf "$OUT/state-$(basename "$run").tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$run"
+    ls -la "$OUT"
+    ;;
   *)
-    echo "usage: bash experiments/h200.sh bench|sweep|scaling|mfu|compile|model-variants" >&2
+    echo "usage: bash experiments/h200.sh bench|sweep|scaling|mfu|compile|model-variants|recipes|ladder" >&2
     exit 2
     ;;
 esac
