@@ -386,3 +386,16 @@ def test_a_new_run_that_fails_before_any_cell_leaves_no_folder(tmp_path, monkeyp
     with pytest.raises(UserError, match="offline\\? import a local folder instead"):
         run_sweep(opts)
     assert not out.exists()
+
+
+def test_a_sweep_whose_cuts_miss_the_shortest_length_is_told_the_nesting_check_cannot_run():
+    from tsflash.sweep.plan import SweepOptions, nesting_unmeasured, resolve_config
+
+    def cfg(lengths, cuts):
+        return resolve_config(SweepOptions(lengths=lengths, overrides={"eval": {"context_cuts": cuts}}), "cpu")[0]
+
+    assert nesting_unmeasured(cfg([512, 4096, 32768], [512, 4096])) is None  # the default's cuts
+    assert nesting_unmeasured(cfg([1024], [])) is None  # one length: nothing is nested
+    assert nesting_unmeasured(cfg([1024, 8192], [512])) == (
+        "the report's nesting check needs the shortest length in eval.context_cuts: N=1024 is not in [512], so it "
+        "will say 'not measured' (add --set 'eval.context_cuts=[512, 1024]')")

@@ -22,6 +22,7 @@ naming one is still accepted, so published runs stay resumable.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +34,8 @@ from tsflash.identity import digest
 from tsflash.sweep.ledger import check_storage
 from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run, read_json
 from tsflash.data.synthetic import parse_source
+
+log = logging.getLogger(__name__)
 
 PRESETS = ("auto", "full", "cpu")
 CPU_PRESET = PRESETS_DIR / "cpu.toml"
@@ -138,6 +141,17 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
     return cfg, preset, note
 
 
+def nesting_unmeasured(cfg: ExperimentConfig) -> str | None:
+    """Why this config's report cannot run the nesting check (tsflash.report.nesting), or None: it
+    scores each longer N with its context cut to the shortest N, so eval.context_cuts must hold it."""
+    lengths = sorted(cfg.lengths)
+    if len(lengths) < 2 or lengths[0] in cfg.eval.context_cuts:
+        return None
+    cuts = sorted({*cfg.eval.context_cuts, lengths[0]})
+    return (f"the report's nesting check needs the shortest length in eval.context_cuts: N={lengths[0]} is not in "
+            f"{cfg.eval.context_cuts}, so it will say 'not measured' (add --set 'eval.context_cuts={cuts}')")
+
+
 # Keys that change only how saved forecasts are scored, never what is trained: not part of a run.
 SCORING_KEYS = ("fee_bps", "strategy", "entry_threshold")
 
@@ -200,6 +214,8 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
         device = str(resolve_device(opts.device))
         devices = [device]
     cfg, preset, note = resolve_config(opts, device)
+    if (why := nesting_unmeasured(cfg)) is not None:
+        log.warning(why)
     run_key = make_run_key(cfg, opts.data, opts.trials, device)
     study_name = f"tsflash-{run_key}"
     if opts.out is not None:
