@@ -315,27 +315,24 @@ def test_planned_slots_and_trial_keys():
     assert encode_trial_key({"n": 64, "weight_decay": 0.05, "lr": 3e-4}) == "n64-lr0.0003-wd0.05"
 
 
-def test_abandoned_trials_are_recognised():
-    import socket
-
-    from optuna.trial import TrialState, create_trial
-
-    from tsflash.sweep.ledger import STALE_AFTER_S, is_abandoned, worker_id
-
-    def running(**attrs):
-        return create_trial(state=TrialState.RUNNING, user_attrs=attrs)
-
-    now = time.time()
-    me = worker_id()
-    assert not is_abandoned(running(worker=me), shared=False, now=now)  # this very process: alive
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    gone = f"{socket.gethostname()}:{int(dead.stdout)}:1"
-    assert is_abandoned(running(worker=gone), shared=True, now=now)  # its process is gone
-    assert is_abandoned(running(), shared=False, now=now)  # killed before it named its worker
-    elsewhere = "other-host:123:456"
-    assert is_abandoned(running(worker=elsewhere, heartbeat=now), shared=False, now=now)  # private study
-    assert not is_abandoned(running(worker=elsewhere, heartbeat=now - 60), shared=True, now=now)
-    assert is_abandoned(running(worker=elsewhere, heartbeat=now - STALE_AFTER_S - 1), shared=True, now=now)
+def test_a_claims_era_run_folder_with_claims_left_is_refused(finished_run, data_arg, tmp_path, capsys):
+    """Workers of the version that claimed cells with files (claims/<job>.claim under claims/.lock)
+    may still run on such a folder: refused in one line saying how to finish it. Without claims
+    left (only the lock file) it resumes, and the lock file goes."""
+    run = tmp_path / "old"
+    shutil.copytree(finished_run, run)
+    claim = run / "claims" / "n32" / "fold0-seed0.claim"
+    claim.parent.mkdir(parents=True)
+    claim.write_text('{"worker": "other-host:1:1", "device": "cpu"}')
+    (run / "claims" / ".lock").touch()
+    before = (run / "run.json").read_bytes()
+    assert cli.main(sweep_argv(data_arg, run)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1 claim(s) remain" in err and "git checkout d24ca64" in err
+    assert f"delete {run / 'claims'}" in err and (run / "run.json").read_bytes() == before  # nothing written
+    claim.unlink()
+    assert cli.main(sweep_argv(data_arg, run)) == 0
+    assert not (run / "claims").exists()
 
 
 def test_offline_fetch_says_how_to_import(tmp_path, monkeypatch):
