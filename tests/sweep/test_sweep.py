@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from tests.conftest import sigkill_when
+from tests.sweep.test_workers import PYTHON_ENV, one_thread
 
 from tsflash import cli
 from tsflash.commands.options import parse_lengths, parse_overrides
@@ -57,6 +58,14 @@ def sweep_argv(data: str, out: Path) -> list[str]:
 
 def cell_markers(run: Path) -> list[Path]:
     return sorted((run / "cells").rglob("*.cell.json"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """The sweeps of this module, in this process and in subprocesses (PYTHON_ENV), at one thread:
+    the resumed run must equal the uninterrupted one bit for bit (tests/sweep/test_workers.py)."""
+    with one_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -139,13 +148,13 @@ def _comparable(run: Path) -> dict:
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, finished_run, data_arg):
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "tsflash.cli", *sweep_argv(data_arg, out)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=PYTHON_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # kill once a model cell is saved: baselines and at least one (trial, fold) are done, more remain
     sigkill_when(proc, lambda: bool(list(out.glob("cells/n*/*.cell.json"))), "the first model cell")
     assert proc.returncode == -signal.SIGKILL
     n_before = len(cell_markers(out))
     assert 3 <= n_before < 6 and not (out / "report.md").exists()
-    rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(cmd, cwd=REPO, env=PYTHON_ENV, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert len(cell_markers(out)) == 6
     log = (out / "sweep.log").read_text()

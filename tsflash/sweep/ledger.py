@@ -5,10 +5,10 @@ configuration, then (with --trials K > 1) K - 1 slots whose lr and weight decay 
 in. Each slot is enqueued once (`study.enqueue_trial`, its id in the trial's user attrs) in the
 study named by the run ("tsflash-<run key>"). A worker with no cell to run POPS the next
 configuration (`Ledger.pop`: the largest N first), which makes it RUNNING and fixes its values;
-its cells are then queued, and the configuration is completed (`Ledger.tell`) with its daily net
-Sharpe ratio once all its cells are. These trials, and only these, are the DSR's trials: ledger.json
-lists them (`Ledger.rows`) and the report counts its COMPLETE rows, one per slot
-(`tsflash.stats.gate.complete_trials`).
+its cells are then queued, and the configuration is completed with its daily net Sharpe ratio
+once all its cells are (`Ledger.complete`: once, as the storage decides). These trials, and only
+these, are the DSR's trials: ledger.json lists them (`Ledger.rows`) and the report counts its
+COMPLETE rows, one per slot (`tsflash.stats.gate.complete_trials`).
 
 Cells. A cell (N, fold, seed; or "baselines", or "precision") is one trial of the study
 "<study>:cells": enqueued with its N, fold and seed as fixed parameters and its configuration's key
@@ -31,7 +31,7 @@ that cannot be reached is a UserError naming its host and port.
     trial = ledger.pop()                            # the next configuration, RUNNING; None when none waits
     ledger.enqueue_cell("n512/fold0-seed0", {"n": 512, "fold": 0, "seed": 0}, key="n512")
     cell = ledger.pop_cell(order)                   # a cell for this worker; None when none waits
-    ledger.tell(trial, value)                       # COMPLETE once its cells are
+    ledger.complete(trial, value, record)           # COMPLETE once its cells are (once, whoever scores it)
     ledger.is_complete()                            # every planned slot has a COMPLETE trial
 """
 
@@ -43,7 +43,7 @@ import logging
 import os
 import socket
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -230,9 +230,23 @@ class Ledger:
             self.study.sampler = trial_sampler(self.seed, frozen.number, self.slots)
         return Trial(study or self.study, frozen._trial_id)
 
-    def tell(self, trial: Trial, value: float) -> None:
-        """Complete `trial` with `value` (a trial another worker completed meanwhile is left as it is)."""
-        self.study.tell(trial, value, skip_if_finished=True)
+    def complete(self, trial: Trial, value: float, record: Callable[[Trial], None] | None = None) -> None:
+        """`record(trial)` (its per-fold values and paths), then `trial` COMPLETE with `value`: once,
+        however many workers score the configuration at once (two that saved its last two cells
+        together may both queue its scoring, and a scorer killed after this leaves its scoring to
+        be retried). The storage decides: it finishes a trial in one transaction that locks the
+        trial's row (SELECT ... FOR UPDATE on PostgreSQL, BEGIN IMMEDIATE on SQLite) and refuses a
+        trial already finished, so one worker's tell completes it and the others' writes are
+        refused. A configuration's value depends only on its saved cells: a late scorer's value
+        must equal the stored one, else this raises."""
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            if record is not None:
+                record(trial)
+            self.study.tell(trial, value, skip_if_finished=True)
+        stored = self.storage.get_trial(trial._trial_id)
+        if stored.state != TrialState.COMPLETE or stored.value != value:
+            raise RuntimeError(f"configuration trial {stored.number} is {stored.state.name} with value {stored.value}, "
+                               f"but this worker scored it {value}: its cells changed under it")
 
     def is_complete(self) -> bool:
         """Does every planned slot have a COMPLETE trial?"""

@@ -43,6 +43,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -211,7 +212,7 @@ def _run_job(job: Job, objective: Objective, finale: list[Work]) -> None:
         objective._cell(job.config, job.params, job.key, job.fold, job.seed)
         record_kernel_choices(plan.folder, attention.auto_report())  # the decisions behind this cell's kernel
     elif job.kind == "score":
-        objective.ledger.tell(job.config, objective(job.config))
+        objective.ledger.complete(job.config, *objective.score(job.config))
     elif job.kind == "precision":
         _run_precision(plan, objective.prepared.n_features, objective.progress.estimate(finale))
 
@@ -313,33 +314,45 @@ class Objective:
         return self._fold_inputs[k]
 
     def __call__(self, trial: Trial) -> float:
+        value, record = self.score(trial)
+        record(trial)
+        return value
+
+    def score(self, trial: Trial) -> tuple[float, Callable[[Trial], None]]:
+        """The configuration's value, and what records it on its trial (per-fold values, metrics
+        and paths): the caller records it, so that a worker whose configuration another worker
+        completed meanwhile has written nothing to the trial but that (`Ledger.complete`)."""
         slot = trial.user_attrs["slot"]
         cfg = self.cfg
         params = suggest_params(trial, cfg.lengths, cfg.train.lr, cfg.train.weight_decay, self.plan.options.trials > 1)
         key = encode_trial_key(params)
-        trial.set_user_attr("key", key)
         to_do = sum(not self.folder.cell_saved(key, k, s) for k in range(self.n_folds) for s in cfg.train.seeds)
         log.info("trial %s (slot %s): %d of %d cells to do, about %s", key, slot, to_do,
                  self.n_folds * len(cfg.train.seeds),
                  format_seconds(self.progress.estimate([model_work(cfg, params["n"], self.model_params)] * to_do)))
-        folds = []
+        attrs, reports, folds = {"key": key}, {}, []
         for k in range(self.n_folds):
             folds.append(fold := self._scored_fold(trial, params, key, k))
             if np.isfinite(fold_sr := daily_sharpe(fold.daily.net)):
-                trial.report(fold_sr, step=k)
+                reports[k] = fold_sr
             metrics = read_json(self.folder.cell_marker(key, k, cfg.train.seeds[0]))["metrics"]
-            trial.set_user_attr(f"fold{k}_metrics", {m: metrics[m] for m in CLASSIFICATION})
-        result_paths = [self.folder.relative(self.folder.cell_stem(key, k, s))
-                        for k in range(self.n_folds) for s in cfg.train.seeds]
+            attrs[f"fold{k}_metrics"] = {m: metrics[m] for m in CLASSIFICATION}
         daily = daily_series_of_folds([f.daily for f in folds])
         path = self.folder.write_series(key, **daily)
         write_losses(self.folder, key, concat_losses([f.losses for f in folds]))  # question 1's paired tests read these
-        trial.set_user_attr("result_paths", result_paths)
-        trial.set_user_attr("daily_returns_path", self.folder.relative(path))
-        trial.set_user_attr("daily_sharpe_defined", bool(np.std(daily["net"]) > 0))
+        attrs["result_paths"] = [self.folder.relative(self.folder.cell_stem(key, k, s))
+                                 for k in range(self.n_folds) for s in cfg.train.seeds]
+        attrs["daily_returns_path"] = self.folder.relative(path)
+        attrs["daily_sharpe_defined"] = bool(np.std(daily["net"]) > 0)
         value = objective_value(daily["net"])
         log.info("trial %s: daily net Sharpe %.4f over %d days (fee %g bps)", key, value, len(daily["net"]), self.fee)
-        return value
+
+        def record(trial: Trial) -> None:
+            for step, fold_sr in reports.items():
+                trial.report(fold_sr, step=step)
+            for name, attr in attrs.items():
+                trial.set_user_attr(name, attr)
+        return value, record
 
     def _scored_fold(self, trial: Trial, params: dict, key: str, k: int) -> FoldScores:
         """Fold k of the trial scored, its cells that are not saved trained first (a score job

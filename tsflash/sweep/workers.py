@@ -18,8 +18,9 @@ Order: scoring of configurations whose cells are saved, then the baselines, then
 start first and the tail of a run is made of small ones.
 
 Results equal a one-device run of the same seeds: a cell depends only on (configuration, fold,
-seed), never on the worker or the order (bit-identical on CPU, where CPU workers keep torch's
-default thread count for that reason; tests/sweep/test_workers.py). With --trials K > 1 the
+seed), never on the worker or the order (bit-identical on CPU at one thread per process,
+OMP_NUM_THREADS=1; tests/sweep/test_workers.py). A configuration's trial is completed once, by
+the storage's decision (`Ledger.complete`), however many workers score it. With --trials K > 1 the
 sampled values of later configurations depend on which had finished when they were opened, as
 in any parallel search.
 
@@ -29,6 +30,7 @@ cells (about a second at full size on the H200 host, in parallel with the other 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import multiprocessing
@@ -39,6 +41,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages._heartbeat import get_heartbeat_thread  # what study.optimize runs around a trial
 from optuna.trial import FrozenTrial, Trial, TrialState
 
@@ -102,7 +105,10 @@ class CellQueue:
                 except BaseException:
                     self.ledger.fail(frozen)
                     raise
-            self.ledger.cells.tell(job.cell, job.value, skip_if_finished=True)
+            # skip_if_finished: a worker that beat too late had its cell failed (and queued again) by
+            # another; the suppress covers the other failing it between tell's check and its write
+            with contextlib.suppress(UpdateFinishedTrialError):
+                self.ledger.cells.tell(job.cell, job.value, skip_if_finished=True)
 
     def next_job(self) -> Job | None:
         """Pop the next job; wait while other workers' cells run; None when nothing is left."""
@@ -110,7 +116,11 @@ class CellQueue:
             self._queue_open_configs()
             late = self._late()
             if (cell := self.ledger.pop_cell(functools.partial(self._order, late))) is not None:
-                return self._job(cell)
+                if not self._done_already(job := self._job(cell)):
+                    return job
+                log.debug("%s was done by another worker meanwhile: pruned", cell.user_attrs.get("cell"))
+                self.ledger.cells.tell(cell, state=TrialState.PRUNED, skip_if_finished=True)
+                continue
             if not late and (config := self.ledger.pop()) is not None:
                 self._open(config)
                 continue
@@ -119,6 +129,13 @@ class CellQueue:
                 return None
             log.debug("nothing to pop; waiting on %d cell(s) of other workers", len(running))
             time.sleep(self.poll_s)
+
+    def _done_already(self, job: Job) -> bool:
+        """A popped copy of a cell that another worker saved, or of the scoring of a configuration
+        that another worker completed, after this worker looked and queued it (`_queue_cells`)."""
+        if job.kind == "score":
+            return self.ledger.storage.get_trial(job.config._trial_id).state.is_finished()
+        return job.kind == "cell" and (job.fold, job.seed, True) in self.cells(job.key)
 
     def _late(self) -> bool:
         self.out_of_time = self.deadline is not None and time.monotonic() > self.deadline
@@ -149,6 +166,9 @@ class CellQueue:
             self._queue_cells(frozen.number, {**frozen.params}, key)
 
     def _queue_cells(self, number: int, params: dict, key: str) -> None:
+        """What is saved is looked at before what is queued: a cell saved (or a configuration
+        scored) in between is queued again, and pruned when popped (`_done_already`); two workers
+        that save a configuration's last two cells at once may both queue its scoring that way."""
         cells = self.cells(key)
         if all(done for _, _, done in cells):
             self.ledger.enqueue_cell(f"score/{key}", {}, key=key, config=number)
