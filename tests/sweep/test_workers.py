@@ -299,6 +299,8 @@ def test_two_workers_saving_a_configurations_last_two_cells_at_once_complete_it_
                     both_saved.wait()  # the two last cells are saved at once
         except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
             errors.append(exc)
+        finally:
+            jobs[name].close()  # a failed job is queued again, and the other worker is not left waiting on it
 
     threads = [threading.Thread(target=work, args=("A", a_run)), threading.Thread(target=work, args=("B", b.run))]
     for t in threads:
