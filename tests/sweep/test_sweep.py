@@ -337,7 +337,7 @@ def test_a_claims_era_run_folder_with_claims_left_is_refused(finished_run, data_
     before = (run / "run.json").read_bytes()
     assert cli.main(sweep_argv(data_arg, run)) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "1 claim(s) remain" in err and "git checkout d24ca64" in err
+    assert err.count("\n") == 1 and "1 claim(s) remain" in err and "git checkout cb7b66d" in err
     assert f"delete {run / 'claims'}" in err and (run / "run.json").read_bytes() == before  # nothing written
     claim.unlink()
     assert cli.main(sweep_argv(data_arg, run)) == 0

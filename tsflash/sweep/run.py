@@ -197,7 +197,7 @@ def refuse_claims_era(folder: RunFolder) -> None:
     if claims:
         raise UserError(f"{folder.root} was run by an earlier tsflash whose workers claim cells with files, and "
                         f"{len(claims)} claim(s) remain in {folder.claims_dir}: finish it with that version (git "
-                        "checkout d24ca64, then the same `tsflash sweep` command), or, once none of its workers "
+                        "checkout cb7b66d, then the same `tsflash sweep` command), or, once none of its workers "
                         f"runs, delete {folder.claims_dir} and resume it with this one")
     if folder.claims_dir.is_dir():
         shutil.rmtree(folder.claims_dir)  # only the lock file of a finished claims-era invocation
