@@ -22,8 +22,9 @@ Layout of a run folder (`runs/<YYYYMMDD-HHMMSS>-<config hash>` by default)::
     forecasts/<trial key or baseline-<name>>.npz   per-day loss sums of the forecasts (the paired
                                                    tests of question 1; small, kept when cells are not)
     checkpoints/<trial key>/fold<k>-seed<s>/       engine checkpoints of unfinished cells
-    claims/<job>.claim, claims/.lock               workers' claims on unfinished jobs (tsflash.sweep.workers;
-                                                   removed when the run completes)
+    claims/<job>.claim, claims/.lock               run folders of the version whose workers claimed cells with
+                                                   files: refused while claims remain (tsflash.sweep.run)
+    optuna.db also holds the study "<study>:cells": one trial per cell (tsflash.sweep.ledger)
     ledger.json, precision.json, results.json, report.md, report.html, *.parquet, figures/
     confirm.md, confirm.html, confirm.json   `tsflash confirm`: the verdict re-tested on a later hold-out
     confirm/            its work folder, laid out as a run folder (run.json, cells/, series/, ...)

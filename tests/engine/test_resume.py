@@ -12,6 +12,7 @@ import numpy as np
 import optuna
 import pytest
 from tests.sweep.test_sweep import TINY
+from tests.sweep.test_workers import one_thread
 
 from tsflash import cli, engine
 from tsflash.sweep import run as sweep
@@ -39,6 +40,13 @@ def argv(out: Path) -> list[str]:
 def loadable(folder: RunFolder, key: str, fold: int, seed: int) -> bool:
     stem = folder.cell_stem(key, fold, seed)
     return folder.cell_marker(key, fold, seed).exists() and folder.cell_npz(stem).exists()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Bit for bit across the runs of this module needs one thread (tests/sweep/test_workers.py)."""
+    with one_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

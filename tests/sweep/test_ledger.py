@@ -1,6 +1,6 @@
 """tsflash.sweep.ledger on real optuna studies (in memory, or SQLite in tmp_path): slots enqueued once,
 trials popped largest N first and exactly once, failed trials re-enqueued with their parameters,
-per-trial sampling, liveness, and the --storage check."""
+per-trial sampling, the cells of a dead invocation queued again, and the --storage check."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tsflash.errors import UserError
-from tsflash.sweep.ledger import (
-    STALE_AFTER_S, Ledger, NotEnqueued, check_storage, holder_gone, plan_slots, storage_url, suggest_params, worker_id,
-)
+from tsflash.sweep.ledger import Ledger, check_storage, plan_slots, storage_url, suggest_params, worker_id
 
 LENGTHS = [32, 64]
 LR, WD = 1e-3, 0.1
@@ -32,19 +30,13 @@ def sqlite(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'optuna.db'}"
 
 
-def dead_worker() -> str:
-    """The worker id of a process of this host that has exited."""
-    out = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    return f"{socket.gethostname()}:{int(out.stdout)}:1"
-
-
 def run_all(ledger: Ledger, search: bool = False, lengths=LENGTHS) -> list[dict]:
     """What the workers do with the ledger, in one process: pop, draw the parameters, tell."""
     calls = []
     while (trial := ledger.pop()) is not None:
         params = suggest_params(trial, lengths, LR, WD, search)
         calls.append(params)
-        ledger.tell(trial, float(params["n"]))
+        ledger.complete(trial, float(params["n"]))
     return calls
 
 
@@ -73,10 +65,14 @@ def test_pop_takes_each_trial_once_across_ledgers_then_none(tmp_path):
         == [128, 64, 32]
     assert popped[3:] == [None, None]  # the queue is empty: nothing is made up
     assert states(a) == ["RUNNING", "RUNNING", "RUNNING"] and len(a.running()) == 3
-    assert {t.user_attrs["worker"] for t in a.running()} == {worker_id()}
     for t in popped[:3]:
-        a.tell(t, 1.0)
-    a.tell(popped[0], 2.0)  # told twice (two scorers): the first value stays
+        a.complete(t, 1.0)
+    # a second scorer (another worker) completes it again: its writes are refused, nothing changes
+    b.complete(b.trial(a.trials()[2]), 1.0, record=lambda trial: trial.set_user_attr("daily_returns_path", "late"))
+    assert "daily_returns_path" not in a.trials()[2].user_attrs
+    with pytest.raises(RuntimeError, match=r"configuration trial 2 is COMPLETE with value 1.0, but this worker scored "
+                                           r"it 2.0"):
+        a.complete(popped[0], 2.0)  # a late scorer that disagrees is an error, not a second value
     assert a.is_complete() and a.trials(TrialState.COMPLETE)[2].value == 1.0
     a.write_json(tmp_path / "ledger.json")
     saved = json.loads((tmp_path / "ledger.json").read_text())
@@ -101,74 +97,63 @@ def test_sampled_values_depend_on_the_trial_not_on_the_worker(tmp_path):
     assert [suggest_params(again.pop(), [32], LR, WD, search=True) for _ in range(2)] == drawn
 
 
-def test_a_made_up_trial_is_failed_and_cannot_be_claimed(tmp_path):
-    ledger = Ledger.open("s", sqlite(tmp_path), plan_slots(LENGTHS, 1, LR, WD))
-    ledger.sync()
-    run_all(ledger)
-    made_up = ledger.study.ask()  # what optuna does when a worker asks an empty queue
-    with pytest.raises(NotEnqueued, match="was not enqueued"):
-        ledger.claim(made_up)
-    assert ledger.running() == []  # not an open trial: it has no slot
-    assert ledger.sync() == [made_up.number] and states(ledger) == ["COMPLETE", "COMPLETE", "FAIL"]
-    assert ledger.is_complete() and ledger.n_waiting() == 0
-
-
 def test_failed_trial_is_reenqueued_with_its_parameters(tmp_path):
     ledger = Ledger.open("s", sqlite(tmp_path), plan_slots([32], 2, LR, WD))
     ledger.sync()
     first = ledger.pop()
     suggest_params(first, [32], LR, WD, search=True)
-    ledger.tell(first, 1.0)
+    ledger.complete(first, 1.0)
     second = ledger.pop()  # n32/1, whose values the sampler draws ...
     sampled = suggest_params(second, [32], LR, WD, search=True)
     ledger.study.tell(second, state=TrialState.FAIL)  # ... then it failed (a run folder of before cells)
     again = Ledger.open("s", sqlite(tmp_path), plan_slots([32], 2, LR, WD))  # the same command, run again
-    assert again.sync() == []
+    again.sync()
     again.sync()
     assert states(again) == ["COMPLETE", "FAIL", "WAITING"]  # the slot comes back, once
     assert run_all(again, search=True, lengths=[32]) == [sampled] and again.is_complete()  # same values: cells reused
 
 
 def test_a_running_trial_of_a_dead_worker_stays_open(tmp_path):
-    """Trials are not owned: the cells of a dead worker's trial are taken over (tsflash.sweep.workers),
-    the trial itself stays RUNNING with its parameters for any worker to finish."""
+    """Configurations are not owned: the cells of a dead worker's configuration are retried
+    (tsflash.sweep.workers), the configuration stays RUNNING with its parameters for any worker to finish."""
     slots = plan_slots([32], 1, LR, WD)
     ledger = Ledger.open("s", sqlite(tmp_path), slots)
     ledger.sync()
     trial = ledger.pop()
     suggest_params(trial, [32], LR, WD, False)
-    trial.set_user_attr("worker", dead_worker())
     again = Ledger.open("s", sqlite(tmp_path), slots)
-    assert again.sync() == [] and states(again) == ["RUNNING"] and again.pop() is None
+    again.sync()
+    assert states(again) == ["RUNNING"] and again.pop() is None
     (open_trial,) = again.running()
     handle = again.trial(open_trial)
     assert suggest_params(handle, [32], LR, WD, False) == {"n": 32}
-    again.tell(handle, 0.5)
+    again.complete(handle, 0.5)
     assert again.is_complete()
 
 
-@pytest.mark.parametrize("shared, age, gone", [
-    (False, 0.0, True),  # the private SQLite study has one host at a time: the other host is gone
-    (True, 60.0, False),  # a shared study: another host with a recent heartbeat is alive
-    (True, 601.0, True),  # ... and one silent for longer than the limit is not
-])
-def test_holders_on_other_hosts(shared, age, gone):
-    now = 1_000_000.0
-    assert holder_gone("other-host:123:456", now - age, shared=shared, now=now, stale_after_s=600.0) is gone
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_running_cells_of_a_dead_invocation(tmp_path, shared):
+    """A private study (the run folder's SQLite file) has one invocation at a time: its RUNNING cells
+    were a dead invocation's and are queued again at once, with their parameters. A shared study's
+    are left to optuna's heartbeat (tests/sweep/test_workers.py)."""
+    ledger = Ledger.open("s", sqlite(tmp_path), plan_slots([32], 1, LR, WD), shared=shared)
+    ledger.enqueue_cell("n32/fold0-seed0", {"n": 32, "fold": 0, "seed": 0}, key="n32")
+    cell = ledger.pop_cell(lambda t: t.number)
+    assert cell.suggest_int("fold", 0, 0) == 0
+    again = Ledger.open("s", sqlite(tmp_path), plan_slots([32], 1, LR, WD), shared=shared)
+    again.sync()
+    cells = again.cells.trials
+    if shared:
+        assert [t.state for t in cells] == [TrialState.RUNNING]
+    else:
+        assert [t.state for t in cells] == [TrialState.FAIL, TrialState.WAITING]
+        assert cells[1].user_attrs == cells[0].user_attrs and cells[1].params == {"fold": 0}
+        assert again.pop_cell(lambda t: t.number).number == 1
 
 
-def test_holders_on_this_host_live_and_die_with_their_process():
-    now = 1_000_000.0
-    assert not holder_gone(worker_id(), 0.0, shared=True, now=now, stale_after_s=1.0)  # this process: alive
-    assert holder_gone(dead_worker(), now, shared=True, now=now, stale_after_s=1e9)  # its process is gone
-    assert holder_gone(None, now, shared=True, now=now, stale_after_s=1e9)  # killed before it named itself
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])  # not reaped yet: a zombie until wait()
-    zombie = worker_id(ended.pid)
-    while Path(f"/proc/{ended.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-        time.sleep(0.01)
-    assert holder_gone(zombie, now, shared=True, now=now, stale_after_s=1e9)  # a killed worker not yet reaped
-    ended.wait()
-    assert STALE_AFTER_S == 3 * 3600.0  # is_abandoned's limit for trials of older run folders
+def test_worker_id_names_host_pid_and_start():
+    host, pid, start = worker_id().split(":")
+    assert host == socket.gethostname() and int(pid) > 0 and start.isdigit()
 
 
 def test_in_memory_storage_object():

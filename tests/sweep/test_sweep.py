@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from tests.conftest import sigkill_when
+from tests.sweep.test_workers import PYTHON_ENV, one_thread
 
 from tsflash import cli
 from tsflash.commands.options import parse_lengths, parse_overrides
@@ -57,6 +58,14 @@ def sweep_argv(data: str, out: Path) -> list[str]:
 
 def cell_markers(run: Path) -> list[Path]:
     return sorted((run / "cells").rglob("*.cell.json"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """The sweeps of this module, in this process and in subprocesses (PYTHON_ENV), at one thread:
+    the resumed run must equal the uninterrupted one bit for bit (tests/sweep/test_workers.py)."""
+    with one_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -139,13 +148,13 @@ def _comparable(run: Path) -> dict:
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, finished_run, data_arg):
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "tsflash.cli", *sweep_argv(data_arg, out)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=PYTHON_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # kill once a model cell is saved: baselines and at least one (trial, fold) are done, more remain
     sigkill_when(proc, lambda: bool(list(out.glob("cells/n*/*.cell.json"))), "the first model cell")
     assert proc.returncode == -signal.SIGKILL
     n_before = len(cell_markers(out))
     assert 3 <= n_before < 6 and not (out / "report.md").exists()
-    rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(cmd, cwd=REPO, env=PYTHON_ENV, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert len(cell_markers(out)) == 6
     log = (out / "sweep.log").read_text()
@@ -315,27 +324,24 @@ def test_planned_slots_and_trial_keys():
     assert encode_trial_key({"n": 64, "weight_decay": 0.05, "lr": 3e-4}) == "n64-lr0.0003-wd0.05"
 
 
-def test_abandoned_trials_are_recognised():
-    import socket
-
-    from optuna.trial import TrialState, create_trial
-
-    from tsflash.sweep.ledger import STALE_AFTER_S, is_abandoned, worker_id
-
-    def running(**attrs):
-        return create_trial(state=TrialState.RUNNING, user_attrs=attrs)
-
-    now = time.time()
-    me = worker_id()
-    assert not is_abandoned(running(worker=me), shared=False, now=now)  # this very process: alive
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    gone = f"{socket.gethostname()}:{int(dead.stdout)}:1"
-    assert is_abandoned(running(worker=gone), shared=True, now=now)  # its process is gone
-    assert is_abandoned(running(), shared=False, now=now)  # killed before it named its worker
-    elsewhere = "other-host:123:456"
-    assert is_abandoned(running(worker=elsewhere, heartbeat=now), shared=False, now=now)  # private study
-    assert not is_abandoned(running(worker=elsewhere, heartbeat=now - 60), shared=True, now=now)
-    assert is_abandoned(running(worker=elsewhere, heartbeat=now - STALE_AFTER_S - 1), shared=True, now=now)
+def test_a_claims_era_run_folder_with_claims_left_is_refused(finished_run, data_arg, tmp_path, capsys):
+    """Workers of the version that claimed cells with files (claims/<job>.claim under claims/.lock)
+    may still run on such a folder: refused in one line saying how to finish it. Without claims
+    left (only the lock file) it resumes, and the lock file goes."""
+    run = tmp_path / "old"
+    shutil.copytree(finished_run, run)
+    claim = run / "claims" / "n32" / "fold0-seed0.claim"
+    claim.parent.mkdir(parents=True)
+    claim.write_text('{"worker": "other-host:1:1", "device": "cpu"}')
+    (run / "claims" / ".lock").touch()
+    before = (run / "run.json").read_bytes()
+    assert cli.main(sweep_argv(data_arg, run)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1 claim(s) remain" in err and "git checkout cb7b66d" in err
+    assert f"delete {run / 'claims'}" in err and (run / "run.json").read_bytes() == before  # nothing written
+    claim.unlink()
+    assert cli.main(sweep_argv(data_arg, run)) == 0
+    assert not (run / "claims").exists()
 
 
 def test_offline_fetch_says_how_to_import(tmp_path, monkeypatch):

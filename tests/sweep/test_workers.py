@@ -1,8 +1,13 @@
-"""tsflash.sweep.workers: devices, claims (atomic across processes, taken over from dead workers), the
-order of jobs, and a tiny sweep on two CPU workers that is bit-identical to one worker."""
+"""tsflash.sweep.workers: devices, cells as optuna trials (each popped by one worker across processes,
+retried when their worker's heartbeat stops), the order of jobs, a configuration whose last two
+cells two workers save at once (completed once), and a tiny sweep on two CPU workers that is
+bit-identical to one worker."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import itertools
 import json
 import logging
 import os
@@ -11,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,10 +26,12 @@ import pytest
 import torch
 
 from tsflash.errors import UserError
-from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params, worker_id
-from tsflash.runfolder import CLAIMS_DIR, encode_trial_key
+from optuna.trial import TrialState
+
 from tsflash.device import parse_devices
-from tsflash.sweep.workers import CellQueue, ClaimBoard
+from tsflash.runfolder import CLAIMS_DIR, encode_trial_key
+from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params
+from tsflash.sweep.workers import CellQueue
 
 REPO = Path(__file__).resolve().parents[2]
 # One thread per process, in the reference run and in every worker: a reduction split over threads
@@ -32,6 +40,23 @@ REPO = Path(__file__).resolve().parents[2]
 # baseline log-loss 1.0837077504 against 1.0837077482; a transformer cell 1.09147837403301 against
 # ...03355). Bit-identity across workers holds at a fixed thread count, which is what is tested.
 PYTHON_ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+@contextlib.contextmanager
+def one_thread():
+    """This process at one thread, as PYTHON_ENV sets the subprocesses, for sweeps run in the test
+    process that are compared bit for bit: torch's threads, and every OpenMP and BLAS pool loaded
+    (threadpoolctl), sklearn's among them (its logistic regression sums its loss in OpenMP)."""
+    import sklearn.linear_model  # noqa: F401  (loads sklearn's OpenMP runtime, so that it is limited too)
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        torch.set_num_threads(threads)
 
 # A tiny sweep whose model cells take about a second each on a 2-core CPU (long enough to kill one
 # mid-cell in tests/sweep/test_postgres.py): 2 lengths x 2 folds, baselines, the precision check.
@@ -126,170 +151,208 @@ def test_devices_one_kind_each_gpu_once():
         assert parse_devices("all") == [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
 
-# ---- claims ---------------------------------------------------------------------------------------
+# ---- cells as trials ----------------------------------------------------------------------------
 
 
-def write_claim(board: ClaimBoard, name: str, worker: str | None, age_s: float = 0.0) -> Path:
-    """A claim file as another worker would have left it."""
-    path = board.path(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("" if worker is None else json.dumps({"worker": worker, "device": "cpu"}))
-    stamp = time.time() - age_s
-    os.utime(path, (stamp, stamp))
-    return path
-
-
-def test_a_claim_is_taken_once_and_released(tmp_path):
-    board = ClaimBoard(tmp_path, shared=False, device="cpu")
-    with pytest.raises(AssertionError, match="under the run folder's lock"):
-        board.take("n64/fold0-seed0")
-    with board.lock(), board.lock():  # re-entrant
-        assert board.take("n64/fold0-seed0")
-        assert not board.take("n64/fold0-seed0")  # held: by this very worker
-    holder = board.holder("n64/fold0-seed0")
-    assert holder["worker"] == worker_id() and holder["device"] == "cpu"
-    board.release("n64/fold0-seed0")
-    assert board.holder("n64/fold0-seed0") is None and board.held == set()
-
-
-def test_a_dead_workers_claim_is_taken_over_a_live_ones_is_not(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="tsflash.sweep.workers")
-    board = ClaimBoard(tmp_path, shared=True)
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        write_claim(board, "cell", worker_id(sleeper.pid))
-        with board.lock():
-            assert not board.take("cell") and board.others_alive() == ["cell"]
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-    with board.lock():
-        assert board.others_alive() == [] and board.take("cell")  # its process is gone: taken at once
-    assert "taking over cell from worker" in caplog.text
-    write_claim(board, "torn", None)  # a worker killed while it wrote its claim
-    with board.lock():
-        assert board.take("torn")
-
-
-@pytest.mark.parametrize("shared, age, taken", [
-    (False, 0.0, True),  # private study: another host's claim is a machine that was taken back
-    (True, 60.0, False),  # shared study: another host with a recent heartbeat is working
-    (True, 601.0, True),  # ... one silent for longer than CLAIM_STALE_S is gone
-])
-def test_claims_of_other_hosts(tmp_path, shared, age, taken):
-    board = ClaimBoard(tmp_path, shared=shared, stale_after_s=600.0)
-    write_claim(board, "cell", "other-host:123:456", age_s=age)
-    with board.lock():
-        assert board.take("cell") is taken
-
-
-def test_the_heartbeat_keeps_a_claim_fresh(tmp_path):
-    board = ClaimBoard(tmp_path, shared=True, heartbeat_s=0.05)
-    with board.lock():
-        board.take("cell")
-    old = time.time() - 3600
-    os.utime(board.path("cell"), (old, old))
-    board.start_heartbeat()
-    time.sleep(0.3)
-    board.stop_heartbeat()
-    assert time.time() - board.path("cell").stat().st_mtime < 5
-
-
-GRAB = textwrap.dedent("""
+POP = textwrap.dedent("""
     import json, sys, time
-    from tsflash.sweep.workers import ClaimBoard
-    root, names, start = sys.argv[1], sys.argv[2].split(","), float(sys.argv[3])
-    board = ClaimBoard(root, shared=False)
-    time.sleep(max(0.0, start - time.time()))  # all four start looking at once
+    from tsflash.sweep.ledger import Ledger, plan_slots
+    url, start = sys.argv[1], float(sys.argv[2])
+    ledger = Ledger.open("s", url, plan_slots([64], 1, 1e-3, 0.1), shared=True)
+    time.sleep(max(0.0, start - time.time()))  # all four start popping at once
     mine = []
-    for round in range(3):  # look again and again, as a waiting worker does
-        for name in names:
-            with board.lock():
-                if board.take(name):
-                    mine.append(name)
+    while (cell := ledger.pop_cell(lambda t: t.number)) is not None:
+        mine.append(cell.user_attrs["cell"])
     print(json.dumps(mine))
 """)
 
 
-def test_claims_are_atomic_across_processes(tmp_path):
-    """Four processes race for the same 40 claims: each claim is won by exactly one of them."""
+def test_each_cell_is_popped_by_exactly_one_worker_across_processes(tmp_path):
+    """Four processes pop the same 40 queued cells from one SQLite study: each cell goes to exactly one."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    ledger = Ledger.open("s", url, plan_slots([64], 1, 1e-3, 0.1), shared=True)
     names = [f"n{n}/fold{k}-seed0" for n in (64, 128, 256, 512) for k in range(10)]
+    for name in names:
+        ledger.enqueue_cell(name, {"n": int(name[1:].split("/")[0])}, key=name.split("/")[0])
     start = str(time.time() + 5)
-    procs = [subprocess.Popen([sys.executable, "-c", GRAB, str(tmp_path), ",".join(names), start], env=PYTHON_ENV,
-                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [subprocess.Popen([sys.executable, "-c", POP, url, start], env=PYTHON_ENV, stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]
     won = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
-    assert sorted(sum(won, [])) == sorted(names)  # every claim once: none twice, none lost
+    assert sorted(sum(won, [])) == sorted(names)  # every cell once: none twice, none lost
 
 
-# ---- the queue --------------------------------------------------------------------------------------
+def test_a_cell_queued_twice_runs_once(tmp_path):
+    """Two invocations syncing at once may queue a cell twice: the later copy is pruned when popped."""
+    ledger = Ledger.open("s", f"sqlite:///{tmp_path / 'optuna.db'}", plan_slots([64], 1, 1e-3, 0.1), shared=True)
+    for _ in range(2):
+        ledger.cells.enqueue_trial({"n": 64}, user_attrs={"cell": "n64/fold0-seed0"})
+    first = ledger.pop_cell(lambda t: -t.number)  # the later copy is looked at first, and pruned
+    assert first.number == 0 and ledger.pop_cell(lambda t: t.number) is None
+    assert [t.state for t in ledger.cells.trials] == [TrialState.RUNNING, TrialState.PRUNED]
 
 
 class FakeRun:
-    """Cells saved in a dict instead of files; a real SQLite ledger."""
+    """Cells saved in a set instead of files; a real SQLite ledger, and the baselines and the
+    precision check queued as `tsflash.sweep.run` queues them."""
 
-    def __init__(self, tmp_path: Path, lengths=(64, 128), folds=2, baselines=False, precision=True):
+    def __init__(self, tmp_path: Path, lengths=(64, 128), folds=2, baselines=True, precision=True):
         slots = plan_slots(list(lengths), 1, 1e-3, 0.1)
-        self.ledger = Ledger.open("s", f"sqlite:///{tmp_path / 'optuna.db'}", slots)
+        self.url = f"sqlite:///{tmp_path / 'optuna.db'}"
+        self.ledger = Ledger.open("s", self.url, slots)
         self.ledger.sync()
+        for name, wanted in (("baselines", baselines), ("precision", precision)):
+            if wanted:
+                self.ledger.enqueue_cell(name, {})
         self.lengths, self.folds = list(lengths), folds
         self.saved: set = set()
-        self.baselines, self.precision = baselines, precision
 
-    def queue(self, board: ClaimBoard, **kw) -> CellQueue:
-        return CellQueue(board, self.ledger, cells=self.cells, params_of=self.params_of,
-                         baselines_done=lambda: self.baselines, precision_due=lambda: self.precision, **kw)
+    def queue(self, **kw) -> CellQueue:
+        return CellQueue(self.ledger, cells=self.cells, params_of=self.params_of, **kw)
+
+    def second_worker(self) -> FakeRun:
+        """Another worker on the same study and the same saved cells (its own storage connection)."""
+        other = copy.copy(self)
+        other.ledger = Ledger.open("s", self.url, self.ledger.slots, shared=True)
+        return other
 
     def cells(self, key: str):
         return [(k, 0, (key, k) in self.saved) for k in range(self.folds)]
 
     def params_of(self, trial):
         params = suggest_params(trial, self.lengths, 1e-3, 0.1, False)
-        return params, encode_trial_key(params)
+        key = encode_trial_key(params)
+        trial.set_user_attr("key", key)
+        return params, key
 
     def run(self, job) -> str:
         if job.kind == "cell":
             self.saved.add((job.key, job.fold))
             return f"{job.key}/{job.fold}"
-        if job.kind == "score":
-            self.ledger.tell(job.trial, 1.0)
+        if job.kind == "score":  # recorded on the trial, then told, as tsflash.sweep.run scores
+            self.ledger.complete(job.config, 1.0, lambda trial: trial.set_user_attr("daily_returns_path", job.key))
             return f"score {job.key}"
-        setattr(self, job.kind, job.kind == "baselines")  # baselines done / precision no longer due
         return job.kind
 
 
 def test_jobs_come_baselines_first_then_largest_n_then_scoring_then_precision(tmp_path):
     run = FakeRun(tmp_path)
-    board = ClaimBoard(tmp_path / "run", shared=False)
-    order = [run.run(job) for job in run.queue(board)]
+    order = [run.run(job) for job in run.queue()]
     assert order == ["baselines", "n128/0", "n128/1", "score n128", "n64/0", "n64/1", "score n64", "precision"]
-    assert run.ledger.is_complete() and not list((tmp_path / "run" / CLAIMS_DIR).rglob("*.claim"))
+    assert run.ledger.is_complete()
+    cells = run.ledger.cells.trials
+    assert {t.state for t in cells} == {TrialState.COMPLETE} and len(cells) == len(order)  # each cell once
+    first = next(t for t in cells if t.user_attrs["cell"] == "n128/fold0-seed0")
+    assert first.params == {"n": 128, "fold": 0, "seed": 0} and first.user_attrs["key"] == "n128"
 
 
 def test_after_the_deadline_only_scoring_runs(tmp_path):
-    run = FakeRun(tmp_path, baselines=True)
-    board = ClaimBoard(tmp_path / "run", shared=False)
-    first = run.queue(board)
-    jobs = iter(first)
+    run = FakeRun(tmp_path, baselines=False)
+    jobs = iter(run.queue())
     assert run.run(next(jobs)) == "n128/0"
+    next(jobs)  # n128/1, popped and left: the loop ends before it is run
     jobs.close()
-    run.saved.add(("n128", 1))  # another worker finished the trial's other cell
-    late = run.queue(board, deadline=time.monotonic() - 1)
+    assert [t.state for t in run.ledger.cells.trials][-2:] == [TrialState.FAIL, TrialState.WAITING]  # queued again
+    run.saved.add(("n128", 1))  # another worker finished it
+    late = run.queue(deadline=time.monotonic() - 1)
     assert [run.run(job) for job in late] == ["score n128"] and late.out_of_time
 
 
-def test_a_waiting_worker_takes_over_the_cell_of_a_worker_that_dies(tmp_path):
-    """Nothing free: the queue waits while a live worker holds a claim, then takes it when it dies."""
-    run = FakeRun(tmp_path, lengths=(64,), folds=1, baselines=True, precision=False)
-    board = ClaimBoard(tmp_path / "run", shared=False)
-    with board.lock():
-        trial = run.ledger.pop()  # opened by the other worker, which claimed its only cell
+@pytest.mark.parametrize("prune", [True, False], ids=["pruned-when-popped", "completed-once-by-the-storage"])
+def test_two_workers_saving_a_configurations_last_two_cells_at_once_complete_it_once(tmp_path, monkeypatch, prune):
+    """Workers A and B save n64's last two cells at the same moment. Both find n64 open with every
+    cell saved; B's look at the saved cells is held until A has scored n64 and completed its
+    scoring cell, so B queues the scoring again (the interleaving behind a CI failure on
+    PostgreSQL: a configuration's trial "already finished" when told). B's copy is pruned when
+    popped; without that guard B scores n64 again and `Ledger.complete` leaves it as A completed
+    it. Either way n64 is completed once, with A's value and attributes, and no worker fails."""
+    if not prune:
+        monkeypatch.setattr(CellQueue, "_done_already", lambda queue, job: False)
+    a = FakeRun(tmp_path, lengths=(64,), baselines=False, precision=False)
+    b = a.second_worker()
+    b_looks, both_saved = threading.Event(), threading.Barrier(2, timeout=60)
+
+    def scored() -> bool:
+        return any(t.user_attrs.get("cell") == "score/n64" and t.state == TrialState.COMPLETE
+                   for t in a.ledger.trials(study=a.ledger.cells))
+
+    def b_cells(key: str):
+        cells = a.cells(key)
+        if all(done for *_, done in cells):
+            b_looks.set()
+            wait_until(scored)
+        return cells
+
+    def a_run(job) -> str:
+        if job.kind == "score":
+            assert b_looks.wait(timeout=60)  # B has seen n64 open and all its cells saved
+        return a.run(job)
+
+    queues = {"A": a.queue(poll_s=0.05), "B": CellQueue(b.ledger, cells=b_cells, params_of=b.params_of, poll_s=0.05)}
+    jobs = {name: iter(queue) for name, queue in queues.items()}
+    firsts = {name: next(jobs[name]) for name in ("A", "B")}  # n64 fold 0 for A, fold 1 for B
+    done, errors = {"A": [], "B": []}, []
+
+    def work(name: str, run) -> None:
+        try:
+            for job in itertools.chain([firsts[name]], jobs[name]):
+                done[name].append(run(job))
+                if job.kind == "cell":
+                    both_saved.wait()  # the two last cells are saved at once
+        except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
+            errors.append(exc)
+        finally:
+            jobs[name].close()  # a failed job is queued again, and the other worker is not left waiting on it
+
+    threads = [threading.Thread(target=work, args=("A", a_run)), threading.Thread(target=work, args=("B", b.run))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert done == {"A": ["n64/0", "score n64"], "B": ["n64/1"] + ([] if prune else ["score n64"])}
+    (config,) = a.ledger.trials()
+    assert config.state == TrialState.COMPLETE and config.value == 1.0 and config.user_attrs["key"] == "n64"
+    scorings = [t.state for t in a.ledger.trials(study=a.ledger.cells) if t.user_attrs["cell"] == "score/n64"]
+    assert scorings == [TrialState.COMPLETE, TrialState.PRUNED if prune else TrialState.COMPLETE]
+
+
+def wait_until(condition, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_cell_whose_worker_dies_is_retried_once_its_heartbeat_is_stale(tmp_path, monkeypatch, caplog):
+    """A worker pops a cell and is killed: a waiting worker retries the cell once optuna's
+    heartbeat says it is stale (interval 1 s, grace 5 s here), with its parameters."""
+    caplog.set_level(logging.INFO, logger="tsflash.sweep.ledger")
+    monkeypatch.setenv("TSFLASH_HEARTBEAT_S", "1")
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    run = FakeRun(tmp_path, lengths=(64,), folds=1, baselines=False, precision=False)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from optuna.storages._heartbeat import get_heartbeat_thread
+        from tsflash.sweep.ledger import Ledger, plan_slots
+        ledger = Ledger.open("s", {url!r}, plan_slots([64], 1, 1e-3, 0.1), shared=True)
+        cell = ledger.pop_cell(lambda t: t.number)
+        with get_heartbeat_thread(cell._trial_id, ledger.storage):
+            print(cell.user_attrs["cell"], flush=True)
+            time.sleep(600)
+    """)], env={**PYTHON_ENV, "TSFLASH_HEARTBEAT_S": "1"}, stdout=subprocess.PIPE, text=True)
+    queue = run.queue(poll_s=0.2)
+    queue._queue_open_configs = lambda: None  # the other worker opened the configuration
+    trial = run.ledger.pop()
     run.params_of(trial)
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
-    write_claim(board, "n64/fold0-seed0", worker_id(holder.pid))
-    t0 = time.monotonic()
-    order = [run.run(job) for job in run.queue(board, poll_s=0.1)]
+    run.ledger.enqueue_cell("n64/fold0-seed0", {"n": 64, "fold": 0, "seed": 0}, key="n64", config=trial.number)
+    assert holder.stdout.readline().strip() == "n64/fold0-seed0"
+    holder.kill()
     holder.wait()
-    assert order == ["n64/0", "score n64"] and time.monotonic() - t0 > 1.0
+    t0 = time.monotonic()
+    job = queue.next_job()
+    assert job.kind == "cell" and job.key == "n64" and job.fold == 0 and time.monotonic() - t0 > 3
+    assert "cell n64/fold0-seed0 (trial 0) lost its worker" in caplog.text
+    assert [t.state for t in run.ledger.cells.trials] == [TrialState.FAIL, TrialState.RUNNING]
 
 
 # ---- a sweep on two workers ------------------------------------------------------------------------

@@ -1,52 +1,55 @@
-"""The trial ledger: an optuna study with one trial per planned configuration, shared by workers.
+"""The trial ledger: two optuna studies of one storage, the configurations and their cells.
 
-Slots. The plan is a list of SLOTS, e.g. "n512/0": per context length N the default
+Configurations. The plan is a list of SLOTS, e.g. "n512/0": per context length N the default
 configuration, then (with --trials K > 1) K - 1 slots whose lr and weight decay the sampler fills
-in. Each slot is enqueued once (`study.enqueue_trial`, its id in the trial's user attrs).
+in. Each slot is enqueued once (`study.enqueue_trial`, its id in the trial's user attrs) in the
+study named by the run ("tsflash-<run key>"). A worker with no cell to run POPS the next
+configuration (`Ledger.pop`: the largest N first), which makes it RUNNING and fixes its values;
+its cells are then queued, and the configuration is completed with its daily net Sharpe ratio
+once all its cells are (`Ledger.complete`: once, as the storage decides). These trials, and only
+these, are the DSR's trials: ledger.json lists them (`Ledger.rows`) and the report counts its
+COMPLETE rows, one per slot (`tsflash.stats.gate.complete_trials`).
 
-Trials and cells. A trial is one configuration over every fold and seed; its CELLS (fold, seed)
-are the unit of parallel work (tsflash.sweep.workers). A worker that finds no cell to claim POPS the
-next trial (`Ledger.pop`: the WAITING trial with the largest N first, so that the big cells start
-early and the tail of a run is made of small ones), which makes it RUNNING and fixes its
-parameters; from then on any worker may claim its cells. A RUNNING trial is open, not owned:
-it is completed (`Ledger.tell`) by the worker that scores it once all its cells are saved. So
-a dead worker never leaves a trial behind; what it leaves is a claimed cell, and cells have the
-liveness rules (`holder_gone`, applied by tsflash.sweep.workers to cell claims).
+Cells. A cell (N, fold, seed; or "baselines", or "precision") is one trial of the study
+"<study>:cells": enqueued with its N, fold and seed as fixed parameters and its configuration's key
+as a user attribute, handed to exactly one worker by optuna's WAITING -> RUNNING transition
+(`Ledger.pop_cell`). While a worker runs it, optuna's heartbeat thread beats for it; a cell
+whose worker stopped beating (killed, its host gone) is failed by the next worker that looks
+(`optuna.storages.fail_stale_trials`) and queued again by `Retry` (optuna's
+RetryFailedTrialCallback), and resumes from its checkpoint. No file, no lock: the storage decides.
 
-Liveness. A worker is named host:pid:process-start; on this host it is gone when that process
-is; on another host it is gone when the study is the run folder's private SQLite file (one host
-at a time, e.g. a GPU machine that was taken back), or, with a shared --storage, when its
-heartbeat is older than the caller's staleness limit. `is_abandoned` applies the rule to a
-RUNNING trial (used for trials of run folders made before cells were claimed one by one).
-
-Sampling with several workers. With --trials K > 1 the searched values of a trial are drawn when
-it is popped, by a TPE sampler seeded from (seed, trial number): two workers never draw the same
-values, and a trial's values depend only on the seed and the trials finished before it.
+Sampling with several workers. With --trials K > 1 the searched values of a configuration are
+drawn when it is popped, by a TPE sampler seeded from (seed, trial number): two workers never draw
+the same values, and a trial's values depend only on the seed and the trials finished before it.
 
 Storage. `check_storage` resolves and tests a --storage URL before anything is written: a
 postgresql URL without a driver gets the installed one (psycopg2, else psycopg), and a server
 that cannot be reached is a UserError naming its host and port.
 
     ledger = Ledger.open("tsflash-abc", "sqlite:///run/optuna.db", plan_slots([512, 4096], 1, 1e-3, 0.1))
-    ledger.sync()                                   # enqueue missing slots (once, under the run folder's lock)
-    trial = ledger.pop()                            # the next trial, RUNNING; None when none waits
-    ledger.tell(trial, value)                       # COMPLETE once its cells are scored
+    ledger.sync()                                   # enqueue missing slots
+    trial = ledger.pop()                            # the next configuration, RUNNING; None when none waits
+    ledger.enqueue_cell("n512/fold0-seed0", {"n": 512, "fold": 0, "seed": 0}, key="n512")
+    cell = ledger.pop_cell(order)                   # a cell for this worker; None when none waits
+    ledger.complete(trial, value, record)           # COMPLETE once its cells are (once, whoever scores it)
     ledger.is_complete()                            # every planned slot has a COMPLETE trial
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 import socket
-import time
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import optuna
+from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tsflash.errors import UserError
@@ -54,12 +57,14 @@ from tsflash.runfolder import write_json
 
 log = logging.getLogger(__name__)
 
-# `is_abandoned`: with a shared --storage, a RUNNING trial of another host whose heartbeat (after
-# each cell) is older than this is taken as abandoned. Generous: a full-size cell on a CPU is slow.
-STALE_AFTER_S = 3 * 3600.0
+# optuna's heartbeat of a RUNNING cell (seconds; TSFLASH_HEARTBEAT_S overrides, e.g. in tests): a cell
+# whose worker has been silent for GRACE_FACTOR beats is failed and queued again.
+HEARTBEAT_S = 20
+GRACE_FACTOR = 5
 # Searched with --trials K > 1, within each N (N itself is always enqueued, never sampled).
 SEARCH_SPACE_DOC = "lr (log-uniform, lr/10 .. 3 lr) and weight_decay (uniform, 0 .. max(0.3, wd))"
 _LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE)
+_QUEUED = (TrialState.WAITING, TrialState.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -90,66 +95,73 @@ def suggest_params(trial: Trial, lengths: list[int], lr: float, weight_decay: fl
     return params
 
 
-class NotEnqueued(Exception):
-    """optuna created a fresh trial: another worker took the last enqueued one."""
-
-
 # ---------------------------------------------------------------------------------------------
 # Workers
 
 
-def _proc_stat(pid: int) -> tuple[str, str]:
-    """(state, start time in clock ticks since boot) of a process of this host, ("?", "?") when
-    unknown. The start time tells a reused pid apart; state "Z" is a zombie: a process that has
-    ended and whose parent has not reaped it yet (a killed worker whose launcher is waiting on
-    another) -- gone, though `kill(pid, 0)` still finds it."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return fields[0], fields[19]
-    except (OSError, IndexError):
-        return "?", "?"
-
-
 def worker_id(pid: int | None = None) -> str:
-    """host:pid:process-start of this process (or of `pid` on this host)."""
+    """host:pid:process-start of this process (or of `pid` on this host): who ran an invocation."""
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_proc_stat(pid)[1]}"
-
-
-def worker_alive(worker: str | None) -> bool | None:
-    """True/False for a worker of this host, None when it ran elsewhere (cannot tell)."""
-    if not worker:
-        return False
-    host, pid, start = (worker.split(":") + ["", "", ""])[:3]
-    if host != socket.gethostname():
-        return None
     try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError):
-        return True
-    state, started = _proc_stat(int(pid))
-    return started == start and state != "Z"
+        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        start = "?"
+    return f"{socket.gethostname()}:{pid}:{start}"
 
 
-def holder_gone(worker: str | None, heartbeat: float, *, shared: bool, now: float, stale_after_s: float) -> bool:
-    """Is the worker that holds something gone? Its process is dead on this host (or it never
-    named itself); or it ran on another host and the study is private to the run folder; or, with
-    a shared storage, its last heartbeat (a time.time()) is older than `stale_after_s`."""
-    alive = worker_alive(worker)
-    if alive is not None:
-        return not alive
-    if not shared:
-        return True
-    return now - heartbeat > stale_after_s
+def heartbeat_storage(url: str) -> optuna.storages.RDBStorage:
+    """The study's storage with optuna's heartbeat: a RUNNING cell whose worker has not beaten for
+    GRACE_FACTOR beats is failed by the next worker that looks (`optuna.storages.fail_stale_trials`),
+    and `Retry` puts it back in the queue with its parameters and user attrs."""
+    interval = int(os.environ.get("TSFLASH_HEARTBEAT_S", HEARTBEAT_S))
+    with _quiet():
+        storage = optuna.storages.RDBStorage(url, heartbeat_interval=interval, grace_period=GRACE_FACTOR * interval,
+                                             heartbeat_stale_trial_callback=Retry(max_retry=None))
+    if storage.engine.dialect.name == "sqlite":
+        _serialise_sqlite(storage.engine)
+    return storage
 
 
-def is_abandoned(trial: FrozenTrial, *, shared: bool, now: float) -> bool:
-    """Is RUNNING `trial` abandoned? `holder_gone` for its worker and heartbeat user attrs, with
-    STALE_AFTER_S (run folders made before cells were claimed one by one)."""
-    return holder_gone(trial.user_attrs.get("worker"), float(trial.user_attrs.get("heartbeat", 0.0)), shared=shared,
-                       now=now, stale_after_s=STALE_AFTER_S)
+def _serialise_sqlite(engine) -> None:
+    """Each SQLite transaction takes the database's write lock when it begins (BEGIN IMMEDIATE,
+    SQLAlchemy's recipe). optuna hands a WAITING trial over by reading it, then updating it, in
+    one transaction; SQLite's default transaction locks only at the update, so two processes could
+    both read WAITING and both run the trial (tests/sweep/test_workers.py). PostgreSQL locks the
+    row it reads (SELECT ... FOR UPDATE) and needs nothing."""
+    import sqlalchemy
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _no_implicit_begin(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None
+        dbapi_connection.execute("PRAGMA busy_timeout = 60000")  # several workers wait their turn
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def _begin_immediate(connection):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made before the listeners close
+
+
+class Retry(optuna.storages.RetryHeartbeatStaleTrialCallback):
+    """optuna's retry, logged: the cell resumes from its checkpoint on whichever worker pops it."""
+
+    def __init__(self, **kwargs):
+        with _quiet():
+            super().__init__(**kwargs)
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        log.info("cell %s (trial %d) lost its worker: queued again, to resume from its checkpoint",
+                 trial.user_attrs.get("cell"), trial.number)
+        with _quiet():
+            super().__call__(study, trial)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """optuna's heartbeat and retry are marked experimental; the warning says nothing to a user."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,11 +169,11 @@ def is_abandoned(trial: FrozenTrial, *, shared: bool, now: float) -> bool:
 
 
 class Ledger:
-    """The planned slots of one optuna study and the bookkeeping around them."""
+    """The configurations (`study`, one trial per planned slot) and their cells (`cells`, a study
+    of the same storage named "<study>:cells", one trial per cell) of one run."""
 
-    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage, slots: list[Slot], *,
-                 shared: bool, seed: int = 0):
-        self.study, self.storage = study, storage
+    def __init__(self, study: optuna.Study, cells: optuna.Study, slots: list[Slot], *, shared: bool, seed: int = 0):
+        self.study, self.cells, self.storage = study, cells, study._storage
         self.slots = slots
         self.shared = shared
         self.seed = seed
@@ -169,88 +181,114 @@ class Ledger:
     @classmethod
     def open(cls, study_name: str, storage: str | optuna.storages.BaseStorage | None, slots: list[Slot], *,
              shared: bool = False, seed: int = 0) -> Ledger:
-        """Create the study or load it (`load_if_exists`: later workers join the first one's study)."""
+        """Create both studies or load them (`load_if_exists`: later workers join the first one's)."""
         # optuna's warning on a failed trial repeats, with a traceback, the exception that reaches
         # the command line anyway (a UserError as one line there).
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        storage = optuna.storages.get_storage(storage)  # the object, for the WAITING -> RUNNING transition
-        sampler = trial_sampler(seed, 0, slots)
-        study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", sampler=sampler,
-                                    load_if_exists=True)
-        return cls(study, storage, slots, shared=shared, seed=seed)
+        storage = heartbeat_storage(storage) if isinstance(storage, str) else optuna.storages.get_storage(storage)
+        study, cells = (optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler,
+                                            load_if_exists=True)
+                        for name, sampler in ((study_name, trial_sampler(seed, 0, slots)),
+                                              (f"{study_name}:cells", optuna.samplers.RandomSampler(seed))))
+        return cls(study, cells, slots, shared=shared, seed=seed)
 
-    def trials(self, *states: TrialState) -> list[FrozenTrial]:
-        return self.study.get_trials(deepcopy=False, states=states or None)
+    def trials(self, *states: TrialState, study: optuna.Study | None = None) -> list[FrozenTrial]:
+        return (study or self.study).get_trials(deepcopy=False, states=states or None)
 
-    def sync(self) -> list[int]:
-        """Fail RUNNING trials that were never enqueued (optuna makes one up when a worker asks an
-        empty queue), then enqueue every planned slot that has no WAITING, RUNNING or COMPLETE
-        trial: with the parameters of its newest failed trial when it has one (so that its saved
-        cells are reused), else as planned. Returns the failed trial numbers. Run it under the
-        run folder's lock: two workers syncing at once would enqueue a slot twice."""
-        failed = []
-        for t in self.trials(TrialState.RUNNING):
-            if t.user_attrs.get("slot") is None:
-                self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-                failed.append(t.number)
+    def sync(self) -> None:
+        """Enqueue every planned slot that has no WAITING, RUNNING or COMPLETE trial: with the
+        parameters of its newest failed trial when it has one (so that its saved cells are reused),
+        else as planned. A private study (no --storage) has no other worker: its RUNNING cells are
+        a dead invocation's, queued again at once. Two workers syncing at once may enqueue a slot
+        twice: `pop` runs one of the two, `tsflash.stats.gate.complete_trials` counts one."""
         present = {t.user_attrs.get("slot") for t in self.trials(*_LIVE)}
         last_failed = {t.user_attrs.get("slot"): t for t in self.trials(TrialState.FAIL) if t.params}  # newest wins
         for slot in self.slots:
             if slot.id not in present:
                 params = dict(last_failed[slot.id].params) if slot.id in last_failed else slot.params
                 self.study.enqueue_trial(params, user_attrs={"slot": slot.id})
-        return failed
-
-    def n_waiting(self) -> int:
-        return len(self.trials(TrialState.WAITING))
+        if not self.shared:
+            for t in self.trials(TrialState.RUNNING, study=self.cells):
+                self.fail(t)
 
     def pop(self) -> Trial | None:
-        """The WAITING trial with the largest N (then the oldest), made RUNNING and claimed by this
-        worker; None when none waits. Atomic per trial (optuna's WAITING -> RUNNING transition);
-        call it under the run folder's lock so that SQLite sees one popper at a time."""
-        waiting = self.trials(TrialState.WAITING)
-        for t in sorted(waiting, key=lambda t: (-int(_enqueued(t).get("n", 0)), t.number)):
-            if self.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
-                trial = self.trial(t)
-                self.claim(trial)
-                return trial
-        return None
+        """The WAITING configuration with the largest N (then the oldest), made RUNNING (optuna's
+        WAITING -> RUNNING transition in one transaction, what `study.ask()` does); None when none
+        waits. Its values are drawn by the caller; then `open_cells` queues its cells."""
+        largest_n_first = lambda t: (-int(_enqueued(t).get("n", 0)), t.number)  # noqa: E731
+        frozen = _pop(self.storage, self.trials(TrialState.WAITING), largest_n_first)
+        return None if frozen is None else self.trial(frozen)
 
     def running(self) -> list[FrozenTrial]:
-        """The open trials: RUNNING and enqueued (a slot)."""
+        """The open configurations: RUNNING and enqueued (a slot)."""
         return [t for t in self.trials(TrialState.RUNNING) if t.user_attrs.get("slot") is not None]
 
-    def trial(self, frozen: FrozenTrial) -> Trial:
+    def trial(self, frozen: FrozenTrial, study: optuna.Study | None = None) -> Trial:
         """A live handle on `frozen` (any worker may suggest, report and tell through it), with the
-        sampler seeded for its number."""
-        self.study.sampler = trial_sampler(self.seed, frozen.number, self.slots)
-        return Trial(self.study, frozen._trial_id)
+        configurations' sampler seeded for its number."""
+        if study is None:
+            self.study.sampler = trial_sampler(self.seed, frozen.number, self.slots)
+        return Trial(study or self.study, frozen._trial_id)
 
-    def claim(self, trial: Trial) -> str:
-        """Mark `trial` as this worker's; returns its slot. Raises NotEnqueued for a trial optuna
-        made up because the queue was empty (another worker took the last enqueued one)."""
-        slot = trial.user_attrs.get("slot")
-        if slot is None:
-            raise NotEnqueued(f"trial {trial.number} was not enqueued: the queue is empty")
-        trial.set_user_attr("worker", worker_id())
-        self.heartbeat(trial)
-        return slot
-
-    @staticmethod
-    def heartbeat(trial: Trial) -> None:
-        trial.set_user_attr("heartbeat", time.time())
-
-    def tell(self, trial: Trial, value: float) -> None:
-        """Complete `trial` with `value` (a trial another worker completed meanwhile is left as it is)."""
-        self.study.tell(trial, value, skip_if_finished=True)
+    def complete(self, trial: Trial, value: float, record: Callable[[Trial], None] | None = None) -> None:
+        """`record(trial)` (its per-fold values and paths), then `trial` COMPLETE with `value`: once,
+        however many workers score the configuration at once (two that saved its last two cells
+        together may both queue its scoring, and a scorer killed after this leaves its scoring to
+        be retried). The storage decides: it finishes a trial in one transaction that locks the
+        trial's row (SELECT ... FOR UPDATE on PostgreSQL, BEGIN IMMEDIATE on SQLite) and refuses a
+        trial already finished, so one worker's tell completes it and the others' writes are
+        refused. A configuration's value depends only on its saved cells: a late scorer's value
+        must equal the stored one, else this raises."""
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            if record is not None:
+                record(trial)
+            self.study.tell(trial, value, skip_if_finished=True)
+        stored = self.storage.get_trial(trial._trial_id)
+        if stored.state != TrialState.COMPLETE or stored.value != value:
+            raise RuntimeError(f"configuration trial {stored.number} is {stored.state.name} with value {stored.value}, "
+                               f"but this worker scored it {value}: its cells changed under it")
 
     def is_complete(self) -> bool:
         """Does every planned slot have a COMPLETE trial?"""
         done = {t.user_attrs.get("slot") for t in self.trials(TrialState.COMPLETE)}
         return {s.id for s in self.slots} <= done
 
+    # ---- cells -------------------------------------------------------------------------------
+
+    def enqueue_cell(self, cell: str, params: dict, **attrs) -> None:
+        """Queue the cell named `cell` ("n512/fold0-seed1", "baselines", "precision") unless a
+        trial of it is WAITING or RUNNING. The caller knows whether it is saved: a COMPLETE cell
+        whose files a state archive left behind is queued again."""
+        if not any(t.user_attrs.get("cell") == cell for t in self.trials(*_QUEUED, study=self.cells)):
+            self.cells.enqueue_trial(params, user_attrs={"cell": cell, **attrs})
+
+    def pop_cell(self, order) -> Trial | None:
+        """The WAITING cell first in `order` (a sort key of FrozenTrial, None to leave it), RUNNING
+        and heart-beaten from now on by the caller. A cell queued twice (two workers queueing it at
+        once) runs once: the copy with the higher number is PRUNED while the other is queued."""
+        with _quiet():
+            optuna.storages.fail_stale_trials(self.cells)
+        while True:
+            waiting = [t for t in self.trials(TrialState.WAITING, study=self.cells) if order(t) is not None]
+            if (frozen := _pop(self.storage, waiting, order, beat=True)) is None:
+                return None
+            if not self._duplicate(frozen):
+                return self.trial(frozen, self.cells)
+            self.cells.tell(frozen.number, state=TrialState.PRUNED, skip_if_finished=True)
+
+    def _duplicate(self, cell: FrozenTrial) -> bool:
+        name = cell.user_attrs.get("cell")
+        return any(t.user_attrs.get("cell") == name and t.number < cell.number
+                   for t in self.trials(*_QUEUED, study=self.cells))
+
+    def fail(self, cell: FrozenTrial) -> None:
+        """Fail a cell that did not finish and queue it again (`Retry`)."""
+        if self.storage.set_trial_state_values(cell._trial_id, state=TrialState.FAIL):
+            Retry(max_retry=None)(self.cells, self.storage.get_trial(cell._trial_id))
+
     def rows(self) -> list[dict]:
-        """Every trial of the study as a plain dict (ledger.json)."""
+        """Every configuration of the study as a plain dict (ledger.json; cells are not trials of
+        the DSR: their study is left out)."""
         return [{
             "number": t.number, "state": t.state.name, "params": t.params, "value": t.value,
             "key": t.user_attrs.get("key"), "slot": t.user_attrs.get("slot"),
@@ -262,6 +300,21 @@ class Ledger:
         rows = self.rows()
         return write_json(path, {"study_name": self.study.study_name, "trials": rows,
                                  "n_complete": sum(r["state"] == "COMPLETE" for r in rows)})
+
+
+def _pop(storage, waiting: list[FrozenTrial], order, beat: bool = False) -> FrozenTrial | None:
+    """The first of `waiting` (sorted by `order`) that this worker moves WAITING -> RUNNING.
+
+    `beat`: its first heartbeat is recorded before the move. optuna never calls a RUNNING trial
+    without a heartbeat stale, so a worker killed between the move and its heartbeat thread's first
+    beat would leave the cell RUNNING for ever (a beat on a trial another worker wins is harmless)."""
+    for t in sorted(waiting, key=order):
+        if beat and is_heartbeat_enabled(storage):
+            storage.record_heartbeat(t._trial_id)
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                return t
+    return None
 
 
 def trial_sampler(seed: int, number: int, slots: list[Slot]) -> optuna.samplers.BaseSampler:

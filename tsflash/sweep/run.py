@@ -13,16 +13,17 @@ The sweep is optuna's idiom: `Objective(trial)` runs one configuration (N, plus 
 with --trials) over every fold and seed, reports per-fold daily net Sharpe ratios as intermediate
 values, keeps the paths of its saved series in `user_attrs`, and returns its daily net Sharpe
 ratio over all folds, scored at the run's fee from the saved per-bar positions (tsflash.scoring.daily).
-The cells are the unit of parallel work: `_work`, one worker per device (`--devices`), claims
-cells of open trials and runs `Objective._cell` on each (the worker that saves the last seed of a
-fold scores the fold); the worker that finds every cell of a trial saved scores it by calling
-`Objective(trial)`, which joins its fold files, and completes it in the ledger
-(tsflash.sweep.workers: claims, order, liveness). The DSR uses the number of COMPLETE
-trials in the study and the variance of their values.
+The cells are the unit of parallel work, each an optuna trial of the ledger's cells study:
+`_work`, one worker per device (`--devices`), pops cells and runs `Objective._cell` on each (the
+worker that saves the last seed of a fold scores the fold); once every cell of a configuration is
+saved, its scoring is queued and popped first, by the worker that saved the last one, which calls
+`Objective(trial)` (it joins the fold files) and completes the configuration's trial
+(tsflash.sweep.workers: order, heartbeat, retries). The DSR uses the number of COMPLETE
+configuration trials (ledger.json; cells are not counted) and the variance of their values.
 
 Where things live: the options, config, run key and run folder choice in tsflash.sweep.plan; the
-ledger (slots, popping trials, liveness) in tsflash.sweep.ledger; the workers and their claims in
-tsflash.sweep.workers; run.json and data.json in tsflash.sweep.provenance; the cost estimates, ETA and log
+ledger (configurations, cells, the heartbeat storage) in tsflash.sweep.ledger; the workers and the
+order of cells in tsflash.sweep.workers; run.json and data.json in tsflash.sweep.provenance; the cost estimates, ETA and log
 in tsflash.sweep.progress; the bars in tsflash.data.source.
 
 Sharing a study: `--storage postgresql://user:pass@host/db` (or any SQLAlchemy URL optuna
@@ -42,6 +43,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +75,7 @@ from tsflash.scoring.daily import (
 )
 from tsflash.scoring.strategy import Strategy
 from tsflash.data.store import iso
-from tsflash.sweep.workers import CellQueue, ClaimBoard, Job, run_workers, tidy_claims, worker_tag
+from tsflash.sweep.workers import CellQueue, Job, run_workers, worker_tag
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,7 @@ def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
     if isinstance(plan, SweepOptions):
         plan = plan_sweep(plan)
     folder = plan.folder
+    refuse_claims_era(folder)
     created = not folder.root.exists()
     folder.root.mkdir(parents=True, exist_ok=True)
     try:
@@ -104,47 +107,38 @@ def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
 
 def _run_in_folder(plan: SweepPlan) -> Path:
     folder = plan.folder
-    board = ClaimBoard(folder.root, shared=plan.shared)
     if plan.preset_note:
         log.warning("%s", plan.preset_note)
     if plan.fee_note:
         log.warning("%s", plan.fee_note)
     log.info("run folder %s (%s)", folder.root, "resuming" if plan.resumed else "new")
-    with board.lock():  # run.json is shared with the workers of other hosts
-        write_run_json(plan)
-    if not _run_cells(plan, board):
+    write_run_json(plan)
+    if not _run_cells(plan):
         log.info("the study is unfinished (cells left to other workers, or to a rerun after --time-budget); "
                  "the run that completes it writes the report")
         return folder.root
-    with board.lock():
-        if not board.take("report"):
-            log.info("another worker is writing the report")
-            return folder.root
-    try:
-        with board.lock():
-            record_peak_memory(folder, "data, cells, precision check")  # what the report's cost section shows
-        md, html = build_report(folder.root)
-        mark_complete(folder)
-        with board.lock():
-            peak = record_peak_memory(folder, "data, cells, precision check, report")
-        log.info("peak memory of the job: %.2f GiB (%s; run.json \"peak_memory\")", peak / 2**30,
-                 "the host's resident set" if plan.device == "cpu" else "the host's resident set, not the GPU's")
-    finally:
-        board.release("report")
+    record_peak_memory(folder, "data, cells, precision check")  # what the report's cost section shows
+    md, html = build_report(folder.root)
+    mark_complete(folder)
+    peak = record_peak_memory(folder, "data, cells, precision check, report")
+    log.info("peak memory of the job: %.2f GiB (%s; run.json \"peak_memory\")", peak / 2**30,
+             "the host's resident set" if plan.device == "cpu" else "the host's resident set, not the GPU's")
     folder.tidy_checkpoints()
-    tidy_claims(folder.root)
     log.info("report: %s and %s", md, html)
     return folder.root
 
 
-def _run_cells(plan: SweepPlan, board: ClaimBoard) -> bool:
-    """Enqueue the planned trials, then run one worker per device (`_work`; in this process for
-    one device). True when every planned trial, the baselines and the precision check are done."""
+def _run_cells(plan: SweepPlan) -> bool:
+    """Enqueue the planned configurations, the baselines and the precision check, then run one
+    worker per device (`_work`; in this process for one device). True when every planned
+    configuration, the baselines and the precision check are done."""
     cfg, folder, opts = plan.cfg, plan.folder, plan.options
-    slots = plan_slots(cfg.lengths, opts.trials, cfg.train.lr, cfg.train.weight_decay)
-    with board.lock():  # two workers syncing at once would enqueue a slot twice
-        ledger = Ledger.open(plan.study_name, plan.storage, slots, shared=plan.shared, seed=cfg.train.seeds[0])
-        ledger.sync()
+    ledger = _open_ledger(plan)
+    ledger.sync()
+    if not _baselines_done(folder, cfg):
+        ledger.enqueue_cell("baselines", {})
+    if _precision_due(plan):
+        ledger.enqueue_cell("precision", {})
     results = run_workers(_work, plan, plan.devices)
     ledger.write_json(folder.ledger_json)
     if ledger.is_complete() and _baselines_done(folder, cfg) and not _precision_due(plan):
@@ -162,12 +156,11 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
     plan = dataclasses.replace(plan, device=device)
     cfg, folder, opts = plan.cfg, plan.folder, plan.options
     with run_logging(folder.log_file, tag=worker_tag(device, index)) if n_workers > 1 else contextlib.nullcontext():
-        slots = plan_slots(cfg.lengths, opts.trials, cfg.train.lr, cfg.train.weight_decay)
-        ledger = Ledger.open(plan.study_name, plan.storage, slots, shared=plan.shared, seed=cfg.train.seeds[0])
+        ledger = _open_ledger(plan)
         model_params = n_params(cfg)
         cost = CostModel(prior_rates(device))
         _observe_saved_cells(cost, folder, cfg, model_params)
-        lengths = [s.params["n"] for s in slots]
+        lengths = [s.params["n"] for s in ledger.slots]
         todo, done = _todo(folder, cfg, lengths, model_params)
         finale = [precision_work(cfg)] if _precision_due(plan) else []
         if index == 0:
@@ -177,34 +170,49 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
         prepared = _prepare_data(plan, write=index == 0)
         progress = Progress(todo, cost, done, bar=False if n_workers > 1 else None, workers=n_workers)
         objective = Objective(plan, prepared, ledger, progress, model_params)
-        board = ClaimBoard(folder.root, shared=plan.shared, device=device)
         deadline = None if opts.time_budget is None else t0 + opts.time_budget
-        queue = CellQueue(board, ledger, cells=functools.partial(_cells_of, folder, cfg),
-                          params_of=functools.partial(_params_of, cfg, opts.trials),
-                          baselines_done=functools.partial(_baselines_done, folder, cfg),
-                          precision_due=functools.partial(_precision_due, plan), deadline=deadline)
+        queue = CellQueue(ledger, cells=functools.partial(_cells_of, folder, cfg),
+                          params_of=functools.partial(_params_of, cfg, opts.trials), deadline=deadline)
         jobs = 0
         try:
             for job in queue:
                 progress.set_remaining(*_todo(folder, cfg, lengths, model_params))  # other workers' cells too
-                _run_job(job, objective, board, finale)
+                _run_job(job, objective, finale)
                 jobs += 1
         finally:
             progress.close()
     return {"device": device, "out_of_time": queue.out_of_time, "jobs": jobs}
 
 
-def _run_job(job: Job, objective: Objective, board: ClaimBoard, finale: list[Work]) -> None:
-    """One claimed job (tsflash.sweep.workers.Job) on this worker."""
+def _open_ledger(plan: SweepPlan) -> Ledger:
+    cfg, opts = plan.cfg, plan.options
+    slots = plan_slots(cfg.lengths, opts.trials, cfg.train.lr, cfg.train.weight_decay)
+    return Ledger.open(plan.study_name, plan.storage, slots, shared=plan.shared, seed=cfg.train.seeds[0])
+
+
+def refuse_claims_era(folder: RunFolder) -> None:
+    """A run folder whose workers claimed cells with files (tsflash before cells were optuna
+    trials) and left claims behind may still have workers of that version running on it."""
+    claims = sorted(folder.claims_dir.rglob("*.claim")) if folder.claims_dir.is_dir() else []
+    if claims:
+        raise UserError(f"{folder.root} was run by an earlier tsflash whose workers claim cells with files, and "
+                        f"{len(claims)} claim(s) remain in {folder.claims_dir}: finish it with that version (git "
+                        "checkout cb7b66d, then the same `tsflash sweep` command), or, once none of its workers "
+                        f"runs, delete {folder.claims_dir} and resume it with this one")
+    if folder.claims_dir.is_dir():
+        shutil.rmtree(folder.claims_dir)  # only the lock file of a finished claims-era invocation
+
+
+def _run_job(job: Job, objective: Objective, finale: list[Work]) -> None:
+    """One popped job (tsflash.sweep.workers.Job) on this worker."""
     plan = objective.plan
     if job.kind == "baselines":
         objective.run_baselines()
     elif job.kind == "cell":
-        objective._cell(job.trial, job.params, job.key, job.fold, job.seed)
-        with board.lock():  # the decisions behind this cell's kernel, for the run manifest
-            record_kernel_choices(plan.folder, attention.auto_report())
+        objective._cell(job.config, job.params, job.key, job.fold, job.seed)
+        record_kernel_choices(plan.folder, attention.auto_report())  # the decisions behind this cell's kernel
     elif job.kind == "score":
-        objective.ledger.tell(job.trial, objective(job.trial))
+        objective.ledger.complete(job.config, *objective.score(job.config))
     elif job.kind == "precision":
         _run_precision(plan, objective.prepared.n_features, objective.progress.estimate(finale))
 
@@ -306,33 +314,45 @@ class Objective:
         return self._fold_inputs[k]
 
     def __call__(self, trial: Trial) -> float:
-        slot = self.ledger.claim(trial)
+        value, record = self.score(trial)
+        record(trial)
+        return value
+
+    def score(self, trial: Trial) -> tuple[float, Callable[[Trial], None]]:
+        """The configuration's value, and what records it on its trial (per-fold values, metrics
+        and paths): the caller records it, so that a worker whose configuration another worker
+        completed meanwhile has written nothing to the trial but that (`Ledger.complete`)."""
+        slot = trial.user_attrs["slot"]
         cfg = self.cfg
         params = suggest_params(trial, cfg.lengths, cfg.train.lr, cfg.train.weight_decay, self.plan.options.trials > 1)
         key = encode_trial_key(params)
-        trial.set_user_attr("key", key)
         to_do = sum(not self.folder.cell_saved(key, k, s) for k in range(self.n_folds) for s in cfg.train.seeds)
         log.info("trial %s (slot %s): %d of %d cells to do, about %s", key, slot, to_do,
                  self.n_folds * len(cfg.train.seeds),
                  format_seconds(self.progress.estimate([model_work(cfg, params["n"], self.model_params)] * to_do)))
-        folds = []
+        attrs, reports, folds = {"key": key}, {}, []
         for k in range(self.n_folds):
             folds.append(fold := self._scored_fold(trial, params, key, k))
             if np.isfinite(fold_sr := daily_sharpe(fold.daily.net)):
-                trial.report(fold_sr, step=k)
+                reports[k] = fold_sr
             metrics = read_json(self.folder.cell_marker(key, k, cfg.train.seeds[0]))["metrics"]
-            trial.set_user_attr(f"fold{k}_metrics", {m: metrics[m] for m in CLASSIFICATION})
-        result_paths = [self.folder.relative(self.folder.cell_stem(key, k, s))
-                        for k in range(self.n_folds) for s in cfg.train.seeds]
+            attrs[f"fold{k}_metrics"] = {m: metrics[m] for m in CLASSIFICATION}
         daily = daily_series_of_folds([f.daily for f in folds])
         path = self.folder.write_series(key, **daily)
         write_losses(self.folder, key, concat_losses([f.losses for f in folds]))  # question 1's paired tests read these
-        trial.set_user_attr("result_paths", result_paths)
-        trial.set_user_attr("daily_returns_path", self.folder.relative(path))
-        trial.set_user_attr("daily_sharpe_defined", bool(np.std(daily["net"]) > 0))
+        attrs["result_paths"] = [self.folder.relative(self.folder.cell_stem(key, k, s))
+                                 for k in range(self.n_folds) for s in cfg.train.seeds]
+        attrs["daily_returns_path"] = self.folder.relative(path)
+        attrs["daily_sharpe_defined"] = bool(np.std(daily["net"]) > 0)
         value = objective_value(daily["net"])
         log.info("trial %s: daily net Sharpe %.4f over %d days (fee %g bps)", key, value, len(daily["net"]), self.fee)
-        return value
+
+        def record(trial: Trial) -> None:
+            for step, fold_sr in reports.items():
+                trial.report(fold_sr, step=step)
+            for name, attr in attrs.items():
+                trial.set_user_attr(name, attr)
+        return value, record
 
     def _scored_fold(self, trial: Trial, params: dict, key: str, k: int) -> FoldScores:
         """Fold k of the trial scored, its cells that are not saved trained first (a score job
@@ -392,7 +412,6 @@ class Objective:
             f"logloss {m['log_loss']:.4f} mcc {m['mcc']:.4f}, {res.cost.get('tokens_per_s', float('nan')):.0f} tok/s "
             f"({seconds:.1f}s)")
         self.fold_scores(key, k)  # written once every seed of the fold is saved
-        self.ledger.heartbeat(trial)
 
     def run_baselines(self) -> None:
         """The class prior and the logistic regression, once per fold (independent of N and seed)."""

@@ -1,317 +1,193 @@
-"""Workers: one process per device pulling CELLS from the run's ledger, on one host or several.
+"""Workers: one process per device pulling CELLS from the run's optuna storage, on one host or several.
 
     tsflash sweep --lengths 512,4096,32768 --devices cuda:0,cuda:1      # one host, two GPUs
     tsflash sweep --lengths 512,4096,32768 --devices all                # every GPU of this host
     tsflash sweep ... --storage postgresql://u:p@db/tsflash --out /shared/run --devices all   # on each host
 
-The unit of parallel work is a CELL, one (trial, fold, seed): a trial of N=32768 no longer keeps
-one GPU busy for five folds while another idles. optuna stays the trial ledger (tsflash.sweep.ledger):
-a worker with nothing to claim pops the next trial, which opens its cells to every worker, and
-the trial is completed by the worker that scores it once all its cells are saved.
+The unit of parallel work is a CELL: one (configuration, fold, seed), the baselines, the precision
+check, or the scoring of a configuration whose cells are all saved. Each is a trial of the
+ledger's cells study (tsflash.sweep.ledger), handed to exactly one worker by the storage; no file
+and no lock of ours decides anything. While a worker runs a cell, optuna's heartbeat thread
+beats for it; a cell whose worker died is failed by the next worker that looks and queued again
+(optuna's RetryFailedTrialCallback), and resumes from its checkpoint. A worker with nothing to
+pop opens the next configuration (its cells are queued) or, while other workers' cells run,
+waits so that it can take over theirs if they die; it stops when none is left.
 
-Claims. A job (a cell, a trial's scoring, the baselines, the precision check, the report) is
-claimed by creating `claims/<job>.claim` in the run folder with O_CREAT | O_EXCL, holding the
-worker's id (host:pid:process-start) and device. Every look-and-claim happens under an exclusive
-lock on `claims/.lock` (flock), so deciding that a job is free and taking it is one atomic step
-for every worker that shares the run folder: the processes of one host, and the hosts that
-share it over a filesystem with working locks (NFSv4, or NFSv3 with lockd; not one mounted
-`nolock`). A finished cell is its summary file (tsflash.runfolder); its claim is removed after
-that file is written, and a job whose result exists is never claimed again, so a cell never runs
-twice to completion. A claim is refreshed (its mtime) every HEARTBEAT_S by a thread of its
-worker; a claim whose worker is gone (`tsflash.sweep.ledger.holder_gone`: a dead process of this host,
-at once; another host's, when the study is private, at once, else after CLAIM_STALE_S without a
-heartbeat) is taken over by the next worker that looks, and the cell resumes from the dead
-worker's checkpoint. A worker with nothing to claim waits while live workers hold claims, so that
-it can take over theirs if they die; it stops when none is left. Hosts must have distinct names
-(socket.gethostname): a worker id of this host is judged by its process, another host's by its
-heartbeat.
-
-Order: scoring of finished trials, then the baselines, then the cells of open trials (largest N
-first), then a newly popped trial (largest N first), then the precision check: the big cells
+Order: scoring of configurations whose cells are saved, then the baselines, then model cells
+(largest N first), then a newly opened configuration, then the precision check: the big cells
 start first and the tail of a run is made of small ones.
 
 Results equal a one-device run of the same seeds: a cell depends only on (configuration, fold,
-seed), never on the worker or the order (bit-identical on CPU, where CPU workers keep torch's
-default thread count for that reason; tests/sweep/test_workers.py). With
---trials K > 1 the sampled values of later trials depend on which trials had finished when they
-were popped, as in any parallel search.
+seed), never on the worker or the order (bit-identical on CPU at one thread per process,
+OMP_NUM_THREADS=1; tests/sweep/test_workers.py). A configuration's trial is completed once, by
+the storage's decision (`Ledger.complete`), however many workers score it. With --trials K > 1 the
+sampled values of later configurations depend on which had finished when they were opened, as
+in any parallel search.
 
 Data. Each worker loads and prepares the data once, on its own device, and reuses it for all its
-cells (about a second at full size on the H200 host, in parallel with the other workers). More
-sharing is possible but not worth it: preparing once in the launcher and handing the CPU tensors
-over shared memory would save K - 1 copies of host memory (about 0.2 GB each at full size), not
-wall-clock time; the device copies are per GPU by nature.
+cells (about a second at full size on the H200 host, in parallel with the other workers).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
+import functools
 import logging
 import multiprocessing
 import os
 import queue
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages._heartbeat import get_heartbeat_thread  # what study.optimize runs around a trial
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tsflash.errors import UserError
-from tsflash.sweep.ledger import Ledger, holder_gone, worker_id
-from tsflash.runfolder import RunFolder
+from tsflash.sweep.ledger import Ledger
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 30.0  # a worker refreshes its claims this often ...
-CLAIM_STALE_S = 600.0  # ... and another host's claim silent this long is taken over (shared storage only)
-POLL_S = 2.0  # a worker with nothing to claim looks again after this long while others hold claims
-SUFFIX = ".claim"
+POLL_S = 2.0  # a worker with nothing to pop looks again after this long while other workers' cells run
+_RANK = {"score": 0, "baselines": 1, "cell": 2, "precision": 3}
 
 
 # ---------------------------------------------------------------------------------------------
-# Claims
-
-
-class ClaimBoard:
-    """The claims of one run folder (module doc): `lock()` around every look-and-claim, `take`,
-    `release`, and a heartbeat thread for the claims this worker holds.
-
-    `shared`: the study is shared by hosts (a --storage URL), so another host's claim is alive
-    until its heartbeat is CLAIM_STALE_S old; otherwise another host's claim is dead at once.
-    """
-
-    def __init__(self, root: Path, *, shared: bool, device: str = "", stale_after_s: float = CLAIM_STALE_S,
-                 heartbeat_s: float = HEARTBEAT_S):
-        self.dir = RunFolder(root).claims_dir
-        self.shared, self.device = shared, device
-        self.stale_after_s, self.heartbeat_s = stale_after_s, heartbeat_s
-        self.worker = worker_id()
-        self.held: set[str] = set()
-        self._depth = 0
-        self._fh = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def path(self, name: str) -> Path:
-        return self.dir / f"{name}{SUFFIX}"
-
-    @contextlib.contextmanager
-    def lock(self):
-        """The run folder's exclusive lock (re-entrant within this board)."""
-        if self._depth == 0:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.dir / ".lock", "a+")
-            fcntl.flock(self._fh, fcntl.LOCK_EX)
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            if self._depth == 0:
-                fcntl.flock(self._fh, fcntl.LOCK_UN)
-                self._fh.close()
-                self._fh = None
-
-    def holder(self, name: str) -> dict | None:
-        """{"worker", "device", "claimed", "heartbeat"} of the claim `name`, or None when unclaimed.
-        A claim without a readable holder (its worker died while writing it) has worker None."""
-        path = self.path(name)
-        try:
-            beat = path.stat().st_mtime
-            info = json.loads(path.read_text() or "{}")
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            info = {}
-        return {"worker": info.get("worker"), "device": info.get("device"), "claimed": info.get("claimed"),
-                "heartbeat": beat}
-
-    def is_dead(self, holder: dict, now: float | None = None) -> bool:
-        return holder_gone(holder["worker"], holder["heartbeat"], shared=self.shared,
-                           now=time.time() if now is None else now, stale_after_s=self.stale_after_s)
-
-    def take(self, name: str) -> bool:
-        """Claim `name` (under `lock()`): True when it was free, or held by a worker that is gone
-        (logged, then replaced); False when a live worker holds it."""
-        assert self._depth > 0, "claims are taken under the run folder's lock"
-        path = self.path(name)
-        holder = self.holder(name)
-        if holder is not None:
-            if holder["worker"] == self.worker or not self.is_dead(holder):
-                return False
-            log.info("taking over %s from worker %s (%s), which is gone", name, holder["worker"] or "(unnamed)",
-                     holder["device"] or "?")
-            path.unlink(missing_ok=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:  # a host outside this lock (a filesystem without locks) was first
-            return False
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"worker": self.worker, "device": self.device, "claimed": time.time()}, fh)
-        self.held.add(name)
-        return True
-
-    def release(self, name: str) -> None:
-        """Give up `name` (its result is saved, or the job failed and may be taken again)."""
-        with self.lock():
-            holder = self.holder(name)
-            if holder is not None and holder["worker"] == self.worker:
-                self.path(name).unlink(missing_ok=True)
-        self.held.discard(name)
-
-    def others_alive(self) -> list[str]:
-        """Claims held by other workers that are alive (under `lock()`)."""
-        names = []
-        for path in sorted(self.dir.rglob(f"*{SUFFIX}")) if self.dir.is_dir() else []:
-            name = path.relative_to(self.dir).as_posix().removesuffix(SUFFIX)
-            holder = self.holder(name)
-            if holder is not None and holder["worker"] != self.worker and not self.is_dead(holder):
-                names.append(name)
-        return names
-
-    # ---- heartbeat ---------------------------------------------------------------------------
-
-    def start_heartbeat(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._beat, name="tsflash-claims-heartbeat", daemon=True)
-        self._thread.start()
-
-    def stop_heartbeat(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.heartbeat_s):
-            for name in list(self.held):
-                with contextlib.suppress(OSError):
-                    os.utime(self.path(name))
-
-
-def tidy_claims(root: Path) -> None:
-    """Remove the claims folder of a finished run (the lock file with it)."""
-    folder = RunFolder(root).claims_dir
-    if folder.is_dir():
-        for path in sorted(folder.rglob("*"), reverse=True):
-            (path.rmdir if path.is_dir() else path.unlink)()
-        folder.rmdir()
-
-
-# ---------------------------------------------------------------------------------------------
-# The queue of jobs
+# The queue of cells
 
 
 @dataclass
 class Job:
-    """One claimed job: kind "baselines" | "cell" | "score" | "precision"; for a cell its trial,
-    parameters, trial key, fold and seed; for "score" the trial."""
+    """One popped cell: kind "baselines" | "cell" | "score" | "precision"; for a model cell its
+    configuration's parameters, key, fold and seed; for "score" the configuration's key."""
 
     kind: str
-    name: str  # the claim's name
-    trial: object = None  # optuna.trial.Trial
+    cell: Trial  # the cell's trial (study "<study>:cells")
+    config: Trial | None = None  # the configuration's trial (model cells and scoring)
     params: dict | None = None
     key: str = ""
     fold: int = -1
     seed: int = -1
+    value: float = 0.0  # what the cell's trial is completed with (set by whoever runs it)
+
+
+def kind_of(cell: FrozenTrial) -> str:
+    name = cell.user_attrs.get("cell", "")
+    return name.split("/")[0] if name.split("/")[0] in _RANK else "cell"
 
 
 class CellQueue:
-    """Claims the next job for this worker (module doc, "Order"); iterate it to run them all.
+    """Pops the next cell for this worker (module doc, "Order"); iterate it to run them all.
 
-    cells(key) -> [(fold, seed, done)] : the cells of a trial key and whether each is saved.
-    params_of(trial) -> (params, key) : the trial's parameters (suggested once, when popped).
-    baselines_done() / precision_due() : whether those jobs are saved / still wanted.
+    cells(key) -> [(fold, seed, done)] : the cells of a configuration key and whether each is saved.
+    params_of(trial) -> (params, key) : the configuration's parameters (drawn once, when opened).
     deadline : time.monotonic() after which no new cell, baselines or precision job starts
-        (scoring a finished trial still does).
+        (scoring a finished configuration still does).
     """
 
-    def __init__(self, board: ClaimBoard, ledger: Ledger, *, cells: Callable[[str], list[tuple[int, int, bool]]],
-                 params_of: Callable[[object], tuple[dict, str]], baselines_done: Callable[[], bool],
-                 precision_due: Callable[[], bool], deadline: float | None = None, poll_s: float = POLL_S):
-        self.board, self.ledger = board, ledger
-        self.cells, self.params_of = cells, params_of
-        self.baselines_done, self.precision_due = baselines_done, precision_due
+    def __init__(self, ledger: Ledger, *, cells: Callable[[str], list[tuple[int, int, bool]]],
+                 params_of: Callable[[Trial], tuple[dict, str]], deadline: float | None = None, poll_s: float = POLL_S):
+        self.ledger, self.cells, self.params_of = ledger, cells, params_of
         self.deadline, self.poll_s = deadline, poll_s
         self.out_of_time = False
-        self._open: dict[int, tuple[object, dict, str]] = {}  # trial number -> (trial, params, key)
+        self._keys: dict[int, str] = {}  # configuration number -> key
 
     def __iter__(self) -> Iterator[Job]:
-        """Each claimed job; its claim is released after the loop body (also on an exception)."""
-        self.board.start_heartbeat()
-        try:
-            while (job := self.next_job()) is not None:
+        """Each popped job, heart-beaten while the loop body runs it, then COMPLETE; a body that
+        raises (or a loop left early) fails the cell and queues it again."""
+        while (job := self.next_job()) is not None:
+            frozen = self.ledger.storage.get_trial(job.cell._trial_id)
+            with get_heartbeat_thread(job.cell._trial_id, self.ledger.storage):
                 try:
                     yield job
-                finally:
-                    self.board.release(job.name)
-        finally:
-            self.board.stop_heartbeat()
+                except BaseException:
+                    self.ledger.fail(frozen)
+                    raise
+            # skip_if_finished: a worker that beat too late had its cell failed (and queued again) by
+            # another; the suppress covers the other failing it between tell's check and its write
+            with contextlib.suppress(UpdateFinishedTrialError):
+                self.ledger.cells.tell(job.cell, job.value, skip_if_finished=True)
 
     def next_job(self) -> Job | None:
-        """Claim the next job; wait while other live workers hold claims; None when nothing is left."""
+        """Pop the next job; wait while other workers' cells run; None when nothing is left."""
         while True:
-            with self.board.lock():
-                # live claims first: one whose worker dies while we look is then taken now or next time
-                waiting_on = self.board.others_alive()
-                job = self._claim()
-            if job is not None or not waiting_on or self._late():
-                return job
-            log.debug("nothing to claim; waiting on %d claim(s) of other workers: %s", len(waiting_on), waiting_on[:4])
+            self._queue_open_configs()
+            late = self._late()
+            if (cell := self.ledger.pop_cell(functools.partial(self._order, late))) is not None:
+                if not self._done_already(job := self._job(cell)):
+                    return job
+                log.debug("%s was done by another worker meanwhile: pruned", cell.user_attrs.get("cell"))
+                self.ledger.cells.tell(cell, state=TrialState.PRUNED, skip_if_finished=True)
+                continue
+            if not late and (config := self.ledger.pop()) is not None:
+                self._open(config)
+                continue
+            running = self.ledger.trials(TrialState.RUNNING, study=self.ledger.cells)
+            if late or not running:
+                return None
+            log.debug("nothing to pop; waiting on %d cell(s) of other workers", len(running))
             time.sleep(self.poll_s)
+
+    def _done_already(self, job: Job) -> bool:
+        """A popped copy of a cell that another worker saved, or of the scoring of a configuration
+        that another worker completed, after this worker looked and queued it (`_queue_cells`)."""
+        if job.kind == "score":
+            return self.ledger.storage.get_trial(job.config._trial_id).state.is_finished()
+        return job.kind == "cell" and (job.fold, job.seed, True) in self.cells(job.key)
 
     def _late(self) -> bool:
         self.out_of_time = self.deadline is not None and time.monotonic() > self.deadline
         return self.out_of_time
 
-    def _claim(self) -> Job | None:
-        trials = self._open_trials()
-        if job := self._score_job(trials):
-            return job
-        if self._late():
+    def _order(self, late: bool, cell: FrozenTrial):
+        """Sort key of a WAITING cell; None: not now (after the deadline only scoring; the
+        precision check once every configuration is open)."""
+        kind = kind_of(cell)
+        if (late and kind != "score") or (kind == "precision" and self.ledger.trials(TrialState.WAITING)):
             return None
-        if not self.baselines_done() and self.board.take("baselines"):
-            return Job("baselines", "baselines")
-        while not (job := self._cell_job(trials)):
-            popped = self.ledger.pop()
-            if popped is None:
-                break
-            trials[popped.number] = self._open[popped.number] = (popped, *self.params_of(popped))
-            log.info("trial %d (%s) opened: its cells may now be claimed", popped.number, trials[popped.number][2])
-            if job := self._score_job({popped.number: trials[popped.number]}):  # its cells were saved before
-                return job
-        if job is None and self.precision_due() and self.board.take("precision"):
-            return Job("precision", "precision")
-        return job
+        return _RANK[kind], -int(cell.system_attrs.get("fixed_params", {}).get("n", 0)), cell.number
 
-    def _score_job(self, trials: dict) -> Job | None:
-        for number, (trial, params, key) in trials.items():
-            if all(done for _, _, done in self.cells(key)) and self.board.take(f"score-trial{number}"):
-                return Job("score", f"score-trial{number}", trial, params, key)
-        return None
+    def _open(self, config: Trial) -> None:
+        params, key = self.params_of(config)
+        self._keys[config.number] = key
+        log.info("configuration %d (%s) opened: its cells are queued", config.number, key)
+        self._queue_cells(config.number, params, key)
 
-    def _cell_job(self, trials: dict) -> Job | None:
-        for trial, params, key in sorted(trials.values(), key=lambda t: (-t[1]["n"], t[0].number)):
-            for fold, seed, done in self.cells(key):
-                name = f"{key}/fold{fold}-seed{seed}"
-                if not done and self.board.take(name):
-                    return Job("cell", name, trial, params, key, fold, seed)
-        return None
+    def _queue_open_configs(self) -> None:
+        """For every open configuration: its cells not saved and not queued (a worker that died
+        while it queued them, or a run folder of an earlier version), or its scoring once they
+        are all saved (the worker that saved the last one pops it first)."""
+        for frozen in self.ledger.running():
+            if frozen.number not in self._keys:
+                self._keys[frozen.number] = self.params_of(self.ledger.trial(frozen))[1]
+            key = self._keys[frozen.number]
+            self._queue_cells(frozen.number, {**frozen.params}, key)
 
-    def _open_trials(self) -> dict[int, tuple[object, dict, str]]:
-        """The RUNNING trials with their parameters, keeping the handles already made (a trial
-        popped by a worker that died before its parameters were set gets them now)."""
-        opened = {}
-        for t in self.ledger.running():
-            if t.number not in self._open:
-                trial = self.ledger.trial(t)
-                self._open[t.number] = (trial, *self.params_of(trial))
-            opened[t.number] = self._open[t.number]
-        self._open = dict(opened)
-        return opened
+    def _queue_cells(self, number: int, params: dict, key: str) -> None:
+        """What is saved is looked at before what is queued: a cell saved (or a configuration
+        scored) in between is queued again, and pruned when popped (`_done_already`); two workers
+        that save a configuration's last two cells at once may both queue its scoring that way."""
+        cells = self.cells(key)
+        if all(done for _, _, done in cells):
+            self.ledger.enqueue_cell(f"score/{key}", {}, key=key, config=number)
+        for fold, seed, done in cells:
+            if not done:
+                self.ledger.enqueue_cell(f"{key}/fold{fold}-seed{seed}", params | {"fold": fold, "seed": seed},
+                                         key=key, config=number)
+
+    def _job(self, cell: Trial) -> Job:
+        """The job of a popped cell, its enqueued parameters made its own (the dashboard shows them)."""
+        frozen = self.ledger.storage.get_trial(cell._trial_id)
+        fixed = {name: (cell.suggest_int if isinstance(value, int) else cell.suggest_float)(name, value, value)
+                 for name, value in frozen.system_attrs.get("fixed_params", {}).items()}
+        kind, key = kind_of(frozen), frozen.user_attrs.get("key", "")
+        config = None
+        if kind in ("cell", "score"):
+            config = self.ledger.trial(self.ledger.trials()[frozen.user_attrs["config"]])
+        params = {k: v for k, v in fixed.items() if k not in ("fold", "seed")}
+        return Job(kind, cell, config, params, key, int(fixed.get("fold", -1)), int(fixed.get("seed", -1)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,7 +200,7 @@ def run_workers(target: Callable[..., dict], plan, devices: list[str]) -> list[d
 
     A worker that fails with a UserError makes this raise it (one line) after every worker has
     ended; any other failure raises RuntimeError naming the device (its traceback is in the log);
-    a worker killed by a signal is logged, its cells are taken over by the others.
+    a worker killed by a signal is logged; its cell is retried by the others once its heartbeat is stale.
     """
     if len(devices) == 1:
         return [target(plan, devices[0], 0, 1)]
@@ -339,7 +215,7 @@ def run_workers(target: Callable[..., dict], plan, devices: list[str]) -> list[d
     try:
         for p in procs:
             p.join()
-    except KeyboardInterrupt:  # Ctrl-C reaches the workers too (one process group): they release their claims
+    except KeyboardInterrupt:  # Ctrl-C reaches the workers too (one process group): they fail and requeue their cells
         for p in procs:
             p.join()
         raise
@@ -360,8 +236,8 @@ def _outcomes(devices: list[str], procs, outcomes: dict[int, tuple]) -> list[dic
         if status == "ok":
             done.append(payload)
         elif status == "killed":
-            log.warning("worker %d on %s (pid %s) ended without a result (exit code %s): its claimed cell is "
-                        "taken over by another worker or by the next run", i, device, p.pid, p.exitcode)
+            log.warning("worker %d on %s (pid %s) ended without a result (exit code %s): its cell is retried "
+                        "by another worker once its heartbeat is stale, or by the next run", i, device, p.pid, p.exitcode)
         else:
             failures.append((status, device, payload))
     for status, device, payload in failures:
