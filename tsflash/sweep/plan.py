@@ -22,7 +22,6 @@ naming one is still accepted, so published runs stay resumable.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,8 +33,6 @@ from tsflash.identity import digest
 from tsflash.sweep.ledger import check_storage
 from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run, read_json
 from tsflash.data.synthetic import parse_source
-
-log = logging.getLogger(__name__)
 
 PRESETS = ("auto", "full", "cpu")
 CPU_PRESET = PRESETS_DIR / "cpu.toml"
@@ -214,8 +211,6 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
         device = str(resolve_device(opts.device))
         devices = [device]
     cfg, preset, note = resolve_config(opts, device)
-    if (why := nesting_unmeasured(cfg)) is not None:
-        log.warning(why)
     run_key = make_run_key(cfg, opts.data, opts.trials, device)
     study_name = f"tsflash-{run_key}"
     if opts.out is not None:

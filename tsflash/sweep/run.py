@@ -58,7 +58,7 @@ from tsflash.data.source import configured_bar_count, load_data
 from tsflash.errors import UserError
 from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params
 from tsflash.model.transformer import CausalTransformer, ModelConfig
-from tsflash.sweep.plan import SweepOptions, SweepPlan, plan_sweep  # the sweep's public API: SweepOptions, plan_sweep, run_sweep
+from tsflash.sweep.plan import SweepOptions, SweepPlan, nesting_unmeasured, plan_sweep  # the sweep's public API: SweepOptions, plan_sweep, run_sweep
 from tsflash.sweep.progress import (
     CostModel, Progress, Work, baseline_work, format_seconds, model_work, n_params, precision_work, prior_rates,
     report_work, run_logging, warn_if_long,
@@ -111,6 +111,8 @@ def _run_in_folder(plan: SweepPlan) -> Path:
         log.warning("%s", plan.preset_note)
     if plan.fee_note:
         log.warning("%s", plan.fee_note)
+    if (why := nesting_unmeasured(plan.cfg)) is not None:
+        log.warning("%s", why)
     log.info("run folder %s (%s)", folder.root, "resuming" if plan.resumed else "new")
     write_run_json(plan)
     if not _run_cells(plan):
