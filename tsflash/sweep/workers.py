@@ -78,6 +78,10 @@ def kind_of(cell: FrozenTrial) -> str:
     return name.split("/")[0] if name.split("/")[0] in _RANK else "cell"
 
 
+def cell_name(key: str, fold: int, seed: int) -> str:
+    return f"{key}/fold{fold}-seed{seed}"
+
+
 class CellQueue:
     """Pops the next cell for this worker (module doc, "Order"); iterate it to run them all.
 
@@ -174,7 +178,7 @@ class CellQueue:
             self.ledger.enqueue_cell(f"score/{key}", {}, key=key, config=number)
         for fold, seed, done in cells:
             if not done:
-                self.ledger.enqueue_cell(f"{key}/fold{fold}-seed{seed}", params | {"fold": fold, "seed": seed},
+                self.ledger.enqueue_cell(cell_name(key, fold, seed), params | {"fold": fold, "seed": seed},
                                          key=key, config=number)
 
     def _job(self, cell: Trial) -> Job:
