@@ -8,7 +8,8 @@ is saved when its trial is COMPLETE with its files; a host fetches what its run 
 (`CellFiles.fetch`), a cell's summary last, since on disk it marks the cell done. The store is
 --artifacts: a folder (optuna's FileSystemArtifactStore; by default <run folder>/artifacts) or
 s3://bucket (Boto3ArtifactStore: boto3 installed by the user, AWS_ENDPOINT_URL for an
-S3-compatible server). Checkpoints stay in the run folder of the host that wrote them.
+S3-compatible server). A private study (no --storage, no --artifacts) has no store: its one
+run folder is all there is. Checkpoints stay in the run folder of the host that wrote them.
 """
 
 from __future__ import annotations
@@ -49,15 +50,17 @@ class CellFiles:
         self.store, self.ledger, self.folder = store, ledger, folder
 
     def upload(self, cell: Trial, paths: Iterable[Path]) -> None:
+        if self.store is None:
+            return
         # a cell failed under this worker (its beat came late) belongs to the worker that retries it
         with contextlib.suppress(UpdateFinishedTrialError):
             cell.set_user_attr(FILES, {self.folder.relative(p): upload_artifact(
                 artifact_store=self.store, file_path=str(p), study_or_trial=cell) for p in paths if p.exists()})
 
     def saved(self) -> dict[str, FrozenTrial]:
-        """The COMPLETE cells with their files, by cell name."""
-        return {t.user_attrs["cell"]: t for t in self.ledger.trials(TrialState.COMPLETE, study=self.ledger.cells)
-                if FILES in t.user_attrs}
+        """The COMPLETE cells with their files, by cell name (none without a store)."""
+        cells = self.ledger.trials(TrialState.COMPLETE, study=self.ledger.cells) if self.store else []
+        return {t.user_attrs["cell"]: t for t in cells if FILES in t.user_attrs}
 
     def fetch(self, which: Callable[[FrozenTrial], bool] = lambda cell: True) -> int:
         """Download the files of the saved cells `which` selects that the run folder lacks."""

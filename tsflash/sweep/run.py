@@ -213,7 +213,10 @@ def refuse_claims_era(folder: RunFolder) -> None:
 
 
 def cell_files(plan: SweepPlan, ledger: Ledger) -> CellFiles:
-    return CellFiles(open_store(plan.options.artifacts, plan.folder), ledger, plan.folder)
+    """The run's artifact store; none for a private study (no --storage, no --artifacts): its one
+    run folder is all there is, and a state archive of it stays as small as before."""
+    store = open_store(plan.options.artifacts, plan.folder) if plan.shared or plan.options.artifacts else None
+    return CellFiles(store, ledger, plan.folder)
 
 
 def _run_job(job: Job, objective: Objective, files: CellFiles, finale: list[Work]) -> None:
