@@ -62,7 +62,7 @@ class CellFiles:
         cells = self.ledger.trials(TrialState.COMPLETE, study=self.ledger.cells) if self.store else []
         return {t.user_attrs["cell"]: t for t in cells if FILES in t.user_attrs}
 
-    def fetch(self, which: Callable[[FrozenTrial], bool] = lambda cell: True) -> int:
+    def fetch(self, which: Callable[[FrozenTrial], bool] = lambda cell: True) -> None:
         """Download the files of the saved cells `which` selects that the run folder lacks."""
         fetched = 0
         for cell in filter(which, self.saved().values()):
@@ -77,4 +77,3 @@ class CellFiles:
                         break
         if fetched:
             log.info("fetched %d file(s) of other workers' cells from the artifact store", fetched)
-        return fetched
