@@ -2,7 +2,7 @@
 
     tsflash sweep --lengths 512,4096,32768 --devices cuda:0,cuda:1      # one host, two GPUs
     tsflash sweep --lengths 512,4096,32768 --devices all                # every GPU of this host
-    tsflash sweep ... --storage postgresql://u:p@db/tsflash --out /shared/run --devices all   # on each host
+    tsflash sweep ... --storage postgresql://u:p@db/tsflash --artifacts /shared/art --devices all   # on each host
 
 The unit of parallel work is a CELL: one (configuration, fold, seed), the baselines, the precision
 check, or the scoring of a configuration whose cells are all saved. Each is a trial of the
