@@ -52,7 +52,7 @@ def register(sub) -> None:
                    "(default: SQLite optuna.db in the run folder)")
     p.add_argument("--artifacts", metavar="PATH", help="where the cells' files are uploaded for the other hosts: "
                    "a folder, or s3://bucket (optuna's Boto3ArtifactStore; pip install boto3) "
-                   "(default: artifacts/ in the run folder)")
+                   "(default with --storage: artifacts/ in the run folder; none without)")
     p.add_argument("--trials", type=options.positive_int, default=1,
                    help="trials per N: 1 = N only (default); K > 1 also searches lr and weight decay within each N")
     p.add_argument("--preset", default="auto",

@@ -71,7 +71,9 @@ from tsflash.sweep.provenance import (
     mark_complete, record_kernel_choices, record_peak_memory, write_data_json, write_run_json,
 )
 from tsflash.report import build_report
-from tsflash.runfolder import BASELINE_DIR, RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json
+from tsflash.runfolder import (
+    BASELINE_DIR, RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json,
+)
 from tsflash.scoring.daily import (
     FoldScores, baseline_losses, cell_arrays, cell_returns, concat_losses, daily_series, daily_series_of_folds,
     daily_sharpe, objective_value, read_fold_scores, result_arrays, score_fold, scored_arrays, scoring_id,
