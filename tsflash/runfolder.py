@@ -22,6 +22,8 @@ Layout of a run folder (`runs/<YYYYMMDD-HHMMSS>-<config hash>` by default)::
     forecasts/<trial key or baseline-<name>>.npz   per-day loss sums of the forecasts (the paired
                                                    tests of question 1; small, kept when cells are not)
     checkpoints/<trial key>/fold<k>-seed<s>/       engine checkpoints of unfinished cells
+    artifacts/<artifact id>                        the cells' files as uploaded to their trials (the default
+                                                   --artifacts store: tsflash.sweep.artifacts)
     claims/<job>.claim, claims/.lock               run folders of the version whose workers claimed cells with
                                                    files: refused while claims remain (tsflash.sweep.run)
     optuna.db also holds the study "<study>:cells": one trial per cell (tsflash.sweep.ledger)
@@ -196,6 +198,10 @@ class RunFolder:
     @property
     def checkpoints_dir(self) -> Path:
         return self.root / "checkpoints"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.root / "artifacts"
 
     @property
     def claims_dir(self) -> Path:

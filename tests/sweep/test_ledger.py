@@ -16,7 +16,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tsflash.errors import UserError
-from tsflash.sweep.ledger import Ledger, check_storage, plan_slots, storage_url, suggest_params, worker_id
+from tsflash.sweep.ledger import Ledger, check_storage, plan_slots, storage_url, suggest_params
+from tsflash.sweep.provenance import worker_id
 
 LENGTHS = [32, 64]
 LR, WD = 1e-3, 0.1

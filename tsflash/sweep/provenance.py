@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from tsflash.device import device_name, process_peak_bytes
-from tsflash.sweep.ledger import SEARCH_SPACE_DOC, worker_id
+from tsflash.sweep.ledger import SEARCH_SPACE_DOC
 from tsflash.sweep.plan import SweepPlan, run_hash
 from tsflash.runfolder import RunFolder, read_json, write_json
 from tsflash.data.store import Bars, find_gaps, fingerprint, iso
@@ -25,6 +25,16 @@ PACKAGES = ("tsflash", "torch", "numpy", "pyarrow", "scikit-learn", "optuna", "m
 
 def now_utc() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def worker_id(pid: int | None = None) -> str:
+    """host:pid:process-start of this process (or of `pid` on this host): who ran an invocation."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        start = "?"
+    return f"{socket.gethostname()}:{pid}:{start}"
 
 
 def _git(root: Path, *args: str) -> str | None:

@@ -27,10 +27,14 @@ order of cells in tsflash.sweep.workers; run.json and data.json in tsflash.sweep
 in tsflash.sweep.progress; the bars in tsflash.data.source.
 
 Sharing a study: `--storage postgresql://user:pass@host/db` (or any SQLAlchemy URL optuna
-accepts; needs the driver, e.g. psycopg2) together with the same `--out` on a shared file system
-lets the workers of several hosts pull cells from one run. The first invocation creates the
-study and enqueues the plan; later ones load it and only add missing slots. The invocation whose
-workers leave the study complete writes the report.
+accepts; needs the driver, e.g. psycopg2) together with an artifact store every host reaches
+(`--artifacts /shared/folder` or s3://bucket) lets the workers of several hosts pull cells from
+one run, each host in a run folder of its own: a job's files are uploaded to its cell trial
+(tsflash.sweep.artifacts), a cell is saved when its trial is COMPLETE with them, and a host
+fetches what its folder lacks (the scorer of a configuration its cells, every host all of them at
+the start and the end). The first invocation creates the study and enqueues the plan; later ones
+load it and only add missing slots. Every invocation whose workers leave the study complete
+assembles its run folder and writes the report.
 """
 
 from __future__ import annotations
@@ -67,7 +71,9 @@ from tsflash.sweep.provenance import (
     mark_complete, record_kernel_choices, record_peak_memory, write_data_json, write_run_json,
 )
 from tsflash.report import build_report
-from tsflash.runfolder import RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json
+from tsflash.runfolder import (
+    BASELINE_DIR, RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json,
+)
 from tsflash.scoring.daily import (
     FoldScores, baseline_losses, cell_arrays, cell_returns, concat_losses, daily_series, daily_series_of_folds,
     daily_sharpe, objective_value, read_fold_scores, result_arrays, score_fold, scored_arrays, scoring_id,
@@ -75,7 +81,8 @@ from tsflash.scoring.daily import (
 )
 from tsflash.scoring.strategy import Strategy
 from tsflash.data.store import iso
-from tsflash.sweep.workers import CellQueue, Job, run_workers, worker_tag
+from tsflash.sweep.artifacts import CellFiles, open_store
+from tsflash.sweep.workers import CellQueue, Job, cell_name, run_workers, worker_tag
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +144,14 @@ def _run_cells(plan: SweepPlan) -> bool:
     cfg, folder, opts = plan.cfg, plan.folder, plan.options
     ledger = _open_ledger(plan)
     ledger.sync()
+    files = cell_files(plan, ledger)
+    files.fetch()  # what other hosts saved (their baselines and precision check are not queued again)
     if not _baselines_done(folder, cfg):
         ledger.enqueue_cell("baselines", {})
     if _precision_due(plan):
         ledger.enqueue_cell("precision", {})
     results = run_workers(_work, plan, plan.devices)
+    files.fetch()  # this run folder is what the report is built from
     ledger.write_json(folder.ledger_json)
     if ledger.is_complete() and _baselines_done(folder, cfg) and not _precision_due(plan):
         return True
@@ -159,6 +169,7 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
     cfg, folder, opts = plan.cfg, plan.folder, plan.options
     with run_logging(folder.log_file, tag=worker_tag(device, index)) if n_workers > 1 else contextlib.nullcontext():
         ledger = _open_ledger(plan)
+        files = cell_files(plan, ledger)
         model_params = n_params(cfg)
         cost = CostModel(prior_rates(device))
         _observe_saved_cells(cost, folder, cfg, model_params)
@@ -173,13 +184,13 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
         progress = Progress(todo, cost, done, bar=False if n_workers > 1 else None, workers=n_workers)
         objective = Objective(plan, prepared, ledger, progress, model_params)
         deadline = None if opts.time_budget is None else t0 + opts.time_budget
-        queue = CellQueue(ledger, cells=functools.partial(_cells_of, folder, cfg),
+        queue = CellQueue(ledger, cells=functools.partial(_cells_of, folder, cfg, files),
                           params_of=functools.partial(_params_of, cfg, opts.trials), deadline=deadline)
         jobs = 0
         try:
             for job in queue:
                 progress.set_remaining(*_todo(folder, cfg, lengths, model_params))  # other workers' cells too
-                _run_job(job, objective, finale)
+                _run_job(job, objective, files, finale)
                 jobs += 1
         finally:
             progress.close()
@@ -205,8 +216,16 @@ def refuse_claims_era(folder: RunFolder) -> None:
         shutil.rmtree(folder.claims_dir)  # only the lock file of a finished claims-era invocation
 
 
-def _run_job(job: Job, objective: Objective, finale: list[Work]) -> None:
-    """One popped job (tsflash.sweep.workers.Job) on this worker."""
+def cell_files(plan: SweepPlan, ledger: Ledger) -> CellFiles:
+    """The run's artifact store; none for a private study (no --storage, no --artifacts): its one
+    run folder is all there is, and a state archive of it stays as small as before."""
+    store = open_store(plan.options.artifacts, plan.folder) if plan.shared or plan.options.artifacts else None
+    return CellFiles(store, ledger, plan.folder)
+
+
+def _run_job(job: Job, objective: Objective, files: CellFiles, finale: list[Work]) -> None:
+    """One popped job (tsflash.sweep.workers.Job) on this worker, its files uploaded to its cell
+    trial before that is completed (tsflash.sweep.artifacts)."""
     plan = objective.plan
     if job.kind == "baselines":
         objective.run_baselines()
@@ -214,9 +233,27 @@ def _run_job(job: Job, objective: Objective, finale: list[Work]) -> None:
         objective._cell(job.config, job.params, job.key, job.fold, job.seed)
         record_kernel_choices(plan.folder, attention.auto_report())  # the decisions behind this cell's kernel
     elif job.kind == "score":
+        files.fetch(lambda cell: cell.user_attrs.get("key") == job.key)  # its cells saved by other hosts
         objective.ledger.complete(job.config, *objective.score(job.config))
     elif job.kind == "precision":
         _run_precision(plan, objective.prepared.n_features, objective.progress.estimate(finale))
+    files.upload(job.cell, _outputs(job, plan.folder, objective.n_folds))
+
+
+def _outputs(job: Job, folder: RunFolder, n_folds: int) -> list[Path]:
+    """The files in the run folder that job made (those of them that exist are uploaded)."""
+    if job.kind == "cell":
+        stem = folder.cell_stem(job.key, job.fold, job.seed)
+        return [folder.cell_npz(stem), stem.with_name(f"{stem.name}.json"), folder.fold_scores_path(job.key, job.fold),
+                folder.cell_marker(job.key, job.fold, job.seed)]
+    if job.kind == "score":
+        return [folder.series_path(job.key), folder.forecasts_path(job.key),
+                *(folder.fold_scores_path(job.key, k) for k in range(n_folds))]
+    if job.kind == "baselines":
+        prefix = baseline_series_name("")
+        return [*sorted((folder.cells_dir / BASELINE_DIR).glob("fold*")), *sorted(folder.series_dir.glob(f"{prefix}*.npz")),
+                *sorted(folder.forecasts_dir.glob(f"{prefix}*.npz"))]
+    return [folder.precision_json]
 
 
 def _prepare_data(plan: SweepPlan, write: bool) -> engine.Prepared:
@@ -236,9 +273,12 @@ def _prepare_data(plan: SweepPlan, write: bool) -> engine.Prepared:
     return prepared
 
 
-def _cells_of(folder: RunFolder, cfg: ExperimentConfig, key: str) -> list[tuple[int, int, bool]]:
-    """(fold, seed, saved?) of every cell of trial key `key`."""
-    return [(k, s, folder.cell_saved(key, k, s)) for k in range(cfg.splits.n_folds) for s in cfg.train.seeds]
+def _cells_of(folder: RunFolder, cfg: ExperimentConfig, files: CellFiles, key: str) -> list[tuple[int, int, bool]]:
+    """(fold, seed, saved?) of every cell of trial key `key`: its trial is COMPLETE with its files
+    (on any host), or it is saved in this run folder (one of an earlier version)."""
+    saved = files.saved()
+    return [(k, s, cell_name(key, k, s) in saved or folder.cell_saved(key, k, s))
+            for k in range(cfg.splits.n_folds) for s in cfg.train.seeds]
 
 
 def _params_of(cfg: ExperimentConfig, trials: int, trial: Trial) -> tuple[dict, str]:

@@ -2,7 +2,7 @@
 
     tsflash sweep --lengths 512,4096,32768 --devices cuda:0,cuda:1      # one host, two GPUs
     tsflash sweep --lengths 512,4096,32768 --devices all                # every GPU of this host
-    tsflash sweep ... --storage postgresql://u:p@db/tsflash --out /shared/run --devices all   # on each host
+    tsflash sweep ... --storage postgresql://u:p@db/tsflash --artifacts /shared/art --devices all   # on each host
 
 The unit of parallel work is a CELL: one (configuration, fold, seed), the baselines, the precision
 check, or the scoring of a configuration whose cells are all saved. Each is a trial of the
@@ -76,6 +76,10 @@ class Job:
 def kind_of(cell: FrozenTrial) -> str:
     name = cell.user_attrs.get("cell", "")
     return name.split("/")[0] if name.split("/")[0] in _RANK else "cell"
+
+
+def cell_name(key: str, fold: int, seed: int) -> str:
+    return f"{key}/fold{fold}-seed{seed}"
 
 
 class CellQueue:
@@ -174,7 +178,7 @@ class CellQueue:
             self.ledger.enqueue_cell(f"score/{key}", {}, key=key, config=number)
         for fold, seed, done in cells:
             if not done:
-                self.ledger.enqueue_cell(f"{key}/fold{fold}-seed{seed}", params | {"fold": fold, "seed": seed},
+                self.ledger.enqueue_cell(cell_name(key, fold, seed), params | {"fold": fold, "seed": seed},
                                          key=key, config=number)
 
     def _job(self, cell: Trial) -> Job:
