@@ -28,6 +28,6 @@ timeout --signal=INT "${LIMIT_S:-560}" python3 experiments/controls.py --out "$R
 echo "controls exit: ${PIPESTATUS[0]}"
 # Per-bar cell files stay behind; the cell summaries, fold scores (scores/), series and ledgers go:
 # the resume retrains only the cells of folds not yet scored (whose seeds were not all saved).
-tar cf "$OUT/state-$(basename "$RUN").tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$RUN"
+tar cf "$OUT/state-$(basename "$RUN").tar" --exclude='*/checkpoints' --exclude='*/artifacts' --exclude='*/cells/*/*.npz' "$RUN"
 [ -f "$RUN/summary.md" ] && cp "$RUN/summary.md" "$OUT/summary.md"
 ls -la "$OUT"

@@ -48,7 +48,7 @@ case "${1:-}" in
     echo "sweep exit: ${PIPESTATUS[0]}"
     # Per-bar cell files (~10 MB each) stay behind; the cell summaries, fold scores (scores/), series
     # and ledger go: the resume retrains only the cells of folds not yet scored (seeds not all saved).
-    tar cf "$OUT/state-$(basename "$RUN").tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$RUN"
+    tar cf "$OUT/state-$(basename "$RUN").tar" --exclude='*/checkpoints' --exclude='*/artifacts' --exclude='*/cells/*/*.npz' "$RUN"
     ls -la "$OUT"
     ;;
   scaling)
@@ -86,7 +86,7 @@ total, calls = add_scaling_time(Path('$run'), $t1 - $t0)
 print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total, '$SCALING_LENGTHS', calls).read_text())"
     done
     tar cf "$OUT/scaling.tar" reports/bench/scaling.json reports/bench/scaling.md
-    tar cf "$OUT/state-scaling.tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' runs/scaling-*-gpu 2>/dev/null
+    tar cf "$OUT/state-scaling.tar" --exclude='*/checkpoints' --exclude='*/artifacts' --exclude='*/cells/*/*.npz' runs/scaling-*-gpu 2>/dev/null
     ;;
   mfu)
     # Training-step MFU (one FLOPs rule) at N = 512, 4096, 32768 for eager, torch.compile "default"
@@ -207,7 +207,7 @@ print(w(*sorted(p for p in Path('$top').iterdir() if p.is_dir()), out='$top.md',
     timeout --signal=INT "${LIMIT_S:-560}" python3 "$script" "${args[@]}" --device cuda --time-budget "$BUDGET_S" \
       2>&1 | tee "$OUT/$1.log" | grep -vE " DEBUG "
     echo "$1 exit: ${PIPESTATUS[0]}"
-    tar cf "$OUT/state-$(basename "$run").tar" --exclude='*/checkpoints' --exclude='*/cells/*/*.npz' "$run"
+    tar cf "$OUT/state-$(basename "$run").tar" --exclude='*/checkpoints' --exclude='*/artifacts' --exclude='*/cells/*/*.npz' "$run"
     ls -la "$OUT"
     ;;
   *)
