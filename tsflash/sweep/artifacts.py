@@ -9,7 +9,12 @@ is saved when its trial is COMPLETE with its files; a host fetches what its run 
 --artifacts: a folder (optuna's FileSystemArtifactStore; by default <run folder>/artifacts) or
 s3://bucket (Boto3ArtifactStore: boto3 installed by the user, AWS_ENDPOINT_URL for an
 S3-compatible server). A private study (no --storage, no --artifacts) has no store: its one
-run folder is all there is. Checkpoints stay in the run folder of the host that wrote them.
+run folder is all there is.
+
+A running cell's checkpoint travels too: each time the engine rewrites it, it is uploaded to the
+cell's trial (user attribute "checkpoint", the previous upload removed from the store), and optuna's
+retry copies that attribute to the queued copy of a cell whose worker died, so the worker that pops
+it, on any host, resumes from it (`restore_checkpoint`). A saved cell's checkpoint leaves the store.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from tsflash.runfolder import CELL_SUFFIX, RunFolder
 log = logging.getLogger(__name__)
 
 FILES = "files"  # the user attribute of a cell trial: {path in the run folder: artifact id}
+CHECKPOINT = "checkpoint"  # the same for the latest checkpoint of a running cell
 
 
 def open_store(spec: str | None, folder: RunFolder):
@@ -56,6 +62,47 @@ class CellFiles:
         with contextlib.suppress(UpdateFinishedTrialError):
             cell.set_user_attr(FILES, {self.folder.relative(p): upload_artifact(
                 artifact_store=self.store, file_path=str(p), study_or_trial=cell) for p in paths if p.exists()})
+
+    def upload_checkpoint(self, cell: Trial, ckpt_dir: Path, seen: dict[str, int]) -> None:
+        """Upload the checkpoint files in `ckpt_dir` rewritten since `seen` ({path: mtime_ns}, updated)
+        to the running `cell`, and remove the uploads they replace (called after every step: one stat)."""
+        if self.store is None or not ckpt_dir.is_dir():
+            return
+        changed = {}
+        for p in ckpt_dir.glob("*.pt"):
+            if seen.get(str(p)) != (mtime := p.stat().st_mtime_ns):
+                seen[str(p)] = mtime
+                changed[self.folder.relative(p)] = p
+        if changed:
+            old = cell.user_attrs.get(CHECKPOINT, {})
+            cell.set_user_attr(CHECKPOINT, old | {name: upload_artifact(artifact_store=self.store, file_path=str(p),
+                                                                        study_or_trial=cell) for name, p in changed.items()})
+            self._remove(old[name] for name in changed if name in old)
+
+    def restore_checkpoint(self, cell: Trial, ckpt_dir: Path) -> None:
+        """Put a retried cell's checkpoint (uploaded by the worker it lost) in this run folder, unless
+        one is here already (its own host resumes from its own file)."""
+        uploaded = cell.user_attrs.get(CHECKPOINT) if self.store else None
+        if not uploaded or (ckpt_dir.is_dir() and any(ckpt_dir.glob("*.pt"))):
+            return
+        with contextlib.suppress(ArtifactNotFound):
+            for name, artifact_id in uploaded.items():
+                with atomic_path(self.folder.root / name) as tmp:
+                    download_artifact(artifact_store=self.store, file_path=str(tmp), artifact_id=artifact_id)
+            log.info("cell %s: its checkpoint fetched from the artifact store (written by the worker it lost)",
+                     cell.user_attrs.get("cell"))
+
+    def drop_checkpoint(self, cell: Trial) -> None:
+        """A saved cell's checkpoint leaves the store (its attribute is emptied)."""
+        if self.store is not None and (uploaded := cell.user_attrs.get(CHECKPOINT)):
+            with contextlib.suppress(UpdateFinishedTrialError):
+                cell.set_user_attr(CHECKPOINT, {})
+            self._remove(uploaded.values())
+
+    def _remove(self, artifact_ids: Iterable[str]) -> None:
+        for artifact_id in artifact_ids:
+            with contextlib.suppress(ArtifactNotFound, OSError):
+                self.store.remove(artifact_id)
 
     def saved(self) -> dict[str, FrozenTrial]:
         """The COMPLETE cells with their files, by cell name (none without a store)."""

@@ -230,7 +230,10 @@ def _run_job(job: Job, objective: Objective, files: CellFiles, finale: list[Work
     if job.kind == "baselines":
         objective.run_baselines()
     elif job.kind == "cell":
-        objective._cell(job.config, job.params, job.key, job.fold, job.seed)
+        ckpt, seen = plan.folder.checkpoint_dir(job.key, job.fold, job.seed), {}
+        files.restore_checkpoint(job.cell, ckpt)  # a retried cell resumes where its lost worker stopped
+        objective._cell(job.config, job.params, job.key, job.fold, job.seed,
+                        after_step=lambda: files.upload_checkpoint(job.cell, ckpt, seen))
         record_kernel_choices(plan.folder, attention.auto_report())  # the decisions behind this cell's kernel
     elif job.kind == "score":
         files.fetch(lambda cell: cell.user_attrs.get("key") == job.key)  # its cells saved by other hosts
@@ -238,6 +241,7 @@ def _run_job(job: Job, objective: Objective, files: CellFiles, finale: list[Work
     elif job.kind == "precision":
         _run_precision(plan, objective.prepared.n_features, objective.progress.estimate(finale))
     files.upload(job.cell, _outputs(job, plan.folder, objective.n_folds))
+    files.drop_checkpoint(job.cell)
 
 
 def _outputs(job: Job, folder: RunFolder, n_folds: int) -> list[Path]:
@@ -427,9 +431,11 @@ class Objective:
         write_fold_scores(folder, key, k, scores)
         return scores
 
-    def _cell(self, trial: Trial, params: dict, key: str, k: int, seed: int) -> None:
+    def _cell(self, trial: Trial, params: dict, key: str, k: int, seed: int,
+              after_step: Callable[[], None] | None = None) -> None:
         """One (trial, fold, seed), unless saved: trained, scored and saved; the fold's last seed
-        to be saved also scores the fold (`fold_scores`)."""
+        to be saved also scores the fold (`fold_scores`). `after_step`: called after each training
+        step (a worker uploads the cell's checkpoint when the engine rewrote it)."""
         folder, n = self.folder, int(params["n"])
         stem, marker = folder.cell_stem(key, k, seed), folder.cell_marker(key, k, seed)
         if folder.cell_saved(key, k, seed):
@@ -440,7 +446,8 @@ class Objective:
         train_over = {p: v for p, v in params.items() if p in ("lr", "weight_decay")}
         res = engine.run_fold(self.prepared, n, k, seed, self.plan.device, checkpoint_dir=ckpt,
                               train_overrides=train_over or None, fold_inputs=self.fold_inputs(k),
-                              on_step=lambda step: self.progress.step(step, self.cfg.train.steps))
+                              on_step=lambda step: (self.progress.step(step, self.cfg.train.steps),
+                                                    after_step and after_step()))
         res.save(stem)
         seconds = time.monotonic() - t1
         write_json(marker, self._summary(res, kind="model", key=key, name=key, params=params, fold=k, seed=seed,
