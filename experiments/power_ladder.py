@@ -296,8 +296,7 @@ def summarize(args) -> dict:
 # summary.md
 
 
-def _f(x, spec: str = ".4f") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+_f = controls._f  # a number in `spec`, "n/a" for None or NaN
 
 
 def _rate(d: dict) -> str:

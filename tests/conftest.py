@@ -3,6 +3,7 @@ saying why, where it is absent)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -12,9 +13,35 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@contextlib.contextmanager
+def one_thread():
+    """This process at one thread: torch's, and every OpenMP and BLAS pool loaded (threadpoolctl),
+    sklearn's among them (its logistic regression sums its loss in OpenMP). Runs compared bit for bit
+    need it (with more threads on loaded cores, reductions sum in the order the threads finish), and
+    tiny tensors run faster on one thread than on two fighting over a shared 2-core machine."""
+    import sklearn.linear_model  # noqa: F401  (loads sklearn's OpenMP runtime, so that it is limited too)
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """A module's tests at one thread (`one_thread`): `pytestmark = pytest.mark.usefixtures("single_thread")`."""
+    with one_thread():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from tests.conftest import load_experiment
+from tests.conftest import load_experiment, one_thread
 
 from tsflash.commands.options import parse_overrides
 from tsflash.sweep.run import SweepOptions, run_sweep
@@ -43,16 +42,12 @@ def controls():
 @pytest.fixture(scope="module")
 def toy_runs(tmp_path_factory) -> dict[str, Path]:
     """Both toy sweeps (one CPU thread: on a small shared machine torch's thread pool is slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     runs, t0 = {}, time.process_time()
-    try:
+    with one_thread():
         for name, data in SOURCES.items():
             runs[name] = run_sweep(SweepOptions(lengths=LENGTHS, data=data, out=tmp_path_factory.mktemp(name) / "run",
                                                 device="cpu", preset="cpu", precision=False,
                                                 overrides=parse_overrides(TOY)))
-    finally:
-        torch.set_num_threads(threads)
     runs["cpu_seconds"] = time.process_time() - t0  # CPU time: wall time on a shared machine says little
     for name in SOURCES:  # shown with pytest -s
         print(name, {n: round(float(np.mean(np.concatenate([v[0] for v in bar_losses(runs[name], n).values()]))), 4)

@@ -21,13 +21,7 @@ from tsflash.dataset.windows import BalancedWindows, fit_pieces
 N_BARS = 8000
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread is ~10x faster than two fighting over a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests.conftest.one_thread
 
 
 def tiny_cfg(**over):

@@ -24,12 +24,7 @@ PATCH = 16
 VALIDATED = {"splits": {"val_days": 1}, "train": {"steps": 12, "eval_every": 3, "patience": 2}}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests.conftest.one_thread
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from tests.conftest import run_fold_killed_at
-from tests.engine.test_engine import VALIDATED, _one_thread, bars, tiny_cfg  # noqa: F401 (fixtures)
+from tests.engine.test_engine import VALIDATED, bars, tiny_cfg  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests.conftest.one_thread
 from tsflash import engine
 from tsflash.engine import _train
 from tsflash.engine._checkpoint import checkpoint_identity

@@ -12,7 +12,6 @@ import numpy as np
 import optuna
 import pytest
 from tests.sweep.test_sweep import TINY
-from tests.sweep.test_workers import one_thread
 
 from tsflash import cli, engine
 from tsflash.sweep import run as sweep
@@ -42,11 +41,7 @@ def loadable(folder: RunFolder, key: str, fold: int, seed: int) -> bool:
     return folder.cell_marker(key, fold, seed).exists() and folder.cell_npz(stem).exists()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Bit for bit across the runs of this module needs one thread (tests/sweep/test_workers.py)."""
-    with one_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests.conftest.one_thread
 
 
 @pytest.fixture(scope="module")

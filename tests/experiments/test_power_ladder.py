@@ -9,9 +9,8 @@ import time
 
 import numpy as np
 import pytest
-import torch
 
-from tests.conftest import load_experiment
+from tests.conftest import load_experiment, one_thread
 from tests.test_controls import TOY
 
 
@@ -67,16 +66,12 @@ def test_the_cost_plan_reads_the_calibrated_table(ladder):
 
 
 def test_a_tiny_ladder_detects_the_strongest_strength_and_not_the_null(ladder, tmp_path):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one CPU thread: faster on a small shared machine, and bit-identical
     t0 = time.process_time()
     argv = ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "power"), "--strengths", "0.6", "--echo", "lag=48",
             "--replicates", "1", "--lengths", "16,128", "--device", "cpu", "--preset", "cpu", "--seed", "1"]
     argv += [x for item in [*TOY, "splits.n_folds=3"] for x in ("--set", item)]
-    try:
+    with one_thread():  # faster on a small shared machine, and bit-identical
         assert ladder.main(argv) == 0
-    finally:
-        torch.set_num_threads(threads)
     seconds = time.process_time() - t0
     summary = json.loads((tmp_path / "power" / "summary.json").read_text())
     strong, null = summary["rungs"]

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from tests.conftest import sigkill_when
-from tests.sweep.test_workers import PYTHON_ENV, one_thread
+from tests.sweep.test_workers import PYTHON_ENV
 
 from tsflash import cli
 from tsflash.commands.options import parse_lengths, parse_overrides
@@ -60,12 +60,9 @@ def cell_markers(run: Path) -> list[Path]:
     return sorted((run / "cells").rglob("*.cell.json"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """The sweeps of this module, in this process and in subprocesses (PYTHON_ENV), at one thread:
-    the resumed run must equal the uninterrupted one bit for bit (tests/sweep/test_workers.py)."""
-    with one_thread():
-        yield
+# The sweeps of this module at one thread, in this process and in subprocesses (PYTHON_ENV): the
+# resumed run must equal the uninterrupted one bit for bit (tests.conftest.one_thread).
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests.conftest.one_thread
 
 
 @pytest.fixture(scope="module")

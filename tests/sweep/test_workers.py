@@ -5,7 +5,6 @@ bit-identical to one worker."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import itertools
 import json
@@ -41,22 +40,6 @@ REPO = Path(__file__).resolve().parents[2]
 # ...03355). Bit-identity across workers holds at a fixed thread count, which is what is tested.
 PYTHON_ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
-
-@contextlib.contextmanager
-def one_thread():
-    """This process at one thread, as PYTHON_ENV sets the subprocesses, for sweeps run in the test
-    process that are compared bit for bit: torch's threads, and every OpenMP and BLAS pool loaded
-    (threadpoolctl), sklearn's among them (its logistic regression sums its loss in OpenMP)."""
-    import sklearn.linear_model  # noqa: F401  (loads sklearn's OpenMP runtime, so that it is limited too)
-    from threadpoolctl import threadpool_limits
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1):
-            yield
-    finally:
-        torch.set_num_threads(threads)
 
 # A tiny sweep whose model cells take about a second each on a 2-core CPU (long enough to kill one
 # mid-cell in tests/sweep/test_postgres.py): 2 lengths x 2 folds, baselines, the precision check.
