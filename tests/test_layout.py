@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,24 @@ def test_the_flat_selection_module_is_gone_as_the_readme_says():
         importlib.import_module("tsflash.selection")
     readme = (REPO / "README.md").read_text()
     assert "`from tsflash.selection import ...` and the like now fail" in readme
+
+
+def readme_layout() -> dict[str, set[str]]:
+    """{folder: the modules its row of the README's layout table names}."""
+    rows = {}
+    for line in (REPO / "README.md").read_text().splitlines():
+        m = re.match(r"\| `(tsflash/(?:\w+/)?)` \| ([^|]+) \|", line)
+        if m:
+            rows[m[1]] = set(re.findall(r"`(\w+)/?`", m[2]))
+    return rows
+
+
+def test_the_readmes_layout_table_names_every_public_module_and_no_other():
+    rows = readme_layout()
+    folders = ["tsflash/", *(f"tsflash/{name}/" for name in subpackages())]
+    assert sorted(rows) == sorted(folders)
+    for folder, named in rows.items():
+        modules = {p.stem for p in (REPO / folder).glob("*.py")} - {"__init__"}
+        extra = {p.name for p in (REPO / folder).iterdir() if p.is_dir() and p.name != "__pycache__"} - set(subpackages())
+        assert {m for m in modules if not m.startswith("_")} <= named, folder
+        assert named <= modules | extra, folder  # no module that is not there (templates/ is a folder)
