@@ -289,6 +289,7 @@ SECOND_EDITION = PUBLISHED.parent / "h200-btcusdt-1m-second-edition"
 LATEST_REREPORT = SECOND_EDITION / "rereport-2026-12-nesting"  # made by `tsflash report <run> --out <this>`
 
 
+@pytest.mark.slow  # about 8 s on 2 cores: a 9 MB copy and a whole report
 def test_the_published_second_edition_rebuilds_its_latest_rereport(tmp_path):
     """`tsflash report` on a copy of the second edition, written elsewhere as its committed
     re-report was: every number of that re-report's results.json and questions.json, and its
