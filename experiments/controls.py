@@ -67,7 +67,7 @@ EXPECTED = {
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading cells (pure functions: tests/test_controls.py checks them)
+# Reading cells (pure functions: tests/experiments/test_controls.py checks them)
 
 
 def direction_counts(confusion) -> tuple[int, int]:

@@ -119,7 +119,7 @@ NOMINAL_NOTE = (
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading runs and summarising (pure functions: tests/test_noise_control.py checks them)
+# Reading runs and summarising (pure functions: tests/experiments/test_noise_control.py checks them)
 
 
 def _num(x) -> float | None:

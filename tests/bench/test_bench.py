@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import subprocess
-import sys
-import textwrap
 import time
 
 import numpy as np
@@ -94,38 +91,6 @@ def test_crossover_is_the_first_n_from_which_fused_always_wins():
     assert attention_bench.crossover(rows, "flash") == 128
     rows[3]["status"] = "oom"  # fused failing at the largest N: it never reliably wins
     assert attention_bench.crossover(rows, "flash") is None
-
-
-def test_cpu_peak_memory_sees_a_transient_allocation():
-    with device.PeakMemory(CPU) as mem:
-        t = torch.ones(16 * 2**20)  # 64 MiB, freed before the block ends
-        del t
-    assert mem.peak_extra_bytes >= 60 * 2**20 and mem.peak_bytes is None
-    with device.PeakMemory(CPU) as idle:
-        pass
-    assert idle.peak_extra_bytes < 8 * 2**20
-
-
-PEAK_PROBE = textwrap.dedent(
-    """
-    import json, subprocess, sys
-    from tsflash import device
-    child = subprocess.run([sys.executable, "-c", "b = b'x' * (512 * 2**20)"])  # 512 MiB, touched
-    print(json.dumps({"job": device.process_peak_bytes(), "cpu": device.peak_memory_bytes("cpu"),
-                      "own": device._own_peak_bytes(), "rc": child.returncode}))
-    """
-)
-
-
-def test_the_jobs_cpu_peak_is_the_largest_resident_set_of_the_process_or_a_child():
-    """One CPU peak-memory rule (`tsflash.device.process_peak_bytes`), the engine's per cell too: a
-    child's peak counts (the larger of the two, not the sum), in a fresh small process."""
-    out = subprocess.run([sys.executable, "-c", PEAK_PROBE], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    peak = json.loads(out.stdout.strip().splitlines()[-1])
-    assert peak["rc"] == 0 and peak["own"] < 512 * 2**20  # torch imported, no more
-    assert 512 * 2**20 <= peak["job"] == peak["cpu"] < peak["own"] + 512 * 2**20 + 64 * 2**20
-    assert device.peak_memory_bytes(CPU) >= device._status_bytes("VmRSS")  # never below what is held now
 
 
 def test_time_call_is_the_median_of_a_library_timer():

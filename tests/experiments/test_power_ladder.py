@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import load_experiment, one_thread
-from tests.test_controls import TOY
+from tests.experiments.test_controls import TOY
 
 
 @pytest.fixture(scope="module")

@@ -283,3 +283,34 @@ def test_the_published_run_rebuilds_the_same_numbers(tmp_path):
     assert "OOS Sharpe/day = -2.321 - 0.936 × IS Sharpe/day" in text and "+ -" not in text
     assert "That is why it is the only series with a positive total net return here." in text
     assert "peak memory (MiB, CUDA allocator)" in text
+
+
+SECOND_EDITION = PUBLISHED.parent / "h200-btcusdt-1m-second-edition"
+LATEST_REREPORT = SECOND_EDITION / "rereport-2026-12-nesting"  # made by `tsflash report <run> --out <this>`
+
+
+@pytest.mark.slow  # about 8 s on 2 cores: a 9 MB copy and a whole report
+def test_the_published_second_edition_rebuilds_its_latest_rereport(tmp_path):
+    """`tsflash report` on a copy of the second edition, written elsewhere as its committed
+    re-report was: every number of that re-report's results.json and questions.json, and its
+    Parquet tables, as committed; only sentences may change."""
+    if not any(SECOND_EDITION.glob("cells/n32768/*.cell.json")):
+        pytest.skip("the second edition's cell summaries are absent")
+    run, out = tmp_path / "second", tmp_path / "again"
+    shutil.copytree(SECOND_EDITION, run, ignore=shutil.ignore_patterns("rereport-*"))
+    assert cli.main(["report", str(run), "--out", str(out)]) == 0
+    for name in ("results.json", "questions.json"):
+        committed = dict(_numbers(json.loads((LATEST_REREPORT / name).read_text())))
+        rebuilt = dict(_numbers(json.loads((out / name).read_text())))
+        assert len(committed) > 500, name  # every figure the answers quote, and more
+        for path, value in committed.items():
+            assert path in rebuilt, (name, path)
+            if isinstance(value, float):
+                assert rebuilt[path] == pytest.approx(value, rel=1e-12, abs=1e-12), (name, path)
+            else:
+                assert rebuilt[path] == value, (name, path)
+    for name in ("daily_returns.parquet", "fold_metrics.parquet", "forecast_daily.parquet"):
+        committed = pq.read_table(LATEST_REREPORT / name)
+        assert pq.read_table(out / name).select(committed.column_names).equals(committed), name
+    text = (out / "report.md").read_text()
+    assert "+0.00221" in text  # the nesting check's N=4096 gap, as docs/results.md quotes it

@@ -1,4 +1,4 @@
-"""tsflash.sweep.workers: devices, cells as optuna trials (each popped by one worker across processes,
+"""tsflash.sweep.workers: cells as optuna trials (each popped by one worker across processes,
 retried when their worker's heartbeat stops), the order of jobs, a configuration whose last two
 cells two workers save at once (completed once), and a tiny sweep on two CPU workers that is
 bit-identical to one worker."""
@@ -22,12 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from tsflash.errors import UserError
 from optuna.trial import TrialState
 
-from tsflash.device import parse_devices
 from tsflash.runfolder import CLAIMS_DIR, encode_trial_key
 from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params
 from tsflash.sweep.workers import CellQueue
@@ -108,30 +105,6 @@ def report_numbers(run: Path) -> dict:
 def completions(log: str) -> Counter:
     """How many times each cell was finished, from the "[i/total] <cell>: ..." lines of sweep.log."""
     return Counter(re.findall(r"tsflash\.sweep\.progress: \[\d+/\d+\] (n\d+ fold \d+ seed \d+|baselines fold \d+): ", log))
-
-
-# ---- devices --------------------------------------------------------------------------------------
-
-
-def test_devices_one_kind_each_gpu_once():
-    assert parse_devices("cpu") == ["cpu"]
-    assert parse_devices("cpu, cpu") == ["cpu", "cpu"]  # CPU workers share the cores
-    for text, message in [
-        ("cpu,cuda:0", r"^--devices cpu,cuda:0: mixes CPU and CUDA devices; one sweep runs on one kind$"),
-        ("cuda:0,cuda:0", r"^--devices cuda:0,cuda:0: cuda:0 is named twice \(one worker per GPU\)$"),
-        ("cuda,cuda:0", r"^--devices cuda,cuda:0: cuda:0 is named twice"),
-        ("cpu,", r"^--devices: give all, or comma-separated devices such as cuda:0,cuda:1, got 'cpu,'$"),
-        ("tpu", r"^--devices: each device must be cpu, cuda or cuda:K, got 'tpu'$"),
-    ]:
-        with pytest.raises(UserError, match=message):
-            parse_devices(text)
-    if not torch.cuda.is_available():
-        with pytest.raises(UserError, match=r"^--devices all: this machine has no CUDA device \(use --devices cpu\)$"):
-            parse_devices("all")
-        with pytest.raises(UserError, match=r"^--devices cuda:0: CUDA is not available on this machine \(use --devices cpu\)$"):
-            parse_devices("cuda:0,cuda:1")
-    else:
-        assert parse_devices("all") == [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
 
 # ---- cells as trials ----------------------------------------------------------------------------

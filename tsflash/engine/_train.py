@@ -164,7 +164,7 @@ def run_fold(
     checkpoint_every_s: float = 60.0,
     on_step: Callable[[int], None] | None = None,
     model_path: Path | None = None,
-) -> FoldResult:
+) -> FoldResult:  # long: the cell's whole contract in its docstring; the body is one straight pass, each stage a call
     """Train a fresh model on fold `fold` with context length `n`, then score its test block.
 
     Training (identical for every n): ``ModelConfig(n_features, **cfg.model, **model_overrides)``
