@@ -12,7 +12,10 @@ and a positive check.
 With the A/A replicate (reports/controls/aa/btc-seeds345: the second edition's config, unchanged
 but for seeds 3-5, trained on the H200), the A/A check is exact: seeds 0-2 against seeds 3-5 of
 each N (disjoint training runs on the same folds), beside the ensemble DM of the two seed
-ensembles; and question 1 over all six seeds.
+ensembles; and question 1 over all six seeds. The long-memory control has its replicate too
+(seeds 3-5 at N = 512, 4096), and three markets with no published run have both seed sets
+trained for the A/A (AA_PAIRS: the clean iid null, a second draw of it, the slow regime), all made
+by experiments/aa_h200.sh; the rate over every market's comparisons closes the A/A part.
 
     python experiments/runlevel_second_edition.py --out reports/controls/aa/summary.md
 """
@@ -30,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
+from tsflash.atomic import write_text  # noqa: E402
 from tsflash.intervals import INTERVAL_US, bars_per_day  # noqa: E402
 from tsflash.report.compute import SCORES, load_losses, paired  # noqa: E402
 from tsflash.report.rundata import load_run  # noqa: E402
@@ -56,7 +60,14 @@ RUNS = {  # name -> run folder (relative to the repository)
 }
 # name of a run in RUNS -> its A/A replicate: the same config but for disjoint seeds
 REPLICATES = {"second edition (BTCUSDT)": "reports/controls/aa/btc-seeds345",
-              "random walk (control)": "reports/controls/aa/random-walk-seeds345"}
+              "random walk (control)": "reports/controls/aa/random-walk-seeds345",
+              "long memory (positive control)": "reports/controls/aa/long-memory-seeds345"}
+# A/A markets with no published run: both seed sets trained for the A/A (experiments/aa_h200.sh)
+AA_PAIRS = {"iid null (synthetic:iid:0)": ("reports/controls/aa/iid-seeds012", "reports/controls/aa/iid-seeds345"),
+            "iid null, second draw (synthetic:iid:1)": ("reports/controls/aa/iid1-seeds012",
+                                                        "reports/controls/aa/iid1-seeds345"),
+            "slow regime (synthetic:regime:0)": ("reports/controls/aa/regime-seeds012",
+                                                 "reports/controls/aa/regime-seeds345")}
 SCORE_NAMES = {"log_loss": "log-loss", "direction": "direction score"}
 
 
@@ -217,15 +228,22 @@ def replicate_section(name: str, run: Run, replicate: Run, alpha: float = 0.05) 
     return lines, counts
 
 
-def aa_total_lines(totals: dict[str, int]) -> list[str]:
-    """The A/A rate over every disjoint-seed comparison of every market, with its exact interval."""
+def aa_total_lines(per_market: dict[str, dict[str, int]]) -> list[str]:
+    """The A/A rate over every disjoint-seed comparison of every market, with its exact interval,
+    and a row per market (comparisons are (N, score) of one market: the two scores of one N share runs)."""
+    totals = {k: sum(c[k] for c in per_market.values()) for k in ("n", "rl", "dm")}
     n, ok_rl, ok_dm = totals["n"], totals["n"] - totals["rl"], totals["n"] - totals["dm"]
     lo, hi = binomial_interval(ok_rl, n)
     lo_dm, hi_dm = binomial_interval(ok_dm, n)
-    return ["### A/A over all markets (disjoint seeds)", "",
-            "| test | comparisons | say \"no difference\" at alpha 0.05 | rate | exact 95 % interval |", "|---|---|---|---|---|",
-            f"| run-level (primary) | {n} | {ok_rl} | {ok_rl / n:.2f} | [{lo:.2f}, {hi:.2f}] |",
-            f"| ensemble Diebold-Mariano (today's) | {n} | {ok_dm} | {ok_dm / n:.2f} | [{lo_dm:.2f}, {hi_dm:.2f}] |", ""]
+    lines = ["### A/A over all markets (disjoint seeds)", "",
+             "| test | comparisons | say \"no difference\" at alpha 0.05 | rate | exact 95 % interval |",
+             "|---|---|---|---|---|",
+             f"| run-level (primary) | {n} | {ok_rl} | {ok_rl / n:.2f} | [{lo:.2f}, {hi:.2f}] |",
+             f"| ensemble Diebold-Mariano (today's) | {n} | {ok_dm} | {ok_dm / n:.2f} | [{lo_dm:.2f}, {hi_dm:.2f}] |", "",
+             "| market | comparisons (N x score) | run-level says \"no difference\" | ensemble DM says \"no difference\" |",
+             "|---|---|---|---|"]
+    lines += [f"| {name} | {c['n']} | {c['n'] - c['rl']} | {c['n'] - c['dm']} |" for name, c in per_market.items()]
+    return lines + [""]
 
 
 def six_seed_section(name: str, run: Run, replicate: Run) -> list[str]:
@@ -287,23 +305,26 @@ def main(argv: list[str] | None = None) -> int:
         first = first or results
     lines += power_section(first)
     lines += aa_section({k: v for k, v in runs.items() if "positive" not in k})
-    totals: dict[str, int] = {}
+    per_market: dict[str, dict[str, int]] = {}
     for name, path in REPLICATES.items():
         if (REPO / path).exists():
             replicate = Run(REPO / path)
-            section, counts = replicate_section(name, runs[name], replicate)
+            section, per_market[name] = replicate_section(name, runs[name], replicate)
             lines += section
-            totals = {k: totals.get(k, 0) + v for k, v in counts.items()}
             if replicate.keys == runs[name].keys:
                 lines += six_seed_section(name, runs[name], replicate)
-    if totals:
-        lines += aa_total_lines(totals)
+    for name, (path_a, path_b) in AA_PAIRS.items():
+        if (REPO / path_a).exists() and (REPO / path_b).exists():
+            section, per_market[name] = replicate_section(name, Run(REPO / path_a), Run(REPO / path_b))
+            lines += section
+    if per_market:
+        lines += aa_total_lines(per_market)
     main_run = next(iter(runs.values()))
     n_days = len(np.unique(main_run.table["day"]))
     lines += pbo_section(main_run.pbo, len(main_run.keys), n_days, args.replicates)
     text = "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_text(args.out, text)  # a temporary name, then renamed: no half-written summary
     log.info("wrote %s", args.out)
     print(text)
     return 0
