@@ -197,7 +197,7 @@ print(w(*sorted(p for p in Path('$top').iterdir() if p.is_dir()), out='$top.md',
     # The issue-29 measurements, resumable in slices like `sweep` (state in, state out):
     #   recipes: experiments/recipes.py, the training-recipe candidates side by side on the controls and
     #            BTC (validation tails and control test bars only); RECIPES_ARGS e.g.
-    #            "--candidates baseline,wsd-ema --sources long-memory,iid --baseline-btc reports/h200-btcusdt-1m-second-edition"
+    #            "--candidates baseline,wsd-ema --sources long-memory,iid --baseline btc=reports/h200-btcusdt-1m-second-edition"
     #   ladder:  experiments/power_ladder.py, the echo-strength ladder (N=512 against 32768); LADDER_ARGS
     #            e.g. "--replicates 4 --strengths 0.05,0.2"
     # Each prints its GPU cost plan first (--plan, from the calibrated cost table).

@@ -43,7 +43,8 @@ the baseline's cost. Five candidates on three sources:
 
 The baseline on BTC is the published second edition's protocol: its cells
 (reports/h200-btcusdt-1m-second-edition) give the same validation view for 645 s less
-(`--baseline-btc FOLDER`). One seed instead of three divides everything by three but leaves the
+(`--baseline btc=FOLDER`; `--baseline long-memory=reports/controls/protocol/long-memory`
+likewise for the positive control). One seed instead of three divides everything by three but leaves the
 nesting check 5 pairs.
 """
 
@@ -66,7 +67,9 @@ if str(REPO) not in sys.path:
 
 from tsflash import cli  # noqa: E402
 from tsflash.atomic import write_json, write_text  # noqa: E402
+from tsflash.bench.tables import control_found_bar  # noqa: E402
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
+from tsflash.scoring.metrics import hit_rate_from_confusion  # noqa: E402
 
 log = logging.getLogger("recipes")
 
@@ -81,7 +84,9 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     # a quarter of each long-N batch's tokens as 512-bar windows: 1 of 4 windows at N=32768, 8 of 32 at 4096
     "short-mix": ("train.short_fraction=0.25",),
 }
-CONTROLS = {"long-memory": "synthetic:long-memory:{seed}", "iid": "synthetic:iid:{seed}"}
+# The published positive control (reports/controls/protocol/long-memory: the one-week echo at strength
+# 0.2, found by 5 of 15 N=32768 runs) and the clean null.
+CONTROLS = {"long-memory": "synthetic:long-memory:{seed}:strength=0.2", "iid": "synthetic:iid:{seed}"}
 SOURCES = (*CONTROLS, "btc")
 DEFAULT_LENGTHS = "512,32768"
 SHORT = 512  # the nesting check's short context
@@ -115,7 +120,7 @@ def test_view(cell: dict, source: str) -> dict:
     metrics = cell["metrics"]
     cuts = {int(m): {k: v[k] for k in NESTING_PARTS if k in v} for m, v in (cell.get("far_context") or {}).items()}
     return {"test": {k: metrics[k] for k in NESTING_PARTS if k in metrics}, "cut": cuts,
-            "n_scored": int(metrics["n_scored"])}
+            "n_scored": int(metrics["n_scored"]), "hit_rate": hit_rate_from_confusion(metrics["confusion"])}
 
 
 def _cosine_lr_ratio(best: int | None, train: dict) -> float | None:
@@ -187,17 +192,25 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
     return out
 
 
-def run_root(out: Path, name: str, source: str, baseline_btc: Path | None = None) -> Path:
-    """OUT/<candidate>/<source>; the baseline on BTC may be an existing run of the default protocol."""
-    return baseline_btc if (name, source) == ("baseline", "btc") and baseline_btc is not None else out / name / source
+def run_root(out: Path, name: str, source: str, baselines: dict[str, Path] | None = None) -> Path:
+    """OUT/<candidate>/<source>; the baseline on a source may be an existing run of the default
+    protocol (`baselines`: {source: folder}, read, never run)."""
+    if name == "baseline" and source in (baselines or {}):
+        return baselines[source]
+    return out / name / source
 
 
-def summarize(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baseline_btc: Path | None = None,
+def found_rate(rows: dict[tuple[int, int], dict], bar: float | None) -> int | None:
+    """Cells whose direction hit rate reaches `bar` (the control's found bar); None without one."""
+    return None if bar is None else sum(r["hit_rate"] >= bar for r in rows.values())
+
+
+def summarize(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baselines: dict[str, Path] | None = None,
               short: int = SHORT) -> dict:
     runs = []
     for name in candidates:
         for source in sources:
-            root = run_root(out, name, source, baseline_btc)
+            root = run_root(out, name, source, baselines)
             if not RunFolder(root).exists():
                 continue
             by_n = read_run(root, source)
@@ -205,6 +218,9 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baseline
                    "complete": RunFolder(root).is_complete(), "per_n": {n: per_n(r) for n, r in by_n.items()}}
             if source in CONTROLS:
                 run["nesting"] = nesting(by_n, short)
+                bar = control_found_bar(read_json(RunFolder(root).run_json)["data"])
+                for n, rows in by_n.items():
+                    run["per_n"][n]["found"] = found_rate(rows, bar)
             runs.append(run)
     return {"runs": runs}
 
@@ -220,26 +236,29 @@ def render(summary: dict) -> str:
              "their last update over the peak; noise: sd of the validation loss's change between evaluations. "
              f"Nesting: each N cut to {summary.get('short', SHORT)} bars minus the N={summary.get('short', SHORT)} "
              "model on the same test bars, paired over runs "
-             "(> 0: the long model lost short-range skill; fails = p < 0.05).", "",
-             "| candidate | source | N | cells | val loss at kept step | kept step | updates | lr / peak | noise "
-             "| test log-loss | nesting (log-loss) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(> 0: the long model lost short-range skill; fails = p < 0.05). Found: control cells whose "
+             "direction hit rate reaches half-way from a coin flip to the oracle's (the published controls' bar).",
+             "", "| candidate | source | N | cells | val loss at kept step | kept step | updates | lr / peak | noise "
+             "| test log-loss | found | nesting (log-loss) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in summary["runs"]:
         for n, row in run["per_n"].items():
             check = (run.get("nesting") or {}).get(n, {}).get("log_loss")
+            found = "-" if row.get("found") is None else f"{row['found']} of {row['cells']}"
             nest = "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
                                               f"{check['pairs']} pairs){' FAILS' if check['fails'] else ''}")
             lines.append(f"| {run['candidate']} | {run['source']}{'' if run['complete'] else ' (unfinished)'} | {n} "
                          f"| {row['cells']} | {_f(row['best_val_loss'], '.5f')} | {_f(row['best_step'], '.0f')} "
                          f"| {_f(row['kept_updates'], '.0f')} | {_f(row['kept_lr_ratio'], '.0%')} "
-                         f"| {_f(row['val_noise'], '.5f')} | {_f(row.get('test_log_loss'), '.5f')} | {nest} |")
+                         f"| {_f(row['val_noise'], '.5f')} | {_f(row.get('test_log_loss'), '.5f')} "
+                         f"| {found} | {nest} |")
     lines += ["", "Candidates: " + "; ".join(f"`{r}` = " + (" ".join(f"`--set {o}`" for o in CANDIDATES[r]) or
                                                              "the default protocol") for r in CANDIDATES), ""]
     return "\n".join(lines)
 
 
-def write_summary(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baseline_btc: Path | None = None,
+def write_summary(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baselines: dict[str, Path] | None = None,
                   short: int = SHORT) -> dict:
-    summary = summarize(out, candidates, sources, baseline_btc, short) | {"short": short}
+    summary = summarize(out, candidates, sources, baselines, short) | {"short": short}
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", render(summary))
     return summary
@@ -296,13 +315,23 @@ def _names(text: str, known) -> list[str]:
     return names
 
 
+def _baseline(text: str) -> tuple[str, Path]:
+    source, sep, folder = text.partition("=")
+    if not sep or source not in SOURCES or not folder:
+        raise argparse.ArgumentTypeError(f"--baseline is SOURCE=FOLDER with SOURCE one of {', '.join(SOURCES)}, "
+                                         f"got {text!r}")
+    if not RunFolder(folder).exists():
+        raise argparse.ArgumentTypeError(f"--baseline {source}: {folder} is not a run folder (no run.json)")
+    return source, Path(folder)
+
+
 def run_all(args) -> bool:
     """Every (source, candidate) sweep not complete, within the time budget; True when all are."""
     t0 = time.monotonic()
     for source in args.sources:
         for name in args.candidates:
-            folder = RunFolder(run_root(args.out, name, source, args.baseline_btc))
-            if (folder.exists() and folder.is_complete()) or folder.root == args.baseline_btc:  # read, never run
+            folder = RunFolder(run_root(args.out, name, source, args.baselines))
+            if (folder.exists() and folder.is_complete()) or folder.root in args.baselines.values():  # read, never run
                 continue
             left = None if args.time_budget is None else args.time_budget - (time.monotonic() - t0)
             if left is not None and left <= 0:
@@ -311,7 +340,7 @@ def run_all(args) -> bool:
             if cli.main(sweep_argv(name, source, args, left)) != 0:
                 raise SystemExit(f"the sweep of {name} on {source} failed")
     return all(RunFolder(args.out / n / s).is_complete() for n in args.candidates for s in args.sources
-               if run_root(args.out, n, s, args.baseline_btc) != args.baseline_btc)
+               if run_root(args.out, n, s, args.baselines) not in args.baselines.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,9 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", type=lambda t: _names(t, SOURCES), default=list(SOURCES),
                     help=f"comma-separated, from {', '.join(SOURCES)} (default: all)")
     ap.add_argument("--btc-data", default="data", help="the bar store of the btc source (default: data)")
-    ap.add_argument("--baseline-btc", type=Path, default=None, metavar="FOLDER",
-                    help="a finished run of the default protocol on BTC, read (validation view only) as the "
-                         "baseline's instead of running it, e.g. reports/h200-btcusdt-1m-second-edition")
+    ap.add_argument("--baseline", dest="baselines", type=_baseline, action="append", default=[],
+                    metavar="SOURCE=FOLDER",
+                    help="a finished run of the default protocol on SOURCE, read as the baseline's instead of "
+                         "running it (BTC: validation view only), e.g. btc=reports/h200-btcusdt-1m-second-edition "
+                         "or long-memory=reports/controls/protocol/long-memory; repeatable")
     ap.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"context lengths (default {DEFAULT_LENGTHS})")
     ap.add_argument("--short", type=int, default=SHORT, help=f"the nesting check's short N (default {SHORT})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic bars (default 0)")
@@ -336,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary of the runs in --out")
     ap.add_argument("--plan", action="store_true", help="print the GPU cost plan and exit")
     args = ap.parse_args(argv)
+    args.baselines = dict(args.baselines)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.plan:
         lengths = tuple(int(n) for n in args.lengths.split(","))
@@ -344,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     done = args.summary_only or run_all(args)
     if done:
-        write_summary(args.out, args.candidates, args.sources, args.baseline_btc, args.short)
+        write_summary(args.out, args.candidates, args.sources, args.baselines, args.short)
         log.info("summary: %s", args.out / "summary.md")
     else:
         log.info("unfinished: run the same command again to continue")

@@ -66,3 +66,28 @@ def test_the_cost_plan_in_the_docstring_is_the_calibrated_one():
     for name, seconds in plan.items():
         assert re.search(rf"{name}\s+{round(seconds / 3)} s\s+{round(seconds)} s", doc), name
     assert f"total                     {round(sum(plan.values()))} s" in doc
+
+
+def test_a_finished_run_is_read_as_a_sources_baseline_and_never_run_again(run, tmp_path):
+    out, argv = run
+    finished = out / "wsd-ema" / "iid"
+    source, folder = recipes._baseline(f"iid={finished}")
+    assert (source, folder) == ("iid", finished)
+    assert recipes.run_root(tmp_path, "baseline", "iid", {"iid": finished}) == finished
+    assert recipes.run_root(tmp_path, "ema", "iid", {"iid": finished}) == tmp_path / "ema" / "iid"
+    summary = recipes.summarize(tmp_path, ("baseline",), ("iid",), {"iid": finished}, short=32)
+    assert [r["run"] for r in summary["runs"]] == [str(finished)]
+
+
+@pytest.mark.parametrize("text, rule", [("nonsense", "SOURCE=FOLDER"), ("gold=runs/x", "SOURCE=FOLDER"),
+                                        ("iid=no/such/folder", "not a run folder")])
+def test_a_bad_baseline_is_refused_in_one_line(text, rule):
+    with pytest.raises(Exception, match=rule):
+        recipes._baseline(text)
+
+
+def test_found_counts_the_cells_at_or_past_the_controls_bar():
+    rows = {(0, 0): {"hit_rate": 0.61}, (1, 0): {"hit_rate": 0.5947}, (2, 0): {"hit_rate": 0.52}}
+    assert recipes.found_rate(rows, 0.5947) == 2
+    assert recipes.found_rate(rows, None) is None
+    assert recipes.CONTROLS["long-memory"].endswith("strength=0.2")  # the published positive control's

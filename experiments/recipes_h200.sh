@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Training-recipe candidates side by side on a lent H200 (issue 29, deliverable 2), several
+# experiments/recipes.py processes at once on the one GPU: each job is one candidate on its sources,
+# into its own folder, so the jobs never share a run folder. Their cost columns are not a measure
+# of one cell alone (the GPU time-slices between them). Run from the repository root there:
+#
+#   bash experiments/recipes_h200.sh      # resumable: run it again (with the returned state) until every job says complete
+#
+# A job is OUT|CANDIDATE|SOURCES|ARGS (ARGS: more recipes.py flags, e.g. "--set train.seeds=[0]"
+# for a one-seed screen or "--set model.patch=16" for patch tokens). State comes back in as
+# .carry/state-recipes.tar (what a run returns, in parts, as $OUT/state-recipes.tgz.*). Pass
+# TSFLASH_GIT_COMMIT=$(git rev-parse HEAD) so that run.json names the commit.
+source experiments/device_env.sh
+BUDGET_S=${BUDGET_S:-420}
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes|ema|long-memory|--set train.seeds=[0]
+runs/recipes|wsd|long-memory|--set train.seeds=[0]
+runs/recipes|wsd-ema|long-memory|--set train.seeds=[0]
+runs/recipes|short-mix|long-memory|--set train.seeds=[0]
+runs/recipes-patch16|baseline|long-memory|--set train.seeds=[0] --set model.patch=16"}
+
+pids=()
+i=0
+while IFS='|' read -r out candidate sources extra; do
+  [ -z "$out" ] && continue
+  i=$((i + 1))
+  # Two threads each: several processes on 16 cores, none starving the others' data work.
+  # shellcheck disable=SC2086  # ARGS is a list of flags
+  OMP_NUM_THREADS=2 timeout --signal=INT "${LIMIT_S:-560}" python3 experiments/recipes.py --out "$out" \
+    --candidates "$candidate" --sources "$sources" --device cuda --time-budget "$BUDGET_S" $extra \
+    > "$OUT/recipes-$i.log" 2>&1 &
+  pids+=("$!:$i:$candidate:$out")
+done <<< "$RECIPES_JOBS"
+for p in "${pids[@]}"; do
+  IFS=: read -r pid i candidate out <<< "$p"
+  wait "$pid"; echo "job $i ($candidate in $out) exit: $?"; grep -E '"complete"|Error|error:' "$OUT/recipes-$i.log" | tail -2
+done
+nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+# Cell summaries, fold scores, series, forecasts and ledgers come back; per-bar cell files and
+# checkpoints stay (an interrupted cell trains again). Returned files are capped in size: parts.
+tar czf - --exclude='*/checkpoints' --exclude='*/artifacts' --exclude='*/cells/*/*.npz' runs/recipes* \
+  | split -b 8m - "$OUT/state-recipes.tgz."
+ls -la "$OUT"
