@@ -59,7 +59,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -70,6 +69,7 @@ from tsflash.atomic import write_json, write_text  # noqa: E402
 from tsflash.bench.tables import control_found_bar  # noqa: E402
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.scoring.metrics import hit_rate_from_confusion  # noqa: E402
+from tsflash.stats.runs import one_sample_t  # noqa: E402
 
 log = logging.getLogger("recipes")
 
@@ -172,7 +172,9 @@ def per_n(rows: dict[tuple[int, int], dict]) -> dict:
 
 
 def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
-    """Each N > short cut to `short` bars minus the N=short model, per part, paired over (fold, seed)."""
+    """Each N > short cut to `short` bars minus the N=short model, per part, over training runs: the
+    run-level test (`tsflash.stats.runs`: the fold means over seeds of the run differences, a t over
+    the folds, df = folds - 1), so the seeds of one fold are not counted as independent."""
     if short not in by_n:
         return {}
     out = {}
@@ -183,11 +185,13 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
         for part in NESTING_PARTS:
             keys = sorted(k for k in set(rows) & set(by_n[short])
                           if part in rows[k]["cut"].get(short, {}) and part in by_n[short][k]["test"])
-            d = np.array([rows[k]["cut"][short][part] - by_n[short][k]["test"][part] for k in keys])
-            if len(d) == 0:
+            if not keys:
                 continue
-            p = float(stats.ttest_1samp(d, 0.0).pvalue) if len(d) > 1 and np.ptp(d) > 0 else math.nan
-            out[n][part] = {"pairs": len(d), "mean": float(d.mean()), "p": p,
+            folds = sorted({f for f, _ in keys})
+            d = np.array([np.mean([rows[k]["cut"][short][part] - by_n[short][k]["test"][part]
+                                   for k in keys if k[0] == f]) for f in folds])
+            p = one_sample_t(d)[4] if len(d) > 1 and np.ptp(d) > 0 else math.nan
+            out[n][part] = {"pairs": len(keys), "folds": len(folds), "mean": float(d.mean()), "p": float(p),
                             "fails": bool(d.mean() > 0 and p < ALPHA)}
     return out
 
@@ -205,17 +209,41 @@ def found_rate(rows: dict[tuple[int, int], dict], bar: float | None) -> int | No
     return None if bar is None else sum(r["hit_rate"] >= bar for r in rows.values())
 
 
+def pooled_runs(roots: list[Path], source: str) -> dict[int, dict[tuple[int, int], dict]]:
+    """The cells of run folders that differ only in their seeds, as one run: more training runs of
+    one configuration (e.g. a one-seed screen later given seeds 1 and 2 in a second folder)."""
+    def without_seeds(root: Path) -> dict:
+        config = read_json(RunFolder(root).config_json)
+        return config | {"train": {k: v for k, v in config["train"].items() if k != "seeds"}}
+
+    first = without_seeds(roots[0])
+    by_n: dict[int, dict] = {}
+    for root in roots:
+        if without_seeds(root) != first:
+            raise SystemExit(f"{root} and {roots[0]} differ in more than train.seeds: their runs cannot be pooled")
+        for n, rows in read_run(root, source).items():
+            if set(rows) & set(by_n.get(n, {})):
+                raise SystemExit(f"{root} repeats a (fold, seed) run of N={n} already read: pool disjoint seeds only")
+            by_n.setdefault(n, {}).update(rows)
+    return dict(sorted(by_n.items()))
+
+
 def summarize(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baselines: dict[str, Path] | None = None,
-              short: int = SHORT) -> dict:
+              short: int = SHORT, pools: tuple[Path, ...] = ()) -> dict:
+    """Per candidate and source; the same candidate and source in each of `pools` (other recipe
+    output folders, other seeds) is pooled with OUT's."""
     runs = []
     for name in candidates:
         for source in sources:
             root = run_root(out, name, source, baselines)
-            if not RunFolder(root).exists():
+            roots = [r for r in (root, *(p / name / source for p in pools)) if RunFolder(r).exists()]
+            if not roots:
                 continue
-            by_n = read_run(root, source)
-            run = {"candidate": name, "source": source, "run": str(root), "overrides": list(CANDIDATES[name]),
-                   "complete": RunFolder(root).is_complete(), "per_n": {n: per_n(r) for n, r in by_n.items()}}
+            root, by_n = roots[0], pooled_runs(roots, source)
+            run = {"candidate": name, "source": source, "run": ", ".join(map(str, roots)),
+                   "overrides": list(CANDIDATES[name]), "complete": all(RunFolder(r).is_complete() for r in roots),
+                   "per_n": {n: per_n(r) for n, r in by_n.items()},
+                   "patch": int(read_json(RunFolder(root).config_json)["model"].get("patch", 1))}
             if source in CONTROLS:
                 run["nesting"] = nesting(by_n, short)
                 bar = control_found_bar(read_json(RunFolder(root).run_json)["data"])
@@ -235,7 +263,7 @@ def render(summary: dict) -> str:
              "best validated step; updates: those the kept weights had (fewer after a rewind); lr: the rate of "
              "their last update over the peak; noise: sd of the validation loss's change between evaluations. "
              f"Nesting: each N cut to {summary.get('short', SHORT)} bars minus the N={summary.get('short', SHORT)} "
-             "model on the same test bars, paired over runs "
+             "model on the same test bars, over training runs (fold means over seeds, t over folds) "
              "(> 0: the long model lost short-range skill; fails = p < 0.05). Found: control cells whose "
              "direction hit rate reaches half-way from a coin flip to the oracle's (the published controls' bar).",
              "", "| candidate | source | N | cells | val loss at kept step | kept step | updates | lr / peak | noise "
@@ -245,8 +273,9 @@ def render(summary: dict) -> str:
             check = (run.get("nesting") or {}).get(n, {}).get("log_loss")
             found = "-" if row.get("found") is None else f"{row['found']} of {row['cells']}"
             nest = "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
-                                              f"{check['pairs']} pairs){' FAILS' if check['fails'] else ''}")
-            lines.append(f"| {run['candidate']} | {run['source']}{'' if run['complete'] else ' (unfinished)'} | {n} "
+                                              f"{check['pairs']} runs, {check.get('folds', '?')} folds){' FAILS' if check['fails'] else ''}")
+            label = run["candidate"] + (f" (patch tokens of {run['patch']} bars)" if run.get("patch", 1) > 1 else "")
+            lines.append(f"| {label} | {run['source']}{'' if run['complete'] else ' (unfinished)'} | {n} "
                          f"| {row['cells']} | {_f(row['best_val_loss'], '.5f')} | {_f(row['best_step'], '.0f')} "
                          f"| {_f(row['kept_updates'], '.0f')} | {_f(row['kept_lr_ratio'], '.0%')} "
                          f"| {_f(row['val_noise'], '.5f')} | {_f(row.get('test_log_loss'), '.5f')} "
@@ -257,8 +286,8 @@ def render(summary: dict) -> str:
 
 
 def write_summary(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baselines: dict[str, Path] | None = None,
-                  short: int = SHORT) -> dict:
-    summary = summarize(out, candidates, sources, baselines, short) | {"short": short}
+                  short: int = SHORT, pools: tuple[Path, ...] = ()) -> dict:
+    summary = summarize(out, candidates, sources, baselines, short, pools) | {"short": short}
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", render(summary))
     return summary
@@ -356,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a finished run of the default protocol on SOURCE, read as the baseline's instead of "
                          "running it (BTC: validation view only), e.g. btc=reports/h200-btcusdt-1m-second-edition "
                          "or long-memory=reports/controls/protocol/long-memory; repeatable")
+    ap.add_argument("--pool", type=Path, action="append", default=[], metavar="OUT2",
+                    help="another recipes output folder whose runs of the same candidate and source differ only "
+                         "in their seeds: pooled with --out's in the summary; repeatable")
     ap.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"context lengths (default {DEFAULT_LENGTHS})")
     ap.add_argument("--short", type=int, default=SHORT, help=f"the nesting check's short N (default {SHORT})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic bars (default 0)")
@@ -376,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     done = args.summary_only or run_all(args)
     if done:
-        write_summary(args.out, args.candidates, args.sources, args.baselines, args.short)
+        write_summary(args.out, args.candidates, args.sources, args.baselines, args.short, tuple(args.pool))
         log.info("summary: %s", args.out / "summary.md")
     else:
         log.info("unfinished: run the same command again to continue")

@@ -5,6 +5,7 @@ cells' test metrics; the GPU cost plan of its docstring is the calibrated table'
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import re
 
 import pytest
@@ -91,3 +92,51 @@ def test_found_counts_the_cells_at_or_past_the_controls_bar():
     assert recipes.found_rate(rows, 0.5947) == 2
     assert recipes.found_rate(rows, None) is None
     assert recipes.CONTROLS["long-memory"].endswith("strength=0.2")  # the published positive control's
+
+
+def _copy_run(src, dst, edit_cell=None, edit_config=None):
+    import shutil
+
+    shutil.copytree(src, dst)
+    for path in (dst / "cells").rglob("n*/*.cell.json"):
+        if edit_cell:
+            path.write_text(json.dumps(edit_cell(json.loads(path.read_text()))))
+    if edit_config:
+        path = dst / "config.json"
+        path.write_text(json.dumps(edit_config(json.loads(path.read_text()))))
+
+
+def test_runs_of_other_seeds_are_pooled_and_anything_else_refused(run, tmp_path):
+    out, _ = run
+    src = out / "wsd-ema" / "iid"
+    more = tmp_path / "more"
+    _copy_run(src, more / "wsd-ema" / "iid", edit_cell=lambda c: c | {"seed": c["seed"] + 10},
+              edit_config=lambda c: c | {"train": c["train"] | {"seeds": [10, 11]}})
+    pooled = recipes.summarize(out, ("wsd-ema",), ("iid",), short=32, pools=(more,))["runs"][0]
+    alone = recipes.summarize(out, ("wsd-ema",), ("iid",), short=32)["runs"][0]
+    assert pooled["per_n"][64]["cells"] == 8
+    assert alone["per_n"][64]["cells"] == 4
+    assert pooled["nesting"][64]["log_loss"]["pairs"] == 8 and alone["nesting"][64]["log_loss"]["pairs"] == 4
+    with pytest.raises(SystemExit, match="repeats a"):
+        recipes.summarize(out, ("wsd-ema",), ("iid",), short=32, pools=(out,))
+    other = tmp_path / "other"
+    _copy_run(src, other / "wsd-ema" / "iid", edit_cell=lambda c: c | {"seed": c["seed"] + 10},
+              edit_config=lambda c: c | {"train": c["train"] | {"steps": 99}})
+    with pytest.raises(SystemExit, match="differ in more than train.seeds"):
+        recipes.summarize(out, ("wsd-ema",), ("iid",), short=32, pools=(other,))
+
+
+def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkeypatch):
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)  # the summaries name their run folders relative to the repository
+    published = REPO / "reports" / "recipes"
+    main = recipes.summarize(Path("reports/recipes"), ("baseline", "short-mix", "ema", "wsd", "wsd-ema"),
+                             ("long-memory", "iid"), {"long-memory": Path("reports/controls/protocol/long-memory")},
+                             pools=(Path("reports/recipes/pools/seeds12"),)) | {"short": recipes.SHORT}
+    assert recipes.render(main) == (published / "summary.md").read_text()
+    patch = recipes.summarize(Path("reports/recipes/pools/patch16"), ("baseline",), ("long-memory",)) | {"short": 512}
+    assert recipes.render(patch) == (published / "pools" / "patch16" / "summary.md").read_text()
+    short_mix = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("short-mix", "long-memory"))
+    assert short_mix["per_n"][32768]["cells"] == 15 and short_mix["per_n"][32768]["found"] == 9
+    assert not short_mix["nesting"][32768]["log_loss"]["fails"]
