@@ -29,3 +29,40 @@ def test_every_aa_pair_and_replicate_names_a_committed_run_folder():
     folders = list(script.REPLICATES.values()) + [p for pair in script.AA_PAIRS.values() for p in pair]
     missing = [f for f in folders if not (REPO / f / "run.json").exists()]
     assert not missing, missing
+
+
+@pytest.fixture(scope="module")
+def tiny_aa(tmp_path_factory):
+    """A CPU-sized A/A replicate: the same tiny config on the clean iid null, seeds 0-1 and 2-3."""
+    from tests.conftest import one_thread
+    from tests.sweep.test_sweep import TINY
+    from tsflash import cli
+
+    out = tmp_path_factory.mktemp("aa")
+    with one_thread():
+        for name, seeds in (("a", "[0, 1]"), ("b", "[2, 3]")):
+            argv = ["sweep", "--data", "synthetic:iid:0", "--lengths", "32,64", "--out", str(out / name),
+                    "--device", "cpu", "--preset", "cpu", "--no-precision"]
+            for item in [*TINY, f"train.seeds={seeds}"]:
+                argv += ["--set", item]
+            assert cli.main(argv) == 0
+    return out
+
+
+def test_a_cpu_sized_aa_replicate_says_no_difference_and_a_planted_one_differs(tiny_aa):
+    script = _script()
+    run, replicate = script.Run(tiny_aa / "a"), script.Run(tiny_aa / "b")
+    lines, counts = script.replicate_section("tiny iid null", run, replicate)
+    assert counts["n"] == 4 and counts["rl"] == 0 and counts["rl_holm"] == 0  # 2 lengths x 2 scores
+    assert "seeds 0-1 against seeds 2-3" in lines[0]
+    assert counts["splits"] == 4 * 3  # the 2-against-2 splits of 4 seeds, per N and score
+
+    shifted = replicate.runs  # the replicate made worse by 0.05 nats per bar on every run: a true difference
+
+    def worse(key, score):
+        r = shifted(key, score)
+        return type(r)(r.label, r.fold, r.seed, r.day, r.loss + 0.05 * r.count, r.count)
+
+    replicate.runs = worse
+    _, planted = script.replicate_section("tiny iid null, planted", run, replicate)
+    assert planted["rl"] == planted["n"] == 4
