@@ -12,9 +12,10 @@ OUT/summary.md and summary.json, per candidate, source and N, from the cells' su
   rate of the kept weights' last update over the peak (today 83-91 %); the validation noise (sd of
   the change between successive evaluations before any decay, the 2.4x of N=32768 over 512);
 * on the controls only: the test log-loss per N and the nesting check, each N > 512 with its
-  context cut to 512 bars against the N=512 model on the same test bars, paired over (fold, seed)
-  runs (mean, t test; "fails" = significantly worse, p < 0.05), on the log-loss and, where cells
-  record them for the cut scoring, its flat-vs-move and up-vs-down parts.
+  context cut to 512 bars against the N=512 model on the same test bars, over training runs (the
+  run differences averaged over seeds within each fold, a t over the folds; "fails" = significantly
+  worse, p < 0.05), on the log-loss and, where cells record them for the cut scoring, its
+  flat-vs-move and up-vs-down parts; and on the positive control the cells that found the echo.
 
 BTC test metrics are never read: a cell is reduced to `validation_view` as it is loaded, and only a
 control source's cells also pass through `test_view`, which refuses any other source (the BTC runs'
@@ -45,7 +46,7 @@ The baseline on BTC is the published second edition's protocol: its cells
 (reports/h200-btcusdt-1m-second-edition) give the same validation view for 645 s less
 (`--baseline btc=FOLDER`; `--baseline long-memory=reports/controls/protocol/long-memory`
 likewise for the positive control). One seed instead of three divides everything by three but leaves the
-nesting check 5 pairs.
+nesting check 5 folds (one run each).
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
             d = np.array([np.mean([rows[k]["cut"][short][part] - by_n[short][k]["test"][part]
                                    for k in keys if k[0] == f]) for f in folds])
             p = one_sample_t(d)[4] if len(d) > 1 and np.ptp(d) > 0 else math.nan
-            out[n][part] = {"pairs": len(keys), "folds": len(folds), "mean": float(d.mean()), "p": float(p),
+            out[n][part] = {"runs": len(keys), "folds": len(folds), "mean": float(d.mean()), "p": float(p),
                             "fails": bool(d.mean() > 0 and p < ALPHA)}
     return out
 
@@ -212,18 +213,27 @@ def found_rate(rows: dict[tuple[int, int], dict], bar: float | None) -> int | No
 def pooled_runs(roots: list[Path], source: str) -> dict[int, dict[tuple[int, int], dict]]:
     """The cells of run folders that differ only in their seeds, as one run: more training runs of
     one configuration (e.g. a one-seed screen later given seeds 1 and 2 in a second folder)."""
-    def without_seeds(root: Path) -> dict:
-        config = read_json(RunFolder(root).config_json)
-        return config | {"train": {k: v for k, v in config["train"].items() if k != "seeds"}}
+    def identity(root: Path) -> dict:
+        """Everything that makes a run but its seeds: the config, the market and the preset."""
+        folder = RunFolder(root)
+        config, run = read_json(folder.config_json), read_json(folder.run_json)
+        flat = {f"{table}.{k}": v for table, values in config.items() if isinstance(values, dict)
+                for k, v in values.items()} | {k: v for k, v in config.items() if not isinstance(v, dict)}
+        flat.pop("train.seeds", None)
+        return flat | {"data": run.get("data"), "preset": run.get("preset")}
 
-    first = without_seeds(roots[0])
+    first = identity(roots[0])
     by_n: dict[int, dict] = {}
     for root in roots:
-        if without_seeds(root) != first:
-            raise SystemExit(f"{root} and {roots[0]} differ in more than train.seeds: their runs cannot be pooled")
+        other = identity(root)
+        if differ := sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k)):
+            k = differ[0]
+            raise SystemExit(f"runs are pooled only when they differ in train.seeds alone: {root} has {k}="
+                             f"{other.get(k)!r}, {roots[0]} {k}={first.get(k)!r} ({len(differ)} keys differ)")
         for n, rows in read_run(root, source).items():
-            if set(rows) & set(by_n.get(n, {})):
-                raise SystemExit(f"{root} repeats a (fold, seed) run of N={n} already read: pool disjoint seeds only")
+            if repeated := sorted(set(rows) & set(by_n.get(n, {}))):
+                raise SystemExit(f"runs are pooled only over disjoint seeds: {root} repeats N={n} (fold, seed) "
+                                 f"{repeated[0]} ({len(repeated)} runs repeated)")
             by_n.setdefault(n, {}).update(rows)
     return dict(sorted(by_n.items()))
 
@@ -273,7 +283,7 @@ def render(summary: dict) -> str:
             check = (run.get("nesting") or {}).get(n, {}).get("log_loss")
             found = "-" if row.get("found") is None else f"{row['found']} of {row['cells']}"
             nest = "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
-                                              f"{check['pairs']} runs, {check.get('folds', '?')} folds){' FAILS' if check['fails'] else ''}")
+                                              f"{check['runs']} runs, {check['folds']} folds){' FAILS' if check['fails'] else ''}")
             label = run["candidate"] + (f" (patch tokens of {run['patch']} bars)" if run.get("patch", 1) > 1 else "")
             lines.append(f"| {label} | {run['source']}{'' if run['complete'] else ' (unfinished)'} | {n} "
                          f"| {row['cells']} | {_f(row['best_val_loss'], '.5f')} | {_f(row['best_step'], '.0f')} "

@@ -23,16 +23,20 @@ i=0
 while IFS='|' read -r out candidate sources extra; do
   [ -z "$out" ] && continue
   i=$((i + 1))
+  read -ra flags <<< "$extra"  # ARGS split on blanks, never globbed (train.seeds=[0] is a pattern)
   # Two threads each: several processes on 16 cores, none starving the others' data work.
-  # shellcheck disable=SC2086  # ARGS is a list of flags
-  OMP_NUM_THREADS=2 timeout --signal=INT "${LIMIT_S:-560}" python3 experiments/recipes.py --out "$out" \
-    --candidates "$candidate" --sources "$sources" --device cuda --time-budget "$BUDGET_S" $extra \
-    > "$OUT/recipes-$i.log" 2>&1 &
-  pids+=("$!:$i:$candidate:$out")
+  OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "${LIMIT_S:-560}" python3 experiments/recipes.py \
+    --out "$out" --candidates "$candidate" --sources "$sources" --device cuda --time-budget "$BUDGET_S" \
+    "${flags[@]}" > "$OUT/recipes-$i.log" 2>&1 &
+  pids+=("$!|$i|$candidate|$out")
 done <<< "$RECIPES_JOBS"
+rc=0
 for p in "${pids[@]}"; do
-  IFS=: read -r pid i candidate out <<< "$p"
-  wait "$pid"; echo "job $i ($candidate in $out) exit: $?"; grep -E '"complete"|Error|error:' "$OUT/recipes-$i.log" | tail -2
+  IFS='|' read -r pid i candidate out <<< "$p"
+  wait "$pid"; job_rc=$?
+  echo "job $i ($candidate in $out) exit: $job_rc"; grep -E '"complete"|Error|error:' "$OUT/recipes-$i.log" | tail -2
+  # 124: stopped at LIMIT_S (resumable, its state comes back); anything else is a failure
+  [ "$job_rc" -ne 0 ] && [ "$job_rc" -ne 124 ] && rc=$job_rc
 done
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 # Cell summaries, fold scores, series, forecasts and ledgers come back; per-bar cell files and
@@ -40,3 +44,4 @@ nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 tar czf - --exclude='*/checkpoints' --exclude='*/artifacts' --exclude='*/cells/*/*.npz' runs/recipes* \
   | split -b 8m - "$OUT/state-recipes.tgz."
 ls -la "$OUT"
+exit $rc

@@ -251,7 +251,7 @@ def aa_total_lines(per_market: dict[str, dict[str, int]]) -> list[str]:
     below = float(scipy.stats.binom.sf(math.floor(0.05 * n), n, 0.05))  # P(more than 5 % of n say "differ")
     lines = ["### A/A over all markets (disjoint seeds)", "",
              "Each comparison alone at alpha 0.05 (a calibrated test says \"differ\" in 5 % of them: its rate is "
-             f"0.95 in expectation, and below 0.95 with probability {below:.2f} over {n} independent comparisons), "
+             f"0.95 in expectation, and below 0.95 with probability {below:.2f} over {n} comparisons if they were independent), "
              "and as question 1 decides: Holm over the market's (N, score) rows, a family-wise error of at most "
              "5 % per market.", "",
              "| test | comparisons | say \"no difference\" at alpha 0.05 | rate | exact 95 % interval |",

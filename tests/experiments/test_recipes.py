@@ -43,7 +43,7 @@ def test_a_tiny_run_summarises_validation_everywhere_and_tests_only_the_control(
     assert all("test_log_loss" not in row for row in by_source["btc"]["per_n"].values())
     assert "nesting" not in by_source["btc"]
     check = by_source["iid"]["nesting"]["64"]["log_loss"]
-    assert check["pairs"] == 4 and isinstance(check["fails"], bool)
+    assert check["runs"] == 4 and check["folds"] == 2 and isinstance(check["fails"], bool)
     assert "| wsd-ema | iid | 64 | 4 |" in (out / "summary.md").read_text()
 
 
@@ -116,14 +116,24 @@ def test_runs_of_other_seeds_are_pooled_and_anything_else_refused(run, tmp_path)
     alone = recipes.summarize(out, ("wsd-ema",), ("iid",), short=32)["runs"][0]
     assert pooled["per_n"][64]["cells"] == 8
     assert alone["per_n"][64]["cells"] == 4
-    assert pooled["nesting"][64]["log_loss"]["pairs"] == 8 and alone["nesting"][64]["log_loss"]["pairs"] == 4
-    with pytest.raises(SystemExit, match="repeats a"):
+    both, one = pooled["nesting"][64]["log_loss"], alone["nesting"][64]["log_loss"]
+    assert (both["runs"], both["folds"], one["runs"], one["folds"]) == (8, 2, 4, 2)
+    # copies of the same runs: the same fold means, so the run-level p stays (a t over runs would shrink it)
+    assert both["p"] == pytest.approx(one["p"], rel=1e-12) and both["mean"] == pytest.approx(one["mean"], rel=1e-12)
+    with pytest.raises(SystemExit, match="disjoint seeds: .* repeats N=32"):
         recipes.summarize(out, ("wsd-ema",), ("iid",), short=32, pools=(out,))
     other = tmp_path / "other"
     _copy_run(src, other / "wsd-ema" / "iid", edit_cell=lambda c: c | {"seed": c["seed"] + 10},
               edit_config=lambda c: c | {"train": c["train"] | {"steps": 99}})
-    with pytest.raises(SystemExit, match="differ in more than train.seeds"):
+    with pytest.raises(SystemExit, match="differ in train.seeds alone: .* has train.steps=99"):
         recipes.summarize(out, ("wsd-ema",), ("iid",), short=32, pools=(other,))
+    market = tmp_path / "market"
+    _copy_run(src, market / "wsd-ema" / "iid", edit_cell=lambda c: c | {"seed": c["seed"] + 10},
+              edit_config=lambda c: c | {"train": c["train"] | {"seeds": [10, 11]}})
+    run_json = market / "wsd-ema" / "iid" / "run.json"
+    run_json.write_text(json.dumps(json.loads(run_json.read_text()) | {"data": "synthetic:iid:7"}))
+    with pytest.raises(SystemExit, match="has data='synthetic:iid:7'"):
+        recipes.summarize(out, ("wsd-ema",), ("iid",), short=32, pools=(market,))
 
 
 def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkeypatch):

@@ -65,4 +65,4 @@ def test_a_cpu_sized_aa_replicate_says_no_difference_and_a_planted_one_differs(t
 
     replicate.runs = worse
     _, planted = script.replicate_section("tiny iid null, planted", run, replicate)
-    assert planted["rl"] == planted["n"] == 4
+    assert planted["rl"] == planted["rl_holm"] == planted["n"] == 4

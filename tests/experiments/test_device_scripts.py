@@ -1,0 +1,63 @@
+"""experiments/recipes_h200.sh, with `python3` and `nvidia-smi` stubbed: each job's flags reach
+recipes.py as written (split, never globbed), jobs run side by side, and the call fails when a
+job fails but not when one only reached its time limit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _stub(folder: Path, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A bare copy of the device scripts, a stub python3 that records its argv (exit code from the
+    job's --candidates: 'fail' exits 3, 'slow' 124) and a stub nvidia-smi."""
+    root = tmp_path / "checkout"
+    shutil.copytree(REPO / "experiments", root / "experiments")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    _stub(bin_, "python3", 'printf "%s\\n" "$@" > "$ARGV_DIR/$$.argv"\n'
+                           'case "$*" in *"--candidates fail"*) exit 3;; *"--candidates slow"*) exit 124;; esac\n')
+    _stub(bin_, "nvidia-smi", "echo stub\n")
+    (root / "train.seeds=0").write_text("")  # a file the pattern train.seeds=[0] would glob to
+    (tmp_path / "argv").mkdir()
+    return root, {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+                  "ARGV_DIR": str(tmp_path / "argv")}
+
+
+def _run(root: Path, env: dict, jobs: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "experiments/recipes_h200.sh"], cwd=root, env=env | {"RECIPES_JOBS": jobs},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_each_jobs_flags_reach_recipes_as_written(checkout):
+    root, env = checkout
+    done = _run(root, env, "runs/recipes|ema|long-memory|--set train.seeds=[0]\n"
+                           "runs/p16|baseline|long-memory,iid|--set train.seeds=[1,2] --set model.patch=16")
+    assert done.returncode == 0, done.stdout + done.stderr
+    argvs = sorted(p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv"))
+    assert len(argvs) == 2
+    by_out = {a[a.index("--out") + 1]: a for a in argvs}
+    assert by_out["runs/recipes"][-2:] == ["--set", "train.seeds=[0]"]
+    assert by_out["runs/p16"][-4:] == ["--set", "train.seeds=[1,2]", "--set", "model.patch=16"]
+    assert by_out["runs/p16"][by_out["runs/p16"].index("--sources") + 1] == "long-memory,iid"
+
+
+def test_a_failed_job_fails_the_call_and_a_timed_out_one_does_not(checkout):
+    root, env = checkout
+    assert _run(root, env, "runs/a|slow|iid|").returncode == 0
+    failed = _run(root, env, "runs/a|slow|iid|\nruns/b|fail|iid|")
+    assert failed.returncode == 3 and "job 2 (fail in runs/b) exit: 3" in failed.stdout
