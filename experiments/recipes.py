@@ -3,8 +3,10 @@ every N, chosen on the validation tails and the controls only, never on BTC test
 
 Each candidate is the default protocol with a few `--set` overrides (`CANDIDATES`), run as an
 ordinary resumable sweep (in this process, through the CLI) into its own run folder,
-OUT/<candidate>/<source>, on three sources (`SOURCES`): the positive control (synthetic:long-memory,
-a one-week echo only N=32768 reaches), the clean null (synthetic:iid) and BTC (the bar store). Then
+OUT/<candidate>/<source>, by default on three sources (`DEFAULT_SOURCES`): the positive control (synthetic:long-memory,
+a one-week echo only N=32768 reaches), the clean null (synthetic:iid) and BTC (the bar store);
+`--sources regime,random-walk` adds the slow hidden regime (a second positive control) and the
+random walk. Then
 OUT/summary.md and summary.json, per candidate, source and N, from the cells' summaries:
 
 * the validation loss at the kept step (of the kept weights: the average with train.ema_decay), the
@@ -86,9 +88,12 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "short-mix": ("train.short_fraction=0.25",),
 }
 # The published positive control (reports/controls/protocol/long-memory: the one-week echo at strength
-# 0.2, found by 5 of 15 N=32768 runs) and the clean null.
-CONTROLS = {"long-memory": "synthetic:long-memory:{seed}:strength=0.2", "iid": "synthetic:iid:{seed}"}
+# 0.2, found by 5 of 15 N=32768 runs) and the clean null by default; the slow regime (a second
+# positive control) and the random walk by name.
+CONTROLS = {"long-memory": "synthetic:long-memory:{seed}:strength=0.2", "iid": "synthetic:iid:{seed}",
+            "regime": "synthetic:regime:{seed}", "random-walk": "synthetic:random-walk:{seed}"}
 SOURCES = (*CONTROLS, "btc")
+DEFAULT_SOURCES = ("long-memory", "iid", "btc")
 DEFAULT_LENGTHS = "512,32768"
 SHORT = 512  # the nesting check's short context
 ALPHA = 0.05
@@ -238,7 +243,7 @@ def pooled_runs(roots: list[Path], source: str) -> dict[int, dict[tuple[int, int
     return dict(sorted(by_n.items()))
 
 
-def summarize(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baselines: dict[str, Path] | None = None,
+def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, baselines: dict[str, Path] | None = None,
               short: int = SHORT, pools: tuple[Path, ...] = ()) -> dict:
     """Per candidate and source; the same candidate and source in each of `pools` (other recipe
     output folders, other seeds) is pooled with OUT's."""
@@ -295,7 +300,7 @@ def render(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_summary(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, baselines: dict[str, Path] | None = None,
+def write_summary(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, baselines: dict[str, Path] | None = None,
                   short: int = SHORT, pools: tuple[Path, ...] = ()) -> dict:
     summary = summarize(out, candidates, sources, baselines, short, pools) | {"short": short}
     write_json(out / "summary.json", summary)
@@ -307,7 +312,7 @@ def write_summary(out: Path, candidates=tuple(CANDIDATES), sources=SOURCES, base
 # The cost plan
 
 
-def cost_plan(candidates=tuple(CANDIDATES), n_sources: int = len(SOURCES), lengths=(512, 32768), folds: int = 5,
+def cost_plan(candidates=tuple(CANDIDATES), n_sources: int = len(DEFAULT_SOURCES), lengths=(512, 32768), folds: int = 5,
               seeds: int = 3) -> dict[str, float]:
     """Seconds of one H200 per candidate over `n_sources` sweeps, from the calibrated H200 cells
     (means of CALIBRATION's rows per N) at the default protocol's size."""
@@ -387,8 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("runs/recipes"), help="folder of the run folders and the summary")
     ap.add_argument("--candidates", type=lambda t: _names(t, CANDIDATES), default=list(CANDIDATES),
                     help=f"comma-separated, from {', '.join(CANDIDATES)} (default: all)")
-    ap.add_argument("--sources", type=lambda t: _names(t, SOURCES), default=list(SOURCES),
-                    help=f"comma-separated, from {', '.join(SOURCES)} (default: all)")
+    ap.add_argument("--sources", type=lambda t: _names(t, SOURCES), default=list(DEFAULT_SOURCES),
+                    help=f"comma-separated, from {', '.join(SOURCES)} (default: {','.join(DEFAULT_SOURCES)})")
     ap.add_argument("--btc-data", default="data", help="the bar store of the btc source (default: data)")
     ap.add_argument("--baseline", dest="baselines", type=_baseline, action="append", default=[],
                     metavar="SOURCE=FOLDER",

@@ -12,11 +12,12 @@
 # TSFLASH_GIT_COMMIT=$(git rev-parse HEAD) so that run.json names the commit.
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
-RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes|ema|long-memory|--set train.seeds=[0]
-runs/recipes|wsd|long-memory|--set train.seeds=[0]
-runs/recipes|wsd-ema|long-memory|--set train.seeds=[0]
-runs/recipes|short-mix|long-memory|--set train.seeds=[0]
-runs/recipes-patch16|baseline|long-memory|--set train.seeds=[0] --set model.patch=16"}
+# The default jobs are the next measurements after reports/recipes/ (its README, "What remains"):
+# the default and short-mix on the second positive control, and patch tokens given the per-bar
+# model's labels per step. The first screen's jobs are in that README.
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes|baseline|regime|--set train.seeds=[0]
+runs/recipes|short-mix|regime|--set train.seeds=[0]
+runs/recipes-patch16-labels|baseline|long-memory|--set train.seeds=[0] --set model.patch=16 --set train.tokens_per_step=2097152"}
 
 pids=()
 i=0
