@@ -11,6 +11,7 @@ created with useradd on first use): PostgreSQL refuses to run as root."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -70,24 +71,34 @@ def test_workers_share_a_postgres_study_and_survive_a_sigkill(postgres, one_work
     run = tmp_path / "run"
     logs = {name: tmp_path / f"{name}.log" for name in ("host_a", "host_b")}
     # "host A": two workers (--devices cpu,cpu); "host B": one worker, the one that will be killed
+    # its own process group: A and its two spawned workers are paused together (below)
     host_a = subprocess.Popen(tiny_argv(run, "--devices", "cpu,cpu", "--storage", url), cwd=REPO, env=HEARTBEAT_ENV,
-                              stdout=subprocess.PIPE, stderr=logs["host_a"].open("w"), text=True)
+                              stdout=subprocess.PIPE, stderr=logs["host_a"].open("w"), text=True, start_new_session=True)
     host_b = None
     try:
         wait_for(r"started 2 workers", logs["host_a"], host_a, timeout=150)  # run.json is A's until then
+        # A's workers are still starting (spawned interpreters, no cell popped, no heartbeat yet): they
+        # wait until B is ready to pop, so that B runs a cell however fast A's workers would have been
+        os.killpg(host_a.pid, signal.SIGSTOP)
         argv_b = tiny_argv(run, "--device", "cpu", "--storage", url)
         argv_b.insert(argv_b.index("sweep"), "-v")  # step lines are DEBUG: -v shows them on B's console
         host_b = subprocess.Popen(argv_b, cwd=REPO, env=HEARTBEAT_ENV,
                                   stdout=subprocess.DEVNULL, stderr=logs["host_b"].open("w"))
+        try:
+            wait_for(r"data ready", logs["host_b"], host_b, timeout=150)
+        finally:
+            os.killpg(host_a.pid, signal.SIGCONT)
         step = wait_for(r"(n\d+ fold \d+ seed \d+): step \d+ of \d+", logs["host_b"], host_b, timeout=150)
         host_b.send_signal(signal.SIGKILL)  # in the middle of a model cell
         host_b.wait()
         out, _ = host_a.communicate(timeout=240)
     finally:
-        for proc in (host_a, host_b):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        if host_a.poll() is None:
+            os.killpg(host_a.pid, signal.SIGKILL)  # A's workers too
+            host_a.wait()
+        if host_b is not None and host_b.poll() is None:
+            host_b.kill()
+            host_b.wait()
     killed_cell = step.group(1)
     assert host_b.returncode == -signal.SIGKILL
     assert host_a.returncode == 0, logs["host_a"].read_text()[-3000:]
