@@ -37,7 +37,7 @@ if str(REPO) not in sys.path:
 from tsflash.atomic import write_text  # noqa: E402
 from tsflash.commands.options import parse_overrides  # noqa: E402
 from tsflash.runfolder import RunFolder  # noqa: E402
-from tsflash.stats.runs import one_sample_t  # noqa: E402
+from tsflash.stats.runs import run_level_test, runs_from_means  # noqa: E402
 
 log = logging.getLogger("patch_budget")
 
@@ -75,14 +75,20 @@ def run_arms(out: Path) -> None:
 def arm_summary(root: Path) -> dict:
     """Mean test log-loss per N over runs, and the far-context gain over training runs."""
     cells, _ = RunFolder(root).cell_summaries()
-    loss = {(int(c["n"]), int(c["fold"]), int(c["seed"])): float(c["metrics"]["log_loss"]) for c in cells}
+    metrics = {(int(c["n"]), int(c["fold"]), int(c["seed"])): c["metrics"] for c in cells}
     short, long_ = LENGTHS
-    runs = sorted((f, s) for n, f, s in loss if n == long_ and (short, f, s) in loss)
-    folds = sorted({f for f, _ in runs})
-    gain = np.array([np.mean([loss[short, f, s] - loss[long_, f, s] for g, s in runs if g == f]) for f in folds])
-    mean, se, df, _, p, ci = one_sample_t(gain)
-    return {"log_loss": {n: float(np.mean([v for (m, _, _), v in loss.items() if m == n])) for n in LENGTHS},
-            "runs": len(runs), "folds": len(folds), "gain": mean, "se": se, "df": df, "p": p, "ci": list(ci)}
+    runs = sorted((f, s) for n, f, s in metrics if n == long_ and (short, f, s) in metrics)
+
+    def arm(n: int):
+        return runs_from_means(f"N={n}", [f for f, _ in runs], [s for _, s in runs],
+                               [metrics[n, f, s]["log_loss"] for f, s in runs],
+                               [metrics[n, f, s]["n_scored"] for f, s in runs])
+
+    r = run_level_test(arm(long_), arm(short), min_seeds_per_fold=1)  # short minus long: the far context's gain
+    return {"log_loss": {n: float(np.mean([m["log_loss"] for (k, _, _), m in metrics.items() if k == n]))
+                         for n in LENGTHS},
+            "runs": len(runs), "folds": len(r.folds), "gain": r.estimate, "se": r.se, "df": r.df, "p": r.p,
+            "ci": list(r.ci)}
 
 
 def summarize(out: Path) -> dict:

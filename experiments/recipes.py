@@ -72,7 +72,7 @@ from tsflash.atomic import write_json, write_text  # noqa: E402
 from tsflash.bench.tables import control_found_bar  # noqa: E402
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.scoring.metrics import hit_rate_from_confusion  # noqa: E402
-from tsflash.stats.runs import one_sample_t  # noqa: E402
+from tsflash.stats.runs import Runs, run_level_test, runs_from_means  # noqa: E402
 
 log = logging.getLogger("recipes")
 
@@ -191,14 +191,18 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
         for part in NESTING_PARTS:
             keys = sorted(k for k in set(rows) & set(by_n[short])
                           if part in rows[k]["cut"].get(short, {}) and part in by_n[short][k]["test"])
-            if not keys:
-                continue
             folds = sorted({f for f, _ in keys})
-            d = np.array([np.mean([rows[k]["cut"][short][part] - by_n[short][k]["test"][part]
-                                   for k in keys if k[0] == f]) for f in folds])
-            p = one_sample_t(d)[4] if len(d) > 1 and np.ptp(d) > 0 else math.nan
-            out[n][part] = {"runs": len(keys), "folds": len(folds), "mean": float(d.mean()), "p": float(p),
-                            "fails": bool(d.mean() > 0 and p < ALPHA)}
+            if len(folds) < 2:  # the run-level test's df is folds - 1
+                continue
+
+            def arm(label: str, loss) -> Runs:
+                return runs_from_means(label, [f for f, _ in keys], [s for _, s in keys], [loss(k) for k in keys],
+                                       [by_n[short][k]["n_scored"] for k in keys])
+
+            r = run_level_test(arm(f"N={short}", lambda k: by_n[short][k]["test"][part]),
+                               arm(f"N={n} cut", lambda k: rows[k]["cut"][short][part]), min_seeds_per_fold=1)
+            out[n][part] = {"runs": len(keys), "folds": len(folds), "mean": r.estimate, "p": r.p,
+                            "fails": bool(r.estimate > 0 and r.p < ALPHA)}
     return out
 
 
@@ -215,9 +219,10 @@ def found_rate(rows: dict[tuple[int, int], dict], bar: float | None) -> int | No
     return None if bar is None else sum(r["hit_rate"] >= bar for r in rows.values())
 
 
-def pooled_runs(roots: list[Path], source: str) -> dict[int, dict[tuple[int, int], dict]]:
+def pooled_runs(roots: list[Path], source: str) -> tuple[dict, dict[int, dict[tuple[int, int], dict]]]:
     """The cells of run folders that differ only in their seeds, as one run: more training runs of
-    one configuration (e.g. a one-seed screen later given seeds 1 and 2 in a second folder)."""
+    one configuration (e.g. a one-seed screen later given seeds 1 and 2 in a second folder).
+    Returns (what they share: the flattened config without seeds, the market, the preset; the cells)."""
     def identity(root: Path) -> dict:
         """Everything that makes a run but its seeds: the config, the market and the preset."""
         folder = RunFolder(root)
@@ -240,7 +245,7 @@ def pooled_runs(roots: list[Path], source: str) -> dict[int, dict[tuple[int, int
                 raise SystemExit(f"runs are pooled only over disjoint seeds: {root} repeats N={n} (fold, seed) "
                                  f"{repeated[0]} ({len(repeated)} runs repeated)")
             by_n.setdefault(n, {}).update(rows)
-    return dict(sorted(by_n.items()))
+    return first, dict(sorted(by_n.items()))
 
 
 def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, baselines: dict[str, Path] | None = None,
@@ -254,14 +259,13 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
             roots = [r for r in (root, *(p / name / source for p in pools)) if RunFolder(r).exists()]
             if not roots:
                 continue
-            root, by_n = roots[0], pooled_runs(roots, source)
+            shared, by_n = pooled_runs(roots, source)
             run = {"candidate": name, "source": source, "run": ", ".join(map(str, roots)),
                    "overrides": list(CANDIDATES[name]), "complete": all(RunFolder(r).is_complete() for r in roots),
-                   "per_n": {n: per_n(r) for n, r in by_n.items()},
-                   "patch": int(read_json(RunFolder(root).config_json)["model"].get("patch", 1))}
+                   "per_n": {n: per_n(r) for n, r in by_n.items()}, "patch": int(shared.get("model.patch", 1))}
             if source in CONTROLS:
                 run["nesting"] = nesting(by_n, short)
-                bar = control_found_bar(read_json(RunFolder(root).run_json)["data"])
+                bar = control_found_bar(shared["data"])
                 for n, rows in by_n.items():
                     run["per_n"][n]["found"] = found_rate(rows, bar)
             runs.append(run)
