@@ -248,6 +248,30 @@ def pooled_runs(roots: list[Path], source: str) -> tuple[dict, dict[int, dict[tu
     return first, dict(sorted(by_n.items()))
 
 
+def extra_overrides(root: Path, name: str) -> list[str]:
+    """The `--set` items a run had beyond its candidate's and its seeds (e.g. train.patience=0 for a
+    screen of the stopping rule), from run.json's command: they belong in the row's label."""
+    import shlex
+
+    words = shlex.split(read_json(RunFolder(root).run_json).get("command", ""))
+    items = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--set"]
+    return [i for i in items if not i.startswith("train.seeds=") and i not in CANDIDATES[name]]
+
+
+def stopping(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: int) -> dict | None:
+    """Found against stopped: the stop steps of the cells that found the planted effect and of those
+    that did not, and how many of the latter the stopping rule ended before `max_steps` (a run
+    stopped early cannot find what it would have found later)."""
+    if bar is None or not rows:
+        return None
+    found = [r["stop_step"] for r in rows.values() if r["hit_rate"] >= bar and r.get("stop_step") is not None]
+    missed = [r["stop_step"] for r in rows.values() if r["hit_rate"] < bar and r.get("stop_step") is not None]
+    return {"found": len(found), "missed": len(missed), "max_steps": max_steps,
+            "found_stop": [min(found), max(found)] if found else None,
+            "missed_stop": [min(missed), max(missed)] if missed else None,
+            "missed_early": sum(s < max_steps for s in missed)}
+
+
 def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, baselines: dict[str, Path] | None = None,
               short: int = SHORT, pools: tuple[Path, ...] = ()) -> dict:
     """Per candidate and source; the same candidate and source in each of `pools` (other recipe
@@ -262,18 +286,27 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
             shared, by_n = pooled_runs(roots, source)
             run = {"candidate": name, "source": source, "run": ", ".join(map(str, roots)),
                    "overrides": list(CANDIDATES[name]), "complete": all(RunFolder(r).is_complete() for r in roots),
-                   "per_n": {n: per_n(r) for n, r in by_n.items()}, "patch": int(shared.get("model.patch", 1))}
+                   "per_n": {n: per_n(r) for n, r in by_n.items()}, "patch": int(shared.get("model.patch", 1)),
+                   "extra": extra_overrides(roots[0], name)}
             if source in CONTROLS:
                 run["nesting"] = nesting(by_n, short)
                 bar = control_found_bar(shared["data"])
                 for n, rows in by_n.items():
                     run["per_n"][n]["found"] = found_rate(rows, bar)
+                    if n == max(by_n) and n > short and (stops := stopping(rows, bar, int(shared["train.steps"]))):
+                        run["per_n"][n]["stopping"] = stops
             runs.append(run)
     return {"runs": runs}
 
 
 def _f(x, spec: str = ".4f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def _label(run: dict) -> str:
+    """The candidate, its patch size and any --set beyond the candidate's (a screen's own knob)."""
+    extra = "".join(f" `{o}`" for o in run.get("extra", ()) if not o.startswith("model.patch="))
+    return run["candidate"] + extra + (f" (patch tokens of {run['patch']} bars)" if run.get("patch", 1) > 1 else "")
 
 
 def render(summary: dict) -> str:
@@ -293,12 +326,25 @@ def render(summary: dict) -> str:
             found = "-" if row.get("found") is None else f"{row['found']} of {row['cells']}"
             nest = "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
                                               f"{check['runs']} runs, {check['folds']} folds){' FAILS' if check['fails'] else ''}")
-            label = run["candidate"] + (f" (patch tokens of {run['patch']} bars)" if run.get("patch", 1) > 1 else "")
+            label = _label(run)
             lines.append(f"| {label} | {run['source']}{'' if run['complete'] else ' (unfinished)'} | {n} "
                          f"| {row['cells']} | {_f(row['best_val_loss'], '.5f')} | {_f(row['best_step'], '.0f')} "
                          f"| {_f(row['kept_updates'], '.0f')} | {_f(row['kept_lr_ratio'], '.0%')} "
                          f"| {_f(row['val_noise'], '.5f')} | {_f(row.get('test_log_loss'), '.5f')} "
                          f"| {found} | {nest} |")
+    stops = [(run, n, row["stopping"]) for run in summary["runs"] for n, row in run["per_n"].items() if row.get("stopping")]
+    if stops:
+        lines += ["", "## Found against stopped", "",
+                  "Stop step: where the stopping rule ended the cell (validated stopping: patience evaluations "
+                  "without improvement) or the step limit. A cell stopped early cannot find what later steps "
+                  "would have found.", "",
+                  "| candidate | source | N | found | their stop steps | not found | their stop steps "
+                  "| not found, stopped before the limit |", "|---|---|---|---|---|---|---|---|"]
+        for run, n, st in stops:
+            span = lambda r: "-" if r is None else (f"{r[0]}" if r[0] == r[1] else f"{r[0]}-{r[1]}")  # noqa: E731
+            lines.append(f"| {_label(run)} | {run['source']} | {n} | {st['found']} | {span(st['found_stop'])} "
+                         f"| {st['missed']} | {span(st['missed_stop'])} | {st['missed_early']} of {st['missed']} "
+                         f"(limit {st['max_steps']}) |")
     lines += ["", "Candidates: " + "; ".join(f"`{r}` = " + (" ".join(f"`--set {o}`" for o in CANDIDATES[r]) or
                                                              "the default protocol") for r in CANDIDATES), ""]
     return "\n".join(lines)

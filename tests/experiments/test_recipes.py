@@ -44,7 +44,8 @@ def test_a_tiny_run_summarises_validation_everywhere_and_tests_only_the_control(
     assert "nesting" not in by_source["btc"]
     check = by_source["iid"]["nesting"]["64"]["log_loss"]
     assert check["runs"] == 4 and check["folds"] == 2 and isinstance(check["fails"], bool)
-    assert "| wsd-ema | iid | 64 | 4 |" in (out / "summary.md").read_text()
+    # the row names the candidate and the run's own --set items beyond it
+    assert re.search(r"\| wsd-ema `[^|]*train\.patience=1`[^|]* \| iid \| 64 \| 4 \|", (out / "summary.md").read_text())
 
 
 def test_the_btc_cells_test_metrics_are_never_read(run):
@@ -92,6 +93,23 @@ def test_found_counts_the_cells_at_or_past_the_controls_bar():
     assert recipes.found_rate(rows, 0.5947) == 2
     assert recipes.found_rate(rows, None) is None
     assert recipes.CONTROLS["long-memory"].endswith("strength=0.2")  # the published positive control's
+
+
+def test_stopping_splits_the_stop_steps_by_found_and_counts_the_early_stops():
+    rows = {(0, 0): {"hit_rate": 0.66, "stop_step": 600}, (1, 0): {"hit_rate": 0.61, "stop_step": 460},
+            (2, 0): {"hit_rate": 0.52, "stop_step": 240}, (3, 0): {"hit_rate": 0.51, "stop_step": 600}}
+    st = recipes.stopping(rows, 0.5947, 600)
+    assert (st["found"], st["found_stop"], st["missed"], st["missed_stop"], st["missed_early"]) == (2, [460, 600], 2, [240, 600], 1)
+    assert recipes.stopping(rows, None, 600) is None
+
+
+def test_a_runs_own_overrides_beyond_its_candidates_name_its_row(run):
+    out, _ = run
+    # the fixture's --set items (TINY_VALIDATED, seeds left out) are beyond the candidate's own
+    extra = recipes.extra_overrides(out / "wsd-ema" / "iid", "wsd-ema")
+    assert "train.patience=1" in extra and not any(e.startswith("train.seeds=") for e in extra)
+    assert not set(extra) & set(recipes.CANDIDATES["wsd-ema"])
+    assert "`train.patience=1`" in recipes._label({"candidate": "wsd-ema", "extra": extra, "patch": 1})
 
 
 def _copy_run(src, dst, edit_cell=None, edit_config=None):
@@ -142,11 +160,17 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     monkeypatch.chdir(REPO)  # the summaries name their run folders relative to the repository
     published = REPO / "reports" / "recipes"
     main = recipes.summarize(Path("reports/recipes"), ("baseline", "short-mix", "ema", "wsd", "wsd-ema"),
-                             ("long-memory", "iid"), {"long-memory": Path("reports/controls/protocol/long-memory")},
+                             ("long-memory", "iid", "btc"),
+                             {"long-memory": Path("reports/controls/protocol/long-memory"),
+                              "btc": Path("reports/h200-btcusdt-1m-second-edition")},
                              pools=(Path("reports/recipes/pools/seeds12"),)) | {"short": recipes.SHORT}
     assert recipes.render(main) == (published / "summary.md").read_text()
-    patch = recipes.summarize(Path("reports/recipes/pools/patch16"), ("baseline",), ("long-memory",)) | {"short": 512}
-    assert recipes.render(patch) == (published / "pools" / "patch16" / "summary.md").read_text()
+    for pool, candidate in (("patch16", "baseline"), ("patch16-labels", "baseline"), ("steps1200", "short-mix")):
+        one = recipes.summarize(Path("reports/recipes/pools") / pool, (candidate,), ("long-memory",)) | {"short": 512}
+        assert recipes.render(one) == (published / "pools" / pool / "summary.md").read_text(), pool
+    # every N=32768 cell of the echo that missed it was ended by the stopping rule before the limit
+    baseline = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("baseline", "long-memory"))
+    assert baseline["per_n"][32768]["stopping"]["missed_early"] == baseline["per_n"][32768]["stopping"]["missed"] == 10
     short_mix = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("short-mix", "long-memory"))
     assert short_mix["per_n"][32768]["cells"] == 15 and short_mix["per_n"][32768]["found"] == 9
     assert not short_mix["nesting"][32768]["log_loss"]["fails"]
