@@ -13,11 +13,10 @@
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
 # The default jobs are the next measurements after reports/recipes/ (its README, "What remains"):
-# the default and short-mix on the second positive control, and patch tokens given the per-bar
-# model's labels per step. The first screen's jobs are in that README.
-RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes|baseline|regime|--set train.seeds=[0]
-runs/recipes|short-mix|regime|--set train.seeds=[0]
-runs/recipes-patch16-labels|baseline|long-memory|--set train.seeds=[0] --set model.patch=16 --set train.tokens_per_step=2097152"}
+# short-mix that never stops early (every N=32768 echo run that missed the echo was ended by the
+# stopping rule before the step limit), N=32768 only, on the seeds with the most misses. The
+# earlier screens' jobs are in that README.
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-patience0|short-mix|long-memory|--lengths 32768 --set train.seeds=[1,2] --set train.patience=0"}
 
 pids=()
 i=0
