@@ -54,6 +54,7 @@ nesting check 5 folds (one run each).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -272,10 +273,47 @@ def stopping(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: in
             "missed_early": sum(s < max_steps for s in missed)}
 
 
+def best_of(rows: dict[tuple[int, int], dict], bar: float | None, k: int) -> dict | None:
+    """Validated restarts: of k seeds of one fold, keep the cell with the lowest validation loss
+    (validation only, as any selection here), over every k-subset of each fold's seeds; how many of
+    the kept cells found the planted effect. Subsets of one fold share seeds: they are not
+    independent runs."""
+    if bar is None:
+        return None
+    folds: dict[int, list[dict]] = {}
+    for (fold, _seed), row in sorted(rows.items()):
+        folds.setdefault(fold, []).append(row)
+    kept = [min(combo, key=lambda r: r["best_val_loss"]) for cells in folds.values()
+            for combo in itertools.combinations(cells, k)]
+    return {"k": k, "found": sum(r["hit_rate"] >= bar for r in kept), "of": len(kept)} if kept else None
+
+
+def validation_prefers_finders(rows: dict[tuple[int, int], dict], bar: float | None) -> dict | None:
+    """Of the (found, missed) pairs of cells within one fold, those in which the finder has the lower
+    validation loss: whether a validated choice among seeds can tell a finder from a miss."""
+    if bar is None:
+        return None
+    pairs = [(a, b) for (fa, _), a in rows.items() for (fb, _), b in rows.items()
+             if fa == fb and a["hit_rate"] >= bar > b["hit_rate"]]
+    return {"pairs": len(pairs), "finder_lower": sum(a["best_val_loss"] < b["best_val_loss"] for a, b in pairs)}
+
+
+def paired_outcomes(rows: dict[tuple[int, int], dict], other: dict[tuple[int, int], dict], bar: float | None) -> dict | None:
+    """The same (fold, seed) under two rules: in how many pairs the found/missed outcome is the same."""
+    keys = sorted(set(rows) & set(other))
+    if bar is None or not keys:
+        return None
+    here = [rows[k]["hit_rate"] >= bar for k in keys]
+    there = [other[k]["hit_rate"] >= bar for k in keys]
+    return {"pairs": len(keys), "same": sum(a == b for a, b in zip(here, there)),
+            "found_here": sum(here), "found_there": sum(there)}
+
+
 def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, baselines: dict[str, Path] | None = None,
-              short: int = SHORT, pools: tuple[Path, ...] = ()) -> dict:
+              short: int = SHORT, pools: tuple[Path, ...] = (), versus: tuple[Path, ...] = ()) -> dict:
     """Per candidate and source; the same candidate and source in each of `pools` (other recipe
-    output folders, other seeds) is pooled with OUT's."""
+    output folders, other seeds) is pooled with OUT's; in `versus` (other folders, another rule, e.g.
+    another stopping rule) its cells are paired with OUT's by (fold, seed) at the longest N."""
     runs = []
     for name in candidates:
         for source in sources:
@@ -294,7 +332,14 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
                 for n, rows in by_n.items():
                     run["per_n"][n]["found"] = found_rate(rows, bar)
                     if n == max(by_n) and n > short and (stops := stopping(rows, bar, int(shared["train.steps"]))):
+                        seeds = len({s for _f, s in rows})
+                        stops["best_of"] = [b for k in range(2, seeds + 1) if (b := best_of(rows, bar, k))]
+                        stops["validation"] = validation_prefers_finders(rows, bar)
                         run["per_n"][n]["stopping"] = stops
+                others = [r for r in (v / name / source for v in versus) if RunFolder(r).exists()]
+                if others and (longest := max(by_n)) in (theirs := pooled_runs(others, source)[1]):
+                    run["versus"] = {"folders": list(map(str, others)), "n": longest,
+                                     **(paired_outcomes(by_n[longest], theirs[longest], bar) or {})}
             runs.append(run)
     return {"runs": runs}
 
@@ -334,25 +379,38 @@ def render(summary: dict) -> str:
                          f"| {found} | {nest} |")
     stops = [(run, n, row["stopping"]) for run in summary["runs"] for n, row in run["per_n"].items() if row.get("stopping")]
     if stops:
-        lines += ["", "## Found against stopped", "",
+        lines += ["", "## Found against stopped, and validated restarts", "",
                   "Stop step: where the stopping rule ended the cell (validated stopping: patience evaluations "
-                  "without improvement) or the step limit. A cell stopped early cannot find what later steps "
-                  "would have found.", "",
+                  "without improvement) or the step limit; whether a miss is the stopping rule's doing is tested "
+                  "by the same runs with `train.patience=0` (never stop early). Best of k: of k seeds of one fold, "
+                  "the cell with the lowest validation loss is kept; over every k-subset of each fold's seeds "
+                  "(subsets of one fold share seeds, so they are not independent runs). Finder's validation loss lower: "
+                  "of the pairs of one fold's cells in which one found the effect and the other did not.", "",
                   "| candidate | source | N | found | their stop steps | not found | their stop steps "
-                  "| not found, stopped before the limit |", "|---|---|---|---|---|---|---|---|"]
+                  "| not found, stopped before the limit | found, best of k seeds by validation "
+                  "| finder's validation loss lower (within-fold pairs) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for run, n, st in stops:
             span = lambda r: "-" if r is None else (f"{r[0]}" if r[0] == r[1] else f"{r[0]}-{r[1]}")  # noqa: E731
             lines.append(f"| {_label(run)} | {run['source']} | {n} | {st['found']} | {span(st['found_stop'])} "
                          f"| {st['missed']} | {span(st['missed_stop'])} | {st['missed_early']} of {st['missed']} "
-                         f"(limit {st['max_steps']}) |")
+                         f"(limit {st['max_steps']}) | "
+                         + ("; ".join(f"k={b['k']}: {b['found']} of {b['of']}" for b in st.get("best_of", ())) or "-")
+                         + (f" | {v['finder_lower']} of {v['pairs']} |" if (v := st.get("validation")) and v["pairs"]
+                            else " | - |"))
+    for run in summary["runs"]:
+        if (vs := run.get("versus")) and vs.get("pairs"):
+            lines += ["", f"Paired with {', '.join(f'`{f}`' for f in vs['folders'])} at N={vs['n']} (the same fold "
+                      f"and seed under the other rule): the same found/missed outcome in {vs['same']} of "
+                      f"{vs['pairs']} pairs ({_label(run)} found {vs['found_here']}, the other {vs['found_there']})."]
     lines += ["", "Candidates: " + "; ".join(f"`{r}` = " + (" ".join(f"`--set {o}`" for o in CANDIDATES[r]) or
                                                              "the default protocol") for r in CANDIDATES), ""]
     return "\n".join(lines)
 
 
 def write_summary(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, baselines: dict[str, Path] | None = None,
-                  short: int = SHORT, pools: tuple[Path, ...] = ()) -> dict:
-    summary = summarize(out, candidates, sources, baselines, short, pools) | {"short": short}
+                  short: int = SHORT, pools: tuple[Path, ...] = (), versus: tuple[Path, ...] = ()) -> dict:
+    summary = summarize(out, candidates, sources, baselines, short, pools, versus) | {"short": short}
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", render(summary))
     return summary
@@ -453,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", type=Path, action="append", default=[], metavar="OUT2",
                     help="another recipes output folder whose runs of the same candidate and source differ only "
                          "in their seeds: pooled with --out's in the summary; repeatable")
+    ap.add_argument("--versus", type=Path, action="append", default=[], metavar="OUT2",
+                    help="recipes output folders of the same candidates under another rule (e.g. another "
+                         "stopping rule): their cells are paired with --out's by fold and seed in the summary; "
+                         "repeatable (pooled)")
     ap.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"context lengths (default {DEFAULT_LENGTHS})")
     ap.add_argument("--short", type=int, default=SHORT, help=f"the nesting check's short N (default {SHORT})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic bars (default 0)")
@@ -473,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     done = args.summary_only or run_all(args)
     if done:
-        write_summary(args.out, args.candidates, args.sources, args.baselines, args.short, tuple(args.pool))
+        write_summary(args.out, args.candidates, args.sources, args.baselines, args.short, tuple(args.pool),
+                      tuple(args.versus))
         log.info("summary: %s", args.out / "summary.md")
     else:
         log.info("unfinished: run the same command again to continue")

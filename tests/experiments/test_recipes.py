@@ -103,6 +103,39 @@ def test_stopping_splits_the_stop_steps_by_found_and_counts_the_early_stops():
     assert recipes.stopping(rows, None, 600) is None
 
 
+def test_validated_restarts_keep_the_lowest_validation_loss_of_each_folds_k_subsets():
+    bar = 0.6
+    rows = {(0, 0): {"hit_rate": 0.7, "best_val_loss": 0.90}, (0, 1): {"hit_rate": 0.5, "best_val_loss": 0.95},
+            (0, 2): {"hit_rate": 0.5, "best_val_loss": 0.96},
+            (1, 0): {"hit_rate": 0.5, "best_val_loss": 1.00}, (1, 1): {"hit_rate": 0.7, "best_val_loss": 1.01},
+            (1, 2): {"hit_rate": 0.5, "best_val_loss": 1.02}}
+    # fold 0: {0,1} {0,2} keep the finder, {1,2} has none; fold 1: {0,1} keeps the miss (lower loss), {1,2} the finder
+    assert recipes.best_of(rows, bar, 2) == {"k": 2, "found": 3, "of": 6}
+    assert recipes.best_of(rows, bar, 3) == {"k": 3, "found": 1, "of": 2}
+    assert recipes.best_of(rows, None, 2) is None
+    # (found, missed) pairs within a fold: fold 0 two (finder lower in both), fold 1 two (lower in one)
+    assert recipes.validation_prefers_finders(rows, bar) == {"pairs": 4, "finder_lower": 3}
+    other = {(0, 0): {"hit_rate": 0.5}, (0, 1): {"hit_rate": 0.5}, (5, 5): {"hit_rate": 0.9}}
+    assert recipes.paired_outcomes(rows, other, bar) == {"pairs": 2, "same": 1, "found_here": 1, "found_there": 0}
+
+
+def test_a_run_under_another_rule_is_paired_by_fold_and_seed(run, tmp_path, monkeypatch):
+    out, _ = run
+    other = tmp_path / "other"
+    # the same cells under "another rule", one of them made a miss
+    _copy_run(out / "wsd-ema" / "iid", other / "wsd-ema" / "iid",
+              edit_config=lambda c: c | {"train": c["train"] | {"patience": 9}},
+              edit_cell=lambda c: c | {"metrics": c["metrics"] | {"confusion": [[1, 0, 9], [0, 1, 0], [9, 0, 1]]}}
+              if (c["n"], c["fold"], c["seed"]) == (64, 0, 0) else c)
+    # iid plants nothing: a bar under every tiny cell's hit rate makes each "found", the edited one (0.1) not
+    cells = recipes.read_run(out / "wsd-ema" / "iid", "iid")[64].values()
+    bar = min(0.2, min(c["hit_rate"] for c in cells))
+    assert bar > 0.1
+    monkeypatch.setattr(recipes, "control_found_bar", lambda data: bar)
+    vs = recipes.summarize(out, ("wsd-ema",), ("iid",), short=32, versus=(other,))["runs"][0]["versus"]
+    assert (vs["n"], vs["pairs"], vs["same"], vs["found_here"], vs["found_there"]) == (64, 4, 3, 4, 3)
+
+
 def test_a_runs_own_overrides_beyond_its_candidates_name_its_row(run):
     out, _ = run
     # the fixture's --set items (TINY_VALIDATED, seeds left out) are beyond the candidate's own
@@ -168,9 +201,16 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     for pool, candidate in (("patch16", "baseline"), ("patch16-labels", "baseline"), ("steps1200", "short-mix")):
         one = recipes.summarize(Path("reports/recipes/pools") / pool, (candidate,), ("long-memory",)) | {"short": 512}
         assert recipes.render(one) == (published / "pools" / pool / "summary.md").read_text(), pool
+    patience0 = recipes.summarize(Path("reports/recipes/pools/patience0"), ("short-mix",), ("long-memory",),
+                                  versus=(Path("reports/recipes"), Path("reports/recipes/pools/seeds12"))) | {"short": 512}
+    assert recipes.render(patience0) == (published / "pools" / "patience0" / "summary.md").read_text()
+    # never stopping early changed no run's outcome: the misses are not the stopping rule's
+    versus = patience0["runs"][0]["versus"]
+    assert (versus["pairs"], versus["same"]) == (8, 8)
     # every N=32768 cell of the echo that missed it was ended by the stopping rule before the limit
     baseline = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("baseline", "long-memory"))
     assert baseline["per_n"][32768]["stopping"]["missed_early"] == baseline["per_n"][32768]["stopping"]["missed"] == 10
     short_mix = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("short-mix", "long-memory"))
     assert short_mix["per_n"][32768]["cells"] == 15 and short_mix["per_n"][32768]["found"] == 9
+    assert short_mix["per_n"][32768]["stopping"]["best_of"][0] == {"k": 2, "found": 13, "of": 15}
     assert not short_mix["nesting"][32768]["log_loss"]["fails"]
