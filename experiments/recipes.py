@@ -34,15 +34,17 @@ N; 4096 adds 10.7 s a cell), five folds and three seeds (15 runs per N, the run-
 a sweep is about 645 s; "wsd" runs its decay too, assumed +13 % of the model cells (a decay of 20 %
 of the best step, 170 of ~270 steps run), about 723 s; the weight average costs a lerp per step;
 the short windows of "short-mix" replace tokens (no more, and their attention is cheaper), taken as
-the baseline's cost. Five candidates on three sources:
+the baseline's cost; "short-mix-restarts" trains each cell twice (its model cells doubled). Six
+candidates on three sources:
 
-    candidate   per source   3 sources
-    baseline       645 s      1935 s
-    ema            645 s      1935 s
-    wsd            723 s      2169 s
-    wsd-ema        723 s      2169 s
-    short-mix      645 s      1935 s
-    total                     10142 s = 2 h 49 min of one H200 (about 21 min on 8, cells in parallel)
+    candidate            per source   3 sources
+    baseline                645 s      1935 s
+    ema                     645 s      1935 s
+    wsd                     723 s      2169 s
+    wsd-ema                 723 s      2169 s
+    short-mix               645 s      1935 s
+    short-mix-restarts     1246 s      3737 s
+    total                     13880 s = 3 h 51 min of one H200 (about 29 min on 8, cells in parallel)
 
 The baseline on BTC is the published second edition's protocol: its cells
 (reports/h200-btcusdt-1m-second-edition) give the same validation view for 645 s less
@@ -87,6 +89,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "wsd-ema": ("train.schedule=wsd", "train.decay_fraction=0.2", "train.ema_decay=0.98"),
     # a quarter of each long-N batch's tokens as 512-bar windows: 1 of 4 windows at N=32768, 8 of 32 at 4096
     "short-mix": ("train.short_fraction=0.25",),
+    # and each cell the validated best of two trainings (tsflash.engine._restarts): twice the cost
+    "short-mix-restarts": ("train.short_fraction=0.25", "train.restarts=2"),
 }
 # The published positive control (reports/controls/protocol/long-memory: the one-week echo at strength
 # 0.2, found by 5 of 15 N=32768 runs) and the clean null by default; the slow regime (a second
@@ -288,6 +292,19 @@ def best_of(rows: dict[tuple[int, int], dict], bar: float | None, k: int) -> dic
     return {"k": k, "found": sum(r["hit_rate"] >= bar for r in kept), "of": len(kept)} if kept else None
 
 
+def as_restarts(rows: dict[tuple[int, int], dict], bar: float | None, k: int) -> dict | None:
+    """The cells read as `train.restarts=k` would make them: seeds k*s .. k*s + k - 1 of one fold are
+    the restarts of the cell of seed s (`tsflash.engine.restart_seeds`), the lowest validation loss
+    kept; complete groups only. Unlike `best_of`, the groups share no seed: independent runs."""
+    if bar is None:
+        return None
+    groups: dict[tuple[int, int], list[dict]] = {}
+    for (fold, seed), row in sorted(rows.items()):
+        groups.setdefault((fold, seed // k), []).append(row)
+    kept = [min(cells, key=lambda r: r["best_val_loss"]) for cells in groups.values() if len(cells) == k]
+    return {"k": k, "found": sum(r["hit_rate"] >= bar for r in kept), "of": len(kept)} if kept else None
+
+
 def validation_prefers_finders(rows: dict[tuple[int, int], dict], bar: float | None) -> dict | None:
     """Of the (found, missed) pairs of cells within one fold, those in which the finder has the lower
     validation loss: whether a validated choice among seeds can tell a finder from a miss."""
@@ -335,6 +352,7 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
                         seeds = len({s for _f, s in rows})
                         stops["best_of"] = [b for k in range(2, seeds + 1) if (b := best_of(rows, bar, k))]
                         stops["validation"] = validation_prefers_finders(rows, bar)
+                        stops["restarts"] = as_restarts(rows, bar, 2)
                         run["per_n"][n]["stopping"] = stops
                 others = [r for r in (v / name / source for v in versus) if RunFolder(r).exists()]
                 if others and (longest := max(by_n)) in (theirs := pooled_runs(others, source)[1]):
@@ -385,17 +403,20 @@ def render(summary: dict) -> str:
                   "by the same runs with `train.patience=0` (never stop early). Best of k: of k seeds of one fold, "
                   "the cell with the lowest validation loss is kept; over every k-subset of each fold's seeds "
                   "(subsets of one fold share seeds, so they are not independent runs). Finder's validation loss lower: "
-                  "of the pairs of one fold's cells in which one found the effect and the other did not.", "",
+                  "of the pairs of one fold's cells in which one found the effect and the other did not. As "
+                  "train.restarts=2: seeds 2s and 2s+1 of a fold read as the two restarts of one cell "
+                  "(`tsflash.engine.restart_seeds`), complete pairs only: no seed shared.", "",
                   "| candidate | source | N | found | their stop steps | not found | their stop steps "
                   "| not found, stopped before the limit | found, best of k seeds by validation "
-                  "| finder's validation loss lower (within-fold pairs) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| found, as train.restarts=2 (independent) | finder's validation loss lower (within-fold pairs) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for run, n, st in stops:
             span = lambda r: "-" if r is None else (f"{r[0]}" if r[0] == r[1] else f"{r[0]}-{r[1]}")  # noqa: E731
             lines.append(f"| {_label(run)} | {run['source']} | {n} | {st['found']} | {span(st['found_stop'])} "
                          f"| {st['missed']} | {span(st['missed_stop'])} | {st['missed_early']} of {st['missed']} "
                          f"(limit {st['max_steps']}) | "
                          + ("; ".join(f"k={b['k']}: {b['found']} of {b['of']}" for b in st.get("best_of", ())) or "-")
+                         + (f" | {r['found']} of {r['of']}" if (r := st.get("restarts")) else " | -")
                          + (f" | {v['finder_lower']} of {v['pairs']} |" if (v := st.get("validation")) and v["pairs"]
                             else " | - |"))
     for run in summary["runs"]:
@@ -438,7 +459,11 @@ def cost_plan(candidates=tuple(CANDIDATES), n_sources: int = len(DEFAULT_SOURCES
              for k in ("baseline", "report")}
     models = folds * seeds * sum(cell.values())
     fixed = folds * other["baseline"] + other["report"]
-    return {name: n_sources * (models * (1 + WSD_EXTRA * any("wsd" in o for o in CANDIDATES[name])) + fixed)
+    def restarts(name: str) -> int:
+        return next((int(o.split("=")[1]) for o in CANDIDATES[name] if o.startswith("train.restarts=")), 1)
+
+    return {name: n_sources * (models * restarts(name) * (1 + WSD_EXTRA * any("wsd" in o for o in CANDIDATES[name]))
+                               + fixed)
             for name in candidates}
 
 

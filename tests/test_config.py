@@ -329,7 +329,7 @@ def test_fields_added_later_leave_older_configs_unchanged():
     assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
                                 "model.residual", "model.norm", "eval.context_cuts", "eval.strategy",
                                 "eval.entry_threshold", "model.patch", "train.ema_decay", "train.schedule",
-                                "train.decay_fraction", "train.short_fraction", "train.short_length"}
+                                "train.decay_fraction", "train.short_fraction", "train.short_length", "train.restarts"}
 
 
 def test_data_symbol_is_an_upper_case_spot_pair():

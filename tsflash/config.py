@@ -125,6 +125,10 @@ class TrainConfig:
     # every long-N step trains it too. 0 = off; the share must be a whole number of long windows.
     short_fraction: float = 0.0
     short_length: int = 512
+    # restarts: each cell (N, fold, seed) trains this many times (seeds k*seed .. k*seed + k - 1) and
+    # keeps the one with the lowest validation loss (tsflash.engine._restarts): whether a long-N run
+    # learns a far effect is decided early, and validation tells the runs that did. 1 = off.
+    restarts: int = 1
 
 
 @dataclass
@@ -253,7 +257,8 @@ SCHEMES = ("expanding", "rolling")
 ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
                "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
                "eval.entry_threshold": -1.0, "model.patch": 1, "train.ema_decay": 0.0, "train.schedule": "cosine",
-               "train.decay_fraction": 0.2, "train.short_fraction": 0.0, "train.short_length": 512}
+               "train.decay_fraction": 0.2, "train.short_fraction": 0.0, "train.short_length": 512,
+               "train.restarts": 1}
 SCHEDULES = ("cosine", "wsd")
 
 
@@ -321,6 +326,7 @@ FIELD_RULES: dict[str, Bound] = {
     "train.decay_fraction": Bound(0, 1, lo_open=True),
     "train.short_fraction": FRACTION,
     "train.short_length": Bound(2),
+    "train.restarts": Bound(1, note="1 = one training per cell"),
     "eval.fee_bps": Bound(0),
     "eval.baseline_lags": Bound(1),
     "eval.batch_tokens": Bound(1),
@@ -471,6 +477,9 @@ def _check_budget(cfg: ExperimentConfig) -> None:
                         f"every eval_every steps and at the last step), got {tr.eval_every}")
     check_schedule(tr)
     check_short_windows(tr, cfg.lengths)
+    if tr.restarts > 1 and not sp.val_days:
+        raise UserError(f"train.restarts={tr.restarts} keeps the restart with the lowest validation loss: it needs "
+                        f"splits.val_days > 0, got {sp.val_days}")
     if tr.short_fraction:
         check_patch(cfg.model.patch, tr.short_length, ("model.patch", "train.short_length"))
 
@@ -520,7 +529,10 @@ def recipe_words(train: dict) -> str:
     short = train.get("short_fraction", ADDED_LATER["train.short_fraction"])
     mixed = (f"; {short:.0%} of each longer-N batch's tokens drawn as {train.get('short_length', ADDED_LATER['train.short_length'])}-bar windows, same loss"
              if short else "")
-    return f"{words}; {average}{mixed}"
+    restarts = train.get("restarts", ADDED_LATER["train.restarts"])
+    kept = (f"; each cell the validated best of {restarts} trainings (seeds {restarts} x seed + 0..{restarts - 1})"
+            if restarts > 1 else "")
+    return f"{words}; {average}{mixed}{kept}"
 
 
 def _check_eval(cfg: ExperimentConfig) -> None:

@@ -144,13 +144,13 @@ def test_a_run_that_lost_its_cells_retrains_only_unscored_folds(uninterrupted, i
     scored = folder.fold_scores_path(key, 0)
     kept = scored.stat().st_mtime_ns
     trained = []
-    run_fold = engine.run_fold
+    run_cell = engine.run_cell  # what the sweep trains a cell with
 
     def counted(prepared, n, k, seed, *args, **kwargs):
         trained.append((f"n{n}", k, seed))
-        return run_fold(prepared, n, k, seed, *args, **kwargs)
+        return run_cell(prepared, n, k, seed, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "run_fold", counted)
+    monkeypatch.setattr(engine, "run_cell", counted)
     assert cli.main(argv(run)) == 0
     assert (run / "report.md").is_file()
     other = next(k for k in KEYS if k != key)

@@ -113,6 +113,10 @@ def test_validated_restarts_keep_the_lowest_validation_loss_of_each_folds_k_subs
     assert recipes.best_of(rows, bar, 2) == {"k": 2, "found": 3, "of": 6}
     assert recipes.best_of(rows, bar, 3) == {"k": 3, "found": 1, "of": 2}
     assert recipes.best_of(rows, None, 2) is None
+    # as train.restarts=2: seeds {0, 1} of each fold are one cell (seed 2 has no partner): fold 0 keeps
+    # the finder, fold 1 the miss
+    assert recipes.as_restarts(rows, bar, 2) == {"k": 2, "found": 1, "of": 2}
+    assert recipes.as_restarts(rows, bar, 3) == {"k": 3, "found": 1, "of": 2}
     # (found, missed) pairs within a fold: fold 0 two (finder lower in both), fold 1 two (lower in one)
     assert recipes.validation_prefers_finders(rows, bar) == {"pairs": 4, "finder_lower": 3}
     other = {(0, 0): {"hit_rate": 0.5}, (0, 1): {"hit_rate": 0.5}, (5, 5): {"hit_rate": 0.9}}
@@ -213,4 +217,5 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     short_mix = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("short-mix", "long-memory"))
     assert short_mix["per_n"][32768]["cells"] == 15 and short_mix["per_n"][32768]["found"] == 9
     assert short_mix["per_n"][32768]["stopping"]["best_of"][0] == {"k": 2, "found": 13, "of": 15}
+    assert short_mix["per_n"][32768]["stopping"]["restarts"] == {"k": 2, "found": 5, "of": 5}
     assert not short_mix["nesting"][32768]["log_loss"]["fails"]

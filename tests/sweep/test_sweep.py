@@ -402,3 +402,21 @@ def test_a_sweep_whose_cuts_miss_the_shortest_length_is_told_the_nesting_check_c
     assert nesting_unmeasured(cfg([1024, 8192], [512])) == (
         "the report's nesting check needs the shortest length in eval.context_cuts: N=1024 is not in [512], so it "
         "will say 'not measured' (add --set 'eval.context_cuts=[512, 1024]')")
+
+
+def test_a_sweep_with_restarts_keeps_each_cells_validated_best_and_says_so(tmp_path):
+    """train.restarts=2 through the command line: every model cell records its two restarts (seeds
+    2s, 2s+1) and which one validation kept, and the report's setup table states the rule."""
+    run = tmp_path / "restarts"
+    argv = sweep_argv("synthetic:random-walk", run) + [
+        "--lengths", "32", "--set", "splits.val_days=1", "--set", "train.eval_every=1", "--set", "train.patience=1",
+        "--set", "train.restarts=2", "--set", "train.seeds=[0, 1]"]
+    assert cli.main(argv) == 0
+    cells = [json.loads(p.read_text()) for p in cell_markers(run) if "/n32/" in p.as_posix()]
+    assert len(cells) == 4  # 2 folds x 2 seeds, each of two trainings
+    for cell in cells:
+        record = cell["cost"]["restarts"]
+        assert record["seeds"] == [2 * cell["seed"], 2 * cell["seed"] + 1]
+        assert record["best_val_loss"][record["kept"]] == min(record["best_val_loss"])
+        assert cell["cost"]["best_val_loss"] == min(record["best_val_loss"])
+    assert "validated best of 2 trainings" in (run / "report.md").read_text()

@@ -14,6 +14,7 @@ Stages, one module each (this package re-exports their public names):
                 split_validation                           the purged validation tail
     _train      run_fold, lr_at, sample_starts, step_seed  the training loop, validated early
                                                            stopping, balanced sampling, learning curve
+    _restarts   run_cell, restart_seeds                    a cell as the validated best of k trainings
     _checkpoint TrainingState, TRAINING_CHECKPOINT_FORMAT  the training state and its checkpoint file
                                                            (resume; a checkpoint of another run refused)
     _evaluate   predict_range, FoldResult                  every test bar scored once (also with the
@@ -47,6 +48,7 @@ from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, val
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare, split_validation
 from tsflash.engine._checkpoint import TRAINING_CHECKPOINT_FORMAT, TrainingState
 from tsflash.engine._train import lr_at, run_fold, sample_starts, step_seed
+from tsflash.engine._restarts import restart_seeds, run_cell
 from tsflash.model.flops import flops_per_token
 
 __all__ = [
@@ -64,7 +66,9 @@ __all__ = [
     "lr_at",
     "predict_range",
     "prepare",
+    "restart_seeds",
     "run_baselines",
+    "run_cell",
     "run_fold",
     "sample_starts",
     "split_validation",

@@ -242,7 +242,7 @@ class _Cells:
             return
         stem = self.folder.cell_stem(key, FOLD, seed)
         over = {p: v for p, v in params.items() if p in TRAIN_PARAMS}
-        res = engine.run_fold(self.prepared, int(params["n"]), FOLD, seed, self.device,
+        res = engine.run_cell(self.prepared, int(params["n"]), FOLD, seed, self.device,
                               checkpoint_dir=self.folder.checkpoint_dir(key, FOLD, seed),
                               train_overrides=over or None, fold_inputs=self.inputs())
         res.save(stem)
