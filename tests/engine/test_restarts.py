@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from tests.conftest import KilledAt
 from tests.engine.test_engine import VALIDATED, bars, tiny_cfg  # noqa: F401 (fixtures)
@@ -42,6 +43,19 @@ def test_a_restart_cell_is_the_validated_best_of_the_one_by_one_cells_of_its_see
     assert record["seeds"] == [2, 3] and record["kept"] == int(np.argmin(losses))
     assert record["best_val_loss"] == losses
     assert cell.cost["train_seconds"] == pytest.approx(sum(record["train_seconds"]))
+
+
+def test_the_kept_restarts_model_is_the_one_saved(with_restarts, tmp_path):
+    from tsflash.model.transformer import CausalTransformer
+
+    path = tmp_path / "model.pt"
+    cell = engine.run_cell(with_restarts, 32, 1, 1, model_path=path)
+    kept_seed = cell.cost["restarts"]["seeds"][cell.cost["restarts"]["kept"]]
+    alone = tmp_path / "alone.pt"
+    engine.run_fold(with_restarts, 32, 1, kept_seed, model_path=alone)
+    a, b = CausalTransformer.load(path).state_dict(), CausalTransformer.load(alone).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alone.pt", "model.pt"]  # no restart's file left
 
 
 def test_one_restart_is_run_fold_itself(one_by_one):

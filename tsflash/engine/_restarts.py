@@ -58,7 +58,10 @@ def run_cell(prepared: Prepared, n: int, fold: int, seed: int, device=None, chec
     if model_path is not None:
         for r in range(restarts):
             path = model_path.with_name(f"{model_path.name}.restart{r}")
-            os.replace(path, model_path) if r == kept else path.unlink(missing_ok=True)
+            if r == kept:
+                os.replace(path, model_path)
+            else:
+                path.unlink(missing_ok=True)
     log.debug("fold %d n=%d seed=%d: restart %d of %d kept (validation losses %s)", fold, n, seed, kept, restarts,
               ", ".join(f"{v:.5f}" for v in losses))
     best = results[kept]
