@@ -73,6 +73,7 @@ if str(REPO) not in sys.path:
 from tsflash import cli  # noqa: E402
 from tsflash.atomic import write_json, write_text  # noqa: E402
 from tsflash.bench.tables import control_found_bar  # noqa: E402
+from tsflash.commands.options import parse_overrides  # noqa: E402
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.scoring.metrics import hit_rate_from_confusion  # noqa: E402
 from tsflash.stats.runs import Runs, run_level_test, runs_from_means  # noqa: E402
@@ -227,7 +228,8 @@ def found_rate(rows: dict[tuple[int, int], dict], bar: float | None) -> int | No
 def pooled_runs(roots: list[Path], source: str) -> tuple[dict, dict[int, dict[tuple[int, int], dict]]]:
     """The cells of run folders that differ only in their seeds, as one run: more training runs of
     one configuration (e.g. a one-seed screen later given seeds 1 and 2 in a second folder).
-    Returns (what they share: the flattened config without seeds, the market, the preset; the cells)."""
+    Returns (what they share: the flattened config without seeds, the market, the preset, and the
+    first run's command; the cells)."""
     def identity(root: Path) -> dict:
         """Everything that makes a run but its seeds: the config, the market and the preset."""
         folder = RunFolder(root)
@@ -235,13 +237,14 @@ def pooled_runs(roots: list[Path], source: str) -> tuple[dict, dict[int, dict[tu
         flat = {f"{table}.{k}": v for table, values in config.items() if isinstance(values, dict)
                 for k, v in values.items()} | {k: v for k, v in config.items() if not isinstance(v, dict)}
         flat.pop("train.seeds", None)
-        return flat | {"data": run.get("data"), "preset": run.get("preset")}
+        return flat | {"data": run.get("data"), "preset": run.get("preset"), "command": run.get("command", "")}
 
     first = identity(roots[0])
     by_n: dict[int, dict] = {}
     for root in roots:
         other = identity(root)
-        if differ := sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k)):
+        # the commands differ in --out and the seeds at least: not part of a run's identity
+        if differ := sorted(k for k in first.keys() | other.keys() if k != "command" and first.get(k) != other.get(k)):
             k = differ[0]
             raise SystemExit(f"runs are pooled only when they differ in train.seeds alone: {root} has {k}="
                              f"{other.get(k)!r}, {roots[0]} {k}={first.get(k)!r} ({len(differ)} keys differ)")
@@ -253,12 +256,12 @@ def pooled_runs(roots: list[Path], source: str) -> tuple[dict, dict[int, dict[tu
     return first, dict(sorted(by_n.items()))
 
 
-def extra_overrides(root: Path, name: str) -> list[str]:
+def extra_overrides(command: str, name: str) -> list[str]:
     """The `--set` items a run had beyond its candidate's and its seeds (e.g. train.patience=0 for a
     screen of the stopping rule), from run.json's command: they belong in the row's label."""
     import shlex
 
-    words = shlex.split(read_json(RunFolder(root).run_json).get("command", ""))
+    words = shlex.split(command)
     items = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--set"]
     return [i for i in items if not i.startswith("train.seeds=") and i not in CANDIDATES[name]]
 
@@ -277,32 +280,40 @@ def stopping(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: in
             "missed_early": sum(s < max_steps for s in missed)}
 
 
+def _kept_found(groups, bar: float, k: int) -> dict | None:
+    """Of each group of cells, the one with the lowest validation loss; how many of those found the
+    planted effect (a validated choice among seeds, validation only)."""
+    kept = [min(cells, key=lambda r: r["best_val_loss"]) for cells in groups]
+    return {"k": k, "found": sum(r["hit_rate"] >= bar for r in kept), "of": len(kept)} if kept else None
+
+
+def _by_fold(rows: dict[tuple[int, int], dict]) -> dict[int, dict[int, dict]]:
+    folds: dict[int, dict[int, dict]] = {}
+    for (fold, seed), row in sorted(rows.items()):
+        folds.setdefault(fold, {})[seed] = row
+    return folds
+
+
 def best_of(rows: dict[tuple[int, int], dict], bar: float | None, k: int) -> dict | None:
-    """Validated restarts: of k seeds of one fold, keep the cell with the lowest validation loss
-    (validation only, as any selection here), over every k-subset of each fold's seeds; how many of
-    the kept cells found the planted effect. Subsets of one fold share seeds: they are not
-    independent runs."""
+    """Validated restarts over every k-subset of each fold's seeds (`_kept_found`). Subsets of one
+    fold share seeds: they are not independent runs."""
     if bar is None:
         return None
-    folds: dict[int, list[dict]] = {}
-    for (fold, _seed), row in sorted(rows.items()):
-        folds.setdefault(fold, []).append(row)
-    kept = [min(combo, key=lambda r: r["best_val_loss"]) for cells in folds.values()
-            for combo in itertools.combinations(cells, k)]
-    return {"k": k, "found": sum(r["hit_rate"] >= bar for r in kept), "of": len(kept)} if kept else None
+    return _kept_found([combo for cells in _by_fold(rows).values()
+                        for combo in itertools.combinations(cells.values(), k)], bar, k)
 
 
 def as_restarts(rows: dict[tuple[int, int], dict], bar: float | None, k: int) -> dict | None:
-    """The cells read as `train.restarts=k` would make them: seeds k*s .. k*s + k - 1 of one fold are
-    the restarts of the cell of seed s (`tsflash.engine.restart_seeds`), the lowest validation loss
-    kept; complete groups only. Unlike `best_of`, the groups share no seed: independent runs."""
+    """The cells read as `train.restarts=k` would make them: the seeds `tsflash.engine.restart_seeds`
+    gives the cell of seed s are its restarts; complete groups only. Unlike `best_of`, the groups
+    share no seed: independent runs."""
+    from tsflash.engine import restart_seeds
+
     if bar is None:
         return None
-    groups: dict[tuple[int, int], list[dict]] = {}
-    for (fold, seed), row in sorted(rows.items()):
-        groups.setdefault((fold, seed // k), []).append(row)
-    kept = [min(cells, key=lambda r: r["best_val_loss"]) for cells in groups.values() if len(cells) == k]
-    return {"k": k, "found": sum(r["hit_rate"] >= bar for r in kept), "of": len(kept)} if kept else None
+    groups = [[cells[t] for t in restart_seeds(s, k)] for cells in _by_fold(rows).values()
+              for s in range(max(cells) // k + 1) if all(t in cells for t in restart_seeds(s, k))]
+    return _kept_found(groups, bar, k)
 
 
 def validation_prefers_finders(rows: dict[tuple[int, int], dict], bar: float | None) -> dict | None:
@@ -326,6 +337,16 @@ def paired_outcomes(rows: dict[tuple[int, int], dict], other: dict[tuple[int, in
             "found_here": sum(here), "found_there": sum(there)}
 
 
+def who_found(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: int) -> dict | None:
+    """At the longest N: `stopping`, with the validated choices among seeds beside it (`best_of` for
+    every k up to the seeds there are, `as_restarts` of 2, `validation_prefers_finders`)."""
+    if not (record := stopping(rows, bar, max_steps)):
+        return None
+    seeds = len({s for _f, s in rows})
+    return record | {"best_of": [b for k in range(2, seeds + 1) if (b := best_of(rows, bar, k))],
+                     "validation": validation_prefers_finders(rows, bar), "restarts": as_restarts(rows, bar, 2)}
+
+
 def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, baselines: dict[str, Path] | None = None,
               short: int = SHORT, pools: tuple[Path, ...] = (), versus: tuple[Path, ...] = ()) -> dict:
     """Per candidate and source; the same candidate and source in each of `pools` (other recipe
@@ -342,18 +363,14 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
             run = {"candidate": name, "source": source, "run": ", ".join(map(str, roots)),
                    "overrides": list(CANDIDATES[name]), "complete": all(RunFolder(r).is_complete() for r in roots),
                    "per_n": {n: per_n(r) for n, r in by_n.items()}, "patch": int(shared.get("model.patch", 1)),
-                   "extra": extra_overrides(roots[0], name)}
+                   "extra": extra_overrides(shared["command"], name)}
             if source in CONTROLS:
                 run["nesting"] = nesting(by_n, short)
                 bar = control_found_bar(shared["data"])
                 for n, rows in by_n.items():
                     run["per_n"][n]["found"] = found_rate(rows, bar)
-                    if n == max(by_n) and n > short and (stops := stopping(rows, bar, int(shared["train.steps"]))):
-                        seeds = len({s for _f, s in rows})
-                        stops["best_of"] = [b for k in range(2, seeds + 1) if (b := best_of(rows, bar, k))]
-                        stops["validation"] = validation_prefers_finders(rows, bar)
-                        stops["restarts"] = as_restarts(rows, bar, 2)
-                        run["per_n"][n]["stopping"] = stops
+                if max(by_n) > short and (record := who_found(by_n[max(by_n)], bar, int(shared["train.steps"]))):
+                    run["per_n"][max(by_n)]["stopping"] = record
                 others = [r for r in (v / name / source for v in versus) if RunFolder(r).exists()]
                 if others and (longest := max(by_n)) in (theirs := pooled_runs(others, source)[1]):
                     run["versus"] = {"folders": list(map(str, others)), "n": longest,
@@ -460,7 +477,7 @@ def cost_plan(candidates=tuple(CANDIDATES), n_sources: int = len(DEFAULT_SOURCES
     models = folds * seeds * sum(cell.values())
     fixed = folds * other["baseline"] + other["report"]
     def restarts(name: str) -> int:
-        return next((int(o.split("=")[1]) for o in CANDIDATES[name] if o.startswith("train.restarts=")), 1)
+        return int(parse_overrides(list(CANDIDATES[name])).get("train", {}).get("restarts", 1))
 
     return {name: n_sources * (models * restarts(name) * (1 + WSD_EXTRA * any("wsd" in o for o in CANDIDATES[name]))
                                + fixed)

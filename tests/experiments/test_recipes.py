@@ -143,7 +143,8 @@ def test_a_run_under_another_rule_is_paired_by_fold_and_seed(run, tmp_path, monk
 def test_a_runs_own_overrides_beyond_its_candidates_name_its_row(run):
     out, _ = run
     # the fixture's --set items (TINY_VALIDATED, seeds left out) are beyond the candidate's own
-    extra = recipes.extra_overrides(out / "wsd-ema" / "iid", "wsd-ema")
+    command = recipes.pooled_runs([out / "wsd-ema" / "iid"], "iid")[0]["command"]  # run.json's, read once
+    extra = recipes.extra_overrides(command, "wsd-ema")
     assert "train.patience=1" in extra and not any(e.startswith("train.seeds=") for e in extra)
     assert not set(extra) & set(recipes.CANDIDATES["wsd-ema"])
     assert "`train.patience=1`" in recipes._label({"candidate": "wsd-ema", "extra": extra, "patch": 1})

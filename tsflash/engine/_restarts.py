@@ -47,17 +47,17 @@ def run_cell(prepared: Prepared, n: int, fold: int, seed: int, device=None, chec
         return run_fold(prepared, n, fold, seed, device, checkpoint_dir, on_step=on_step, model_path=model_path,
                         **fold_kwargs)
     steps = prepared.cfg.train.steps
+    paths = [None if model_path is None else model_path.with_name(f"{model_path.name}.restart{r}")
+             for r in range(restarts)]
     results: list[FoldResult] = []
     for r, sub in enumerate(restart_seeds(seed, restarts)):
         hook = None if on_step is None else (lambda step, done=r * steps: on_step(done + step))
-        path = None if model_path is None else model_path.with_name(f"{model_path.name}.restart{r}")
-        results.append(run_fold(prepared, n, fold, sub, device, checkpoint_dir, on_step=hook, model_path=path,
+        results.append(run_fold(prepared, n, fold, sub, device, checkpoint_dir, on_step=hook, model_path=paths[r],
                                 **fold_kwargs))
     losses = [res.cost["best_val_loss"] for res in results]
     kept = min(range(restarts), key=lambda r: losses[r])  # the first of equals
     if model_path is not None:
-        for r in range(restarts):
-            path = model_path.with_name(f"{model_path.name}.restart{r}")
+        for r, path in enumerate(paths):
             if r == kept:
                 os.replace(path, model_path)
             else:
