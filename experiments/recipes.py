@@ -338,13 +338,14 @@ def paired_outcomes(rows: dict[tuple[int, int], dict], other: dict[tuple[int, in
 
 
 def who_found(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: int) -> dict | None:
-    """At the longest N: `stopping`, with the validated choices among seeds beside it (`best_of` for
-    every k up to the seeds there are, `as_restarts` of 2, `validation_prefers_finders`)."""
+    """At the longest N: `stopping`, with the validated choices among seeds beside it (`best_of` and
+    `as_restarts` for every k up to the seeds there are, `validation_prefers_finders`)."""
     if not (record := stopping(rows, bar, max_steps)):
         return None
     seeds = len({s for _f, s in rows})
     return record | {"best_of": [b for k in range(2, seeds + 1) if (b := best_of(rows, bar, k))],
-                     "validation": validation_prefers_finders(rows, bar), "restarts": as_restarts(rows, bar, 2)}
+                     "validation": validation_prefers_finders(rows, bar),
+                     "restarts": [r for k in range(2, seeds + 1) if (r := as_restarts(rows, bar, k)) and r["of"]]}
 
 
 def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, baselines: dict[str, Path] | None = None,
@@ -421,11 +422,11 @@ def render(summary: dict) -> str:
                   "the cell with the lowest validation loss is kept; over every k-subset of each fold's seeds "
                   "(subsets of one fold share seeds, so they are not independent runs). Finder's validation loss lower: "
                   "of the pairs of one fold's cells in which one found the effect and the other did not. As "
-                  "train.restarts=2: seeds 2s and 2s+1 of a fold read as the two restarts of one cell "
-                  "(`tsflash.engine.restart_seeds`), complete pairs only: no seed shared.", "",
+                  "train.restarts=k: seeds ks to ks+k-1 of a fold read as the k restarts of one cell "
+                  "(`tsflash.engine.restart_seeds`), complete groups only: no seed shared.", "",
                   "| candidate | source | N | found | their stop steps | not found | their stop steps "
                   "| not found, stopped before the limit | found, best of k seeds by validation "
-                  "| found, as train.restarts=2 (independent) | finder's validation loss lower (within-fold pairs) |",
+                  "| found, as train.restarts=k (independent cells) | finder's validation loss lower (within-fold pairs) |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for run, n, st in stops:
             span = lambda r: "-" if r is None else (f"{r[0]}" if r[0] == r[1] else f"{r[0]}-{r[1]}")  # noqa: E731
@@ -433,7 +434,8 @@ def render(summary: dict) -> str:
                          f"| {st['missed']} | {span(st['missed_stop'])} | {st['missed_early']} of {st['missed']} "
                          f"(limit {st['max_steps']}) | "
                          + ("; ".join(f"k={b['k']}: {b['found']} of {b['of']}" for b in st.get("best_of", ())) or "-")
-                         + (f" | {r['found']} of {r['of']}" if (r := st.get("restarts")) else " | -")
+                         + (" | " + ("; ".join(f"k={r['k']}: {r['found']} of {r['of']}" for r in st.get("restarts", ()))
+                                          or "-"))
                          + (f" | {v['finder_lower']} of {v['pairs']} |" if (v := st.get("validation")) and v["pairs"]
                             else " | - |"))
     for run in summary["runs"]:

@@ -306,3 +306,15 @@ def test_iid_returns_carry_no_volatility_information_the_random_walk_does():
     n = per_day * days + 1
     assert abs(daily_variance_autocorrelation(iid_bars(n, seed=1, n_gaps=0))) < 0.2
     assert daily_variance_autocorrelation(random_walk_bars(n, seed=1, n_gaps=0)) > 0.5
+
+
+def test_the_reports_note_says_whether_a_source_is_a_null_or_a_positive_control():
+    from tsflash.data.synthetic import KNOWN_SOURCES, control_note
+
+    assert "positive control" in control_note("synthetic:regime:0")
+    assert "positive control" in control_note("synthetic:long-memory:3:strength=0.2")
+    assert "false positive" in control_note("synthetic:iid:1") and "false positive" in control_note("synthetic:random-walk")
+    for name in KNOWN_SOURCES:  # every source has its note, naming it
+        assert control_note(f"synthetic:{name}:0").endswith(f"(synthetic:{name}:0).")
+    with pytest.raises(ValueError, match="not a synthetic source"):
+        control_note("data/BTCUSDT")

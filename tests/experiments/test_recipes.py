@@ -198,10 +198,11 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     monkeypatch.chdir(REPO)  # the summaries name their run folders relative to the repository
     published = REPO / "reports" / "recipes"
     main = recipes.summarize(Path("reports/recipes"), ("baseline", "short-mix", "ema", "wsd", "wsd-ema"),
-                             ("long-memory", "iid", "btc"),
+                             ("long-memory", "iid", "regime", "btc"),
                              {"long-memory": Path("reports/controls/protocol/long-memory"),
                               "btc": Path("reports/h200-btcusdt-1m-second-edition")},
-                             pools=(Path("reports/recipes/pools/seeds12"),)) | {"short": recipes.SHORT}
+                             pools=tuple(Path("reports/recipes/pools") / p for p in ("seeds12", "seed3", "seed4", "seed5"))
+                             ) | {"short": recipes.SHORT}
     assert recipes.render(main) == (published / "summary.md").read_text()
     for pool, candidate in (("patch16", "baseline"), ("patch16-labels", "baseline"), ("steps1200", "short-mix")):
         one = recipes.summarize(Path("reports/recipes/pools") / pool, (candidate,), ("long-memory",)) | {"short": 512}
@@ -216,7 +217,10 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     baseline = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("baseline", "long-memory"))
     assert baseline["per_n"][32768]["stopping"]["missed_early"] == baseline["per_n"][32768]["stopping"]["missed"] == 10
     short_mix = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("short-mix", "long-memory"))
-    assert short_mix["per_n"][32768]["cells"] == 15 and short_mix["per_n"][32768]["found"] == 9
-    assert short_mix["per_n"][32768]["stopping"]["best_of"][0] == {"k": 2, "found": 13, "of": 15}
-    assert short_mix["per_n"][32768]["stopping"]["restarts"] == {"k": 2, "found": 5, "of": 5}
+    # six seeds a fold: 13 of 30 runs found the echo; validation tells a finder from a miss in all 41
+    # within-fold pairs, so validated restarts of 2 keep a finder in 9 of 15 independent cells, of 3 in 9 of 10
+    assert short_mix["per_n"][32768]["cells"] == 30 and short_mix["per_n"][32768]["found"] == 13
+    stopping = short_mix["per_n"][32768]["stopping"]
+    assert stopping["validation"] == {"pairs": 41, "finder_lower": 41}
+    assert stopping["restarts"][:2] == [{"k": 2, "found": 9, "of": 15}, {"k": 3, "found": 9, "of": 10}]
     assert not short_mix["nesting"][32768]["log_loss"]["fails"]

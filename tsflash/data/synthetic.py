@@ -642,6 +642,28 @@ def parse_source(data: str) -> tuple[str, int | None] | None:
     return None if spec is None else spec[:2]
 
 
+# What a pass means on each source, for the report's note: the nulls hold nothing to find, the
+# positive controls hold a planted far-context effect the protocol should find.
+CONTROL_NOTES = {
+    "random-walk": "a synthetic random walk, the noise control: its direction is unpredictable, so a trading pass "
+                   "here would be a false positive (its daily volatility regimes are information a far context "
+                   "can carry for the flat-vs-move part of the log-loss)",
+    "iid": "synthetic iid returns, the clean null: nothing is predictable, and a pass here would be a false positive",
+    "long-memory": "a synthetic market with a planted far-context echo, a positive control: the lengths that reach "
+                   "the echo should forecast better, and a miss says the protocol cannot find such an effect",
+    "regime": "a synthetic market with a slow hidden regime of BTC's scale, a positive control: longer contexts hold "
+              "more of the regime, and a miss says how small an effect the protocol cannot find",
+}
+
+
+def control_note(source: str) -> str:
+    """The report's note on a synthetic source ("synthetic:regime:0"): what it is and what a pass means."""
+    spec = parse_spec(source)
+    if spec is None:
+        raise ValueError(f"control_note: not a synthetic source: {source!r}")
+    return f"the data is {CONTROL_NOTES[spec[0]]} ({source})."
+
+
 def synthetic_bars(data: str, n_bars: int, default_seed: int, **where) -> tuple[object, dict]:
     """(bars, source description) for a `synthetic:...` data string.
 

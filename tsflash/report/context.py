@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from tsflash.config import recipe_words
+from tsflash.data.synthetic import control_note
 from tsflash.intervals import bars_as_time, interval_words
 from tsflash.report import protocol
 from tsflash.report.compute import METRICS, Numbers
@@ -76,8 +77,7 @@ def verdict_section(rd: RunData, words: dict) -> dict:
     cfg = rd.config
     notes = []
     if rd.data.get("kind") == "synthetic":
-        notes.append(f"the data is a synthetic random walk ({rd.data.get('source')}), the noise control: nothing "
-                     "is predictable, and a pass here would be a false positive.")
+        notes.append(control_note(rd.data.get("source", "")))
     if rd.rescored_from:
         notes.append(f"re-scored at eval.fee_bps = {cfg['eval']['fee_bps']:g} from the per-bar positions saved by "
                      f"the run `{rd.run_dir.name}` (which charged {rd.rescored_from['run_fee_bps']:g} bps); nothing "
