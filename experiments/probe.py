@@ -12,6 +12,10 @@ a t interval over the five fold differences.
 
     python experiments/probe.py                                 # BTC and the controls -> runs/probe/
     python experiments/probe.py --markets btc --root path/to/store
+    python experiments/probe.py --markets regime,iid --out reports/probe   # adds them; the other markets' sections stay
+
+Markets already in OUT/probe.json and not rerun keep their numbers: probe.md is rendered from
+every market the file holds.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
+from tsflash.atomic import write_text  # noqa: E402
 from tsflash.config import config_from_dict  # noqa: E402
 from tsflash.data.source import configured_bar_count  # noqa: E402
 from tsflash.data.store import fingerprint, load_bars  # noqa: E402
@@ -44,9 +49,26 @@ MARKETS = {  # name -> run folder whose config.json (folds) and data.json (bars)
     "btc": "reports/h200-btcusdt-1m-second-edition",
     "long-memory": "reports/controls/protocol/long-memory",
     "random-walk": "reports/controls/protocol/random-walk",
+    "regime": "reports/recipes/baseline/regime",
+    "iid": "reports/recipes/short-mix/iid",
 }
 TITLES = {"btc": "BTCUSDT 1m (second edition)", "long-memory": "long memory (positive control, one-week echo)",
-          "random-walk": "random walk (noise control)"}
+          "random-walk": "random walk (noise control)",
+          "regime": "slow hidden regime (second positive control, BTC-scale drift)", "iid": "iid returns (clean null)"}
+
+
+def read_record(path: Path, lengths) -> dict:
+    """The markets an earlier run wrote to `path` (empty when none); refused when its lengths differ,
+    since the sections of one probe.md share their N."""
+    if not path.exists():
+        return {}
+    record = json.loads(path.read_text())
+    for name, rec in record.items():
+        held = tuple(int(k) for k in rec if k not in ("run", "seconds", "prior"))
+        if held != tuple(lengths) or name not in MARKETS:
+            raise SystemExit(f"error: {path} holds {name} at lengths {held}, this run asks {tuple(lengths)}: "
+                             "one probe.md has one set of lengths; choose another --out")
+    return record
 
 
 def market_bars(run: Path, root: Path):
@@ -142,19 +164,20 @@ def main(argv=None) -> int:
         ap.error(f"unknown market(s) {', '.join(unknown)}; known: {', '.join(MARKETS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sections, record = [], {}
+    record = read_record(out / "probe.json", lengths)
     for name in names:
         t0 = time.perf_counter()
         cfg, bars = market_bars(REPO / MARKETS[name], Path(args.root))
         res = probe_market(cfg, bars, lengths)
-        seconds = time.perf_counter() - t0
-        sections.append(market_table(name, res, lengths, seconds))
-        record[name] = {"run": MARKETS[name], "seconds": seconds, **{str(k): v for k, v in res.items()}}
-        (out / "probe.json").write_text(json.dumps(record, indent=1) + "\n")  # after each market: a partial run keeps its part
+        record[name] = {"run": MARKETS[name], "seconds": time.perf_counter() - t0, **{str(k): v for k, v in res.items()}}
+        write_text(out / "probe.json", json.dumps(record, indent=1) + "\n")  # after each market: a partial run keeps its part
+    sections = [market_table(name, {k if k == "prior" else int(k): v for k, v in rec.items() if k not in ("run", "seconds")},
+                             lengths, rec["seconds"])
+                for name, rec in sorted(record.items(), key=lambda item: list(MARKETS).index(item[0]))]
     text = ("# Linear information probe per N\n\nA logistic regression on the sums of log returns and the log realised "
             "volatility over the last 1, 4, 16, ... and N bars (`tsflash.dataset.probe`). Lower is better; the "
             "direction score is the up-vs-down log-loss over the test bars that moved.\n\n" + "\n\n".join(sections) + "\n")
-    (out / "probe.md").write_text(text)
+    write_text(out / "probe.md", text)
     print(text)
     return 0
 

@@ -104,6 +104,9 @@ DEFAULT_LENGTHS = "512,32768"
 SHORT = 512  # the nesting check's short context
 ALPHA = 0.05
 NESTING_PARTS = ("log_loss", "move_log_loss", "direction_log_loss")  # total, flat-vs-move, up-vs-down
+# the validated restarts' tables (the rule, screened): k up to 5; screened at these steps of the 600-step limit
+MAX_SCREENED_K = 5
+SCREEN_STEPS = (200, 300, 400)
 # the decay's extra share of a "wsd" cell (module doc), for the plan
 WSD_EXTRA = 0.13
 
@@ -122,7 +125,8 @@ def validation_view(cell: dict, train: dict) -> dict:
     return {"n": int(cell["n"]), "fold": int(cell["fold"]), "seed": int(cell["seed"]),
             "best_val_loss": cost.get("best_val_loss"), "best_step": best, "stop_step": cost.get("stop_step"),
             "kept_updates": recipe.get("kept_updates", best), "kept_lr_ratio": ratio,
-            "val_noise": _val_noise(cost.get("curve") or {}, recipe.get("decay"))}
+            "val_noise": _val_noise(cost.get("curve") or {}, recipe.get("decay")),
+            "val_curve": list(zip((cost.get("curve") or {}).get("step", ()), (cost.get("curve") or {}).get("val_loss", ())))}
 
 
 def test_view(cell: dict, source: str) -> dict:
@@ -303,17 +307,59 @@ def best_of(rows: dict[tuple[int, int], dict], bar: float | None, k: int) -> dic
                         for combo in itertools.combinations(cells.values(), k)], bar, k)
 
 
-def as_restarts(rows: dict[tuple[int, int], dict], bar: float | None, k: int) -> dict | None:
-    """The cells read as `train.restarts=k` would make them: the seeds `tsflash.engine.restart_seeds`
-    gives the cell of seed s are its restarts; complete groups only. Unlike `best_of`, the groups
-    share no seed: independent runs."""
+def _restart_groups(rows: dict[tuple[int, int], dict], k: int) -> dict[tuple[int, int], list[dict]]:
+    """{(fold, s): the cells of seeds `tsflash.engine.restart_seeds(s, k)`}: the k restarts a
+    `train.restarts=k` cell of seed s trains; complete groups only, so no seed is in two groups."""
     from tsflash.engine import restart_seeds
 
+    return {(fold, s): [cells[t] for t in restart_seeds(s, k)] for fold, cells in _by_fold(rows).items()
+            for s in range(max(cells) // k + 1) if all(t in cells for t in restart_seeds(s, k))}
+
+
+def as_restarts(rows: dict[tuple[int, int], dict], bar: float | None, k: int) -> dict | None:
+    """The cells read as `train.restarts=k` would make them (`_restart_groups`). Unlike `best_of`,
+    the groups share no seed: independent runs."""
     if bar is None:
         return None
-    groups = [[cells[t] for t in restart_seeds(s, k)] for cells in _by_fold(rows).values()
-              for s in range(max(cells) // k + 1) if all(t in cells for t in restart_seeds(s, k))]
-    return _kept_found(groups, bar, k)
+    return _kept_found(list(_restart_groups(rows, k).values()), bar, k)
+
+
+def kept_by_restarts(by_n: dict[int, dict], k: int) -> dict[int, dict[tuple[int, int], dict]]:
+    """{N: {(fold, s): the kept cell}}: every N read as `train.restarts=k` (the lowest validation
+    loss of each group kept, the same rule at every N), for the nesting check of the rule itself."""
+    out = {}
+    for n, rows in by_n.items():
+        if groups := _restart_groups(rows, k):
+            out[n] = {key: min(cells, key=lambda r: r["best_val_loss"]) for key, cells in groups.items()}
+    return out
+
+
+def _seen_loss(row: dict, step: int) -> float:
+    """The lowest validation loss a cell had shown by `step` (inf before its first evaluation)."""
+    return min((loss for s, loss in row["val_curve"] if s <= step), default=math.inf)
+
+
+def screened(rows: dict[tuple[int, int], dict], bar: float | None, k: int, step: int) -> dict | None:
+    """A cheaper validated restart, simulated from full runs: train k restarts to `step`, keep the
+    one with the lowest validation loss so far and continue only it (a resumed run continues as the
+    full run did). Of every k-subset of each fold's seeds and of the independent groups of
+    `_restart_groups`: how many kept cells found the effect; cost: the steps trained (k runs to
+    `step` or their stop, then the kept one to its stop) over one run's."""
+    if bar is None:
+        return None
+    subsets = [c for cells in _by_fold(rows).values() for c in itertools.combinations(cells.values(), k)]
+    if not subsets:
+        return None
+    groups = list(_restart_groups(rows, k).values())
+
+    def kept(cells):
+        return min(cells, key=lambda r: _seen_loss(r, step))
+
+    trained = sum(sum(min(step, r["stop_step"]) for r in c) + max(0, kept(c)["stop_step"] - step) for c in subsets)
+    one_run = sum(r["stop_step"] for c in subsets for r in c) / k
+    return {"k": k, "step": step, "found": sum(kept(c)["hit_rate"] >= bar for c in subsets), "of": len(subsets),
+            "groups_found": sum(kept(g)["hit_rate"] >= bar for g in groups), "groups": len(groups),
+            "cost": trained / one_run}
 
 
 def validation_prefers_finders(rows: dict[tuple[int, int], dict], bar: float | None) -> dict | None:
@@ -345,7 +391,25 @@ def who_found(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: i
     seeds = len({s for _f, s in rows})
     return record | {"best_of": [b for k in range(2, seeds + 1) if (b := best_of(rows, bar, k))],
                      "validation": validation_prefers_finders(rows, bar),
-                     "restarts": [r for k in range(2, seeds + 1) if (r := as_restarts(rows, bar, k)) and r["of"]]}
+                     "restarts": [r for k in range(2, seeds + 1) if (r := as_restarts(rows, bar, k)) and r["of"]],
+                     "screened": [r for k in range(2, min(seeds, MAX_SCREENED_K) + 1) for step in SCREEN_STEPS
+                                  if seeds >= 3 and (r := screened(rows, bar, k, step))]}
+
+
+def restarts_rule(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -> list[dict]:
+    """Per k >= 2 with complete groups at every N: the run read as `train.restarts=k`
+    (`kept_by_restarts`), its test log-loss per N, found at the longest N, and its nesting check."""
+    seeds = min(len({s for _f, s in rows}) for rows in by_n.values())
+    out = []
+    for k in range(2, min(seeds, MAX_SCREENED_K) + 1):
+        kept = kept_by_restarts(by_n, k)
+        if set(kept) != set(by_n) or short not in kept:
+            continue
+        longest = max(kept)
+        out.append({"k": k, "cells": {n: len(r) for n, r in kept.items()},
+                    "test_log_loss": {n: per_n(r).get("test_log_loss") for n, r in kept.items()},
+                    "found": found_rate(kept[longest], bar), "nesting": nesting(kept, short)})
+    return out
 
 
 def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, baselines: dict[str, Path] | None = None,
@@ -372,6 +436,7 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
                     run["per_n"][n]["found"] = found_rate(rows, bar)
                 if max(by_n) > short and (record := who_found(by_n[max(by_n)], bar, int(shared["train.steps"]))):
                     run["per_n"][max(by_n)]["stopping"] = record
+                run["as_restarts"] = restarts_rule(by_n, bar, short)
                 others = [r for r in (v / name / source for v in versus) if RunFolder(r).exists()]
                 if others and (longest := max(by_n)) in (theirs := pooled_runs(others, source)[1]):
                     run["versus"] = {"folders": list(map(str, others)), "n": longest,
@@ -438,6 +503,39 @@ def render(summary: dict) -> str:
                                           or "-"))
                          + (f" | {v['finder_lower']} of {v['pairs']} |" if (v := st.get("validation")) and v["pairs"]
                             else " | - |"))
+    rules = [(run, r) for run in summary["runs"] for r in run.get("as_restarts", ())]
+    if rules:
+        lines += ["", "## Validated restarts as the rule: every N read as train.restarts=k", "",
+                  "Each N's cells grouped as `train.restarts=k` would train them (seeds ks to ks+k-1 of a fold, "
+                  "complete groups), the lowest validation loss of each group kept, the same rule at every N; "
+                  "the kept cells' test log-loss, found and nesting check (over the kept cells as training runs). "
+                  "Parts: total, flat-vs-move.", "",
+                  "| candidate | source | k | kept cells per N | test log-loss per N | found at the longest N "
+                  "| nesting (log-loss) | nesting (flat-vs-move) |", "|---|---|---|---|---|---|---|---|"]
+        for run, r in rules:
+            nest = {part: check for n, parts in r["nesting"].items() for part, check in parts.items()}
+
+            def fmt(check):
+                return "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
+                                                  f"{check['runs']} runs){' FAILS' if check['fails'] else ''}")
+            lines.append(f"| {_label(run)} | {run['source']} | {r['k']} | "
+                         + ", ".join(f"{n}: {c}" for n, c in r["cells"].items()) + " | "
+                         + ", ".join(f"{n}: {_f(v, '.5f')}" for n, v in r["test_log_loss"].items())
+                         + f" | {'-' if r['found'] is None else str(r['found']) + ' of ' + str(r['cells'][max(r['cells'])])}"
+                         f" | {fmt(nest.get('log_loss'))} | {fmt(nest.get('move_log_loss'))} |")
+    screens = [(run, n, x) for run, n, st in stops for x in st.get("screened", ())]
+    if screens:
+        lines += ["", "## Screened restarts: keep the best at a step, continue only it", "",
+                  "Simulated from the full runs: k restarts trained to the step, the one with the lowest validation "
+                  "loss shown by then kept and continued (as its full run went on); found over every k-subset of "
+                  "a fold's seeds and over the independent groups of train.restarts=k; cost: steps trained (k "
+                  "restarts to the step or their stop, then the kept one to its stop) over one run's. At the step "
+                  "limit this is the validated restart above.", "",
+                  "| candidate | source | N | k | screened at step | found, every k-subset | found, independent groups "
+                  "| steps trained over one run's |", "|---|---|---|---|---|---|---|---|"]
+        for run, n, x in screens:
+            lines.append(f"| {_label(run)} | {run['source']} | {n} | {x['k']} | {x['step']} | {x['found']} of {x['of']} "
+                         f"({x['found'] / x['of']:.0%}) | {x['groups_found']} of {x['groups']} | {x['cost']:.2f}x |")
     for run in summary["runs"]:
         if (vs := run.get("versus")) and vs.get("pairs"):
             lines += ["", f"Paired with {', '.join(f'`{f}`' for f in vs['folders'])} at N={vs['n']} (the same fold "

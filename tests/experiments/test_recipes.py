@@ -123,6 +123,26 @@ def test_validated_restarts_keep_the_lowest_validation_loss_of_each_folds_k_subs
     assert recipes.paired_outcomes(rows, other, bar) == {"pairs": 2, "same": 1, "found_here": 1, "found_there": 0}
 
 
+def test_a_screened_restart_keeps_the_best_shown_by_its_step_and_counts_the_steps_trained():
+    bar = 0.6
+
+    def cell(hit, stop, curve):
+        return {"hit_rate": hit, "stop_step": stop, "best_val_loss": min(curve.values()), "val_curve": list(curve.items())}
+    # seed 0 finds the echo but looks worse until step 300; seed 1 misses and stops at 200
+    rows = {(0, 0): cell(0.7, 600, {100: 1.00, 200: 0.99, 300: 0.90}), (0, 1): cell(0.5, 200, {100: 0.98, 200: 0.97})}
+    early = recipes.screened(rows, bar, 2, 100)
+    assert (early["found"], early["of"], early["groups_found"], early["groups"]) == (0, 1, 0, 1)
+    # the miss kept: both to step 100, then the miss on to its stop (200): 300 steps over one run's 400
+    assert early["cost"] == pytest.approx((100 + 100 + 100) / 400)
+    late = recipes.screened(rows, bar, 2, 300)
+    # by step 300 the finder shows the lower loss: 300 + 200 trained, then the finder on to 600
+    assert (late["found"], late["groups_found"]) == (1, 1) and late["cost"] == pytest.approx((300 + 200 + 300) / 400)
+    assert recipes.screened(rows, None, 2, 300) is None
+    # every N read as train.restarts=2: each fold's kept cell is the one of lower validation loss
+    kept = recipes.kept_by_restarts({32768: rows, 512: {(0, 0): cell(0.5, 100, {100: 1.0}), (0, 1): cell(0.5, 100, {100: 0.9})}}, 2)
+    assert kept[32768][(0, 0)] is rows[(0, 0)] and kept[512][(0, 0)]["best_val_loss"] == 0.9
+
+
 def test_a_run_under_another_rule_is_paired_by_fold_and_seed(run, tmp_path, monkeypatch):
     out, _ = run
     other = tmp_path / "other"
@@ -201,7 +221,9 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
                              ("long-memory", "iid", "regime", "btc"),
                              {"long-memory": Path("reports/controls/protocol/long-memory"),
                               "btc": Path("reports/h200-btcusdt-1m-second-edition")},
-                             pools=tuple(Path("reports/recipes/pools") / p for p in ("seeds12", "seed3", "seed4", "seed5"))
+                             pools=tuple(Path("reports/recipes/pools") / p for p in
+                                         ("seeds12", "seed3", "seed4", "seed5", "seed6", "seed7", "seed8",
+                                          "regime-seed1", "regime-seed2"))
                              ) | {"short": recipes.SHORT}
     assert recipes.render(main) == (published / "summary.md").read_text()
     for pool, candidate in (("patch16", "baseline"), ("patch16-labels", "baseline"), ("steps1200", "short-mix")):
@@ -217,10 +239,17 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     baseline = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("baseline", "long-memory"))
     assert baseline["per_n"][32768]["stopping"]["missed_early"] == baseline["per_n"][32768]["stopping"]["missed"] == 10
     short_mix = next(r for r in main["runs"] if (r["candidate"], r["source"]) == ("short-mix", "long-memory"))
-    # six seeds a fold: 13 of 30 runs found the echo; validation tells a finder from a miss in all 41
-    # within-fold pairs, so validated restarts of 2 keep a finder in 9 of 15 independent cells, of 3 in 9 of 10
-    assert short_mix["per_n"][32768]["cells"] == 30 and short_mix["per_n"][32768]["found"] == 13
+    # nine seeds a fold: 15 of 45 runs found the echo; validation tells a finder from a miss in all 86
+    # within-fold pairs, so validated restarts of 2 keep a finder in 10 of 20 independent cells, of 3 in 11 of 15
+    assert short_mix["per_n"][32768]["cells"] == 45 and short_mix["per_n"][32768]["found"] == 15
     stopping = short_mix["per_n"][32768]["stopping"]
-    assert stopping["validation"] == {"pairs": 41, "finder_lower": 41}
-    assert stopping["restarts"][:2] == [{"k": 2, "found": 9, "of": 15}, {"k": 3, "found": 9, "of": 10}]
+    assert stopping["validation"] == {"pairs": 86, "finder_lower": 86}
+    assert stopping["restarts"][:2] == [{"k": 2, "found": 10, "of": 20}, {"k": 3, "found": 11, "of": 15}]
     assert not short_mix["nesting"][32768]["log_loss"]["fails"]
+    # read as train.restarts=3 at every N, short-mix passes the nesting check on the echo and fails it
+    # on the slow regime (mostly the flat-vs-move part); the default fails it on the echo
+    rule = {(r["candidate"], r["source"]): {x["k"]: x for x in r.get("as_restarts", ())} for r in main["runs"]}
+    assert rule[("short-mix", "long-memory")][3]["found"] == 11
+    assert not rule[("short-mix", "long-memory")][3]["nesting"][32768]["log_loss"]["fails"]
+    assert rule[("short-mix", "regime")][3]["nesting"][32768]["move_log_loss"]["fails"]
+    assert rule[("baseline", "long-memory")][3]["nesting"][32768]["log_loss"]["fails"]
