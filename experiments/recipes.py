@@ -106,7 +106,7 @@ ALPHA = 0.05
 NESTING_PARTS = ("log_loss", "move_log_loss", "direction_log_loss")  # total, flat-vs-move, up-vs-down
 # the validated restarts' tables (the rule, screened): k up to 5; screened at these steps of the 600-step limit
 MAX_SCREENED_K = 5
-SCREEN_STEPS = (200, 300, 400)
+SCREEN_STEPS = (100, 200, 300, 400)
 # the decay's extra share of a "wsd" cell (module doc), for the plan
 WSD_EXTRA = 0.13
 
