@@ -34,8 +34,9 @@ N; 4096 adds 10.7 s a cell), five folds and three seeds (15 runs per N, the run-
 a sweep is about 645 s; "wsd" runs its decay too, assumed +13 % of the model cells (a decay of 20 %
 of the best step, 170 of ~270 steps run), about 723 s; the weight average costs a lerp per step;
 the short windows of "short-mix" replace tokens (no more, and their attention is cheaper), taken as
-the baseline's cost; "short-mix-restarts" trains each cell twice (its model cells doubled). Six
-candidates on three sources:
+the baseline's cost; "short-mix-restarts" trains each cell twice (its model cells doubled); the
+"short-mix-half", "-most" and "-ema" variants cost what "short-mix" does. Nine candidates on three
+sources:
 
     candidate            per source   3 sources
     baseline                645 s      1935 s
@@ -44,7 +45,10 @@ candidates on three sources:
     wsd-ema                 723 s      2169 s
     short-mix               645 s      1935 s
     short-mix-restarts     1246 s      3737 s
-    total                     13880 s = 3 h 51 min of one H200 (about 29 min on 8, cells in parallel)
+    short-mix-half          645 s      1935 s
+    short-mix-most          645 s      1935 s
+    short-mix-ema           645 s      1935 s
+    total                     19684 s = 5 h 28 min of one H200 (about 41 min on 8, cells in parallel)
 
 The baseline on BTC is the published second edition's protocol: its cells
 (reports/h200-btcusdt-1m-second-edition) give the same validation view for 645 s less
@@ -92,6 +96,12 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "short-mix": ("train.short_fraction=0.25",),
     # and each cell the validated best of two trainings (tsflash.engine._restarts): twice the cost
     "short-mix-restarts": ("train.short_fraction=0.25", "train.restarts=2"),
+    # The third screen's next candidates (reports/recipes/README.md): the N=32768 runs that learn no
+    # far signal stall by step ~200 with a worse volatility forecast; more of each batch as scattered
+    # short windows (2 or 3 of 4 at N=32768), or the quarter with a ~200-step weight average.
+    "short-mix-half": ("train.short_fraction=0.5",),
+    "short-mix-most": ("train.short_fraction=0.75",),
+    "short-mix-ema": ("train.short_fraction=0.25", "train.ema_decay=0.995"),
 }
 # The published positive control (reports/controls/protocol/long-memory: the one-week echo at strength
 # 0.2, found by 5 of 15 N=32768 runs) and the clean null by default; the slow regime (a second

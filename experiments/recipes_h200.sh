@@ -13,9 +13,11 @@
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
 # The default jobs are the next measurements after reports/recipes/ (its README, "What remains"):
-# seeds 3-5 of short-mix on the echo, so that six seeds make 15 independent validated restarts
-# (best of 2 seeds by validation) per N. The earlier screens' jobs are in that README.
-RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-seeds345|short-mix|long-memory|--set train.seeds=[3,4,5]"}
+# the three candidates against the regime's nesting failure, seeds 0-2 each on the slow regime
+# (about 600 s of one H200 each; resumable). The earlier screens' jobs are in that README.
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-half|short-mix-half|regime|--set train.seeds=[0,1,2]
+runs/recipes-most|short-mix-most|regime|--set train.seeds=[0,1,2]
+runs/recipes-ema|short-mix-ema|regime|--set train.seeds=[0,1,2]"}
 
 pids=()
 i=0

@@ -61,3 +61,17 @@ def test_a_failed_job_fails_the_call_and_a_timed_out_one_does_not(checkout):
     assert _run(root, env, "runs/a|slow|iid|").returncode == 0
     failed = _run(root, env, "runs/a|slow|iid|\nruns/b|fail|iid|")
     assert failed.returncode == 3 and "job 2 (fail in runs/b) exit: 3" in failed.stdout
+
+
+def test_the_default_jobs_name_known_candidates_and_sources_in_their_own_folders():
+    import re
+
+    from tests.conftest import load_experiment
+
+    recipes = load_experiment("recipes")
+    script = (REPO / "experiments" / "recipes_h200.sh").read_text()
+    default = re.search(r'RECIPES_JOBS=\$\{RECIPES_JOBS:-"(.*?)"\}', script, re.S).group(1)
+    jobs = [line.split("|") for line in default.splitlines()]
+    assert jobs and all(c in recipes.CANDIDATES and all(s in recipes.SOURCES for s in src.split(","))
+                        for _out, c, src, _extra in jobs)
+    assert len({out for out, *_ in jobs}) == len(jobs)  # one folder a job: no shared summary.md
