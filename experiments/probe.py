@@ -34,7 +34,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
 from tsflash.atomic import write_text  # noqa: E402
-from tsflash.config import config_from_dict  # noqa: E402
+from tsflash.commands.options import parse_overrides  # noqa: E402
+from tsflash.config import config_from_dict, merge_overrides  # noqa: E402
 from tsflash.data.source import configured_bar_count  # noqa: E402
 from tsflash.data.store import fingerprint, load_bars  # noqa: E402
 from tsflash.data.synthetic import synthetic_bars  # noqa: E402
@@ -57,6 +58,9 @@ TITLES = {"btc": "BTCUSDT 1m (second edition)", "long-memory": "long memory (pos
           "regime": "slow hidden regime (second positive control, BTC-scale drift)", "iid": "iid returns (clean null)"}
 
 
+NOT_LENGTHS = ("run", "seconds", "prior", "overrides")  # the keys of a market's record that are not an N
+
+
 def read_record(path: Path, lengths) -> dict:
     """The markets an earlier run wrote to `path` (empty when none); refused when its lengths differ,
     since the sections of one probe.md share their N."""
@@ -64,25 +68,34 @@ def read_record(path: Path, lengths) -> dict:
         return {}
     record = json.loads(path.read_text())
     for name, rec in record.items():
-        held = tuple(int(k) for k in rec if k not in ("run", "seconds", "prior"))
+        held = tuple(int(k) for k in rec if k not in NOT_LENGTHS)
         if held != tuple(lengths) or name not in MARKETS:
             raise SystemExit(f"error: {path} holds {name} at lengths {held}, this run asks {tuple(lengths)}: "
                              "one probe.md has one set of lengths; choose another --out")
     return record
 
 
-def market_bars(run: Path, root: Path):
+def market_bars(run: Path, root: Path, overrides: dict | None = None, source: str | None = None):
     """(config, bars) of a run folder: its resolved config, and its bars (the store for BTC, the
-    seeded synthetic source named in data.json for a control), checked against its fingerprint."""
-    cfg = config_from_dict(json.loads((run / "config.json").read_text()))
+    seeded synthetic source named in data.json for a control), checked against its fingerprint.
+    `overrides` (nested, as `--set` gives them) change the config first, e.g. a longer synthetic
+    market with more folds of the same size; `source` replaces its synthetic source (e.g. a
+    stronger planted effect). The bars are then not the run's, and not checked."""
     data = json.loads((run / "data.json").read_text())
+    if (overrides or source) and data["kind"] != "synthetic":
+        raise SystemExit(f"error: --set and --source change a synthetic market only; {run} reads the bar store")
+    if source and not source.startswith(data["source"].split(":")[0] + ":" + data["source"].split(":")[1]):
+        raise SystemExit(f"error: --source {source} is not a variant of {run}'s market {data['source']}")
+    data["source"] = source or data["source"]
+    changed = bool(overrides or source)
+    cfg = config_from_dict(merge_overrides(json.loads((run / "config.json").read_text()), overrides or {}))
     d = cfg.data
     if data["kind"] == "synthetic":
         bars, _ = synthetic_bars(data["source"], configured_bar_count(cfg), 0, start=d.start, interval=d.interval,
                                  symbol=d.symbol)
     else:
         bars = load_bars(root, d.symbol, d.interval, d.start, d.end)
-    if fingerprint(bars)["sha256"] != data["fingerprint"]["sha256"]:
+    if not changed and fingerprint(bars)["sha256"] != data["fingerprint"]["sha256"]:
         log.warning("%s: the bars differ from the run's (fingerprint %s, the run's %s)", run,
                     fingerprint(bars)["sha256"][:12], data["fingerprint"]["sha256"][:12])
     return cfg, bars
@@ -125,13 +138,13 @@ def _difference(a: list[dict], b: list[dict], key: str) -> str:
     return f"{mean:+.5f} [{lo:+.5f}, {hi:+.5f}] p {p:.2f}"
 
 
-def market_table(name: str, res: dict, lengths, seconds: float) -> str:
+def market_table(name: str, res: dict, lengths, seconds: float, overrides: list[str] = ()) -> str:
     """The Markdown section of one market."""
     def mean(rows, key):
         return float(np.mean([r[key] for r in rows]))
 
     base = res[lengths[0]]
-    lines = [f"### {TITLES.get(name, name)}", "",
+    lines = [f"### {TITLES.get(name, name)}" + "".join(f" `{o}`" for o in overrides), "",
              f"| N | windows | test log-loss | direction score | log-loss − N={lengths[0]} [95 % over folds] | "
              f"direction − N={lengths[0]} [95 % over folds] | fit s per fold |",
              "|---|---|---|---|---|---|---|",
@@ -154,11 +167,18 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default="data", help="the bar store (default: data, as tsflash sweep)")
     ap.add_argument("--markets", default=",".join(MARKETS), help=f"comma-separated, of {', '.join(MARKETS)}")
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="context lengths N; the first is the reference")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="change the synthetic markets' config, e.g. --set data.start=2018-09-25 "
+                         "--set splits.n_folds=10 (more folds of the same size); repeatable")
+    ap.add_argument("--source", default=None, help="a variant of the (one) synthetic market's source, e.g. "
+                                                   "synthetic:regime:0:tilt=0.0375")
     ap.add_argument("--out", default="runs/probe", help="folder for probe.md and probe.json (default runs/probe)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     lengths = tuple(int(v) for v in args.lengths.split(","))
     names = args.markets.split(",")
+    if args.source and len(names) != 1:
+        ap.error(f"--source is a variant of one market; got --markets {args.markets}")
     unknown = [m for m in names if m not in MARKETS]
     if unknown:
         ap.error(f"unknown market(s) {', '.join(unknown)}; known: {', '.join(MARKETS)}")
@@ -167,12 +187,15 @@ def main(argv=None) -> int:
     record = read_record(out / "probe.json", lengths)
     for name in names:
         t0 = time.perf_counter()
-        cfg, bars = market_bars(REPO / MARKETS[name], Path(args.root))
+        cfg, bars = market_bars(REPO / MARKETS[name], Path(args.root), parse_overrides(args.overrides), args.source)
         res = probe_market(cfg, bars, lengths)
-        record[name] = {"run": MARKETS[name], "seconds": time.perf_counter() - t0, **{str(k): v for k, v in res.items()}}
+        changes = args.overrides + ([f"source={args.source}"] if args.source else [])
+        record[name] = {"run": MARKETS[name], "seconds": time.perf_counter() - t0, "overrides": changes,
+                        **{str(k): v for k, v in res.items()}}
         write_text(out / "probe.json", json.dumps(record, indent=1) + "\n")  # after each market: a partial run keeps its part
-    sections = [market_table(name, {k if k == "prior" else int(k): v for k, v in rec.items() if k not in ("run", "seconds")},
-                             lengths, rec["seconds"])
+    sections = [market_table(name, {k if k == "prior" else int(k): v for k, v in rec.items()
+                                    if k not in NOT_LENGTHS or k == "prior"},
+                             lengths, rec["seconds"], rec.get("overrides", ()))
                 for name, rec in sorted(record.items(), key=lambda item: list(MARKETS).index(item[0]))]
     text = ("# Linear information probe per N\n\nA logistic regression on the sums of log returns and the log realised "
             "volatility over the last 1, 4, 16, ... and N bars (`tsflash.dataset.probe`). Lower is better; the "
