@@ -13,6 +13,8 @@ a t interval over the five fold differences.
     python experiments/probe.py                                 # BTC and the controls -> runs/probe/
     python experiments/probe.py --markets btc --root path/to/store
     python experiments/probe.py --markets regime,iid --out reports/probe   # adds them; the other markets' sections stay
+    python experiments/probe.py --markets regime --set splits.n_folds=10 --set data.start=2018-07-06 \
+        --source synthetic:regime:0:tilt=0.0375 --out runs/probe-regime   # a variant of a synthetic market
 
 Markets already in OUT/probe.json and not rerun keep their numbers: probe.md is rendered from
 every market the file holds.
