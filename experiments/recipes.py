@@ -80,7 +80,7 @@ from tsflash.bench.tables import control_found_bar  # noqa: E402
 from tsflash.commands.options import parse_overrides  # noqa: E402
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.scoring.metrics import hit_rate_from_confusion  # noqa: E402
-from tsflash.stats.runs import Runs, run_level_test, runs_from_means  # noqa: E402
+from tsflash.stats.runs import Runs, crossed_seed_test, run_level_test, runs_from_means  # noqa: E402
 
 log = logging.getLogger("recipes")
 
@@ -406,6 +406,49 @@ def who_found(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: i
                                   if seeds >= 3 and (r := screened(rows, bar, k, step))]}
 
 
+PERMUTATIONS = 20000  # of the per-seed found counts, within folds (seeded: the summary recomputes)
+
+
+def _arm(label: str, rows: dict[tuple[int, int], dict], keys, loss) -> Runs:
+    return runs_from_means(label, [f for f, _ in keys], [s for _, s in keys], [loss(rows[k]) for k in keys],
+                           [rows[k]["n_scored"] for k in keys])
+
+
+def seed_effects(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -> dict | None:
+    """Seeds as initial weights (the engine seeds the weights by the seed alone, the same in every
+    fold): at the longest N, the cells that found the effect per seed and whether their spread over
+    seeds exceeds chance (the found/missed outcomes permuted among the seeds within each fold); and
+    the longest N minus `short` (test log-loss) and its nesting check by the fold t and by
+    `tsflash.stats.runs.crossed_seed_test`, over the seeds that ran on every fold at both N."""
+    longest = max(by_n)
+    if longest <= short or short not in by_n:
+        return None
+    rows, base = by_n[longest], by_n[short]
+    folds = sorted({f for f, _ in rows})
+    seeds = [s for s in sorted({s for _, s in rows}) if all((f, s) in rows and (f, s) in base for f in folds)]
+    if len(seeds) < 3:
+        return None
+    keys = [(f, s) for f in folds for s in seeds]
+    out: dict = {"n": longest, "seeds": seeds}
+    if bar is not None:
+        found = np.array([[rows[(f, s)]["hit_rate"] >= bar for f in folds] for s in seeds], dtype=int)  # seeds x folds
+        rng = np.random.default_rng(0)
+        spread = found.sum(axis=1).var()
+        null = np.array([np.column_stack([rng.permutation(found[:, j]) for j in range(len(folds))]).sum(axis=1).var()
+                         for _ in range(PERMUTATIONS)])
+        out |= {"found": found.sum(axis=1).tolist(), "folds": len(folds),
+                "spread_p": float((1 + (null >= spread - 1e-12).sum()) / (1 + PERMUTATIONS))}
+    tests = {"difference": (_arm(f"N={short}", base, keys, lambda r: r["test"]["log_loss"]),
+                            _arm(f"N={longest}", rows, keys, lambda r: r["test"]["log_loss"]))}
+    if all("log_loss" in rows[k]["cut"].get(short, {}) for k in keys):
+        tests["nesting"] = (tests["difference"][0], _arm(f"N={longest} cut", rows, keys, lambda r: r["cut"][short]["log_loss"]))
+    for name, (a, b) in tests.items():
+        r = crossed_seed_test(a, b)
+        out[name] = {"estimate": r.estimate, "fold_t_p": r.fold_t_p, "crossed_p": r.p, "crossed_df": r.df,
+                     "crossed_ci": list(r.ci), "seed_main_sd": math.sqrt(r.seed_main[0])}
+    return out
+
+
 def restarts_rule(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -> list[dict]:
     """Per k >= 2 with complete groups at every N: the run read as `train.restarts=k`
     (`kept_by_restarts`), its test log-loss per N, found at the longest N, and its nesting check."""
@@ -447,6 +490,7 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
                 if max(by_n) > short and (record := who_found(by_n[max(by_n)], bar, int(shared["train.steps"]))):
                     run["per_n"][max(by_n)]["stopping"] = record
                 run["as_restarts"] = restarts_rule(by_n, bar, short)
+                run["seed_effects"] = seed_effects(by_n, bar, short)
                 others = [r for r in (v / name / source for v in versus) if RunFolder(r).exists()]
                 if others and (longest := max(by_n)) in (theirs := pooled_runs(others, source)[1]):
                     run["versus"] = {"folders": list(map(str, others)), "n": longest,
@@ -546,6 +590,26 @@ def render(summary: dict) -> str:
         for run, n, x in screens:
             lines.append(f"| {_label(run)} | {run['source']} | {n} | {x['k']} | {x['step']} | {x['found']} of {x['of']} "
                          f"({x['found'] / x['of']:.0%}) | {x['groups_found']} of {x['groups']} | {x['cost']:.2f}x |")
+    effects = [(run, e) for run in summary["runs"] if (e := run.get("seed_effects"))]
+    if effects:
+        lines += ["", "## Seeds as initial weights", "",
+                  "A run's initial weights are its seed's alone, the same in every fold (and at every N). Found per "
+                  "seed: of the folds at the longest N; its spread over seeds against chance by permuting the "
+                  f"found/missed outcomes among the seeds within each fold ({PERMUTATIONS:,} permutations). The "
+                  "longest N minus the short N (test log-loss) and the nesting check, by the fold t (the run-level "
+                  "test: generalises over folds for these seeds) and by the crossed test "
+                  "(`tsflash.stats.runs.crossed_seed_test`: over folds and initial weights; its 95 % interval).", "",
+                  "| candidate | source | N | seeds | found per seed | spread over seeds, p | longest N minus short, "
+                  "fold t p | crossed p [95 %] | nesting, fold t p | crossed p |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for run, e in effects:
+            found = "-" if "found" not in e else " ".join(map(str, e["found"])) + f" (of {e['folds']})"
+            spread = "-" if "spread_p" not in e else _f(e["spread_p"], ".3g")
+            d, n = e["difference"], e.get("nesting")
+            lines.append(f"| {_label(run)} | {run['source']} | {e['n']} | {','.join(map(str, e['seeds']))} | {found} "
+                         f"| {spread} | {_f(d['estimate'], '+.5f')}, p {_f(d['fold_t_p'], '.3g')} "
+                         f"| {_f(d['crossed_p'], '.3g')} [{_f(d['crossed_ci'][0], '+.5f')}, {_f(d['crossed_ci'][1], '+.5f')}] "
+                         + ("| - | - |" if n is None else
+                            f"| {_f(n['estimate'], '+.5f')}, p {_f(n['fold_t_p'], '.3g')} | {_f(n['crossed_p'], '.3g')} |"))
     for run in summary["runs"]:
         if (vs := run.get("versus")) and vs.get("pairs"):
             lines += ["", f"Paired with {', '.join(f'`{f}`' for f in vs['folders'])} at N={vs['n']} (the same fold "

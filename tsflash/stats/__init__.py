@@ -24,9 +24,11 @@ from tsflash.stats.gate import (
 )
 from tsflash.stats.pbo import CSCV_BLOCKS, MAX_PBO, EffectiveTrials, PBOResult, effective_trials, pbo_cscv
 from tsflash.stats.runs import (
+    CrossedTestResult,
     RunTestResult,
     Runs,
     aa_tests,
+    crossed_seed_test,
     min_detectable_difference,
     pbo_null,
     run_level_test,
@@ -46,9 +48,11 @@ from tsflash.stats.sharpe import (
 )
 
 __all__ = [
+    "CrossedTestResult",
     "RunTestResult",
     "Runs",
     "aa_tests",
+    "crossed_seed_test",
     "min_detectable_difference",
     "pbo_null",
     "run_level_test",
