@@ -48,6 +48,7 @@ from tsflash.stats.runs import (  # noqa: E402
     holm_adjust,
     min_detectable_difference,
     pbo_null,
+    crossed_seed_test,
     run_level_test,
     runs_from_table,
 )
@@ -202,13 +203,16 @@ def replicate_section(name: str, run: Run, replicate: Run, alpha: float = 0.05) 
              "Disjoint training runs of the same config on the same folds and test days: the true difference is 0. "
              "Run-level: `tsflash.stats.runs.run_level_test` (t over the fold means, df = folds - 1). "
              "DM: the report's test of the two seed ensembles' forecasts (|z| > 1.96).", "",
-             "| N | score | run-level difference | 95 % interval | p | verdict | ensemble DM difference | DM z | "
-             "DM says | all 3-v-3 splits rejecting (run-level) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    counts = {"rl": 0, "dm": 0, "n": 0, "splits": 0, "splits_rejecting": 0}
-    p_rl, p_dm = [], []
+             "Crossed: `tsflash.stats.runs.crossed_seed_test`, over folds and initial weights (a seed's weights are "
+             "the same in every fold).", "",
+             "| N | score | run-level difference | 95 % interval | p | verdict | crossed p | ensemble DM difference | DM z | "
+             "DM says | all 3-v-3 splits rejecting (run-level) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    counts = {"rl": 0, "dm": 0, "n": 0, "splits": 0, "splits_rejecting": 0, "cr": 0}
+    p_rl, p_dm, p_cr = [], [], []
     for score in SCORES:
         for key in [k for k in run.keys if k in replicate.keys]:  # a replicate may cover fewer lengths
             r = run_level_test(run.runs(key, score), replicate.runs(key, score), alpha=alpha)
+            crossed = crossed_seed_test(run.runs(key, score), replicate.runs(key, score), alpha=alpha)
             dm = paired(ensembles_of(run, replicate, key), f"{key}/replicate", f"{key}/run", score, run.horizon,
                         run.per_day, [])
             splits = aa_tests(pooled(run.runs(key, score), replicate.runs(key, score)), "all", alpha=alpha)
@@ -216,18 +220,21 @@ def replicate_section(name: str, run: Run, replicate: Run, alpha: float = 0.05) 
             dm_rejects = abs(dm.statistic) > 1.96
             counts["n"] += 1
             counts["rl"] += r.p <= alpha
+            counts["cr"] += crossed.p <= alpha
             p_rl.append(r.p)
+            p_cr.append(crossed.p)
             p_dm.append(dm.pvalue)
             counts["dm"] += dm_rejects
             counts["splits"] += len(splits)
             counts["splits_rejecting"] += k_split
             lines.append(f"| {run.n[key]} | {SCORE_NAMES[score]} | {_f(r.estimate)} | [{_f(r.ci[0])}, {_f(r.ci[1])}] "
-                         f"| {_p(r.p)} | {'differ' if r.p <= alpha else 'no difference'} | {_f(dm.mean_diff)} | "
+                         f"| {_p(r.p)} | {'differ' if r.p <= alpha else 'no difference'} | {_p(crossed.p)} | {_f(dm.mean_diff)} | "
                          f"{dm.statistic:+.2f} | {'differ' if dm_rejects else 'no difference'} | "
                          f"{k_split} of {len(splits)} |")
     # Question 1 decides with Holm over its family of (N, score) rows: the same rule, market by market.
     counts["rl_holm"] = int((holm(p_rl) <= alpha).sum())
     counts["dm_holm"] = int((holm(p_dm) <= alpha).sum())
+    counts["cr_holm"] = int((holm(p_cr) <= alpha).sum())
     lo, hi = binomial_interval(counts["n"] - counts["rl"], counts["n"])
     lines += ["", f"Run-level test: {counts['n'] - counts['rl']} of {counts['n']} comparisons say \"no difference\" "
               f"(exact 95 % interval of the rate [{lo:.2f}, {hi:.2f}]); the ensemble DM: "
@@ -239,7 +246,7 @@ def replicate_section(name: str, run: Run, replicate: Run, alpha: float = 0.05) 
 def aa_total_lines(per_market: dict[str, dict[str, int]]) -> list[str]:
     """The A/A rate over every disjoint-seed comparison of every market, with its exact interval,
     and a row per market (comparisons are (N, score) of one market: the two scores of one N share runs)."""
-    totals = {k: sum(c[k] for c in per_market.values()) for k in ("n", "rl", "dm", "rl_holm", "dm_holm")}
+    totals = {k: sum(c[k] for c in per_market.values()) for k in ("n", "rl", "dm", "rl_holm", "dm_holm", "cr", "cr_holm")}
     n = totals["n"]
 
     def row(test: str, key: str) -> str:
@@ -247,7 +254,7 @@ def aa_total_lines(per_market: dict[str, dict[str, int]]) -> list[str]:
         lo, hi = binomial_interval(ok, n)
         return f"| {test} | {n} | {ok} | {ok / n:.2f} | [{lo:.2f}, {hi:.2f}] |"
 
-    families = {k: sum(c[k] > 0 for c in per_market.values()) for k in ("rl_holm", "dm_holm")}
+    families = {k: sum(c[k] > 0 for c in per_market.values()) for k in ("rl_holm", "dm_holm", "cr_holm")}
     below = float(scipy.stats.binom.sf(math.floor(0.05 * n), n, 0.05))  # P(more than 5 % of n say "differ")
     lines = ["### A/A over all markets (disjoint seeds)", "",
              "Each comparison alone at alpha 0.05 (a calibrated test says \"differ\" in 5 % of them: its rate is "
@@ -258,10 +265,12 @@ def aa_total_lines(per_market: dict[str, dict[str, int]]) -> list[str]:
              "|---|---|---|---|---|",
              row("run-level (primary), each comparison alone", "rl"),
              row("run-level (primary), Holm within each market, as question 1 decides", "rl_holm"),
+             row("crossed over folds and initial weights, each comparison alone", "cr"),
+             row("crossed, Holm within each market", "cr_holm"),
              row("ensemble Diebold-Mariano (today's), each comparison alone", "dm"),
              row("ensemble Diebold-Mariano, Holm within each market", "dm_holm"), "",
              f"Markets with any \"differ\" after Holm: run-level {families['rl_holm']} of {len(per_market)}, "
-             f"ensemble DM {families['dm_holm']} of {len(per_market)}.", "",
+             f"crossed {families['cr_holm']} of {len(per_market)}, ensemble DM {families['dm_holm']} of {len(per_market)}.", "",
              "| market | comparisons (N x score) | run-level says \"no difference\" (alone, Holm) "
              "| ensemble DM says \"no difference\" (alone, Holm) |", "|---|---|---|---|"]
     lines += [f"| {name} | {c['n']} | {c['n'] - c['rl']}, {c['n'] - c['rl_holm']} | {c['n'] - c['dm']}, "
@@ -275,12 +284,18 @@ def six_seed_section(name: str, run: Run, replicate: Run) -> list[str]:
     pairs = [(score, key) for score in SCORES for key in run.keys[1:]]
     both = lambda key, s: pooled(run.runs(key, s), replicate.runs(key, s))  # noqa: E731
     results = holm_adjust([run_level_test(both(shortest, s), both(k, s)) for s, k in pairs])
+    crossed = [crossed_seed_test(both(shortest, s), both(k, s)) for s, k in pairs]
+    crossed_holm = holm([c.p for c in crossed])
     lines = [f"### {name}: longer N minus N={run.n[shortest]} over six seeds per N", "",
-             "| comparison | score | runs (A, B) | difference per bar | 95 % interval | p | Holm p | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
-    for (score, _), r in zip(pairs, results):
+             "Crossed: `tsflash.stats.runs.crossed_seed_test` (seeds as initial weights shared by the folds; "
+             "Satterthwaite df), Holm over the same four rows.", "",
+             "| comparison | score | runs (A, B) | difference per bar | 95 % interval | p | Holm p | verdict "
+             "| crossed 95 % interval | crossed p | crossed Holm p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (score, _), r, c, ch in zip(pairs, results, crossed, crossed_holm):
         lines.append(f"| {r.arm_b} - {r.arm_a} | {SCORE_NAMES[score]} | {r.n_runs_a}, {r.n_runs_b} | "
-                     f"{_f(r.estimate)} | [{_f(r.ci[0])}, {_f(r.ci[1])}] | {_p(r.p)} | {_p(r.p_holm)} | {r.verdict} |")
+                     f"{_f(r.estimate)} | [{_f(r.ci[0])}, {_f(r.ci[1])}] | {_p(r.p)} | {_p(r.p_holm)} | {r.verdict} "
+                     f"| [{_f(c.ci[0])}, {_f(c.ci[1])}] | {_p(c.p)} | {_p(float(ch))} |")
     return lines + [""]
 
 
