@@ -213,6 +213,22 @@ def test_after_the_deadline_only_scoring_runs(tmp_path):
     assert [run.run(job) for job in late] == ["score n128"] and late.out_of_time
 
 
+def test_a_configuration_popped_but_not_yet_drawn_by_another_worker_queues_cells_with_their_n(tmp_path):
+    # Worker A pops a configuration (RUNNING, its values not yet drawn); worker B sees it open and
+    # queues its cells before A does. B's cells must carry N: from a snapshot of the trial they had
+    # none, and the worker that ran one failed (KeyError 'n', seen in CI under load).
+    a = FakeRun(tmp_path, lengths=(64,), baselines=False, precision=False)
+    b = a.second_worker()
+    popped = a.ledger.pop()
+    assert popped is not None and not a.ledger.storage.get_trial(popped._trial_id).params  # not drawn yet
+    b.queue()._queue_open_configs()
+    cells = [t for t in b.ledger.trials(TrialState.WAITING, study=b.ledger.cells) if t.user_attrs.get("cell", "").startswith("n64/")]
+    assert len(cells) == a.folds
+    assert all(t.system_attrs["fixed_params"]["n"] == 64 for t in cells)
+    order = [b.run(job) for job in b.queue()]
+    assert order == ["n64/0", "n64/1", "score n64"]
+
+
 @pytest.mark.parametrize("prune", [True, False], ids=["pruned-when-popped", "completed-once-by-the-storage"])
 def test_two_workers_saving_a_configurations_last_two_cells_at_once_complete_it_once(tmp_path, monkeypatch, prune):
     """Workers A and B save n64's last two cells at the same moment. Both find n64 open with every

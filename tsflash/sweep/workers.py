@@ -96,7 +96,7 @@ class CellQueue:
         self.ledger, self.cells, self.params_of = ledger, cells, params_of
         self.deadline, self.poll_s = deadline, poll_s
         self.out_of_time = False
-        self._keys: dict[int, str] = {}  # configuration number -> key
+        self._opened: dict[int, tuple[dict, str]] = {}  # configuration number -> (params, key)
 
     def __iter__(self) -> Iterator[Job]:
         """Each popped job, heart-beaten while the loop body runs it, then COMPLETE; a body that
@@ -154,8 +154,7 @@ class CellQueue:
         return _RANK[kind], -int(cell.system_attrs.get("fixed_params", {}).get("n", 0)), cell.number
 
     def _open(self, config: Trial) -> None:
-        params, key = self.params_of(config)
-        self._keys[config.number] = key
+        params, key = self._opened[config.number] = self.params_of(config)
         log.info("configuration %d (%s) opened: its cells are queued", config.number, key)
         self._queue_cells(config.number, params, key)
 
@@ -164,10 +163,12 @@ class CellQueue:
         while it queued them, or a run folder of an earlier version), or its scoring once they
         are all saved (the worker that saved the last one pops it first)."""
         for frozen in self.ledger.running():
-            if frozen.number not in self._keys:
-                self._keys[frozen.number] = self.params_of(self.ledger.trial(frozen))[1]
-            key = self._keys[frozen.number]
-            self._queue_cells(frozen.number, {**frozen.params}, key)
+            # The parameters params_of returns, not frozen.params: a configuration another worker has
+            # just popped may not have drawn them yet, and cells queued from that snapshot had no N.
+            if frozen.number not in self._opened:
+                self._opened[frozen.number] = self.params_of(self.ledger.trial(frozen))
+            params, key = self._opened[frozen.number]
+            self._queue_cells(frozen.number, dict(params), key)
 
     def _queue_cells(self, number: int, params: dict, key: str) -> None:
         """What is saved is looked at before what is queued: a cell saved (or a configuration
