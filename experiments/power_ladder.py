@@ -19,7 +19,8 @@ its information at every N, so its N=512 arm would carry part of the effect.
 Rungs (default): strengths 0.02, 0.05, 0.1, 0.2, oracle gains about 0.001 (BTC's own direction
 skill), 0.0063, 0.025 and 0.10 nats per moved bar (measured on 2.4M bars by `echo_oracle_gain`'s
 rule), and the iid null. Design: N in {512, 32768},
-3 folds (df 2), seeds 0 and 1, the default protocol otherwise (validated stopping, 600 steps at
+3 folds (df 2), two seeds a replicate, its own (replicate k: seeds 2k and 2k+1, so the
+replicates average over initial weights, which decide who finds the echo), the default protocol otherwise (validated stopping, 600 steps at
 most), no precision check, no context cuts. Replicates are interleaved (replicate r of every rung
 before r + 1), so a partial ladder is balanced. Detected: the verdict "better" (p < 0.05,
 two-sided, in the longer N's favour) on each score (log-loss per labelled bar, direction score
@@ -98,7 +99,8 @@ DEFAULT_STRENGTHS = "0.02,0.05,0.1,0.2"
 DEFAULT_LENGTHS = "512,32768"
 NULL = "iid"  # the null rung's market
 ECHO = "long-memory"
-DESIGN = ("splits.n_folds=3", "train.seeds=[0,1]", "eval.context_cuts=[]")  # fewer folds and seeds, no cuts
+DESIGN = ("splits.n_folds=3", "eval.context_cuts=[]")  # fewer folds, no cuts; two seeds a replicate:
+SEEDS_PER_REPLICATE = 2  # replicate k trains seeds 2k, 2k+1: its own initial weights (`replicate_args`)
 TARGET_POWER = 0.8
 FULL_PROTOCOL = (5, 3)  # folds, seeds of the default protocol: the design BTC's answer is tested on
 LEVEL = 0.95  # of the binomial intervals
@@ -127,11 +129,20 @@ def rungs_of(strengths: list[float], with_null: bool = True) -> list[Rung]:
 
 
 def replicate_args(args, rung: Rung, k: int) -> argparse.Namespace:
-    """The arguments `controls.sweep_argv` reads, for replicate k (market seed seed + k) of `rung`."""
+    """The arguments `controls.sweep_argv` reads, for replicate k of `rung`: market seed seed + k, and
+    training seeds 2k, 2k+1 (the caller's --set after them wins)."""
     echo = ",".join(x for x in (args.echo, "" if rung.strength is None else f"strength={rung.strength:g}") if x)
+    # A seed is one set of initial weights for every fold, and at N=32768 the seed decides who finds
+    # the echo (reports/recipes, "Seeds as initial weights"): replicates that shared seeds 0 and 1
+    # would measure the detection rate of those two initial weights, not of training at N.
     return argparse.Namespace(out=args.runs / rung.name / f"rep{k:02d}", lengths=args.lengths, device=args.device,
                               preset=args.preset, config=args.config, seed=args.seed + k, long_memory=echo,
-                              overrides=[*DESIGN, *args.overrides])
+                              overrides=[*DESIGN, replicate_seeds(k), *args.overrides])
+
+
+def replicate_seeds(k: int) -> str:
+    """The --set item of replicate k's training seeds (2k, 2k+1)."""
+    return "train.seeds=[" + ", ".join(str(SEEDS_PER_REPLICATE * k + j) for j in range(SEEDS_PER_REPLICATE)) + "]"
 
 
 def run_root(args, rung: Rung, k: int) -> Path:
@@ -352,7 +363,7 @@ def cost_plan(args, usable_s: float = 1200.0) -> dict:
     from tsflash.sweep.progress import CostModel, fresh_works, prior_rates
 
     opts = SweepOptions(lengths=[int(n) for n in args.lengths.split(",")], preset="full", config=args.config,
-                        overrides=parse_overrides([*DESIGN, *args.overrides]))
+                        overrides=parse_overrides([*DESIGN, replicate_seeds(0), *args.overrides]))
     cfg = resolve_config(opts, "cuda")[0]
     cost, calibration = CostModel(prior_rates("cuda")), prior_rates("cuda")
     works = fresh_works(cfg, precision=False)

@@ -52,6 +52,10 @@ def test_schedule_is_replicate_major_with_the_null_last(ladder, tmp_path):
     assert argv[:3] == ["sweep", "--data", "synthetic:long-memory:4:lag=48,strength=0.2"]
     assert str(tmp_path / "strength-0.2" / "rep01" / "long-memory") in argv
     assert argv[-2:] == ["--set", "train.seeds=[0]"]  # the caller's settings after the ladder's design
+    # each replicate its own initial weights: replicate 1 trains seeds 2 and 3 unless the caller says
+    own = ladder.controls.sweep_argv("long-memory", ladder.replicate_args(
+        ladder.argparse.Namespace(**{**vars(args), "overrides": []}), ladder.Rung(0.2), 1), None)
+    assert own[-2:] == ["--set", "train.seeds=[2, 3]"]
     null = ladder.controls.sweep_argv("iid", ladder.replicate_args(args, ladder.Rung(None), 0), None)
     assert null[2] == "synthetic:iid:3"
 
