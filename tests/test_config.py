@@ -329,7 +329,14 @@ def test_fields_added_later_leave_older_configs_unchanged():
     assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
                                 "model.residual", "model.norm", "eval.context_cuts", "eval.strategy",
                                 "eval.entry_threshold", "model.patch", "train.ema_decay", "train.schedule",
-                                "train.decay_fraction", "train.short_fraction", "train.short_length", "train.restarts"}
+                                "train.decay_fraction", "train.short_fraction", "train.short_length", "train.restarts",
+                                "eval.seed_inference"}
+
+
+def test_seed_inference_is_fold_or_crossed():
+    assert load_config("default").eval.seed_inference == "fold"  # the published runs' test
+    with pytest.raises(UserError, match=r"eval.seed_inference must be one of fold, crossed, got 'seed'"):
+        load_config("default", {"eval": {"seed_inference": "seed"}})
 
 
 def test_data_symbol_is_an_upper_case_spot_pair():

@@ -143,6 +143,11 @@ class EvalConfig:
     # Far context: every model with N > cut is also scored with its context cut to the last
     # `cut` bars (the eval windows of length cut) on the same test bars.
     context_cuts: list[int] = field(default_factory=list)
+    # How question 1 and the nesting check treat seeds (tsflash.stats.runs.run_level_test): "fold",
+    # a t over the fold means (generalises over folds for the seeds at hand); "crossed", folds and
+    # seeds as crossed random effects (a seed is one set of initial weights for every fold, and at
+    # N=32768 it decides who finds a far effect: reports/recipes). Applied at report time.
+    seed_inference: str = "fold"
 
 
 @dataclass
@@ -258,7 +263,8 @@ ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0,
                "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
                "eval.entry_threshold": -1.0, "model.patch": 1, "train.ema_decay": 0.0, "train.schedule": "cosine",
                "train.decay_fraction": 0.2, "train.short_fraction": 0.0, "train.short_length": 512,
-               "train.restarts": 1}
+               "train.restarts": 1, "eval.seed_inference": "fold"}
+SEED_INFERENCE = ("fold", "crossed")
 SCHEDULES = ("cosine", "wsd")
 
 
@@ -541,6 +547,8 @@ def _check_eval(cfg: ExperimentConfig) -> None:
     from tsflash.scoring.strategy import check_strategy
 
     check_strategy(cfg.eval.strategy, cfg.eval.entry_threshold)
+    if cfg.eval.seed_inference not in SEED_INFERENCE:
+        raise UserError(f"eval.seed_inference must be one of {', '.join(SEED_INFERENCE)}, got {cfg.eval.seed_inference!r}")
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:

@@ -13,7 +13,7 @@ from tests.conftest import load_experiment
 from tsflash import cli
 from tsflash.errors import UserError
 from tsflash.report import build_report
-from tsflash.report.rescore import check_overrides, flat_overrides
+from tsflash.report.rescore import check_overrides, default_out_dir, flat_overrides
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = REPO / "reports" / "h200-btcusdt-1m"
@@ -89,7 +89,7 @@ def test_a_higher_fee_costs_more(run, tmp_path):
 
 def test_keys_that_need_retraining_are_refused(run):
     with pytest.raises(UserError, match=r"report --set train.steps: only scoring keys can change without retraining "
-                                        r"\(eval.entry_threshold, eval.fee_bps, eval.strategy\); train.steps changes "
+                                        r"\(eval.entry_threshold, eval.fee_bps, eval.seed_inference, eval.strategy\); train.steps changes "
                                         r"the trained models"):
         build_report(run, overrides={"train": {"steps": 5}})
     with pytest.raises(UserError, match=r"report --set eval.fee_bps: must be a number >= 0 \(basis points\), got -1"):
@@ -97,6 +97,27 @@ def test_keys_that_need_retraining_are_refused(run):
     with pytest.raises(UserError, match=r"a re-scored report never overwrites the run's own report"):
         build_report(run, overrides={"eval.fee_bps": 1}, out_dir=run)
     assert flat_overrides({"eval": {"fee_bps": 2}, "x.y": 1}) == {"eval.fee_bps": 2, "x.y": 1}
+    with pytest.raises(UserError, match=r"report --set eval.seed_inference: must be one of fold, crossed, got 'seeds'"):
+        check_overrides({"eval.seed_inference": "seeds"})
+
+
+def test_the_crossed_test_is_a_re_report_that_needs_no_cell_files(run, tmp_path):
+    """--set eval.seed_inference=crossed changes the tests only: no per-bar cell file is read (a
+    copy without them reports) and the trading figures stand (question 1's family under it:
+    tests/report/test_runlevel_report.py)."""
+    bare = tmp_path / "bare"
+    shutil.copytree(run, bare, ignore=shutil.ignore_patterns("rescored"))
+    removed = [f.unlink() for f in (bare / "cells").rglob("*.npz")]  # the per-bar cell files, as a published run
+    assert removed
+    out = tmp_path / "crossed"
+    build_report(bare, overrides={"eval.seed_inference": "crossed"}, out_dir=out)
+    text = (out / "report.md").read_text()
+    assert "eval.seed_inference = crossed" in text and "crossed random effects" in text
+    rebuilt = json.loads((out / "questions.json").read_text())["forecast"]["runs"]["comparisons"]
+    own = json.loads((run / "questions.json").read_text())
+    assert json.loads((out / "questions.json").read_text())["trading"] == own["trading"]
+    assert len(rebuilt) == len(own["forecast"]["runs"]["comparisons"])
+    assert default_out_dir(run, {"eval.seed_inference": "crossed"}) == run / "rescored" / "seeds-crossed"
 
 
 def test_the_noise_control_trains_each_seed_once_and_rescores(run, tmp_path):

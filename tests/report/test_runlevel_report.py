@@ -141,3 +141,23 @@ def test_a_cpu_preset_run_leads_with_its_caveat_and_claims_nothing():
     words = with_caveats({"forecast": "Longer context forecasts worse.", "sentence": "No."}, caveats)
     assert words["forecast"].endswith(NOT_EVIDENCE) and words["sentence"].endswith(NOT_EVIDENCE)
     assert with_caveats({"forecast": "x", "sentence": "y"}, [])["forecast"] == "x"
+
+
+def test_the_crossed_test_decides_the_family_when_the_config_says_so():
+    """eval.seed_inference = "crossed": question 1's family is `run_level_test(seeds="crossed")` (folds
+    and initial weights); with a seed effect shared by the folds, the fold t calls a zero difference
+    an effect and the crossed test does not."""
+    from tsflash.stats.runs import run_level_test, runs_from_table
+
+    a, b = simulate_runs(np.random.default_rng(7), noise=RunNoise(init=0.02), n_seeds=3, n_days=40)
+    table = fake_table(0.0)
+    for arm, name in ((a, "n1"), (b, "n2")):  # the fake table's runs replaced by ones whose seeds carry an effect
+        m = table["series"] == name
+        for loss_col, _ in SCORES.values():
+            table[loss_col][m] = arm.loss
+    fold, crossed = run_question(table, ["n1", "n2"]), run_question(table, ["n1", "n2"], "crossed")
+    runs = {sc: [runs_from_table(table, k, loss=SCORES[sc][0], count=SCORES[sc][1]) for k in ("n1", "n2")] for sc in SCORES}
+    for p in crossed.result.comparisons:
+        assert p.result.p == pytest.approx(run_level_test(*runs[p.score], seeds="crossed").p, rel=1e-12)
+    assert all(p.p_holm <= 0.05 for p in fold.result.comparisons) and fold.answer == "worse"
+    assert all(p.p_holm > 0.3 for p in crossed.result.comparisons) and crossed.answer == "no better"

@@ -75,7 +75,7 @@ import numpy as np
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.scoring.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.report.nesting import NestingCheck, nesting_check
-from tsflash.report.rundata import RunData
+from tsflash.report.rundata import RunData, seed_inference
 from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
 from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
 from tsflash.scoring.strategy import Strategy
@@ -475,6 +475,7 @@ class RunQuestion:
     power: dict[str, dict[int, float]] = field(default_factory=dict)
     seed_sd: dict[str, float] = field(default_factory=dict)  # per score, pooled over the comparisons
     between_sd: dict[str, float] = field(default_factory=dict)
+    inference: str = "fold"  # eval.seed_inference: the family's test (tsflash.stats.runs.run_level_test)
 
     @property
     def answer(self) -> str | None:
@@ -502,9 +503,11 @@ def _power(results: list, n_folds: int) -> tuple[dict[int, float], float, float]
     return mdd, math.sqrt(c.within_fold_seed), math.sqrt(c.between_fold)
 
 
-def run_question(table: dict, primary: list[str]) -> RunQuestion:
+def run_question(table: dict, primary: list[str], inference: str = "fold") -> RunQuestion:
     """Each longer N against the shortest over training runs, on both scores (one Holm family),
-    the skill tests against the class prior where the run has it, and the power."""
+    the skill tests against the class prior where the run has it, and the power. `inference`: the
+    config's eval.seed_inference for the family (the skill tests stay the fold t: the prior has
+    no seeds)."""
     if len(primary) < 2:
         return RunQuestion(False, "there is no longer context length to compare with the shortest")
     try:
@@ -518,14 +521,15 @@ def run_question(table: dict, primary: list[str]) -> RunQuestion:
         return RunQuestion(False, ONE_SEED, n_folds=folds, seeds_per_fold=seeds)
     has_prior = bool(((table["series"] == PRIOR) & (table["member"] == ENSEMBLE)).any())
     try:
-        vs_shortest = {(n, primary[0], sc): run_level_test(runs[(primary[0], sc)], runs[(n, sc)])
+        vs_shortest = {(n, primary[0], sc): run_level_test(runs[(primary[0], sc)], runs[(n, sc)], seeds=inference)
                        for n in primary[1:] for sc in SCORES}
         vs_prior = {(n, PRIOR, sc): run_level_test(_prior_runs(table, sc), runs[(n, sc)], min_seeds_per_fold=1)
                     for n in primary for sc in SCORES} if has_prior else {}
     except RunTestInputError as exc:
         return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}", n_folds=folds,
                            seeds_per_fold=seeds)
-    out = RunQuestion(True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds)
+    out = RunQuestion(True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds,
+                      inference=inference)
     for sc in SCORES:
         mine = [r for (_, _, score), r in vs_shortest.items() if score == sc]
         out.power[sc], out.seed_sd[sc], out.between_sd[sc] = _power(mine, folds)
@@ -603,7 +607,7 @@ def forecast_question(rd: RunData, primary: list[str]) -> ForecastQuestion:
         out.skill = {(p.series, p.score): p for p in comps if p.reference == PRIOR}
         out.dm_answer, out.dm_mixed = forecast_answer([p for p in comps if p.reference == shortest], out.skill)
     out.available, out.comparisons, out.table = bool(comps), comps, table
-    out.runs = run_question(table, primary)
+    out.runs = run_question(table, primary, seed_inference(rd.config))
     out.decomposition = decomposition(table, primary + baselines)
     return out
 

@@ -18,7 +18,8 @@ from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.figures import CAPTIONS
 from tsflash.report.markdown import table as _table
 from tsflash.report.questions import forecast_section, trading_section, write_outputs
-from tsflash.report.rundata import RunData
+from tsflash.report.rescore import INFERENCE_KEYS
+from tsflash.report.rundata import RunData, seed_inference
 from tsflash.report.wording import (
     NOT_EVIDENCE,
     bars_and_time,
@@ -78,17 +79,24 @@ def verdict_section(rd: RunData, words: dict) -> dict:
     notes = []
     if rd.data.get("kind") == "synthetic":
         notes.append(control_note(rd.data.get("source", "")))
-    if rd.rescored_from:
+    rescored = rd.rescored_from and any(k not in INFERENCE_KEYS for k in rd.rescored_from["overrides"])
+    if rescored:
         notes.append(f"re-scored at eval.fee_bps = {cfg['eval']['fee_bps']:g} from the per-bar positions saved by "
                      f"the run `{rd.run_dir.name}` (which charged {rd.rescored_from['run_fee_bps']:g} bps); nothing "
                      f"was retrained. Trading rule: {Strategy.from_config(cfg).describe()}.")
+    seeds = seed_inference(cfg)
+    if rd.rescored_from and "eval.seed_inference" in rd.rescored_from["overrides"]:
+        notes.append(f"re-reported from the run `{rd.run_dir.name}` with eval.seed_inference = {seeds}; nothing was "
+                     "retrained or re-scored, only the tests changed.")
+    replicate = ("the fold as the replicate" if seeds == "fold" else
+                 "folds and seeds as crossed random effects, a seed being one set of initial weights for every fold")
     interval = cfg["data"]["interval"]
     spans = ", ".join(f"{n} = {bars_as_time(n, interval)}" for n in cfg["lengths"])
     question = (f"Two questions, answered separately. 1. Forecasting: does a causal transformer that sees a longer "
                 f"context (N past {interval_words(interval)} bars: {spans}) forecast the up/flat/down move of "
                 f"{rd.data.get('symbol', 'BTCUSDT')} over the next {bars_and_time(cfg['labels']['horizon'], interval)} "
-                "better out of sample (over training runs: each longer N against the shortest, the fold as the "
-                "replicate; and, secondary, paired tests of the seed ensembles on the same test bars)? 2. Trading: can any of it be traded after fees and multiple testing (a trading rule, the "
+                f"better out of sample (over training runs: each longer N against the shortest, {replicate}; "
+                "and, secondary, paired tests of the seed ensembles on the same test bars)? 2. Trading: can any of it be traded after fees and multiple testing (a trading rule, the "
                 f"Deflated Sharpe Ratio >= {cfg['selection']['min_dsr']} and PBO <= {cfg['selection']['max_pbo']})? "
                 "And at what cost?")
     return {"question": question, "caveats": words.get("caveats", []), "forecast": words["forecast"],

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tsflash.report.rundata import RunData
+from tsflash.report.rundata import RunData, seed_inference
 from tsflash.runfolder import RunFolder
 from tsflash.scoring.metrics import bar_losses
 from tsflash.stats.runs import (
@@ -59,6 +59,7 @@ class NestingCheck:
 
     cut: int | None = None
     shortest: str | None = None
+    inference: str = "fold"  # eval.seed_inference: the tests' treatment of seeds
     reason: str = ""
     source: str = ""
     tests: list[NestingTest] = field(default_factory=list)
@@ -216,10 +217,11 @@ def nesting_check(rd: RunData, primary: list[str]) -> NestingCheck:
             return out
         base = _runs(f"N={cut}", records[short], "full")
         cut_runs = {rd.n_of(k): _runs(f"N={rd.n_of(k)} cut to {cut}", records[k], "cut") for k in longs}
-        out.tests = nesting_tests(base, cut_runs, cut_length=cut)
+        seeds = out.inference = seed_inference(rd.config)
+        out.tests = nesting_tests(base, cut_runs, cut_length=cut, seeds=seeds)
         for k in longs:
             full = _runs(f"N={rd.n_of(k)}", records[k], "full")
-            out.gaps[rd.n_of(k)] = {p: run_level_test(base[p], full[p]) for p in base if p in full}
+            out.gaps[rd.n_of(k)] = {p: run_level_test(base[p], full[p], seeds=seeds) for p in base if p in full}
     except RunTestInputError as exc:
         out.reason, out.tests = f"the run-level test cannot run: {exc}", []
         return out

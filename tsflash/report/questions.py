@@ -50,6 +50,17 @@ PAIRED_CAPTION = ("Question 1: per-bar loss differences of each N against the sh
 RESULTS_FILE = "questions.json"
 
 
+
+# What eval.seed_inference = "crossed" tests, in the report's words (tsflash.stats.runs.crossed_seed_test).
+CROSSED_WORDS = ("the crossed test over folds and seeds (a seed is one set of initial weights for every fold, so its "
+                 "effect is common to its folds: its variance, from the folds x seeds table, is added to the fold "
+                 "differences', Satterthwaite degrees of freedom)")
+
+
+def df_text(df: float) -> str:
+    """A test's degrees of freedom: whole for the t over folds, one decimal for Satterthwaite's."""
+    return f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
+
 def _name(key: str) -> str:
     return f"baseline: {label(key)}" if is_baseline(key) else label(key)
 
@@ -83,7 +94,7 @@ def runs_table(nums: Numbers) -> dict | None:
             c = r.components
             body.append([f"{label(p.series)} minus {_name(p.reference)}", SCORE_NAMES[p.score], family,
                          f"{r.n_runs_a}, {r.n_runs_b}", signed(r.estimate), f"[{signed(r.ci[0])}, {signed(r.ci[1])}]",
-                         f"{fmt(r.t, '+.2f')} ({r.df})", fmt(r.p, ".3g"), fmt(p.p_holm, ".3g"),
+                         f"{fmt(r.t, '+.2f')} ({df_text(r.df)})", fmt(r.p, ".3g"), fmt(p.p_holm, ".3g"),
                          fmt(res.counts(p)) if family == "the answer" else "",
                          fmt(c.seed_sd, ".2g"), fmt(math.sqrt(c.between_fold), ".2g")])
     return _table(head, body)
@@ -110,7 +121,7 @@ def nesting_table(check) -> dict | None:
                 continue
             verdict = ("lost skill" if t.lost_skill else "no significant loss") if part == "log_loss" else ""
             body.append(row + [f"{r.n_runs_a}, {r.n_runs_b}", signed(r.estimate), f"[{signed(r.ci[0])}, {signed(r.ci[1])}]",
-                               f"{fmt(r.t, '+.2f')} ({r.df})", fmt(r.p, ".3g"), fmt(r.p_holm, ".3g"), signed(gap),
+                               f"{fmt(r.t, '+.2f')} ({df_text(r.df)})", fmt(r.p, ".3g"), fmt(r.p_holm, ".3g"), signed(gap),
                                signed(gap - r.estimate), verdict])
     return _table(head, body)
 
@@ -122,7 +133,7 @@ def nesting_notes(check) -> list[str]:
     notes = [f"How: every evaluation context of the cut scoring holds the same last {check.cut} bars as "
              f"N={check.cut}'s, so both forecasts rest on the same information. Each run (fold, seed) is its mean "
              "loss per labelled bar on the fold's test bars; per fold, the mean over seeds of the cut model's runs "
-             f"minus the mean over seeds of N={check.cut}'s; the test is the one-sample t of these fold differences "
+             f"minus the mean over seeds of N={check.cut}'s; the test is {CROSSED_WORDS if check.inference == 'crossed' else 'the one-sample t of these fold differences'} "
              "(`tsflash.stats.runs.run_level_test`, the test of question 1), Holm over the longer N within each "
              "part; the log-loss decides, its parts say where the difference lies. Positive: the cut model "
              "forecasts worse. Gap = far context + (cut − shortest), exactly, on the same runs; the gap's test is "
@@ -180,7 +191,9 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      "test bars; per fold, the mean over seeds of N's runs minus the mean over seeds of the shortest "
                      "N's; the test is the one-sample t of these fold differences (df = folds - 1), so its variance "
                      "carries the seed-to-seed and run-to-run variation and the fold-to-fold variation of the benefit "
-                     "(`tsflash.stats.runs.run_level_test`). Holm over the answer's comparisons; a significant "
+                     "(`tsflash.stats.runs.run_level_test`)"
+                     + ("" if fq.runs.inference == "fold" else f"; here, by eval.seed_inference, {CROSSED_WORDS}")
+                     + ". Holm over the answer's comparisons; a significant "
                      "difference decides only when its winner also beats the class prior over runs (the skill rows, "
                      "their own Holm family). Seed sd: a run's spread about its N's fold mean; between-fold sd: what "
                      "the fold differences spread beyond the seeds.")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tsflash.config import SEED_INFERENCE
 from tsflash.errors import UserError
 from tsflash.report.rundata import RunData, Series
 from tsflash.runfolder import baseline_series_name
@@ -29,7 +30,11 @@ RESCORE_KEYS = {
     "eval.fee_bps": "the fee per unit of turnover, charged on the saved positions",
     "eval.strategy": "the trading rule built from the saved probabilities (one-bar or horizon)",
     "eval.entry_threshold": "the horizon rule's entry threshold (-1: fitted on each cell's validation tail)",
+    "eval.seed_inference": "how question 1 and the nesting check treat seeds (fold or crossed): the same losses, "
+                           "another test",
 }
+# Keys that change the tests only: no cell is re-scored (the per-bar cell files are not needed).
+INFERENCE_KEYS = ("eval.seed_inference",)
 
 
 def flat_overrides(overrides: dict) -> dict:
@@ -59,6 +64,8 @@ def check_overrides(overrides: dict) -> dict:
         check_strategy(flat.get("eval.strategy", "horizon"), flat.get("eval.entry_threshold", -1.0))
     except UserError as exc:
         raise UserError(f"report --set {exc}") from None
+    if (how := flat.get("eval.seed_inference", "fold")) not in SEED_INFERENCE:
+        raise UserError(f"report --set eval.seed_inference: must be one of {', '.join(SEED_INFERENCE)}, got {how!r}")
     return flat
 
 
@@ -69,6 +76,7 @@ def default_out_dir(run_dir: Path, overrides: dict) -> Path:
     parts = [f"fee-{float(flat['eval.fee_bps']):g}bps"] if "eval.fee_bps" in flat else []
     parts += [flat["eval.strategy"]] if "eval.strategy" in flat else []
     parts += [f"t{float(flat['eval.entry_threshold']):g}"] if "eval.entry_threshold" in flat else []
+    parts += [f"seeds-{flat['eval.seed_inference']}"] if "eval.seed_inference" in flat else []
     return Path(run_dir) / "rescored" / "-".join(parts)
 
 
@@ -120,6 +128,12 @@ def rescore(rd: RunData, overrides: dict) -> RunData:
     ledger's trial values and the config as if the sweep had run with them."""
     flat = check_overrides(overrides)
     config = copy.deepcopy(rd.config)
+    for key in INFERENCE_KEYS:
+        if key in flat:
+            config["eval"][key.split(".", 1)[1]] = flat[key]
+    if all(k in INFERENCE_KEYS for k in flat):  # the tests only: the saved scoring stands
+        return dataclasses.replace(rd, config=config, rescored_from={"overrides": flat,
+                                                                     "run_fee_bps": config["eval"]["fee_bps"]})
     run_fee = config["eval"]["fee_bps"]
     fee = float(flat.get("eval.fee_bps", run_fee))
     config["eval"]["fee_bps"] = fee

@@ -15,6 +15,12 @@ from tsflash.errors import UserError
 from tsflash.runfolder import RunFolder, read_json
 
 
+def seed_inference(config: dict) -> str:
+    """The run's eval.seed_inference: how question 1 and the nesting check treat seeds ("fold" for
+    a config.json written before the choice; `tsflash.stats.runs.run_level_test`)."""
+    return config.get("eval", {}).get("seed_inference", "fold")
+
+
 @dataclass
 class Series:
     name: str  # trial key ("n512") or "baseline-prior"

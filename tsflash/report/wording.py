@@ -230,8 +230,10 @@ def run_sentence(fq) -> str:
     if not runs.available:
         return f"No answer: {runs.reason}."
     res, shortest = runs.result, label(fq.shortest)
-    design = (f"{plural(runs.seeds_per_fold, 'seed')} per fold over {plural(runs.n_folds, 'fold')}, the fold as the "
-              f"replicate, Holm-adjusted {ALPHA_TEXT} over {plural(len(res.comparisons), 'comparison')}")
+    replicate = ("the fold as the replicate" if runs.inference == "fold" else
+                 "folds and seeds as crossed random effects")
+    design = (f"{plural(runs.seeds_per_fold, 'seed')} per fold over {plural(runs.n_folds, 'fold')}, {replicate}, "
+              f"Holm-adjusted {ALPHA_TEXT} over {plural(len(res.comparisons), 'comparison')}")
     counted = [p for p in res.comparisons if res.counts(p)]
     better = [p for p in counted if p.mean_diff < 0]
     worse = [p for p in counted if p.mean_diff > 0]

@@ -178,7 +178,7 @@ class RunTestResult:
     arm_b: str
     estimate: float
     se: float
-    df: int
+    df: float  # folds - 1 for the fold t; Satterthwaite's (fractional) for seeds="crossed"
     t: float
     p: float
     ci: tuple[float, float]
@@ -221,8 +221,13 @@ def one_sample_t(d: np.ndarray, alpha: float = ALPHA) -> tuple[float, float, int
     return mean, se, df, float(t), p, (mean - half, mean + half)
 
 
-def run_level_test(a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold: int = 2) -> RunTestResult:
+def run_level_test(a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold: int = 2,
+                   seeds: str = "fold") -> RunTestResult:
     """The primary test of question 1: arm B minus arm A over training runs (`RunTestResult`).
+
+    `seeds` (the config's eval.seed_inference): "fold", the t over the fold means below; "crossed",
+    `crossed_seed_test`'s estimate, se, Satterthwaite df, p and interval over folds and initial
+    weights, in the same result (its variance components the fold t's).
 
     `min_seeds_per_fold` below 2 admits single runs (e.g. one seed against another, for A/A on
     three seeds); the t is the same, the split of its variance is then NaN where no arm and
@@ -261,6 +266,13 @@ def run_level_test(a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold
     folds): the folds are the replicates of "the benefit of N in a market", and more seeds shrink
     only the seed part of Var d_f.
     """
+    if seeds == "crossed":
+        c = crossed_seed_test(a, b, alpha=alpha)
+        fold_t = run_level_test(a, b, alpha=alpha, min_seeds_per_fold=min_seeds_per_fold)
+        return dataclasses.replace(fold_t, se=c.se, df=c.df, t=c.t, p=c.p, ci=c.ci, p_holm=c.p,
+                                   verdict=verdict_of(c.estimate, c.p, alpha))
+    if seeds != "fold":
+        raise RunTestInputError(f"seeds must be 'fold' or 'crossed', got {seeds!r}")
     _check_design(a, b, min_seeds_per_fold)
     means = run_means(a), run_means(b)
     folds = a.folds
@@ -601,7 +613,7 @@ class NestingTest:
 
 
 def nesting_tests(short: Mapping[str, Runs], cut: Mapping[int, Mapping[str, Runs]], *, cut_length: int,
-                  alpha: float = ALPHA, min_seeds_per_fold: int = 2) -> list[NestingTest]:
+                  alpha: float = ALPHA, min_seeds_per_fold: int = 2, seeds: str = "fold") -> list[NestingTest]:
     """The nesting check over training runs, one `NestingTest` per long N (sorted).
 
     short : {part: the runs of the model trained at N = cut_length}, parts from NESTING_PARTS,
@@ -629,7 +641,8 @@ def nesting_tests(short: Mapping[str, Runs], cut: Mapping[int, Mapping[str, Runs
     if "log_loss" not in short or any("log_loss" not in cut[n] for n in longs):
         raise RunTestInputError("the nesting check needs the log-loss of every arm (part 'log_loss')")
     parts = [p for p in NESTING_PARTS if p in short and all(p in cut[n] for n in longs)]
-    tested = {p: holm_adjust([run_level_test(short[p], cut[n][p], alpha=alpha, min_seeds_per_fold=min_seeds_per_fold)
+    tested = {p: holm_adjust([run_level_test(short[p], cut[n][p], alpha=alpha, min_seeds_per_fold=min_seeds_per_fold,
+                                             seeds=seeds)
                               for n in longs]) for p in parts}
     return [NestingTest(n, cut_length, {p: tested[p][i] for p in parts}) for i, n in enumerate(longs)]
 
