@@ -412,6 +412,7 @@ def who_found(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: i
 
 
 PERMUTATIONS = 20000  # of the per-seed found counts, within folds (seeded: the summary recomputes)
+SEED_SET = 3  # the seeds of one published run: the seed sets compared with each other
 
 
 def _arm(label: str, rows: dict[tuple[int, int], dict], keys, loss) -> Runs:
@@ -451,7 +452,25 @@ def seed_effects(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -
         r = crossed_seed_test(a, b)
         out[name] = {"estimate": r.estimate, "fold_t_p": r.fold_t_p, "crossed_p": r.p, "crossed_df": r.df,
                      "crossed_ci": list(r.ci), "seed_main_sd": math.sqrt(r.seed_main[0])}
+    # Seed sets of SEED_SET seeds (a published run's three): each one's longest N minus short, and
+    # A/A at the longest N between sets (disjoint seeds, true difference 0), by both tests.
+    sets = [seeds[i:i + SEED_SET] for i in range(0, len(seeds) - SEED_SET + 1, SEED_SET)]
+    if len(sets) > 1:
+        def loss(r):
+            return r["test"]["log_loss"]
+
+        def keyed(group):
+            return [(f, s) for f in folds for s in group]
+        out["sets"] = [{"seeds": g, **_both(_arm(f"N={short}", base, keyed(g), loss), _arm(f"N={longest}", rows, keyed(g), loss))}
+                       for g in sets]
+        out["aa"] = [{"seeds": [g, h], **_both(_arm("A", rows, keyed(g), loss), _arm("B", rows, keyed(h), loss))}
+                     for g, h in itertools.combinations(sets, 2)]
     return out
+
+
+def _both(a: Runs, b: Runs) -> dict:
+    r = crossed_seed_test(a, b)
+    return {"estimate": r.estimate, "fold_t_p": r.fold_t_p, "crossed_p": r.p}
 
 
 def restarts_rule(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -> list[dict]:
@@ -615,6 +634,24 @@ def render(summary: dict) -> str:
                          f"| {_f(d['crossed_p'], '.3g')} [{_f(d['crossed_ci'][0], '+.5f')}, {_f(d['crossed_ci'][1], '+.5f')}] "
                          + ("| - | - |" if n is None else
                             f"| {_f(n['estimate'], '+.5f')}, p {_f(n['fold_t_p'], '.3g')} | {_f(n['crossed_p'], '.3g')} |"))
+        sets = [(run, e) for run, e in effects if e.get("sets")]
+        if sets:
+            lines += ["", f"By seed set ({SEED_SET} seeds, as one published run trains): the longest N minus the short N "
+                      "per set, and A/A at the longest N between sets (disjoint seeds of one configuration: the true "
+                      "difference is 0), test log-loss, by the fold t and the crossed test.", "",
+                      "| candidate | source | N | comparison | difference | fold t p | crossed p |", "|---|---|---|---|---|---|---|"]
+            for run, e in sets:
+                def seeds_of(g):
+                    return ",".join(map(str, g))
+                for x in e["sets"]:
+                    lines.append(f"| {_label(run)} | {run['source']} | {e['n']} | seeds {seeds_of(x['seeds'])}: N={e['n']} "
+                                 f"minus {summary.get('short', SHORT)} | {_f(x['estimate'], '+.5f')} "
+                                 f"| {_f(x['fold_t_p'], '.3g')} | {_f(x['crossed_p'], '.3g')} |")
+                for x in e["aa"]:
+                    g, h = x["seeds"]
+                    lines.append(f"| {_label(run)} | {run['source']} | {e['n']} | A/A: seeds {seeds_of(h)} minus "
+                                 f"{seeds_of(g)} | {_f(x['estimate'], '+.5f')} | {_f(x['fold_t_p'], '.3g')} "
+                                 f"| {_f(x['crossed_p'], '.3g')} |")
     for run in summary["runs"]:
         if (vs := run.get("versus")) and vs.get("pairs"):
             lines += ["", f"Paired with {', '.join(f'`{f}`' for f in vs['folders'])} at N={vs['n']} (the same fold "

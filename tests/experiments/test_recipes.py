@@ -260,3 +260,8 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     assert effects[("short-mix", "long-memory")]["spread_p"] < 0.01
     baseline_echo = effects[("baseline", "long-memory")]["difference"]
     assert baseline_echo["fold_t_p"] < 0.05 < baseline_echo["crossed_p"]
+    # three seed sets of one configuration: the fold t calls two of them "better" at N=32768 and the
+    # third not; A/A between the sets is near the fold t's edge (p 0.056) and far from the crossed test's
+    sets = effects[("short-mix", "long-memory")]["sets"]
+    assert [x["fold_t_p"] < 0.05 for x in sets] == [True, True, False]
+    assert all(x["crossed_p"] > 0.1 for x in sets + effects[("short-mix", "long-memory")]["aa"])
