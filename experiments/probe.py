@@ -86,7 +86,7 @@ def market_bars(run: Path, root: Path, overrides: dict | None = None, source: st
     data = json.loads((run / "data.json").read_text())
     if (overrides or source) and data["kind"] != "synthetic":
         raise SystemExit(f"error: --set and --source change a synthetic market only; {run} reads the bar store")
-    if source and not source.startswith(data["source"].split(":")[0] + ":" + data["source"].split(":")[1]):
+    if source and not source.startswith(":".join(data["source"].split(":")[:2])):  # synthetic:<kind>
         raise SystemExit(f"error: --source {source} is not a variant of {run}'s market {data['source']}")
     data["source"] = source or data["source"]
     changed = bool(overrides or source)

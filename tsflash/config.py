@@ -42,6 +42,7 @@ from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_ba
 from tsflash.model.rotary import ROTARY_COVER, rotary_base_for, rotary_covers, rotary_wavelength
 from tsflash.model.spec import ModelSettings, check_patch
 from tsflash.stats.pbo import CSCV_BLOCKS, MAX_PBO
+from tsflash.stats.runs import SEED_TESTS
 from tsflash.stats.sharpe import DSR_CONFIDENCE
 
 # The presets ship inside the package (pyproject's package-data): a wheel or `pip install .` has them.
@@ -264,7 +265,6 @@ ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0,
                "eval.entry_threshold": -1.0, "model.patch": 1, "train.ema_decay": 0.0, "train.schedule": "cosine",
                "train.decay_fraction": 0.2, "train.short_fraction": 0.0, "train.short_length": 512,
                "train.restarts": 1, "eval.seed_inference": "fold"}
-SEED_INFERENCE = ("fold", "crossed")
 SCHEDULES = ("cosine", "wsd")
 
 
@@ -547,8 +547,8 @@ def _check_eval(cfg: ExperimentConfig) -> None:
     from tsflash.scoring.strategy import check_strategy
 
     check_strategy(cfg.eval.strategy, cfg.eval.entry_threshold)
-    if cfg.eval.seed_inference not in SEED_INFERENCE:
-        raise UserError(f"eval.seed_inference must be one of {', '.join(SEED_INFERENCE)}, got {cfg.eval.seed_inference!r}")
+    if cfg.eval.seed_inference not in SEED_TESTS:
+        raise UserError(f"eval.seed_inference must be one of {', '.join(SEED_TESTS)}, got {cfg.eval.seed_inference!r}")
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:

@@ -45,7 +45,7 @@ from tsflash.report.context import SECTIONS, build_context, caveats, memory_kind
 from tsflash.report.figures import draw
 from tsflash.report.outputs import write_all
 from tsflash.report.render import render
-from tsflash.report.rescore import INFERENCE_KEYS, RESCORE_KEYS, check_overrides, default_out_dir, rescore
+from tsflash.report.rescore import RESCORE_KEYS, check_overrides, default_out_dir, rescore, rescores_cells
 from tsflash.report.rundata import RunData, load_run
 from tsflash.report.wording import label, sentences
 from tsflash.runfolder import RunFolder
@@ -85,7 +85,7 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
     out = _out_dir(rd, overrides, out_dir)
     if overrides:
         rd = rescore(rd, overrides)
-        if any(k not in INFERENCE_KEYS for k in rd.rescored_from["overrides"]):  # new daily series; else the run's
+        if rescores_cells(rd.rescored_from["overrides"]):  # new daily series; else the run's stand
             target = RunFolder(out)
             for name, s in rd.series.items():
                 target.write_series(name, s.days, s.net, s.gross)

@@ -18,7 +18,7 @@ from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.figures import CAPTIONS
 from tsflash.report.markdown import table as _table
 from tsflash.report.questions import forecast_section, trading_section, write_outputs
-from tsflash.report.rescore import INFERENCE_KEYS
+from tsflash.report.rescore import rescores_cells
 from tsflash.report.rundata import RunData, seed_inference
 from tsflash.report.wording import (
     NOT_EVIDENCE,
@@ -79,8 +79,7 @@ def verdict_section(rd: RunData, words: dict) -> dict:
     notes = []
     if rd.data.get("kind") == "synthetic":
         notes.append(control_note(rd.data.get("source", "")))
-    rescored = rd.rescored_from and any(k not in INFERENCE_KEYS for k in rd.rescored_from["overrides"])
-    if rescored:
+    if rd.rescored_from and rescores_cells(rd.rescored_from["overrides"]):
         notes.append(f"re-scored at eval.fee_bps = {cfg['eval']['fee_bps']:g} from the per-bar positions saved by "
                      f"the run `{rd.run_dir.name}` (which charged {rd.rescored_from['run_fee_bps']:g} bps); nothing "
                      f"was retrained. Trading rule: {Strategy.from_config(cfg).describe()}.")

@@ -49,8 +49,6 @@ PAIRED_CAPTION = ("Question 1: per-bar loss differences of each N against the sh
                   "no-skill forecast (class prior)")
 RESULTS_FILE = "questions.json"
 
-
-
 # What eval.seed_inference = "crossed" tests, in the report's words (tsflash.stats.runs.crossed_seed_test).
 CROSSED_WORDS = ("the crossed test over folds and seeds (a seed is one set of initial weights for every fold, so its "
                  "effect is common to its folds: its variance, from the folds x seeds table, is added to the fold "
@@ -60,6 +58,7 @@ CROSSED_WORDS = ("the crossed test over folds and seeds (a seed is one set of in
 def df_text(df: float) -> str:
     """A test's degrees of freedom: whole for the t over folds, one decimal for Satterthwaite's."""
     return f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
+
 
 def _name(key: str) -> str:
     return f"baseline: {label(key)}" if is_baseline(key) else label(key)

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tsflash.config import SEED_INFERENCE
 from tsflash.errors import UserError
 from tsflash.report.rundata import RunData, Series
 from tsflash.runfolder import baseline_series_name
 from tsflash.scoring.daily import BarReturns, cell_scored, daily_series, objective_value, seed_portfolio
 from tsflash.scoring.strategy import Strategy, check_strategy
+from tsflash.stats.runs import SEED_TESTS
 
 # Overridable at report time, with why: each changes only how saved predictions are scored.
 RESCORE_KEYS = {
@@ -35,6 +35,11 @@ RESCORE_KEYS = {
 }
 # Keys that change the tests only: no cell is re-scored (the per-bar cell files are not needed).
 INFERENCE_KEYS = ("eval.seed_inference",)
+
+
+def rescores_cells(overrides: dict) -> bool:
+    """Do these (flat) overrides change how the saved predictions are scored, not only the tests?"""
+    return any(k not in INFERENCE_KEYS for k in overrides)
 
 
 def flat_overrides(overrides: dict) -> dict:
@@ -64,8 +69,8 @@ def check_overrides(overrides: dict) -> dict:
         check_strategy(flat.get("eval.strategy", "horizon"), flat.get("eval.entry_threshold", -1.0))
     except UserError as exc:
         raise UserError(f"report --set {exc}") from None
-    if (how := flat.get("eval.seed_inference", "fold")) not in SEED_INFERENCE:
-        raise UserError(f"report --set eval.seed_inference: must be one of {', '.join(SEED_INFERENCE)}, got {how!r}")
+    if (how := flat.get("eval.seed_inference", "fold")) not in SEED_TESTS:
+        raise UserError(f"report --set eval.seed_inference: must be one of {', '.join(SEED_TESTS)}, got {how!r}")
     return flat
 
 
@@ -131,7 +136,7 @@ def rescore(rd: RunData, overrides: dict) -> RunData:
     for key in INFERENCE_KEYS:
         if key in flat:
             config["eval"][key.split(".", 1)[1]] = flat[key]
-    if all(k in INFERENCE_KEYS for k in flat):  # the tests only: the saved scoring stands
+    if not rescores_cells(flat):  # the tests only: the saved scoring stands
         return dataclasses.replace(rd, config=config, rescored_from={"overrides": flat,
                                                                      "run_fee_bps": config["eval"]["fee_bps"]})
     run_fee = config["eval"]["fee_bps"]

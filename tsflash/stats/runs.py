@@ -25,6 +25,7 @@ from tsflash.stats.pbo import CSCV_BLOCKS, pbo_cscv
 SEED_PREFIX = "seed"  # the loss table's member names of single runs ("seed0"); the rest are ensembles
 VERDICTS = ("better", "no better", "worse")  # B against A: B's loss significantly lower / neither / higher
 PBO_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+SEED_TESTS = ("fold", "crossed")  # run_level_test's treatment of seeds: the config's eval.seed_inference
 
 
 class RunTestInputError(UserError, ValueError):
@@ -266,15 +267,20 @@ def run_level_test(a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold
     folds): the folds are the replicates of "the benefit of N in a market", and more seeds shrink
     only the seed part of Var d_f.
     """
-    if seeds == "crossed":
-        c = crossed_seed_test(a, b, alpha=alpha)
-        fold_t = run_level_test(a, b, alpha=alpha, min_seeds_per_fold=min_seeds_per_fold)
-        return dataclasses.replace(fold_t, se=c.se, df=c.df, t=c.t, p=c.p, ci=c.ci, p_holm=c.p,
-                                   verdict=verdict_of(c.estimate, c.p, alpha))
-    if seeds != "fold":
-        raise RunTestInputError(f"seeds must be 'fold' or 'crossed', got {seeds!r}")
+    if seeds not in SEED_TESTS:
+        raise RunTestInputError(f"seeds must be one of {', '.join(SEED_TESTS)}, got {seeds!r}")
     _check_design(a, b, min_seeds_per_fold)
     means = run_means(a), run_means(b)
+    fold_t = _fold_t(a, b, means, alpha)
+    if seeds == "fold":
+        return fold_t
+    c = _crossed(a.label, b.label, means, alpha, fold_t.p)
+    return dataclasses.replace(fold_t, se=c.se, df=c.df, t=c.t, p=c.p, ci=c.ci, p_holm=c.p,
+                               verdict=verdict_of(c.estimate, c.p, alpha))
+
+
+def _fold_t(a: Runs, b: Runs, means: tuple[dict, dict], alpha: float) -> RunTestResult:
+    """`run_level_test`'s t over the fold means, from the arms' run means (design checked)."""
     folds = a.folds
     d = np.array([np.mean(list(means[1][f].values())) - np.mean(list(means[0][f].values())) for f in folds])
     mean, se, df, t, p, ci = one_sample_t(d, alpha)
@@ -356,15 +362,19 @@ def crossed_seed_test(a: Runs, b: Runs, *, alpha: float = ALPHA) -> CrossedTestR
     what three seeds can say about initial weights is little, and this says so.
     """
     _check_design(a, b, 1)
-    ma, mb = run_means(a), run_means(b)
-    fold_t = run_level_test(a, b, alpha=alpha, min_seeds_per_fold=1)
-    sa, ta = _seed_table(ma, a.label)
-    sb, tb = _seed_table(mb, b.label)
+    means = run_means(a), run_means(b)
+    return _crossed(a.label, b.label, means, alpha, _fold_t(a, b, means, alpha).p)
+
+
+def _crossed(label_a: str, label_b: str, means: tuple[dict, dict], alpha: float, fold_t_p: float) -> CrossedTestResult:
+    """`crossed_seed_test` from the arms' run means (design checked); `fold_t_p` the fold t's p."""
+    sa, ta = _seed_table(means[0], label_a)
+    sb, tb = _seed_table(means[1], label_b)
     n_f = ta.shape[0]
     paired = sa == sb
     if not paired and set(sa) & set(sb):
-        raise RunTestInputError(f"the crossed test needs the same seeds in both arms or disjoint ones: {a.label} "
-                                f"has seeds {sa}, {b.label} {sb}")
+        raise RunTestInputError(f"the crossed test needs the same seeds in both arms or disjoint ones: {label_a} "
+                                f"has seeds {sa}, {label_b} {sb}")
     estimate = float(tb.mean() - ta.mean())
     terms: list[tuple[float, float]] = []  # (coefficient x mean square, its df): Satterthwaite's pieces
     if paired:
@@ -391,8 +401,8 @@ def crossed_seed_test(a: Runs, b: Runs, *, alpha: float = ALPHA) -> CrossedTestR
         t_stat = estimate / se if se > 0 else (math.copysign(math.inf, estimate) if estimate else math.nan)
     p = float(2 * scipy.stats.t.sf(abs(t_stat), df)) if not math.isnan(t_stat) else 1.0
     half = float(scipy.stats.t.ppf(1 - alpha / 2, df) * se)
-    return CrossedTestResult(a.label, b.label, estimate, se, float(df), float(t_stat), p,
-                             (estimate - half, estimate + half), paired, tuple(seed_main), estimable, fold_t.p)
+    return CrossedTestResult(label_a, label_b, estimate, se, float(df), float(t_stat), p,
+                             (estimate - half, estimate + half), paired, tuple(seed_main), estimable, fold_t_p)
 
 
 def holm_adjust(results: Sequence[RunTestResult], alpha: float | None = None) -> list[RunTestResult]:
