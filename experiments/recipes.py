@@ -299,10 +299,15 @@ def stopping(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: in
             "missed_early": sum(s < max_steps for s in missed)}
 
 
+def validated_best(cells) -> dict:
+    """Of cells of one fold and N, the one a validated restart keeps: the lowest validation loss."""
+    return min(cells, key=lambda r: r["best_val_loss"])
+
+
 def _kept_found(groups, bar: float, k: int) -> dict | None:
     """Of each group of cells, the one with the lowest validation loss; how many of those found the
     planted effect (a validated choice among seeds, validation only)."""
-    kept = [min(cells, key=lambda r: r["best_val_loss"]) for cells in groups]
+    kept = [validated_best(cells) for cells in groups]
     return {"k": k, "found": sum(r["hit_rate"] >= bar for r in kept), "of": len(kept)} if kept else None
 
 
@@ -345,7 +350,7 @@ def kept_by_restarts(by_n: dict[int, dict], k: int) -> dict[int, dict[tuple[int,
     out = {}
     for n, rows in by_n.items():
         if groups := _restart_groups(rows, k):
-            out[n] = {key: min(cells, key=lambda r: r["best_val_loss"]) for key, cells in groups.items()}
+            out[n] = {key: validated_best(cells) for key, cells in groups.items()}
     return out
 
 
