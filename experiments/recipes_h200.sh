@@ -13,11 +13,14 @@
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
 # The default jobs are the next measurements after reports/recipes/ (its README, "What remains"):
-# the three candidates against the regime's nesting failure, seeds 0-2 each on the slow regime
-# (about 600 s of one H200 each; resumable). The earlier screens' jobs are in that README.
-RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-half|short-mix-half|regime|--set train.seeds=[0,1,2]
-runs/recipes-most|short-mix-most|regime|--set train.seeds=[0,1,2]
-runs/recipes-ema|short-mix-ema|regime|--set train.seeds=[0,1,2]"}
+# the weight-averaged short-mix, which passed the regime's nesting check at seed 0, on the echo
+# (seeds 0-2: does it still find it?) and on the regime's seeds 1 and 2; one seed a job, about two
+# calls of 500 s (resumable). The earlier screens' jobs are in that README.
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-ema-echo0|short-mix-ema|long-memory|--set train.seeds=[0]
+runs/recipes-ema-echo1|short-mix-ema|long-memory|--set train.seeds=[1]
+runs/recipes-ema-echo2|short-mix-ema|long-memory|--set train.seeds=[2]
+runs/recipes-ema-regime1|short-mix-ema|regime|--set train.seeds=[1]
+runs/recipes-ema-regime2|short-mix-ema|regime|--set train.seeds=[2]"}
 
 pids=()
 i=0

@@ -217,8 +217,9 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
 
     monkeypatch.chdir(REPO)  # the summaries name their run folders relative to the repository
     published = REPO / "reports" / "recipes"
-    main = recipes.summarize(Path("reports/recipes"), ("baseline", "short-mix", "ema", "wsd", "wsd-ema"),
-                             ("long-memory", "iid", "regime", "btc"),
+    main = recipes.summarize(Path("reports/recipes"), ("baseline", "short-mix", "ema", "wsd", "wsd-ema", "short-mix-half",
+                                                      "short-mix-most", "short-mix-ema"),
+                             ("long-memory", "iid", "regime", "random-walk", "btc"),
                              {"long-memory": Path("reports/controls/protocol/long-memory"),
                               "btc": Path("reports/h200-btcusdt-1m-second-edition")},
                              pools=tuple(Path("reports/recipes/pools") / p for p in
@@ -258,6 +259,12 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     effects = {(r["candidate"], r["source"]): r["seed_effects"] for r in main["runs"] if r.get("seed_effects")}
     assert effects[("short-mix", "long-memory")]["found"] == [4, 4, 1, 4, 0, 0, 1, 0, 1]
     assert effects[("short-mix", "long-memory")]["spread_p"] < 0.01
+    # on the slow regime, seed 0: a ~200-step weight average over short-mix passes the nesting check
+    # where short-mix alone (the same seed, folds and bars) fails it
+    seed0 = recipes.summarize(Path("reports/recipes"), ("short-mix", "short-mix-ema"), ("regime",))
+    check = {r["candidate"]: r["nesting"][32768]["log_loss"] for r in seed0["runs"]}
+    assert check["short-mix"]["fails"] and check["short-mix"]["runs"] == 5
+    assert not check["short-mix-ema"]["fails"] and abs(check["short-mix-ema"]["mean"]) < 0.0005
     baseline_echo = effects[("baseline", "long-memory")]["difference"]
     assert baseline_echo["fold_t_p"] < 0.05 < baseline_echo["crossed_p"]
     # three seed sets of one configuration: the fold t calls two of them "better" at N=32768 and the
