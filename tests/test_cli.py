@@ -200,9 +200,9 @@ def test_shared_options_are_defined_once_and_typed():
             for flag in set(action.option_strings) & set(shared):
                 assert action.type is shared[flag], (path, flag)
                 seen[flag].append(" ".join(path))
-    assert seen["--lengths"] == ["bench precision", "bench attention", "bench train", "sweep"]
+    assert seen["--lengths"] == ["bench precision", "bench attention", "bench train", "preregister", "sweep"]
     assert seen["--device"] == ["bench precision", "bench attention", "bench train", "sweep", "confirm"]
-    assert seen["--data"] == ["sweep", "confirm"] and seen["--set"] == ["sweep", "report"]
+    assert seen["--data"] == ["preregister", "sweep", "confirm"] and seen["--set"] == ["preregister", "sweep", "report"]
 
 
 def test_each_subcommand_keeps_its_own_default_lengths(capsys):
@@ -234,7 +234,7 @@ def test_data_help_loads_no_torch(tmp_path):
 
 def test_the_command_groups_are_listed_in_order():
     (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert list(sub.choices) == ["data", "bench", "sweep", "report", "confirm", "runs"]
+    assert list(sub.choices) == ["data", "bench", "preregister", "sweep", "report", "confirm", "runs"]
 
 
 # ---- benchmarks never overwrite published evidence ------------------------------------------------

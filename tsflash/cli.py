@@ -1,4 +1,4 @@
-"""The `tsflash` command line: `tsflash data|bench|sweep|report|confirm|runs ...`, `tsflash --version`.
+"""The `tsflash` command line: `tsflash data|bench|preregister|sweep|report|confirm|runs ...`, `tsflash --version`.
 
 Each subcommand group lives in `tsflash/commands/<group>.py` and exposes `register(subparsers)`,
 which adds its parser and sets `func(args) -> int`; options shared by several subcommands and the
@@ -18,10 +18,10 @@ import sys
 # `import tsflash` (the package, imported before anything here) already set KINETO_LOG_LEVEL,
 # which torch's profiler reads when torch loads; see tsflash/__init__.py.
 import tsflash
-from tsflash.commands import bench, confirm, data, report, runs, sweep
+from tsflash.commands import bench, confirm, data, preregister, report, runs, sweep
 from tsflash.errors import UsageError, UserError
 
-COMMAND_GROUPS = (data, bench, sweep, report, confirm, runs)  # in the order `tsflash --help` lists them
+COMMAND_GROUPS = (data, bench, preregister, sweep, report, confirm, runs)  # in the order `tsflash --help` lists them
 
 
 class _Parser(argparse.ArgumentParser):

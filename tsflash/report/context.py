@@ -35,6 +35,7 @@ from tsflash.report.wording import (
     timed_label,
 )
 from tsflash.scoring.strategy import Strategy
+from tsflash.sweep.preregister import deviations_sentence, plan_for
 
 SECTIONS = (
     "The two questions and the answers",
@@ -83,6 +84,8 @@ def verdict_section(rd: RunData, words: dict) -> dict:
         notes.append(f"re-scored at eval.fee_bps = {cfg['eval']['fee_bps']:g} from the per-bar positions saved by "
                      f"the run `{rd.run_dir.name}` (which charged {rd.rescored_from['run_fee_bps']:g} bps); nothing "
                      f"was retrained. Trading rule: {Strategy.from_config(cfg).describe()}.")
+    if plan := plan_for(rd.run_dir):  # a pre-registered run: its departures from the plan, or "none"
+        notes.append(deviations_sentence(plan, rd.run_dir))
     seeds = seed_inference(cfg)
     if rd.rescored_from and "eval.seed_inference" in rd.rescored_from["overrides"]:
         notes.append(f"re-reported from the run `{rd.run_dir.name}` with eval.seed_inference = {seeds}; nothing was "

@@ -146,7 +146,7 @@ def verdict_sentence(v: Verdict, first_reason: str, selected_row: dict | None, a
     pbo_s = NA if v.pbo is None else f"{v.pbo:.2f}"
     trials = plural(v.n_trials, "trial")
     if v.passed:
-        return (f"Yes: {label(v.selected)} passes both gates, with a daily net Sharpe ratio of {sr_s}; "
+        return (f"{QUESTION2_LEADS['passes'].format(length=label(v.selected))}, with a daily net Sharpe ratio of {sr_s}; "
                 f"DSR {dsr_s} >= {v.min_dsr} over {trials} and PBO {pbo_s} <= {v.max_pbo} "
                 f"(out-of-sample accuracy {acc}{base}).")
     why = []
@@ -154,7 +154,7 @@ def verdict_sentence(v: Verdict, first_reason: str, selected_row: dict | None, a
         why.append(f"DSR {dsr_s} < {v.min_dsr}")
     if not v.passes_pbo:
         why.append(f"PBO {pbo_s} > {v.max_pbo}" if v.pbo is not None else "PBO not computable")
-    return (f"No: no context length passes both gates; the candidate with the highest daily net Sharpe "
+    return (f"{QUESTION2_LEADS['none passes']}; the candidate with the highest daily net Sharpe "
             f"ratio, {label(v.selected)} (daily net Sharpe ratio {sr_s}; out-of-sample accuracy {acc}{base}), fails with "
             f"{' and '.join(why)} over {trials}.")
 
@@ -223,6 +223,32 @@ def _run_skill(runs, series: str, score: str) -> str:
         f"{signed(p.mean_diff)} per bar against the class prior over runs, Holm p {fmt(p.p_holm, '.3g')}"
 
 
+# Question 1's three answers over training runs, as each sentence begins (`run_sentence`), and the
+# rule that picks one (`tsflash.stats.forecasts.forecast_answer`), as a pre-registration states them.
+RUN_ANSWER_LEADS = {"better": "Longer context forecasts better, over training runs",
+                    "no better": "Longer context forecasts no better, over training runs",
+                    "worse": "Longer context forecasts worse, over training runs"}
+RUN_ANSWER_RULE = ("A comparison counts when its Holm-adjusted p is below the level and the forecast with the lower "
+                   "loss also beats the no-skill forecast (the class prior) over runs (its own Holm family). "
+                   "\"better\" when some longer N counts as better (even if another counts as worse); \"worse\" "
+                   "when some counts as worse and none as better; \"no better\" otherwise.")
+# Question 2's three answers, as each sentence begins (`verdict_sentence`, `no_money_sentence`).
+QUESTION2_LEADS = {"passes": "Yes: {length} passes both gates",
+                   "none passes": "No: no context length passes both gates",
+                   "no money": "No: no candidate makes money after fees"}
+NESTING_RULE = ("It fails when any longer N cut to the shortest N's bars has a significantly higher log-loss than the "
+                "shortest N (Holm over the longer Ns, over training runs); the answer then says that training, not "
+                "the context, is the cause of part of the gap.")
+
+
+def plan_outcomes() -> list[dict]:
+    """What each outcome will make the report say (the opening of its sentence), for a plan."""
+    return [*({"outcome": f"question 1: {a}", "sentence": f"{lead}: ..."} for a, lead in RUN_ANSWER_LEADS.items()),
+            {"outcome": "nesting check fails", "sentence": f"The nesting check {NESTING_FAILS}: ..."},
+            *({"outcome": f"question 2: {a}", "sentence": lead.format(length="N=...") + ": ..."}
+              for a, lead in QUESTION2_LEADS.items())]
+
+
 def run_sentence(fq) -> str:
     """Question 1's answer over training runs (`compute.RunQuestion`): "better / no better / worse"
     by `tsflash.stats.forecasts.run_answer`, or why there is none."""
@@ -239,21 +265,21 @@ def run_sentence(fq) -> str:
     worse = [p for p in counted if p.mean_diff > 0]
     unskilled = [p for p in res.comparisons if p.significant and not res.counts(p)]
     if res.answer == "better":
-        head = f"Longer context forecasts better, over training runs: against {shortest}, lower loss for " + "; ".join(
+        head = f"{RUN_ANSWER_LEADS['better']}: against {shortest}, lower loss for " + "; ".join(
             map(_run_comparison, better))
         if res.mixed:
             head += "; but not at every length: higher loss for " + "; ".join(map(_run_comparison, worse))
     elif res.answer == "worse":
-        head = (f"Longer context forecasts worse, over training runs: against {shortest}, higher loss for "
+        head = (f"{RUN_ANSWER_LEADS['worse']}: against {shortest}, higher loss for "
                 + "; ".join(map(_run_comparison, worse)))
     elif unskilled:
-        head = ("Longer context forecasts no better, over training runs: " + "; ".join(
+        head = (f"{RUN_ANSWER_LEADS['no better']}: " + "; ".join(
             f"{_run_comparison(p)} differs from {shortest}, but {label(winner(p))}, the lower loss, does not beat the "
             f"no-skill forecast on the {SCORE_NAMES[p.score]} ({_run_skill(runs, winner(p), p.score)})"
             for p in unskilled) + ": a difference between forecasts without skill, not a better forecast")
     else:
         best = min(res.comparisons, key=lambda p: p.p_holm)
-        head = (f"Longer context forecasts no better, over training runs: no longer context length differs from "
+        head = (f"{RUN_ANSWER_LEADS['no better']}: no longer context length differs from "
                 f"{shortest} on the log-loss or the direction score; the smallest Holm p is {_run_comparison(best)}")
     return f"{head}; tested with {design}."
 
@@ -382,7 +408,7 @@ def no_money_sentence(v: Verdict, trading, candidates: list[dict]) -> str:
     keys = {r["key"] for r in candidates}
     rows = [r for r in trading.rows if r["series"] in keys]
     dsr_s = NA if v.dsr is None or not math.isfinite(v.dsr) else f"{v.dsr:.3f}"
-    return (f"No: no candidate makes money after fees. Every context length's mean daily net return is negative at "
+    return (f"{QUESTION2_LEADS['no money']}. Every context length's mean daily net return is negative at "
             f"{trading.fee_bps:g} bps under the {trading.strategy.kind} rule "
             f"({_range([r['mean'] for r in candidates], pct_per_day)}); their break-even fees are "
             f"{_range([r['break_even_fee_bps'] for r in rows], bps)}. The DSR of the highest-Sharpe candidate is "

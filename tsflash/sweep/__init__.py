@@ -1,6 +1,7 @@
 """The context-length sweep: its options and plan (`plan`), the run (`run`), the trial ledger on
 optuna's storage (`ledger`), one worker per device (`workers`), cost estimates, ETA and the log
-(`progress`), where a run came from (`provenance`), and the out-of-time confirmation (`confirm`)."""
+(`progress`), where a run came from (`provenance`), the out-of-time confirmation (`confirm`), and the
+pre-registration written before a published run and checked against it (`preregister`)."""
 
 from tsflash._exports import lazy_exports
 

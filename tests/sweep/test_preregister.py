@@ -1,0 +1,123 @@
+"""Pre-registration (issue 33, deliverable 1): a plan resolves each arm's config as the sweep on a GPU
+would, is written once, states the reading rules in the report's own words, and a run's departures
+from it are listed, by `tsflash preregister --check` and in the run's report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tsflash.cli import main
+from tsflash.config import config_from_dict
+from tsflash.errors import UserError
+from tsflash.report import build_report, wording
+from tsflash.runfolder import write_json
+from tsflash.sweep import preregister
+from tsflash.sweep.plan import SweepOptions, resolve_config, run_hash
+
+ARMS = [("per-bar", []), ("patch16", ["model.patch=16"])]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    opts = SweepOptions(lengths=[512, 4096], preset="full", overrides={"train": {"ema_decay": 0.995}})
+    return preregister.build_plan(opts, ARMS, base=("train.ema_decay=0.995",), note="A test plan.")
+
+
+def _run_of(plan, out, arm: str, **changes):
+    """A run folder as the sweep leaves it for one arm (config.json, run.json), with `changes` to its config."""
+    cfg = config_from_dict(next(a for a in plan["arms"] if a["name"] == arm)["config"])
+    for key, value in changes.items():
+        section, name = key.split(".")
+        setattr(getattr(cfg, section), name, value)
+    run = out / arm
+    write_json(run / "config.json", cfg.to_dict())
+    write_json(run / "run.json", {"config_hash": run_hash(cfg), "status": "complete", "data": plan["data"],
+                                  "trials_per_length": 1})
+    return run
+
+
+def test_each_arm_is_resolved_as_the_gpu_sweep_would_resolve_it(plan):
+    per_bar, patch = plan["arms"]
+    full = resolve_config(SweepOptions(lengths=[512, 4096], preset="full",
+                                       overrides={"train": {"ema_decay": 0.995}}), "cuda")[0]
+    assert per_bar["config_hash"] == run_hash(full) and per_bar["config"] == json.loads(json.dumps(full.to_dict()))
+    assert patch["config"]["model"]["patch"] == 16 and patch["config_hash"] != per_bar["config_hash"]
+    assert per_bar["seeds"] == full.train.seeds and per_bar["folds"] == full.splits.n_folds
+    assert per_bar["model_cells"] == 2 * full.splits.n_folds * len(full.train.seeds)
+    assert 0 < per_bar["gpu_seconds"] < per_bar["gpu_seconds_worst"]
+    assert "decay 0.995" in per_bar["recipe"]
+    # the trial ledger's BTC period, with the plan's four configurations added
+    btc = next(row for row in plan["ledger"] if row["period"].startswith("BTCUSDT"))
+    assert btc["with_plan"] == btc["now"] + 4
+
+
+def test_the_plan_states_the_reports_own_sentences(plan):
+    leads = [o["sentence"] for o in plan["outcomes"]]
+    for lead in (*wording.RUN_ANSWER_LEADS.values(), wording.NESTING_FAILS, wording.QUESTION2_LEADS["none passes"]):
+        assert any(lead in s for s in leads), lead
+    assert plan["primary"]["alpha"] == 0.05 and plan["primary"]["test"] == ["fold"]
+
+
+def test_a_plan_is_written_once(plan, tmp_path):
+    plan_json, plan_md = preregister.write_plan(plan, tmp_path)
+    text = plan_md.read_text()
+    assert plan["plan_hash"] in text and "patch16" in text and "`model.patch=16`" in text
+    assert f"--out {tmp_path / 'patch16'}" in text and "--set train.ema_decay=0.995 --set model.patch=16" in text
+    before = plan_json.read_text()
+    with pytest.raises(UserError, match="written once"):
+        preregister.write_plan(plan | {"note": "changed after the fact"}, tmp_path)
+    assert plan_json.read_text() == before
+
+
+def test_a_run_as_planned_has_no_departure_and_each_change_is_named(plan, tmp_path):
+    preregister.write_plan(plan, tmp_path)
+    same = _run_of(plan, tmp_path, "per-bar")
+    assert preregister.deviations(plan, same) == ("per-bar", [])
+    changed = _run_of(plan, tmp_path, "patch16", **{"train.steps": 1200})
+    arm, found = preregister.deviations(plan, changed)
+    assert arm == "patch16" and found == [f"train.steps: planned {plan['arms'][1]['config']['train']['steps']}, ran 1200"]
+    stray = _run_of(plan, tmp_path, "per-bar")
+    stray = stray.rename(tmp_path / "other")
+    write_json(stray / "run.json", {"config_hash": "00000000", "status": "complete"})
+    arm, found = preregister.deviations(plan, stray)
+    assert arm is None and "none of the plan's arms" in found[0]
+
+
+def test_check_exits_one_on_a_departure_and_the_report_lists_it(plan, tmp_path, capsys):
+    from tests.report.test_report import make_run
+
+    preregister.write_plan(plan, tmp_path)
+    assert main(["preregister", "--check", str(_run_of(plan, tmp_path, "per-bar"))]) == 0
+    assert "deviations from it: none." in capsys.readouterr().out
+    # a report-ready run folder (the report tests' fixture) inside the plan's folder: another design
+    run = make_run(tmp_path, drift=0.0)
+    assert main(["preregister", "--check", str(run)]) == 1
+    assert "none of the plan's arms" in capsys.readouterr().out
+    md, _ = build_report(run)
+    assert f"Pre-registered: plan {plan['plan_hash']}" in md.read_text()
+    # the report still loads neither torch nor optuna for it
+    code = (f"import sys; from tsflash.report import build_report; build_report({str(run)!r}); "
+            "bad = [m for m in ('torch', 'optuna') if m in sys.modules]; assert not bad, bad")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_the_command_writes_a_plan_and_refuses_bad_input_in_one_line(tmp_path, capsys):
+    out = tmp_path / "plan"
+    assert main(["preregister", "--lengths", "512,4096", "--arm", "per-bar=", "--arm", "patch16=model.patch=16",
+                 "--out", str(out)]) == 0
+    assert (out / "PLAN.json").exists() and (out / "PLAN.md").exists()
+    capsys.readouterr()
+    assert main(["preregister", "--lengths", "512,4096", "--out", str(out)]) == 2
+    assert "written once" in capsys.readouterr().err
+    assert main(["preregister", "--arm", "bad name=model.patch=16", "--out", str(tmp_path / "x")]) == 2
+    assert main(["preregister", "--arm", "a=model.nonsense=1", "--out", str(tmp_path / "y")]) == 2
+    assert main(["preregister", "--arm", "a=", "--arm", "a=model.patch=16", "--out", str(tmp_path / "z")]) == 2
+    err = capsys.readouterr().err
+    assert "--arm" in err and "must differ" in err and len(err.strip().splitlines()) == 3
+    assert not (tmp_path / "x").exists() and not (tmp_path / "z").exists()
+    assert main(["preregister", "--check", str(tmp_path / "nowhere" / "run")]) == 2

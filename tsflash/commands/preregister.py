@@ -1,0 +1,83 @@
+"""`tsflash preregister`: fix a sweep's design and its reading before it runs, and check a run against it.
+
+    tsflash preregister --lengths 512,4096,32768 --arm per-bar= --arm patch16=model.patch=16 --out reports/third-edition
+    tsflash preregister --check reports/third-edition/per-bar      # its departures from the plan (exit 1 if any)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tsflash.commands import options
+from tsflash.commands.options import parse_overrides
+from tsflash.commands.sweep import with_symbol
+
+
+def _arm_type(text: str) -> tuple[str, list[str]]:
+    from tsflash.sweep.preregister import parse_arm
+
+    name, items = options._argument(parse_arm, text, "--arm")
+    for item in items:
+        options.override_type(item)
+    return name, items
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "preregister",
+        help="write a sweep's pre-registration (PLAN.md, PLAN.json) before it runs, or check a run against it",
+        description="Resolve each arm's config as `tsflash sweep --device cuda --preset full` would (nothing is "
+        "trained or read but the presets and the trial ledger) and write PLAN.json and PLAN.md into --out: the "
+        "config hashes and run keys, seeds, folds, the primary test and its level, the nesting check, the trading "
+        "gates, the trial count, the sentence each outcome will produce, the expected GPU time and the sweep "
+        "commands (each arm into OUT/<arm>). A plan is written once. With --check RUN, list the run's departures "
+        "from the PLAN.json in its parent folder (the report lists them too).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            options.lengths_option(None, "comma-separated context lengths, powers of two (default: the config's)"),
+            options.data_option(),
+            options.set_option("override a config field for every arm, e.g. --set train.ema_decay=0.995 (repeatable)"),
+        ],
+    )
+    p.add_argument("--arm", type=_arm_type, action="append", default=[], metavar="NAME=KEY=VALUE[,...]",
+                   help="one arm of the plan: a name and its own overrides, e.g. patch16=model.patch=16, or "
+                   "per-bar= for none (repeatable; default: one arm 'per-bar')")
+    p.add_argument("--config", default="default", help="preset name in tsflash/presets/ or a .toml path (default: default)")
+    p.add_argument("--symbol", type=options.symbol_type, default=None, help="Binance spot pair (default: the config's)")
+    p.add_argument("--start", type=options.date_type, help="first UTC day YYYY-MM-DD (default: the config's)")
+    p.add_argument("--end", type=options.date_type, help="last UTC day YYYY-MM-DD, inclusive (default: the config's)")
+    p.add_argument("--trials", type=options.positive_int, default=1, help="trials per N (default: 1)")
+    p.add_argument("--note", default="", help="a sentence for the plan's head: why this run, what it follows")
+    p.add_argument("--out", type=Path, help="the plan's folder (the arms' run folders go inside it)")
+    p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tsflash.errors import UserError
+    from tsflash.runfolder import read_json
+    from tsflash.sweep import preregister
+    from tsflash.sweep.plan import SweepOptions
+
+    if args.check is not None:
+        plan_path = preregister.plan_for(args.check)
+        if plan_path is None:
+            raise UserError(f"--check {args.check}: no {preregister.PLAN_JSON} in its parent folder "
+                            f"{args.check.resolve().parent}")
+        arm, found = preregister.deviations(read_json(plan_path), args.check)
+        from tsflash.runfolder import RunFolder
+
+        print(preregister.deviations_sentence(plan_path, args.check)
+              + ("" if RunFolder(args.check).is_complete() else " (The run is not complete yet.)"))
+        return 1 if found or arm is None else 0
+    if args.out is None:
+        raise UserError("preregister: give --out FOLDER to write a plan, or --check RUN to check a run against one")
+    opts = SweepOptions(lengths=args.lengths, config=args.config, data=args.data, start=args.start, end=args.end,
+                        trials=args.trials, preset="full",
+                        overrides=with_symbol(parse_overrides(args.overrides), args.symbol))
+    plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note)
+    plan_json, plan_md = preregister.write_plan(plan, args.out)
+    print(f"plan {plan['plan_hash']}: {plan_md}")
+    print(f"      {plan_json}")
+    return 0

@@ -1,0 +1,246 @@
+"""Pre-registration: what a sweep will run and how its answer will be read, fixed before it runs.
+
+    tsflash preregister --lengths 512,4096,32768 --arm per-bar= --arm patch16=model.patch=16 \\
+        --start 2021-01-01 --end 2025-06-30 --out reports/third-edition
+
+resolves every arm's config exactly as `tsflash sweep --device cuda --preset full` would (no data,
+no training: `tsflash.sweep.plan.resolve_config`), and writes PLAN.json (machine-read) and PLAN.md
+(the same, for people) into OUT: each arm's overrides, config hash and run key, its lengths, seeds,
+folds and training recipe, the primary test and its level, the nesting check, the trading gates, the
+trial ledger's count with this plan's configurations added, the sentence each outcome will produce
+(from `tsflash.report.wording`, the report's own words) and the GPU time the calibrated cost model
+expects. A plan is written once: a second `preregister` into the same folder is refused, because a
+plan changed after the run started is no plan.
+
+The arms' runs go to OUT/<arm> (`tsflash sweep ... --out OUT/<arm>`, the commands are in PLAN.md),
+so a run folder's parent holds its plan: the report of a run whose parent folder has a PLAN.json
+reads it and lists every departure from it (`deviations`), and says "none" when there is none.
+`tsflash preregister --check RUN` prints the same list (exit status 1 when there is any).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tsflash.atomic import write_text as atomic_text
+from tsflash.config import config_from_dict, recipe_words
+from tsflash.data.synthetic import parse_source
+from tsflash.errors import UserError
+from tsflash.identity import digest
+from tsflash.runfolder import RunFolder, read_json
+
+if TYPE_CHECKING:
+    from tsflash.sweep.plan import SweepOptions
+
+# tsflash.sweep.plan (torch, optuna) is imported where a plan is built or a run checked: the report
+# and the command line import this module, and neither loads them for nothing.
+PLAN_JSON, PLAN_MD = "PLAN.json", "PLAN.md"
+PLAN_DEVICE = "cuda"  # a plan is for the full config on a GPU, whatever machine writes it
+
+
+def parse_arm(text: str) -> tuple[str, list[str]]:
+    """"patch16=model.patch=16,train.steps=600" -> ("patch16", ["model.patch=16", "train.steps=600"]);
+    "per-bar=" is an arm with no override of its own."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise UserError(f"--arm expects NAME=KEY=VALUE[,KEY=VALUE...] (NAME of letters, digits, - and _; "
+                        f"'NAME=' for none), got {text!r}")
+    return name, [item for item in rest.split(",") if item]
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _flat(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _arm(name: str, items: list[str], opts: SweepOptions, parse_overrides, merge) -> dict:
+    """One arm: the base options with the arm's --set items, resolved for the GPU."""
+    from tsflash.sweep.plan import make_run_key, nesting_unmeasured, resolve_config, run_hash
+    from tsflash.sweep.progress import CostModel, fresh_works, prior_rates
+
+    arm_opts = replace(opts, overrides=merge(opts.overrides or {}, parse_overrides(items)), preset="full")
+    cfg = resolve_config(arm_opts, PLAN_DEVICE)[0]
+    calibration = prior_rates(PLAN_DEVICE)
+    cost = CostModel(calibration)
+    works = fresh_works(cfg, trials=opts.trials)
+    expected = sum(cost.seconds(w) for w in works)
+    # with early stopping cells end before their maximum steps; the worst case runs every model cell to it
+    worst = expected + sum(cost.seconds(w) * (1 / calibration.cell_shape(w)[0] - 1) for w in works
+                           if w.kind == "model")
+    d = json.loads(json.dumps(cfg.to_dict(), default=str))  # as PLAN.json will hold it (tuples as lists)
+    return {"name": name, "overrides": items, "config": d, "config_hash": run_hash(cfg),
+            "run_key": make_run_key(cfg, opts.data, opts.trials, PLAN_DEVICE),
+            "lengths": list(cfg.lengths), "seeds": list(cfg.train.seeds), "folds": cfg.splits.n_folds,
+            "patch": int(getattr(cfg.model, "patch", 1)), "recipe": recipe_words(d["train"]),
+            "model_cells": sum(w.kind == "model" for w in works),
+            "gpu_seconds": round(expected), "gpu_seconds_worst": round(worst),
+            "nesting_unmeasured": nesting_unmeasured(cfg)}
+
+
+def _ledger(symbol: str, added: int) -> list[dict]:
+    """The trial ledger's periods of this symbol, each with its count now and with the plan's configurations."""
+    from tsflash.stats.gate import TrialLedger
+
+    return [{"period": p["key"], "now": len(p.get("trial", [])), "with_plan": len(p.get("trial", [])) + added}
+            for p in TrialLedger.read().periods if str(p["key"]).startswith(symbol)]
+
+
+def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: tuple[str, ...] = (),
+               note: str = "") -> dict:
+    """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
+    `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
+    typed for the commands); each arm adds its own items."""
+    from tsflash.commands.options import parse_overrides
+    from tsflash.config import merge_overrides
+    from tsflash.report import wording
+    from tsflash.stats.forecasts import ALPHA
+    from tsflash.sweep.provenance import git_commit
+
+    if not arms:
+        arms = [("per-bar", [])]
+    names = [a for a, _ in arms]
+    if len(set(names)) != len(names):
+        raise UserError(f"--arm names must differ, got {', '.join(names)}")
+    resolved = [_arm(name, items, opts, parse_overrides, merge_overrides) for name, items in arms]
+    first = resolved[0]["config"]
+    tests = sorted({a["config"]["eval"].get("seed_inference", "fold") for a in resolved})
+    plan = {
+        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"), "git_commit": git_commit(),
+        "note": note, "data": opts.data, "base_overrides": list(base), "symbol": first["data"]["symbol"],
+        "range": [first["data"]["start"], first["data"]["end"]], "trials_per_n": opts.trials, "arms": resolved,
+        "primary": {"question": 1, "test": tests, "alpha": ALPHA, "family": "Holm over each longer N against the "
+                    "shortest on the log-loss and the direction score, per arm",
+                    "rule": wording.RUN_ANSWER_RULE},
+        "nesting": {"cut": min(first["lengths"]), "rule": wording.NESTING_RULE},
+        "trading": {"min_dsr": first["selection"]["min_dsr"], "max_pbo": first["selection"]["max_pbo"],
+                    "fee_bps": first["eval"]["fee_bps"], "strategy": first["eval"].get("strategy")},
+        "ledger": _ledger(first["data"]["symbol"], sum(len(a["lengths"]) * opts.trials for a in resolved)),
+        "outcomes": wording.plan_outcomes(),
+    }
+    plan["plan_hash"] = digest({k: v for k, v in plan.items() if k not in ("created", "git_commit")}, 12)
+    return plan
+
+
+def sweep_command(plan: dict, arm: dict, out: Path) -> str:
+    """The `tsflash sweep` command that runs one arm into OUT/<arm>."""
+    words = ["tsflash", "sweep", "--lengths", ",".join(map(str, arm["lengths"])), "--device", "cuda",
+             "--preset", "full", "--data", plan["data"], "--start", plan["range"][0], "--end", plan["range"][1],
+             "--out", str(out / arm["name"])]
+    if plan["trials_per_n"] != 1:
+        words += ["--trials", str(plan["trials_per_n"])]
+    for item in plan["base_overrides"] + arm["overrides"]:
+        words += ["--set", item]
+    return shlex.join(words)
+
+
+def render_plan(plan: dict, out: Path) -> str:
+    from tsflash.report.wording import plural
+
+    p, t = plan["primary"], plan["trading"]
+    lines = [f"# Pre-registration (plan {plan['plan_hash']})", "",
+             f"Written {plan['created']} at commit {plan['git_commit']}, before the run, by `tsflash preregister`; "
+             f"[`{PLAN_JSON}`]({PLAN_JSON}) holds the same and each arm's whole resolved config. The run follows it; "
+             "the report of each arm lists every departure from it (`tsflash preregister --check RUN`).", ""]
+    if plan.get("note"):
+        lines += [plan["note"], ""]
+    lines += [f"**Data**: `{plan['data']}`, {plan['symbol']}, {plan['range'][0]} .. {plan['range'][1]}.", "",
+              "| arm | overrides | config hash | lengths | seeds | folds | model cells | H200 time expected (all cells at max steps) |",
+              "|---|---|---|---|---|---|---|---|"]
+    for a in plan["arms"]:
+        lines.append(f"| {a['name']} | {' '.join(f'`{o}`' for o in a['overrides']) or '-'} | `{a['config_hash']}` "
+                     f"| {', '.join(map(str, a['lengths']))} | {', '.join(map(str, a['seeds']))} "
+                     f"| {a['folds']} | {a['model_cells']} | {a['gpu_seconds'] / 60:.0f} min "
+                     f"({a['gpu_seconds_worst'] / 60:.0f} min) |")
+    total, worst = (sum(a[k] for a in plan["arms"]) for k in ("gpu_seconds", "gpu_seconds_worst"))
+    lines += ["", f"GPU time, all arms: {total / 3600:.1f} h expected, {worst / 3600:.1f} h if every cell runs its "
+              "maximum steps (the calibrated cost table, `tsflash.sweep.progress`).", "",
+              "Training recipe: " + "; ".join(f"{a['name']}: {a['recipe']}" for a in plan["arms"]) + ".", ""]
+    lines += ["## How the answer will be read", "",
+              f"**Primary (question 1)**: over training runs, by the {' and '.join(p['test'])} test "
+              f"(`eval.seed_inference`), {p['family']}, family-wise level {p['alpha']:g}. {p['rule']}", "",
+              f"**Nesting check**: each longer N cut to {plan['nesting']['cut']} bars against "
+              f"N={plan['nesting']['cut']}. {plan['nesting']['rule']}", ""]
+    for a in plan["arms"]:
+        if a["nesting_unmeasured"]:
+            lines += [f"- {a['name']}: {a['nesting_unmeasured']}.", ""]
+    lines += [f"**Question 2 (trading)**: at {t['fee_bps']:g} bps, the selected length must reach DSR >= "
+              f"{t['min_dsr']} and PBO <= {t['max_pbo']}.", ""]
+    for row in plan["ledger"]:
+        lines.append(f"- Trial ledger, period \"{row['period']}\": {plural(row['now'], 'trial')} now, "
+                     f"{row['with_plan']} with this plan's configurations (add them to `tsflash/stats/trials.toml` "
+                     "before the first report).")
+    lines += ["", "## The sentence each outcome will produce", ""]
+    for o in plan["outcomes"]:
+        lines.append(f"- **{o['outcome']}**: \"{o['sentence']}\"")
+    lines += ["", "## The commands", "", "```bash"]
+    lines += [sweep_command(plan, a, out) + " --time-budget 400   # rerun until complete" for a in plan["arms"]]
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def write_plan(plan: dict, out: Path) -> tuple[Path, Path]:
+    """PLAN.json and PLAN.md into `out`, once: an existing plan there is never replaced."""
+    out = Path(out)
+    if (out / PLAN_JSON).exists():
+        raise UserError(f"{out / PLAN_JSON} exists: a pre-registration is written once (plan "
+                        f"{read_json(out / PLAN_JSON).get('plan_hash')}); choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_text(out / PLAN_MD, render_plan(plan, out))
+    atomic_text(out / PLAN_JSON, json.dumps(plan, indent=1, sort_keys=True) + "\n")  # last: its presence is the plan
+    return out / PLAN_JSON, out / PLAN_MD
+
+
+def plan_for(run_dir: Path) -> Path | None:
+    """The PLAN.json a run folder answers to: in its parent folder (OUT/<arm>), or None."""
+    path = Path(run_dir).resolve().parent / PLAN_JSON
+    return path if path.is_file() else None
+
+
+def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
+    """(the arm this run is, every departure from the plan); the arm is the one named by the
+    folder, else the one with the run's config hash."""
+    folder = RunFolder(run_dir)
+    if not folder.config_json.exists():
+        raise UserError(f"{run_dir}: no config.json, not a sweep run folder")
+    cfg = config_from_dict(read_json(folder.config_json))
+    run = folder.read_run()
+    run_hash = run.get("config_hash")  # tsflash.sweep.plan.run_hash of the config, as the sweep recorded it
+    arms = {a["name"]: a for a in plan["arms"]}
+    arm = arms.get(Path(run_dir).name) or next((a for a in plan["arms"] if a["config_hash"] == run_hash), None)
+    if arm is None:
+        return None, [f"the run is none of the plan's arms ({', '.join(arms)}): folder {Path(run_dir).name}, "
+                      f"config hash {run_hash}"]
+    found = []
+    planned, ran = (_flat(json.loads(json.dumps(c, default=str))) for c in (arm["config"], cfg.to_dict()))
+    for key in sorted(planned.keys() | ran.keys()):
+        if planned.get(key) != ran.get(key):
+            found.append(f"{key}: planned {planned.get(key)!r}, ran {ran.get(key)!r}")
+    # a bar store's folder is where the bars are, not what they are (data.json fingerprints them):
+    # only a synthetic source, or a change between synthetic and stored bars, departs
+    ran_data = run.get("data", plan["data"])
+    if ran_data != plan["data"] and (parse_source(ran_data) or parse_source(plan["data"])):
+        found.append(f"data: planned {plan['data']!r}, ran {ran_data!r}")
+    if run.get("trials_per_length", plan["trials_per_n"]) != plan["trials_per_n"]:
+        found.append(f"trials per N: planned {plan['trials_per_n']}, ran {run.get('trials_per_length')}")
+    return arm["name"], found
+
+
+def deviations_sentence(plan_path: Path, run_dir: Path) -> str:
+    """The report's line (and --check's): which plan, which arm, and its departures ("none"). A run
+    still in progress is no departure (the sweep writes its report before it marks the run complete)."""
+    plan = read_json(plan_path)
+    arm, found = deviations(plan, run_dir)
+    head = f"Pre-registered: plan {plan.get('plan_hash')} ({plan_path.name} beside this run's folder)"
+    if arm is None:
+        return f"{head}; {found[0]}."
+    return f"{head}, arm {arm}; deviations from it: " + ("; ".join(found) if found else "none") + "."
