@@ -234,3 +234,18 @@ def set_option(help: str) -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", type=override_type, action="append", default=[], metavar="KEY=VALUE",
                    help=help)
     return p
+
+
+def design_options() -> argparse.ArgumentParser:
+    """What a sweep's design is made of beyond --lengths, --data and --set: the preset, the symbol,
+    the date range and the trials per N (`tsflash sweep` runs it, `tsflash preregister` plans it)."""
+    p = _parent()
+    p.add_argument("--config", default="default",
+                   help="preset name in tsflash/presets/ or a .toml path (default: default)")
+    p.add_argument("--symbol", type=symbol_type, default=None,
+                   help="Binance spot pair, e.g. ETHUSDT (upper-cased; default: the config's data.symbol, BTCUSDT)")
+    p.add_argument("--start", type=date_type, help="first UTC day YYYY-MM-DD (default: the config's)")
+    p.add_argument("--end", type=date_type, help="last UTC day YYYY-MM-DD, inclusive (default: the config's)")
+    p.add_argument("--trials", type=positive_int, default=1,
+                   help="trials per N: 1 = N only (default); K > 1 also searches lr and weight decay within each N")
+    return p

@@ -38,16 +38,12 @@ def register(sub) -> None:
             options.lengths_option(None, "comma-separated context lengths, powers of two (default: the config's)"),
             options.data_option(),
             options.set_option("override a config field for every arm, e.g. --set train.ema_decay=0.995 (repeatable)"),
+            options.design_options(),
         ],
     )
     p.add_argument("--arm", type=_arm_type, action="append", default=[], metavar="NAME=KEY=VALUE[,...]",
                    help="one arm of the plan: a name and its own overrides, e.g. patch16=model.patch=16, or "
                    "per-bar= for none (repeatable; default: one arm 'per-bar')")
-    p.add_argument("--config", default="default", help="preset name in tsflash/presets/ or a .toml path (default: default)")
-    p.add_argument("--symbol", type=options.symbol_type, default=None, help="Binance spot pair (default: the config's)")
-    p.add_argument("--start", type=options.date_type, help="first UTC day YYYY-MM-DD (default: the config's)")
-    p.add_argument("--end", type=options.date_type, help="last UTC day YYYY-MM-DD, inclusive (default: the config's)")
-    p.add_argument("--trials", type=options.positive_int, default=1, help="trials per N (default: 1)")
     p.add_argument("--note", default="", help="a sentence for the plan's head: why this run, what it follows")
     p.add_argument("--out", type=Path, help="the plan's folder (the arms' run folders go inside it)")
     p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder")

@@ -33,14 +33,9 @@ def register(sub) -> None:
             options.data_option(),
             options.device_option(),
             options.set_option("override a config field after the preset, e.g. --set train.steps=3 (repeatable)"),
+            options.design_options(),
         ],
     )
-    p.add_argument("--config", default="default",
-                   help="preset name in tsflash/presets/ or a .toml path (default: default)")
-    p.add_argument("--symbol", type=options.symbol_type, default=None,
-                   help="Binance spot pair, e.g. ETHUSDT (upper-cased; default: the config's data.symbol, BTCUSDT)")
-    p.add_argument("--start", type=options.date_type, help="first UTC day YYYY-MM-DD (default: the config's)")
-    p.add_argument("--end", type=options.date_type, help="last UTC day YYYY-MM-DD, inclusive (default: the config's)")
     p.add_argument("--out", type=Path, help="run folder (default: runs/<YYYYMMDD-HHMMSS>-<run hash>; reports/ is for published runs)")
     p.add_argument("--seed", type=options.non_negative_int,
                    help="training seed (replaces the config's seeds; also seeds synthetic data)")
@@ -53,8 +48,6 @@ def register(sub) -> None:
     p.add_argument("--artifacts", metavar="PATH", help="where the cells' files are uploaded for the other hosts: "
                    "a folder, or s3://bucket (optuna's Boto3ArtifactStore; pip install boto3) "
                    "(default with --storage: artifacts/ in the run folder; none without)")
-    p.add_argument("--trials", type=options.positive_int, default=1,
-                   help="trials per N: 1 = N only (default); K > 1 also searches lr and weight decay within each N")
     p.add_argument("--preset", default="auto",
                    help="auto (full config on CUDA, reduced CPU preset otherwise) | full | cpu (default: auto)")
     p.add_argument("--no-precision", action="store_true", help="skip the precision oracle at each N")
