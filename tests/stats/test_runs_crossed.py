@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tsflash.stats.runs import Runs, RunNoise, RunTestInputError, crossed_seed_test, simulate_runs
+from tsflash.stats.runs import (CrossedComponents, Runs, RunNoise, RunTestInputError, crossed_power,
+                               VarianceComponents, crossed_seed_test, min_detectable_difference, simulate_runs)
 
 NOISE = RunNoise()
 
@@ -115,3 +116,41 @@ def test_input_rules():
     ragged = Runs("B", ragged.fold[keep], ragged.seed[keep], ragged.day[keep], ragged.loss[keep], ragged.count[keep])
     with pytest.raises(RunTestInputError, match="same seeds on every fold"):
         crossed_seed_test(_runs(A, "A"), ragged)
+
+
+# ---- the crossed test's power (the third edition's choice of seeds) ------------------------------
+
+
+def test_components_of_a_paired_table_recover_the_seed_effect():
+    # many folds and seeds, so the mean squares are close to their expectations
+    rng = np.random.default_rng(31)
+    noise = RunNoise(init=3 * NOISE.seed)
+    a, b = simulate_runs(rng, noise=noise, n_folds=40, n_seeds=40, n_days=20)
+    c = CrossedComponents.from_runs(a, b)
+    # the paired difference's seed part is the two arms' independent init draws: 2 init^2
+    assert c.seed == pytest.approx(2 * noise.init ** 2, rel=0.35)
+    assert c.fold == pytest.approx(0.0, abs=0.3 * noise.init ** 2)
+    with pytest.raises(RunTestInputError, match="same seeds in both arms"):
+        CrossedComponents.from_runs(_runs(A, "A"), _runs(A, "B", seeds=[5, 6, 7]))
+
+
+def test_without_a_seed_effect_the_crossed_test_is_calibrated_and_pays_for_its_seed_term():
+    c = CrossedComponents(fold=0.0, seed=0.0, residual=0.004 ** 2)
+    r = crossed_power(c, 5, 3, n_sims=3000)
+    mc = 3 * math.sqrt(0.05 * 0.95 / 3000)
+    assert r.crossed_false_positive <= 0.05 + mc and abs(r.fold_t_false_positive - 0.05) <= mc
+    # the fold t's analytic detectable difference on the same tables (a fold's mean over 3 seeds)
+    fold_t = min_detectable_difference(VarianceComponents(0.0, 0.004 ** 2 / 2, 10), 5, 3)
+    assert r.detectable > fold_t  # a seed term estimated on 2 df widens it, even when it is 0
+    assert crossed_power(c, 5, 3, n_sims=3000) == r  # seeded: the same tables, the same answer
+
+
+def test_with_a_seed_effect_six_seeds_more_than_halve_the_detectable_difference():
+    c = CrossedComponents(fold=0.0, seed=0.002 ** 2, residual=0.002 ** 2)
+    three, six = crossed_power(c, 5, 3, n_sims=3000), crossed_power(c, 5, 6, n_sims=3000)
+    mc = 3 * math.sqrt(0.05 * 0.95 / 3000)
+    assert three.fold_t_false_positive > 0.2  # the fold t is not calibrated here
+    assert three.crossed_false_positive <= 0.05 + mc and six.crossed_false_positive <= 0.05 + mc
+    assert six.detectable < three.detectable / 2
+    with pytest.raises(RunTestInputError, match="at least 2 seeds"):
+        crossed_power(c, 5, 1)

@@ -24,10 +24,12 @@ from tsflash.stats.gate import (
 )
 from tsflash.stats.pbo import CSCV_BLOCKS, MAX_PBO, EffectiveTrials, PBOResult, effective_trials, pbo_cscv
 from tsflash.stats.runs import (
+    CrossedComponents,
     CrossedTestResult,
     RunTestResult,
     Runs,
     aa_tests,
+    crossed_power,
     crossed_seed_test,
     min_detectable_difference,
     pbo_null,
@@ -48,10 +50,12 @@ from tsflash.stats.sharpe import (
 )
 
 __all__ = [
+    "CrossedComponents",
     "CrossedTestResult",
     "RunTestResult",
     "Runs",
     "aa_tests",
+    "crossed_power",
     "crossed_seed_test",
     "min_detectable_difference",
     "pbo_null",

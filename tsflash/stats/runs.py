@@ -555,6 +555,87 @@ def min_detectable_difference(components: VarianceComponents, n_folds: int, n_se
     return float(scipy.optimize.brentq(short, 0.0, hi) * se)
 
 
+@dataclass(frozen=True)
+class CrossedComponents:
+    """Variance components, in (nats per bar)^2, of the paired table of run-mean differences
+    D[f, s] = B - A on fold f with seed s (both arms ran the same seeds):
+    D = delta + a_f + b_s + e_fs.
+
+    fold : Var a_f, the true difference's spread from fold to fold.
+    seed : Var b_s, a seed's initial weights' effect on the difference, shared by its folds (what
+        the fold t cannot see, and why `crossed_seed_test` exists).
+    residual : Var e_fs, one run's difference about those (run to run, day noise).
+    Estimated from a folds x seeds table by the two-way mean squares, each floored at 0.
+    """
+
+    fold: float
+    seed: float
+    residual: float
+
+    @classmethod
+    def from_runs(cls, a: Runs, b: Runs) -> CrossedComponents:
+        means = run_means(a), run_means(b)
+        (sa, ta), (sb, tb) = _seed_table(means[0], a.label), _seed_table(means[1], b.label)
+        if sa != sb:
+            raise RunTestInputError(f"crossed components need the same seeds in both arms: {a.label} has {sa}, "
+                                    f"{b.label} {sb}")
+        n_f, n_s = ta.shape
+        if n_f < 2 or n_s < 2:
+            raise RunTestInputError(f"crossed components need at least 2 folds and 2 seeds, got {n_f} x {n_s}")
+        ms_f, ms_s, ms_e = _two_way(tb - ta)
+        return cls(max(0.0, (ms_f - ms_e) / n_s), max(0.0, (ms_s - ms_e) / n_f), ms_e)
+
+    def sds(self) -> tuple[float, float, float]:
+        return math.sqrt(self.fold), math.sqrt(self.seed), math.sqrt(self.residual)
+
+
+class CrossedPower(NamedTuple):
+    """The crossed test's power curve at one design, from simulated null tables (`crossed_power`)."""
+
+    n_folds: int
+    n_seeds: int
+    detectable: float  # the smallest |difference| found with the requested power, nats per bar
+    fold_t_false_positive: float  # how often the fold t says "differ" on the same tables with no difference
+    crossed_false_positive: float  # the crossed test's rate on them (the level, if it is calibrated)
+
+
+def crossed_power(components: CrossedComponents, n_folds: int, n_seeds: int, *, alpha: float = ALPHA,
+                  power: float = 0.8, n_sims: int = 4000, seed: int = 0) -> CrossedPower:
+    """The smallest true difference `crossed_seed_test` detects with `power` (two-sided, `alpha`)
+    at F folds x S seeds, by simulation: `n_sims` tables D = a_f + b_s + e_fs drawn at
+    `components`, each tested as the test does (`_crossed`). A constant difference moves only the
+    estimate, never the mean squares, so each table's se and Satterthwaite df are computed once and
+    the power at any difference follows from them; the detectable difference is where it reaches
+    `power` (bisection on the simulated curve). Beside it, the fold t's rejection rate on the same
+    null tables: above `alpha` when seeds carry an effect of their own."""
+    _check_power_design(n_folds, max(n_seeds, 2), alpha, power)
+    if n_seeds < 2:
+        raise RunTestInputError(f"the crossed test's power needs at least 2 seeds, got {n_seeds}")
+    rng = np.random.default_rng(seed)
+    sd_f, sd_s, sd_e = components.sds()
+    tables = (rng.normal(0, sd_f, (n_sims, n_folds, 1)) + rng.normal(0, sd_s, (n_sims, 1, n_seeds))
+              + rng.normal(0, sd_e, (n_sims, n_folds, n_seeds)))
+    zeros = {f: {s: 0.0 for s in range(n_seeds)} for f in range(n_folds)}
+    est, se, df, fold_p = (np.empty(n_sims) for _ in range(4))
+    for i, d in enumerate(tables):
+        r = _crossed("A", "B", (zeros, {f: dict(enumerate(row)) for f, row in enumerate(d)}), alpha, math.nan)
+        est[i], se[i], df[i] = r.estimate, r.se, r.df
+        d_f = d.mean(axis=1)
+        fold_p[i] = one_sample_t(d_f, alpha)[4]
+    crit = scipy.stats.t.ppf(1 - alpha / 2, df)
+
+    def rejects(delta: float) -> float:
+        return float(np.mean(np.abs(est + delta) / se > crit))
+
+    lo, hi = 0.0, float(np.median(se * crit))
+    while rejects(hi) < power:  # bracket by doubling (a few tables with tiny Satterthwaite df never reject)
+        lo, hi = hi, 2 * hi
+    for _ in range(60):  # the simulated curve is a step function: bisect to its first step past `power`
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if rejects(mid) < power else (lo, mid)
+    return CrossedPower(n_folds, n_seeds, hi, float(np.mean(fold_p < alpha)), rejects(0.0))
+
+
 # ---------------------------------------------------------------------------------------------
 # PBO's null distribution with few candidates
 
