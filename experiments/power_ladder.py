@@ -369,7 +369,7 @@ def cost_plan(args, usable_s: float = 1200.0) -> dict:
     works = fresh_works(cfg, precision=False)
     expected = sum(cost.seconds(w) for w in works)
     longest = max(cfg.lengths)
-    worst = expected + sum(cost.seconds(w) * (1 / calibration.cell_shape(w)[0] - 1)
+    worst = expected + sum(calibration.extra_at_max_steps(w, cost.seconds(w))
                            for w in works if w.kind == "model" and w.n == longest)
     return {"cells": sum(w.kind == "model" for w in works), "replicate_s": expected, "replicate_worst_s": worst,
             "usable_s": usable_s, "replicates": int(usable_s // expected), "replicates_worst": int(usable_s // worst)}

@@ -52,7 +52,6 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from tsflash.errors import UserError
-    from tsflash.runfolder import read_json
     from tsflash.sweep import preregister
     from tsflash.sweep.plan import SweepOptions
 
@@ -61,11 +60,10 @@ def run(args) -> int:
         if plan_path is None:
             raise UserError(f"--check {args.check}: no {preregister.PLAN_JSON} in its parent folder "
                             f"{args.check.resolve().parent}")
-        arm, found = preregister.deviations(read_json(plan_path), args.check)
         from tsflash.runfolder import RunFolder
 
-        print(preregister.deviations_sentence(plan_path, args.check)
-              + ("" if RunFolder(args.check).is_complete() else " (The run is not complete yet.)"))
+        arm, found, sentence = preregister.check_run(plan_path, args.check)
+        print(sentence + ("" if RunFolder(args.check).is_complete() else " (The run is not complete yet.)"))
         return 1 if found or arm is None else 0
     if args.out is None:
         raise UserError("preregister: give --out FOLDER to write a plan, or --check RUN to check a run against one")

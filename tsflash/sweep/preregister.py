@@ -53,30 +53,21 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
     return name, [item for item in rest.split(",") if item]
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out |= _flat(v, f"{prefix}{k}.")
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _arm(name: str, items: list[str], opts: SweepOptions, parse_overrides, merge) -> dict:
+def _arm(name: str, items: list[str], opts: SweepOptions) -> dict:
     """One arm: the base options with the arm's --set items, resolved for the GPU."""
+    from tsflash.commands.options import parse_overrides
+    from tsflash.config import merge_overrides
     from tsflash.sweep.plan import make_run_key, nesting_unmeasured, resolve_config, run_hash
     from tsflash.sweep.progress import CostModel, fresh_works, prior_rates
 
-    arm_opts = replace(opts, overrides=merge(opts.overrides or {}, parse_overrides(items)), preset="full")
+    arm_opts = replace(opts, overrides=merge_overrides(opts.overrides or {}, parse_overrides(items)), preset="full")
     cfg = resolve_config(arm_opts, PLAN_DEVICE)[0]
     calibration = prior_rates(PLAN_DEVICE)
     cost = CostModel(calibration)
     works = fresh_works(cfg, trials=opts.trials)
     expected = sum(cost.seconds(w) for w in works)
     # with early stopping cells end before their maximum steps; the worst case runs every model cell to it
-    worst = expected + sum(cost.seconds(w) * (1 / calibration.cell_shape(w)[0] - 1) for w in works
-                           if w.kind == "model")
+    worst = expected + sum(calibration.extra_at_max_steps(w, cost.seconds(w)) for w in works if w.kind == "model")
     d = json.loads(json.dumps(cfg.to_dict(), default=str))  # as PLAN.json will hold it (tuples as lists)
     return {"name": name, "overrides": items, "config": d, "config_hash": run_hash(cfg),
             "run_key": make_run_key(cfg, opts.data, opts.trials, PLAN_DEVICE),
@@ -100,8 +91,6 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
     `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
     typed for the commands); each arm adds its own items."""
-    from tsflash.commands.options import parse_overrides
-    from tsflash.config import merge_overrides
     from tsflash.report import wording
     from tsflash.stats.forecasts import ALPHA
     from tsflash.sweep.provenance import git_commit
@@ -111,7 +100,7 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     names = [a for a, _ in arms]
     if len(set(names)) != len(names):
         raise UserError(f"--arm names must differ, got {', '.join(names)}")
-    resolved = [_arm(name, items, opts, parse_overrides, merge_overrides) for name, items in arms]
+    resolved = [_arm(name, items, opts) for name, items in arms]
     first = resolved[0]["config"]
     tests = sorted({a["config"]["eval"].get("seed_inference", "fold") for a in resolved})
     plan = {
@@ -221,7 +210,9 @@ def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
         return None, [f"the run is none of the plan's arms ({', '.join(arms)}): folder {Path(run_dir).name}, "
                       f"config hash {run_hash}"]
     found = []
-    planned, ran = (_flat(json.loads(json.dumps(c, default=str))) for c in (arm["config"], cfg.to_dict()))
+    from tsflash.report.rescore import flat_overrides  # {"a": {"b": 1}} -> {"a.b": 1}
+
+    planned, ran = (flat_overrides(json.loads(json.dumps(c, default=str))) for c in (arm["config"], cfg.to_dict()))
     for key in sorted(planned.keys() | ran.keys()):
         if planned.get(key) != ran.get(key):
             found.append(f"{key}: planned {planned.get(key)!r}, ran {ran.get(key)!r}")
@@ -235,11 +226,20 @@ def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
     return arm["name"], found
 
 
-def deviations_sentence(plan_path: Path, run_dir: Path) -> str:
-    """The report's line (and --check's): which plan, which arm, and its departures ("none"). A run
-    still in progress is no departure (the sweep writes its report before it marks the run complete)."""
+def check_run(plan_path: Path, run_dir: Path) -> tuple[str | None, list[str], str]:
+    """(arm, departures, the report's line): which plan, which arm, and its departures ("none"). A
+    run still in progress is no departure (the sweep writes its report before it marks the run complete)."""
     plan = read_json(plan_path)
     arm, found = deviations(plan, run_dir)
+    return arm, found, _sentence(plan, plan_path, arm, found)
+
+
+def deviations_sentence(plan_path: Path, run_dir: Path) -> str:
+    """The report's line of a pre-registered run (`check_run`)."""
+    return check_run(plan_path, run_dir)[2]
+
+
+def _sentence(plan: dict, plan_path: Path, arm: str | None, found: list[str]) -> str:
     head = f"Pre-registered: plan {plan.get('plan_hash')} ({plan_path.name} beside this run's folder)"
     if arm is None:
         return f"{head}; {found[0]}."

@@ -255,6 +255,11 @@ class Calibration:
         return (_log_interp(work.n, self.lengths, self.step_share),
                 _log_interp(work.n, self.lengths, self.train_fraction))
 
+    def extra_at_max_steps(self, work: Work, seconds: float) -> float:
+        """The seconds a cell estimated at `seconds` adds when it runs all its maximum steps (no early
+        stop): the worst case of a cost plan."""
+        return seconds * (1 / self.cell_shape(work)[0] - 1)
+
 
 def prior_rates(device: torch.device | str) -> Calibration:
     """The calibrated prior of `device`'s type (cpu or cuda)."""
