@@ -265,6 +265,13 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     check = {r["candidate"]: r["nesting"][32768]["log_loss"] for r in seed0["runs"]}
     assert check["short-mix"]["fails"] and check["short-mix"]["runs"] == 5
     assert not check["short-mix-ema"]["fails"] and abs(check["short-mix-ema"]["mean"]) < 0.0005
+    # fifth screen: over three regime seeds the average still passes, but on the echo (seeds 0 and 2,
+    # whose short-mix runs found it in 5 of 10 cells) it finds it in none and fails the check
+    by = {(r["candidate"], r["source"]): r for r in main["runs"]}
+    ema_regime, ema_echo = by[("short-mix-ema", "regime")], by[("short-mix-ema", "long-memory")]
+    assert ema_regime["nesting"][32768]["log_loss"]["runs"] == 15 and not ema_regime["nesting"][32768]["log_loss"]["fails"]
+    assert ema_echo["per_n"][32768]["cells"] == 10 and ema_echo["per_n"][32768]["found"] == 0
+    assert ema_echo["nesting"][32768]["log_loss"]["fails"]
     baseline_echo = effects[("baseline", "long-memory")]["difference"]
     assert baseline_echo["fold_t_p"] < 0.05 < baseline_echo["crossed_p"]
     # three seed sets of one configuration: the fold t calls two of them "better" at N=32768 and the
