@@ -149,6 +149,11 @@ class EvalConfig:
     # seeds as crossed random effects (a seed is one set of initial weights for every fold, and at
     # N=32768 it decides who finds a far effect: reports/recipes). Applied at report time.
     seed_inference: str = "fold"
+    # The linear information probe (tsflash.dataset.probe) as a baseline per N, "probe-<N>": a
+    # logistic regression on sums of log returns and log realised volatility over windows of 1, 4,
+    # 16, ... up to N bars, every N fitted on the same rows. Does the far information exist in a form
+    # a linear model can read, beside whether the transformer uses it? CPU work, a few seconds a fit.
+    probe: bool = False
 
 
 @dataclass
@@ -264,7 +269,7 @@ ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0,
                "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
                "eval.entry_threshold": -1.0, "model.patch": 1, "train.ema_decay": 0.0, "train.schedule": "cosine",
                "train.decay_fraction": 0.2, "train.short_fraction": 0.0, "train.short_length": 512,
-               "train.restarts": 1, "eval.seed_inference": "fold"}
+               "train.restarts": 1, "eval.seed_inference": "fold", "eval.probe": False}
 SCHEDULES = ("cosine", "wsd")
 
 

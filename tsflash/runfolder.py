@@ -96,6 +96,27 @@ def baseline_series_name(baseline: str) -> str:
     return f"{BASELINE_PREFIX}{baseline}"
 
 
+PROBE_PREFIX = "probe-"  # the linear information probe's baseline at context length N: "probe-<N>"
+
+
+def probe_name(n: int) -> str:
+    """512 -> "probe-512", the probe baseline's name (its series: baseline_series_name of it)."""
+    return f"{PROBE_PREFIX}{n}"
+
+
+def probe_n(name: str) -> int | None:
+    """N of a probe baseline's name or series name ("probe-512", "baseline-probe-512"), else None."""
+    name = name.removeprefix(BASELINE_PREFIX)
+    tail = name.removeprefix(PROBE_PREFIX)
+    return int(tail) if tail != name and tail.isdigit() else None
+
+
+def baseline_order(name: str) -> tuple:
+    """Sort key of baseline names: the fixed baselines by name, then the probes by N."""
+    n = probe_n(name)
+    return (n is not None, n or 0, name)
+
+
 # ---------------------------------------------------------------------------------------------
 # JSON
 

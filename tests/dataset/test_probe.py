@@ -141,3 +141,16 @@ def test_far_windows_read_a_slow_regime_and_not_a_random_walk():
     assert loss < -0.003 and direction < -0.004
     loss, direction = _probe_gain(planted_market(1_000_000, drift=0.0, regime_bars=65536, seed=2))
     assert loss > -0.001 and direction > -0.001
+
+
+def test_features_of_chosen_rows_are_the_whole_series_rows_bitwise():
+    """probe_features(close, n, rows) is probe_features(close, n)[rows], bit for bit, without the
+    whole (T, columns) array; rows outside the series are refused."""
+    close = 100 * np.exp(np.cumsum(np.random.default_rng(5).normal(0, 1e-3, 3000)))
+    rows = np.array([0, 1, 2, 63, 64, 65, 1500, 2999])
+    for n in (1, 64, 1000):
+        np.testing.assert_array_equal(probe_features(close, n, rows), probe_features(close, n)[rows])
+    assert probe_features(close, 64, np.empty(0, dtype=np.int64)).shape == (0, 8)
+    with pytest.raises(UserError, match="probe rows must lie in 0 .. 2999"):
+        probe_features(close, 64, np.array([3000]))
+

@@ -469,7 +469,7 @@ def test_leak_canary(prepared, results):
 
 def test_baselines_same_bars_same_metrics(prepared, results):
     base = engine.run_baselines(prepared, 1)
-    assert set(base) == {"prior", "logreg", "volatility"}
+    assert set(base) == {"prior", "logreg", "volatility", "probe-32", "probe-64"}  # the default has eval.probe
     fd = engine.fold_data(prepared, 1)
     y = fd.labels[torch.as_tensor(fd.train_idx)]
     prior = torch.bincount(y[y >= 0], minlength=3).double()
@@ -481,6 +481,31 @@ def test_baselines_same_bars_same_metrics(prepared, results):
         np.testing.assert_array_equal(r.y_true, results[32].y_true)
         assert set(r.metrics) == set(results[32].metrics)
     assert base["logreg"].n == 4 and base["logreg"].metrics["accuracy"] < 0.5
+
+
+def test_probe_baselines_one_per_n_on_the_same_rows_and_bars(bars, results):
+    """eval.probe adds probe-<N> per N: fitted on the same rows at every N (whole contexts of the
+    longest N), scored on the transformer's test bars; each equals the dataset-level probe's fit."""
+    from tsflash.dataset.probe import fit_probe, probe_features, subsample_rows
+
+    prepared = engine.prepare(tiny_cfg(eval={"probe": True}), bars, "cpu")
+    base = engine.run_baselines(prepared, 1)
+    fd = engine.fold_data(prepared, 1)
+    labels = fd.labels.numpy()
+    train = fd.fit_idx[labels[fd.fit_idx] >= 0]
+    rows = subsample_rows(train[train >= 63], engine.MAX_LOGREG_ROWS)
+    for n in (32, 64):
+        r = base[f"probe-{n}"]
+        assert r.n == n and r.cost["n_fit"] == len(rows) and r.cost["probe_windows"] == ([1, 4, 16, 32] if n == 32 else [1, 4, 16, 64])
+        np.testing.assert_array_equal(r.test_time, results[32].test_time)
+        np.testing.assert_array_equal(r.y_true, results[32].y_true)
+        reference = fit_probe(probe_features(bars.close, n), labels, rows, fd.test_idx, n)
+        np.testing.assert_allclose(r.y_prob, reference.prob, atol=1e-6)
+        assert r.metrics["log_loss"] == pytest.approx(reference.log_loss, abs=1e-6)
+    with pytest.raises(UserError, match=r"fold 0: eval.probe needs labelled training rows with a whole context of the longest N=8192"):
+        engine.run_baselines(engine.prepare(tiny_cfg(lengths=[32, 8192], train={"tokens_per_step": 8192}, eval={"probe": True}), bars, "cpu"), 0)
+    off = engine.run_baselines(engine.prepare(tiny_cfg(eval={"probe": False}), bars, "cpu"), 1)
+    assert set(off) == {"prior", "logreg", "volatility"}
 
 
 # ---- results and metrics ----------------------------------------------------------------------------

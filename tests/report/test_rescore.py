@@ -185,7 +185,8 @@ def test_the_sweep_keeps_the_per_day_loss_sums_of_its_forecasts(run):
     from tsflash.report.rundata import load_run
 
     rd = load_run(run)
-    names = ["n32", "n64", "baseline-logreg", "baseline-prior", "baseline-volatility"]
+    names = ["n32", "n64", "baseline-logreg", "baseline-prior", "baseline-volatility", "baseline-probe-32",
+             "baseline-probe-64"]  # the probe per N: the default's eval.probe
     assert sorted(p.stem for p in (run / "forecasts").glob("*.npz")) == sorted(names)
     sweep, cells = losses_from_sweep(rd, names), losses_from_cells(rd)
 

@@ -60,12 +60,15 @@ def test_the_plan_states_the_reports_own_sentences(plan):
     for lead in (*wording.RUN_ANSWER_LEADS.values(), wording.NESTING_FAILS, wording.QUESTION2_LEADS["none passes"]):
         assert any(lead in s for s in leads), lead
     assert plan["primary"]["alpha"] == 0.05 and plan["primary"]["test"] == ["fold"]
+    # the default preset's probe is on in both arms, read by the report's rule
+    assert plan["probe"] == {"arms": ["per-bar", "patch16"], "rule": wording.PROBE_RULE}
 
 
 def test_a_plan_is_written_once(plan, tmp_path):
     plan_json, plan_md = preregister.write_plan(plan, tmp_path)
     text = plan_md.read_text()
     assert plan["plan_hash"] in text and "patch16" in text and "`model.patch=16`" in text
+    assert f"**Linear information probe** (`eval.probe`, per N): on in per-bar, patch16. {wording.PROBE_RULE}" in text
     assert f"--out {tmp_path / 'patch16'}" in text and "--set train.ema_decay=0.995 --set model.patch=16" in text
     before = plan_json.read_text()
     with pytest.raises(UserError, match="written once"):

@@ -101,6 +101,9 @@ def test_end_to_end_writes_every_file_and_section(finished_run):
                                                        ("baseline-prior", 0), ("baseline-logreg", 1)}
     prec = json.loads((run / "precision.json").read_text())
     assert [r["n"] for r in prec["rows"]] == [32, 64] and all(r["status"] == "ok" for r in prec["rows"])
+    # the default's eval.probe: the linear information probe is a baseline row per N, and has its section
+    assert {("baseline-probe-32", 1), ("baseline-probe-64", 1)} <= {(r["series"], r["fold"]) for r in fm}
+    assert "| baseline: linear probe N=64 |" in md and "**Linear information probe" in md and "| N=64 | " in md
 
 
 def test_optuna_ledger_holds_trials_folds_and_paths(finished_run):

@@ -68,27 +68,27 @@ def bar_log_returns(close) -> np.ndarray:
     return np.diff(np.log(close), prepend=math.log(close[0]))
 
 
-def trailing_sum(running: np.ndarray, window: int) -> np.ndarray:
-    """Sum of x over the last `window` entries, t included, from ``running = cumsum(x)`` prepended
-    with 0 (length T + 1): (T,). Fewer entries at the start of the series."""
-    t = np.arange(1, len(running))
-    return running[t] - running[np.maximum(t - window, 0)]
+def probe_features(close, n: int, rows=None) -> np.ndarray:
+    """Multi-scale aggregates of the last `n` bars for every bar, or for `rows` alone:
+    (T or len(rows), 2 * len(probe_windows(n))) float64.
 
-
-def probe_features(close, n: int) -> np.ndarray:
-    """Multi-scale aggregates of the last `n` bars for every bar: (T, 2 * len(probe_windows(n))) float64.
-
-    Columns as `probe_feature_names(n)`; row t reads close[0 .. t] only.
+    Columns as `probe_feature_names(n)`; row t reads close[0 .. t] only. With `rows`, the same
+    numbers (the running sums are the whole series' either way) without the (T, columns) array:
+    what a fold's fitted, validation and test rows need of a long series.
     """
     r = bar_log_returns(close)  # (T,)
     sums = np.concatenate([[0.0], np.cumsum(r)])  # (T + 1,)
     squares = np.concatenate([[0.0], np.cumsum(r * r)])  # (T + 1,)
+    t = np.arange(1, len(sums)) if rows is None else np.asarray(rows, dtype=np.int64) + 1  # end of each window
+    if rows is not None and len(t) and (t.min() < 1 or t.max() > len(r)):
+        raise UserError(f"probe rows must lie in 0 .. {len(r) - 1}, got {t.min() - 1} .. {t.max() - 1}")
     windows = probe_windows(n)
-    out = np.empty((len(r), 2 * len(windows)))
+    out = np.empty((len(t), 2 * len(windows)))
     for j, w in enumerate(windows):
-        out[:, 2 * j] = trailing_sum(sums, w)
+        start = np.maximum(t - w, 0)
+        out[:, 2 * j] = sums[t] - sums[start]
         # a difference of running sums can round a little below 0 on a flat stretch
-        out[:, 2 * j + 1] = np.log(np.maximum(np.sqrt(np.maximum(trailing_sum(squares, w), 0.0)), VOL_FLOOR))
+        out[:, 2 * j + 1] = np.log(np.maximum(np.sqrt(np.maximum(squares[t] - squares[start], 0.0)), VOL_FLOOR))
     return out
 
 
@@ -141,6 +141,22 @@ def score(labels: np.ndarray, prob: np.ndarray) -> dict[str, float]:
             "move_log_loss": direction["move_log_loss"], "n_scored": classes["n_scored"]}
 
 
+def fitted_probe(x: np.ndarray, y: np.ndarray):
+    """`probe_model()` fitted on the rows `x` (rows, columns) with labels `y` (0 down, 1 flat, 2 up)."""
+    model = probe_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # as the baseline: one stopped at max_iter is still a probe
+        model.fit(x, y)
+    return model
+
+
+def probe_probabilities(model, x: np.ndarray) -> np.ndarray:
+    """(rows, 3) float64 class probabilities of a fitted probe; 0 for a class its fit never saw."""
+    prob = np.zeros((len(x), 3))
+    prob[:, model.classes_] = model.predict_proba(x)
+    return prob
+
+
 def fit_probe(features: np.ndarray, labels: np.ndarray, fit_rows: np.ndarray, test_rows: np.ndarray,
               n: int) -> ProbeResult:
     """Fit the probe on `features[fit_rows]` (from `probe_features(close, n)`) and score `test_rows`.
@@ -151,21 +167,22 @@ def fit_probe(features: np.ndarray, labels: np.ndarray, fit_rows: np.ndarray, te
     """
     labels = np.asarray(labels, dtype=np.int64)
     fit_rows, test_rows = np.asarray(fit_rows, dtype=np.int64), np.asarray(test_rows, dtype=np.int64)
-    if len(fit_rows) == 0 or np.any(labels[fit_rows] < 0):
-        raise UserError(f"fit_probe needs labelled training rows, got {len(fit_rows)} rows, "
-                        f"{int(np.sum(labels[fit_rows] < 0))} of them unlabelled")
+    check_fit_labels(labels[fit_rows])
     t0 = time.perf_counter()
-    model = probe_model()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # as the baseline: one stopped at max_iter is still a probe
-        model.fit(features[fit_rows], labels[fit_rows])
-    prob = np.zeros((len(test_rows), 3))
-    prob[:, model.classes_] = model.predict_proba(features[test_rows])
+    model = fitted_probe(features[fit_rows], labels[fit_rows])
+    prob = probe_probabilities(model, features[test_rows])
     seconds = time.perf_counter() - t0
     scores = score(labels[test_rows], prob)
     log.info("probe N=%d: %d windows on %d rows in %.1f s, test log-loss %.5f", n, len(probe_windows(n)),
              len(fit_rows), seconds, scores["log_loss"])
     return ProbeResult(n=int(n), windows=probe_windows(n), prob=prob, n_fit=len(fit_rows), seconds=seconds, **scores)
+
+
+def check_fit_labels(y: np.ndarray) -> None:
+    """UserError unless `y` (the fitted rows' labels) is non-empty and every row labelled."""
+    if len(y) == 0 or np.any(y < 0):
+        raise UserError(f"the probe needs labelled training rows, got {len(y)} rows, "
+                        f"{int(np.sum(y < 0))} of them unlabelled")
 
 
 def run_probe(close, labels: np.ndarray, fit_rows: np.ndarray, test_rows: np.ndarray, n: int) -> ProbeResult:

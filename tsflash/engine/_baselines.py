@@ -1,6 +1,6 @@
 """Stage 4, baselines: the class prior, a logistic regression and its direction-blind twin (the
 volatility baseline) on the same fold, test bars, metrics and returns as the transformer, fitted
-on the same rows."""
+on the same rows; with eval.probe, the linear information probe at every N of the sweep."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ import torch
 from tsflash.engine._evaluate import FoldResult, fold_result
 from tsflash.engine._prepare import FoldData, Prepared, fold_data
 from tsflash.errors import UserError
+from tsflash.runfolder import probe_name
 from tsflash.dataset.features import FEATURE_NAMES
+from tsflash.dataset.probe import (
+    fitted_probe, probe_features, probe_probabilities, probe_windows, subsample_rows)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,36 @@ def _logreg(fd: FoldData, rows: np.ndarray, y: np.ndarray, k: int, transform, na
     return predict(fd.test_idx), val
 
 
+def _probes(prepared: Prepared, fd: FoldData, train: np.ndarray, y_all: np.ndarray) -> dict[str, FoldResult]:
+    """The linear information probe (`tsflash.dataset.probe`) at every N of cfg.lengths, on one fold.
+
+    Every N is fitted on the same rows: the labelled training rows the baselines use whose whole
+    context of the longest N lies in the series (row >= max(N) - 1), capped at MAX_LOGREG_ROWS by
+    the baselines' seeded draw; so the N differ in their columns alone. Features of the fitted,
+    validation and test rows only (`probe_features(..., rows=)`), never the (T, columns) array.
+    """
+    lengths = sorted(prepared.cfg.lengths)
+    rows = subsample_rows(train[train >= lengths[-1] - 1], MAX_LOGREG_ROWS)
+    if len(rows) == 0:
+        raise UserError(f"fold {fd.fold}: eval.probe needs labelled training rows with a whole context of the "
+                        f"longest N={lengths[-1]} bars, got none of {len(train)}; set eval.probe=false or give "
+                        "the fold more training bars")
+    close = np.asarray(prepared.bars.close, dtype=np.float64)
+    val = np.arange(*fd.val) if fd.val is not None else np.empty(0, dtype=np.int64)
+    scored = np.concatenate([val, fd.test_idx])
+    out = {}
+    for n in lengths:
+        t0 = time.perf_counter()
+        model = fitted_probe(probe_features(close, n, rows), y_all[rows])
+        prob = probe_probabilities(model, probe_features(close, n, scored)).astype(np.float32)
+        cost = {"probe_windows": list(probe_windows(n)), "n_fit": int(len(rows)), "seconds": time.perf_counter() - t0}
+        out[probe_name(n)] = fold_result(prepared, fd, n, 0, prob[len(val):], cost,
+                                         val_prob=prob[: len(val)] if fd.val is not None else None)
+        log.info("fold %d: probe N=%d (%d windows) on %d rows in %.1f s", fd.fold, n, len(probe_windows(n)),
+                 len(rows), cost["seconds"])
+    return out
+
+
 def run_baselines(prepared: Prepared, fold: int, fold_inputs: FoldData | None = None) -> dict[str, FoldResult]:
     """The class prior and two logistic regressions on the same fold, test bars, metrics and returns.
 
@@ -84,6 +117,8 @@ def run_baselines(prepared: Prepared, fold: int, fold_inputs: FoldData | None = 
     volatility : the same regression, direction-blind: the DIRECTIONAL_FEATURES enter as absolute
         values (`direction_blind`), so it can forecast how likely a move is but not its sign
         (beyond the class frequencies). What the transformer adds over it is direction.
+    probe-<N> : with cfg.eval.probe, the linear information probe at each N of cfg.lengths
+        (`_probes`); `n` of its result is N.
     Each also scores the fold's validation tail when there is one (kept for the horizon
     strategy's entry threshold, tsflash.scoring.strategy).
     """
@@ -105,12 +140,12 @@ def run_baselines(prepared: Prepared, fold: int, fold_inputs: FoldData | None = 
     val_prior = np.tile(prior, (fd.val[1] - fd.val[0], 1)) if fd.val is not None else None
     out["prior"] = fold_result(prepared, fd, 0, 0, np.tile(prior, (len(fd.test_idx), 1)), {}, val_prob=val_prior)
 
-    rows = train[train >= k - 1]
-    if len(rows) > MAX_LOGREG_ROWS:
-        rows = np.sort(np.random.default_rng(0).choice(rows, MAX_LOGREG_ROWS, replace=False))
+    rows = subsample_rows(train[train >= k - 1], MAX_LOGREG_ROWS)
     if fd.test_lo < k - 1:
         raise UserError(f"fold {fold}: logistic baseline needs k-1={k - 1} bars before the test block, got {fd.test_lo}")
     for name, transform in (("logreg", lambda x: x), ("volatility", lambda x: direction_blind(x, k))):
         probs, val = _logreg(fd, rows, y_all, k, transform, name)
         out[name] = fold_result(prepared, fd, k, 0, probs, {}, val_prob=val)
+    if cfg.eval.probe:
+        out |= _probes(prepared, fd, train, y_all)
     return out

@@ -75,6 +75,7 @@ import numpy as np
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.scoring.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.report.nesting import NestingCheck, nesting_check
+from tsflash.report.probe import ProbeCheck, probe_check
 from tsflash.report.rundata import RunData, seed_inference
 from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
 from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
@@ -697,6 +698,7 @@ class Numbers:
     forecast: ForecastQuestion  # question 1: over training runs, and paired tests of the forecasts
     trading: TradingQuestion  # question 2: the trading rule per candidate (the gates are `selection`)
     pbo_null: dict | None = None  # PBO's null distribution for the run's candidates and days
+    probe: ProbeCheck = field(default_factory=ProbeCheck)  # the linear information probe per N (eval.probe)
 
     def candidate_row(self, key: str | None) -> dict | None:
         return next((r for r in self.selection.candidates if r["key"] == key), None)
@@ -713,6 +715,6 @@ def compute(rd: RunData) -> Numbers:
     primary = [s for s in per_n if s["series"] in default_keys] or [s for s in per_n if "-" not in s["series"]]
     stats = {k: series_stats(rd, k) for k in [*keys, *baselines] if k in rd.series}
     selection = run_selection(rd)
-    return Numbers(rows, per_n, baselines, primary, selection, stats,
-                   forecast_question(rd, [s["series"] for s in primary]), trading_question(rd, selection),
-                   pbo_null_summary(selection))
+    forecast = forecast_question(rd, [s["series"] for s in primary])
+    return Numbers(rows, per_n, baselines, primary, selection, stats, forecast, trading_question(rd, selection),
+                   pbo_null_summary(selection), probe_check(rd, primary, forecast.runs))

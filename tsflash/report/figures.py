@@ -11,7 +11,7 @@ from tsflash import atomic
 from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import label
-from tsflash.runfolder import is_baseline
+from tsflash.runfolder import is_baseline, probe_n
 
 # name -> caption, in the order the report shows them
 CAPTIONS = {
@@ -92,9 +92,13 @@ def plot_benefit(rows: list[dict], per_n: list[dict], baselines: dict[str, dict]
         ax.errorbar(ns, mean, yerr=std, fmt="o-", capsize=4, label="transformer (mean ± fold s.d.)")
         pts = [(r["n"], r[m]) for r in rows if r["kind"] == "model"]
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=12, color="gray", alpha=0.6, label="single folds")
-        for (name, b), style in zip(sorted(baselines.items()), ("--", ":", "-.")):
+        fixed = sorted((name, b) for name, b in baselines.items() if probe_n(name) is None)
+        for (name, b), style in zip(fixed, ("--", ":", "-.")):
             ax.axhline(b[m], linestyle=style, color="C3" if "logreg" in name else "C2",
                        label=f"{label(name)} baseline")
+        probes = sorted((probe_n(name), b[m]) for name, b in baselines.items() if probe_n(name) is not None)
+        if probes:  # a line against N, like the transformer's: what a linear reader gets from N bars
+            ax.plot([p[0] for p in probes], [p[1] for p in probes], "s--", color="C4", label="linear probe (fold mean)")
         ax.set_ylabel(title)
         ax.set_title(f"{title} ({better} is better)")
         _log2_axis(ax, ns)

@@ -32,6 +32,7 @@ from tsflash.report.wording import (
     fmt,
     label,
     nesting_sentence,
+    probe_sentence,
     pbo_null_sentence,
     percent,
     return_bps,
@@ -150,6 +151,37 @@ def nesting_notes(check) -> list[str]:
     return notes
 
 
+def probe_table(check) -> dict | None:
+    """Per N: the probe's scores, its difference to the shortest N over folds, and the transformer's
+    difference over training runs (question 1's test) beside it."""
+    if not check.available:
+        return None
+    short = f"N={check.shortest}"
+    head = ["N", "probe: log-loss", "probe: direction score", f"probe: log-loss − {short} [95 % over folds]", "p",
+            "Holm p", f"probe: direction − {short}", f"transformer: log-loss − {short} [95 % over runs]", "p"]
+    body = []
+    for r in check.rows:
+        row = [f"N={r.n}", fmt(r.means["log_loss"]), fmt(r.means["direction_log_loss_moves"])]
+        d, dd, t = r.vs_shortest.get("log_loss"), r.vs_shortest.get("direction_log_loss_moves"), r.transformer
+        row += ([f"{signed(d.mean)} [{signed(d.lo)}, {signed(d.hi)}]", fmt(d.p, ".3g"), fmt(r.p_holm, ".3g"),
+                 signed(dd.mean)] if d is not None else ["", "", "", ""])
+        row += ([f"{signed(t.estimate)} [{signed(t.ci[0])}, {signed(t.ci[1])}]", fmt(t.p, ".3g")] if t is not None
+                else ["", ""])
+        body.append(row)
+    return _table(head, body)
+
+
+PROBE_NOTE = ("How: `eval.probe` (`tsflash.dataset.probe`). Per bar t and window w in 1, 4, 16, ... (powers of 4 "
+              "below N, then N), the sum of the log returns of bars t-w+1 .. t and the log of their realised "
+              "volatility; standardised and clipped on the fitted rows, then the logistic baseline's multinomial "
+              "regression (C 0.01). Every N is fitted on the same labelled training rows (those with a whole "
+              "context of the longest N, at most the baselines' 200,000 by their seeded draw), so the N differ in "
+              "their columns alone. The probe has no seeds: its difference is the t of the fold differences "
+              "(df = folds - 1), Holm over the longer N; the transformer's is question 1's test over training "
+              "runs. Negative: N forecasts better than the shortest N. A probe that gains where the transformer "
+              "does not says the information is there and training does not use it.")
+
+
 def paired_table(nums: Numbers) -> dict | None:
     comps = nums.forecast.comparisons
     if not comps:
@@ -215,8 +247,10 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      "log-loss needs the per-bar forecasts.")
     nesting = {"sentence": nesting_sentence(fq.nesting), "table": nesting_table(fq.nesting),
                "notes": nesting_notes(fq.nesting)}
+    probe = {"sentence": probe_sentence(nums.probe), "table": probe_table(nums.probe),
+             "notes": [PROBE_NOTE] if nums.probe.available else []}
     return {"sentence": words["forecast"], "decomposition": decomposition_table(nums), "runs": runs_table(nums),
-            "nesting": nesting, "paired": paired_table(nums),
+            "nesting": nesting, "probe": probe, "paired": paired_table(nums),
             "fold_level": None if fq.available else fold_level_table(nums), "notes": notes, "figure": figure}
 
 

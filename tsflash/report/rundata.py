@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tsflash.errors import UserError
-from tsflash.runfolder import RunFolder, read_json
+from tsflash.runfolder import RunFolder, baseline_order, read_json
 
 
 def seed_inference(config: dict) -> str:
@@ -54,7 +54,7 @@ class RunData:
 
     @property
     def baseline_names(self) -> list[str]:
-        return sorted({c["name"] for c in self.baselines})
+        return sorted({c["name"] for c in self.baselines}, key=baseline_order)
 
     def n_of(self, key: str) -> int | None:
         return next((c["n"] for c in self.cells if c["key"] == key), None)

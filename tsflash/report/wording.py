@@ -16,7 +16,7 @@ import numpy as np
 
 from tsflash.intervals import bars_as_time
 from tsflash.report.compute import PRIOR
-from tsflash.runfolder import BASELINE_PREFIX, decode_trial_key, is_baseline
+from tsflash.runfolder import BASELINE_PREFIX, decode_trial_key, is_baseline, probe_n
 from tsflash.stats.forecasts import ALPHA, winner
 from tsflash.stats.gate import Reason, Verdict
 
@@ -72,7 +72,8 @@ def label(key: str) -> str:
     """"n512" -> "N=512"; "n512-lr0.0003-wd0.05" -> "N=512 lr=0.0003 weight_decay=0.05";
     "baseline-logreg" -> "logreg"."""
     if is_baseline(key):
-        return key[len(BASELINE_PREFIX):]
+        n = probe_n(key)
+        return key[len(BASELINE_PREFIX):] if n is None else f"linear probe N={n}"
     params = decode_trial_key(key)
     return " ".join([f"N={params.pop('n')}"] + [f"{k}={v:g}" for k, v in params.items()])
 
@@ -241,6 +242,11 @@ NESTING_RULE = ("It fails when any longer N cut to the shortest N's bars has a s
                 "the context, is the cause of part of the gap.")
 
 
+PROBE_RULE = ("A baseline beside question 1, not in its family: the far bars hold information a linear reader finds when "
+              "some longer N's probe has a significantly lower log-loss than the shortest N's (the t over the fold "
+              "differences, Holm over the longer Ns).")
+
+
 def plan_outcomes() -> list[dict]:
     """What each outcome will make the report say (the opening of its sentence), for a plan."""
     return [*({"outcome": f"question 1: {a}", "sentence": f"{lead}: ..."} for a, lead in RUN_ANSWER_LEADS.items()),
@@ -369,6 +375,36 @@ def nesting_sentence(check) -> str:
              if check.detectable else "")
     return (f"{lead}: passes: no longer N cut to {check.cut} bars forecasts significantly worse than N={check.cut} "
             f"(the largest difference: {_nested(worst)}{_nested_parts(worst)}){power}.")
+
+
+PROBE_LEAD = ("Linear information probe (a logistic regression on sums of log returns and log realised volatility over "
+              "windows of 1, 4, 16, ... bars up to N; every N fitted on the same rows, scored on the same test bars)")
+
+
+def probe_sentence(check) -> str:
+    """The probe's verdict: does a linear reader get more from the longest windows than from the shortest?"""
+    if not check.available:
+        return ""
+    short = check.shortest
+    if check.longest is None:
+        return f"{PROBE_LEAD}: at N={short} only; no longer N to compare."
+
+    def one(r) -> str:
+        d = r.vs_shortest["log_loss"]
+        ci = f" [{d.lo:+.2g}, {d.hi:+.2g}], p {d.p:.2g}, Holm p {r.p_holm:.2g}" if d.folds > 1 else " (one fold: no interval)"
+        return f"N={r.n} minus N={short} {d.mean:+.2g} nats per bar{ci}"
+
+    longer = check.rows[1:]
+    found = [r for r in longer if r.reads_more]
+    folds = longer[-1].vs_shortest["log_loss"].folds
+    verdict = (f"the far bars hold information a linear reader finds (at {', '.join(f'N={r.n}' for r in found)})"
+               if found else f"the longer windows give a linear reader nothing significant over N={short}'s")
+    out = f"{PROBE_LEAD}, over {plural(folds, 'fold')}: " + "; ".join(one(r) for r in longer) + f": {verdict}."
+    used = [r for r in found if r.transformer is not None]
+    if used:
+        out += " The transformer at the same N, over training runs: " + "; ".join(
+            f"N={r.n} {r.transformer.estimate:+.2g} (p {r.transformer.p:.2g})" for r in used) + "."
+    return out
 
 
 def nesting_answer(check) -> str:

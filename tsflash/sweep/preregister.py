@@ -111,6 +111,8 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
                     "shortest on the log-loss and the direction score, per arm",
                     "rule": wording.RUN_ANSWER_RULE},
         "nesting": {"cut": min(first["lengths"]), "rule": wording.NESTING_RULE},
+        "probe": {"arms": [a["name"] for a in resolved if a["config"]["eval"].get("probe", False)],
+                  "rule": wording.PROBE_RULE},
         "trading": {"min_dsr": first["selection"]["min_dsr"], "max_pbo": first["selection"]["max_pbo"],
                     "fee_bps": first["eval"]["fee_bps"], "strategy": first["eval"].get("strategy")},
         "ledger": _ledger(first["data"]["symbol"], sum(len(a["lengths"]) * opts.trials for a in resolved)),
@@ -162,6 +164,9 @@ def render_plan(plan: dict, out: Path) -> str:
     for a in plan["arms"]:
         if a["nesting_unmeasured"]:
             lines += [f"- {a['name']}: {a['nesting_unmeasured']}.", ""]
+    probe = plan.get("probe", {"arms": []})
+    lines += [f"**Linear information probe** (`eval.probe`, per N): "
+              + (f"on in {', '.join(probe['arms'])}. {probe['rule']}" if probe["arms"] else "off in every arm."), ""]
     lines += [f"**Question 2 (trading)**: at {t['fee_bps']:g} bps, the selected length must reach DSR >= "
               f"{t['min_dsr']} and PBO <= {t['max_pbo']}.", ""]
     for row in plan["ledger"]:

@@ -48,6 +48,7 @@ from tsflash import engine
 from tsflash.config import ExperimentConfig
 from tsflash.device import device_name
 from tsflash.dataset.features import FEATURE_NAMES
+from tsflash.dataset.probe import probe_windows
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.model.flops import FWD_BWD, attention_forward_flops, flops_per_token
 from tsflash.model.transformer import CausalTransformer, ModelConfig
@@ -168,7 +169,9 @@ def baseline_work(cfg: ExperimentConfig, fold: int, n_bars: int, n_features: int
     if cfg.splits.scheme == "rolling" and cfg.splits.train_days:
         train_bars = min(train_bars, cfg.splits.train_days * per_day)
     rows = min(max(train_bars, 0), engine.MAX_LOGREG_ROWS) + test_bars
-    return Work("baseline", "baselines", float(rows * cfg.eval.baseline_lags * n_features))
+    # the probe's columns at every N (eval.probe), fitted on as many rows, as further columns
+    probe = sum(2 * len(probe_windows(n)) for n in cfg.lengths) if cfg.eval.probe else 0
+    return Work("baseline", "baselines", float(rows * (cfg.eval.baseline_lags * n_features + probe)))
 
 
 def precision_work(cfg: ExperimentConfig) -> Work:

@@ -1,0 +1,118 @@
+"""The report's linear information probe per N (issue 29; `eval.probe`): "does the far information
+exist in a form a linear model can read?" beside question 1's "can the transformer use it?".
+
+The probe baselines "probe-<N>" (`tsflash.engine._baselines`; the model is `tsflash.dataset.probe`)
+are deterministic given the fold: every N is fitted on the same rows, so the probe at N minus the
+probe at the shortest N is the information its longer windows add, tested by the one-sample t of
+the fold differences (df = folds - 1). Beside it, question 1's test of the transformer at N minus the
+shortest N over training runs (the answer's test, `RunQuestion`), on the same log-loss. The
+sentence is in wording.py, the table in questions.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tsflash.report.rundata import RunData
+from tsflash.runfolder import baseline_series_name, probe_n
+from tsflash.stats.forecasts import holm
+from tsflash.stats.runs import ALPHA, one_sample_t
+
+# fold-level metric -> what the table calls it
+PROBE_SCORES = {"log_loss": "log-loss", "direction_log_loss_moves": "direction score", "move_log_loss": "flat-vs-move"}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Mean over folds of a per-fold difference, its 1 - ALPHA t interval and two-sided p."""
+
+    mean: float
+    lo: float
+    hi: float
+    p: float
+    folds: int
+
+    @property
+    def significant(self) -> bool:
+        return self.folds > 1 and self.p < ALPHA
+
+
+def fold_difference(d) -> Difference:
+    d = np.asarray(d, dtype=np.float64)
+    if len(d) < 2:  # one fold: a difference without an interval
+        m = float(d.mean()) if len(d) else math.nan
+        return Difference(m, math.nan, math.nan, math.nan, len(d))
+    mean, _, _, _, p, (lo, hi) = one_sample_t(d)
+    return Difference(mean, lo, hi, p, len(d))
+
+
+@dataclass
+class ProbeRow:
+    n: int
+    series: str  # "baseline-probe-<N>"
+    means: dict[str, float]  # PROBE_SCORES -> mean over folds
+    vs_shortest: dict[str, Difference]  # PROBE_SCORES -> the probe at N minus at the shortest N (longer N only)
+    transformer: object | None = None  # question 1's RunTestResult of the transformer at N minus the shortest N
+    p_holm: float = math.nan  # the log-loss difference's p, Holm over the longer N
+
+    @property
+    def reads_more(self) -> bool:
+        """The probe at N forecasts significantly better than at the shortest N (Holm over the longer N)."""
+        d = self.vs_shortest.get("log_loss")
+        return d is not None and d.mean < 0 and self.p_holm < ALPHA
+
+
+@dataclass
+class ProbeCheck:
+    rows: list[ProbeRow] = field(default_factory=list)
+
+    @property
+    def available(self) -> bool:
+        return len(self.rows) > 0
+
+    @property
+    def shortest(self) -> int | None:
+        return self.rows[0].n if self.rows else None
+
+    @property
+    def longest(self) -> ProbeRow | None:
+        return self.rows[-1] if len(self.rows) > 1 else None
+
+
+def _per_fold(rd: RunData, series: str, metric: str) -> dict[int, float]:
+    out = {}
+    for b in rd.baselines:
+        if baseline_series_name(b["name"]) == series and b["metrics"].get(metric) is not None:
+            out[b["fold"]] = float(b["metrics"][metric])
+    return out
+
+
+def probe_check(rd: RunData, primary: list[dict], runs) -> ProbeCheck:
+    """The probe rows of a run (empty without eval.probe). `primary`: the report's default
+    configuration per N (their series keys); `runs`: question 1 over training runs (RunQuestion)."""
+    names = sorted((n, baseline_series_name(b)) for b in rd.baseline_names if (n := probe_n(b)) is not None)
+    if not names:
+        return ProbeCheck()
+    key_of = {s["n"]: s["series"] for s in primary}
+    tests = {}
+    if runs is not None and runs.available:
+        tests = {p.series: p.result for p in runs.result.comparisons if p.score == "log_loss"}
+    folds = {series: {m: _per_fold(rd, series, m) for m in PROBE_SCORES} for _, series in names}
+    base = folds[names[0][1]]
+    rows = []
+    for n, series in names:
+        mine = folds[series]
+        means = {m: float(np.mean(list(v.values()))) if v else math.nan for m, v in mine.items()}
+        vs = {}
+        if series != names[0][1]:
+            for m, v in mine.items():
+                common = sorted(set(v) & set(base[m]))
+                vs[m] = fold_difference([v[f] - base[m][f] for f in common])
+        rows.append(ProbeRow(n, series, means, vs, tests.get(key_of.get(n))))
+    longer = [r for r in rows[1:] if math.isfinite(r.vs_shortest["log_loss"].p)]
+    for r, p in zip(longer, holm([r.vs_shortest["log_loss"].p for r in longer]) if longer else ()):
+        r.p_holm = float(p)
+    return ProbeCheck(rows)
