@@ -40,8 +40,8 @@ a sweep is about 645 s; "wsd" runs its decay too, assumed +13 % of the model cel
 of the best step, 170 of ~270 steps run), about 723 s; the weight average costs a lerp per step;
 the short windows of "short-mix" replace tokens (no more, and their attention is cheaper), taken as
 the baseline's cost; "short-mix-restarts" trains each cell twice (its model cells doubled); the
-"short-mix-half", "-most", "-ema" and "-ema-fast" variants cost what "short-mix" does. Ten candidates
-on three sources:
+"short-mix-half", "-most", "-ema" and "-ema-fast" variants cost what "short-mix" does, "short-mix-wsd"
+what "wsd" does. Eleven candidates on three sources:
 
     candidate            per source   3 sources
     baseline                645 s      1935 s
@@ -54,7 +54,8 @@ on three sources:
     short-mix-most          645 s      1935 s
     short-mix-ema           645 s      1935 s
     short-mix-ema-fast      645 s      1935 s
-    total                     21618 s = 6 h 0 min of one H200 (about 45 min on 8, cells in parallel)
+    short-mix-wsd           723 s      2169 s
+    total                     23787 s = 6 h 36 min of one H200 (about 50 min on 8, cells in parallel)
 
 The baseline on BTC is the published second edition's protocol: its cells
 (reports/h200-btcusdt-1m-second-edition) give the same validation view for 645 s less
@@ -112,6 +113,10 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     # finders (kept steps 520-600 without it) and its calm curve stops runs before they find it; the
     # ~50-step average of "ema", which found the echo, over the quarter of short windows.
     "short-mix-ema-fast": ("train.short_fraction=0.25", "train.ema_decay=0.98"),
+    # ... and the annealed end at the validated step over the same short windows: validation and
+    # stopping read the raw weights (which find the echo, 2 of 2 under "wsd"), the kept weights are
+    # decayed from the best step (the regime's failure is unannealed noisy restores).
+    "short-mix-wsd": ("train.short_fraction=0.25", "train.schedule=wsd", "train.decay_fraction=0.2"),
 }
 # The published positive control (reports/controls/protocol/long-memory: the one-week echo at strength
 # 0.2, found by 5 of 15 N=32768 runs) and the clean null by default; the slow regime (a second
