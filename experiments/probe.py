@@ -41,7 +41,7 @@ from tsflash.config import config_from_dict, merge_overrides  # noqa: E402
 from tsflash.data.source import configured_bar_count  # noqa: E402
 from tsflash.data.store import fingerprint, load_bars  # noqa: E402
 from tsflash.data.synthetic import synthetic_bars  # noqa: E402
-from tsflash.dataset.probe import fit_probe, probe_features, probe_windows, score, subsample_rows  # noqa: E402
+from tsflash.dataset.probe import fit_probe, probe_features, probe_fit_rows, probe_windows, score  # noqa: E402
 from tsflash.engine import MAX_LOGREG_ROWS, fold_data, prepare  # noqa: E402
 from tsflash.stats.runs import one_sample_t  # noqa: E402
 
@@ -110,8 +110,7 @@ def fold_inputs(cfg, bars, longest: int) -> list[dict]:
     for k in range(len(prepared.folds)):
         fd = fold_data(prepared, k)
         labels = fd.labels.numpy()
-        fit = fd.fit_idx[(labels[fd.fit_idx] >= 0) & (fd.fit_idx >= longest - 1)]
-        rows = subsample_rows(fit, MAX_LOGREG_ROWS)
+        rows = probe_fit_rows(fd.fit_idx[labels[fd.fit_idx] >= 0], [longest], MAX_LOGREG_ROWS)
         prior = np.bincount(labels[rows], minlength=3) / len(rows)
         folds.append({"labels": labels, "rows": rows, "test": fd.test_idx,
                       "prior": score(labels[fd.test_idx], np.tile(prior, (len(fd.test_idx), 1)))})

@@ -101,6 +101,14 @@ def subsample_rows(rows: np.ndarray, max_rows: int, seed: int = 0) -> np.ndarray
     return np.sort(np.random.default_rng(seed).choice(rows, max_rows, replace=False))
 
 
+def probe_fit_rows(train_rows: np.ndarray, lengths, max_rows: int) -> np.ndarray:
+    """The rows every N's probe is fitted on: of the labelled training rows, those whose whole
+    context of the longest N lies in the series (row >= max(lengths) - 1), capped at `max_rows` by
+    `subsample_rows`' seeded draw; so the probes of one fold differ in their columns alone."""
+    rows = np.asarray(train_rows, dtype=np.int64)
+    return subsample_rows(rows[rows >= max(lengths) - 1], max_rows)
+
+
 def _clip(x: np.ndarray) -> np.ndarray:
     return np.clip(x, -CLIP, CLIP)
 

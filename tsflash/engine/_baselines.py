@@ -17,7 +17,7 @@ from tsflash.errors import UserError
 from tsflash.runfolder import probe_name
 from tsflash.dataset.features import FEATURE_NAMES
 from tsflash.dataset.probe import (
-    fitted_probe, probe_features, probe_probabilities, probe_windows, subsample_rows)
+    fitted_probe, probe_features, probe_fit_rows, probe_probabilities, probe_windows, subsample_rows)
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +79,13 @@ def _logreg(fd: FoldData, rows: np.ndarray, y: np.ndarray, k: int, transform, na
 def _probes(prepared: Prepared, fd: FoldData, train: np.ndarray, y_all: np.ndarray) -> dict[str, FoldResult]:
     """The linear information probe (`tsflash.dataset.probe`) at every N of cfg.lengths, on one fold.
 
-    Every N is fitted on the same rows: the labelled training rows the baselines use whose whole
-    context of the longest N lies in the series (row >= max(N) - 1), capped at MAX_LOGREG_ROWS by
-    the baselines' seeded draw; so the N differ in their columns alone. Features of the fitted,
+    Every N is fitted on the same rows (`probe_fit_rows`: the labelled training rows the baselines
+    use with a whole context of the longest N, capped at MAX_LOGREG_ROWS by the baselines' seeded
+    draw); so the N differ in their columns alone. Features of the fitted,
     validation and test rows only (`probe_features(..., rows=)`), never the (T, columns) array.
     """
     lengths = sorted(prepared.cfg.lengths)
-    rows = subsample_rows(train[train >= lengths[-1] - 1], MAX_LOGREG_ROWS)
+    rows = probe_fit_rows(train, lengths, MAX_LOGREG_ROWS)
     if len(rows) == 0:
         raise UserError(f"fold {fd.fold}: eval.probe needs labelled training rows with a whole context of the "
                         f"longest N={lengths[-1]} bars, got none of {len(train)}; set eval.probe=false or give "
