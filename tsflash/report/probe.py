@@ -21,8 +21,8 @@ from tsflash.runfolder import baseline_series_name, probe_n
 from tsflash.stats.forecasts import holm
 from tsflash.stats.runs import ALPHA, one_sample_t
 
-# fold-level metric -> what the table calls it
-PROBE_SCORES = {"log_loss": "log-loss", "direction_log_loss_moves": "direction score", "move_log_loss": "flat-vs-move"}
+# the fold-level metrics of the probe's rows: log-loss, direction score, and the flat-vs-move part
+PROBE_SCORES = ("log_loss", "direction_log_loss_moves", "move_log_loss")
 
 
 @dataclass(frozen=True)
