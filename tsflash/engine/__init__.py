@@ -19,7 +19,8 @@ Stages, one module each (this package re-exports their public names):
                                                            (resume; a checkpoint of another run refused)
     _evaluate   predict_range, FoldResult                  every test bar scored once (also with the
                                                            context cut); the saved cell
-    _baselines  run_baselines, lagged_features             class prior and logistic regression
+    _baselines  run_baselines, run_probes, lagged_features class prior, logistic regression and the
+                                                           linear information probe per N
     _cost       (FoldResult.cost)                          time, tokens/s, TFLOP/s, memory, kernels
     tsflash.model.flops  flops_per_token                         the one FLOPs rule (engine and bench)
 
@@ -43,7 +44,7 @@ One fold, as bars (T fit, . purge, V validation tail, # test, - later data, neve
 Cost accounting (`FoldResult.cost`): see `tsflash.engine._cost`.
 """
 
-from tsflash.engine._baselines import MAX_LOGREG_ROWS, lagged_features, run_baselines
+from tsflash.engine._baselines import MAX_LOGREG_ROWS, lagged_features, run_baselines, run_probes
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare, split_validation
 from tsflash.engine._checkpoint import TRAINING_CHECKPOINT_FORMAT, TrainingState
@@ -68,6 +69,7 @@ __all__ = [
     "prepare",
     "restart_seeds",
     "run_baselines",
+    "run_probes",
     "run_cell",
     "run_fold",
     "sample_starts",

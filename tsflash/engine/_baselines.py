@@ -106,6 +106,24 @@ def _probes(prepared: Prepared, fd: FoldData, train: np.ndarray, y_all: np.ndarr
     return out
 
 
+def _fit_rows(fd: FoldData, fold: int) -> tuple[np.ndarray, np.ndarray]:
+    """(labels (T,), the labelled rows the transformer fits on): the training range less any purged
+    validation tail, so that no baseline sees more recent data than the model it is compared with."""
+    y_all = fd.labels.cpu().numpy()
+    train = fd.fit_idx[y_all[fd.fit_idx] >= 0]
+    if len(train) == 0:
+        raise UserError(f"fold {fold}: no labelled training bar for the baselines")
+    return y_all, train
+
+
+def run_probes(prepared: Prepared, fold: int, fold_inputs: FoldData | None = None) -> dict[str, FoldResult]:
+    """The probe baselines alone ("probe-<N>" at every N of cfg.lengths; `_probes`), whatever
+    cfg.eval.probe says: what `run_baselines` adds with it, e.g. for a published run without them."""
+    fd = fold_inputs if fold_inputs is not None else fold_data(prepared, fold)
+    y_all, train = _fit_rows(fd, fold)
+    return _probes(prepared, fd, train, y_all)
+
+
 def run_baselines(prepared: Prepared, fold: int, fold_inputs: FoldData | None = None) -> dict[str, FoldResult]:
     """The class prior and two logistic regressions on the same fold, test bars, metrics and returns.
 
@@ -127,12 +145,7 @@ def run_baselines(prepared: Prepared, fold: int, fold_inputs: FoldData | None = 
     k = cfg.eval.baseline_lags
     if k < 1:
         raise UserError(f"eval.baseline_lags must be >= 1, got {k}")
-    y_all = fd.labels.cpu().numpy()
-    # The rows the transformer fits on (the training range less any purged validation tail), so
-    # that the baselines never see more recent data than the model they are compared with.
-    train = fd.fit_idx[y_all[fd.fit_idx] >= 0]
-    if len(train) == 0:
-        raise UserError(f"fold {fold}: no labelled training bar for the baselines")
+    y_all, train = _fit_rows(fd, fold)
     out = {}
 
     counts = np.bincount(y_all[train], minlength=3).astype(np.float64)

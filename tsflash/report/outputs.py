@@ -63,6 +63,8 @@ def results(rd: RunData, nums: Numbers, words: dict) -> dict:
         "reproducibility": {k: rd.run.get(k) for k in _REPRODUCIBILITY}
         | {"data_fingerprint": rd.data.get("fingerprint", {})},
     }
+    if nums.probe.available:
+        out["probe"] = nums.probe.to_dict()  # the linear information probe per N (tsflash.report.probe)
     if rd.rescored_from:
         out["rescored"] = {"run": rd.run_dir.name, **rd.rescored_from}
     return out

@@ -81,6 +81,19 @@ class ProbeCheck:
     def longest(self) -> ProbeRow | None:
         return self.rows[-1] if len(self.rows) > 1 else None
 
+    def to_dict(self) -> dict:
+        """results.json's "probe": per N the means, the differences to the shortest N and the
+        transformer's test beside them, as numbers."""
+        def diff(d: Difference) -> dict:
+            return {"mean": d.mean, "ci": [d.lo, d.hi], "p": d.p, "folds": d.folds}
+
+        return {"shortest": self.shortest, "rows": [
+            {"n": r.n, "series": r.series, "means": r.means, "vs_shortest": {m: diff(d) for m, d in r.vs_shortest.items()},
+             "p_holm": r.p_holm, "reads_more": r.reads_more,
+             "transformer": None if r.transformer is None else {"estimate": r.transformer.estimate,
+                                                                "ci": list(r.transformer.ci), "p": r.transformer.p}}
+            for r in self.rows]}
+
 
 def _per_fold(rd: RunData, series: str, metric: str) -> dict[int, float]:
     out = {}
