@@ -118,6 +118,10 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     # decayed from the best step (the regime's failure is unannealed noisy restores).
     "short-mix-wsd": ("train.short_fraction=0.25", "train.schedule=wsd", "train.decay_fraction=0.2"),
 }
+# Set for every candidate before --set: the screens compare training recipes, and runs pool with the
+# committed screens only when their configs differ in train.seeds alone, which eval.probe (on in the
+# default preset since the fifth screen; the screens ran without it) would break.
+PROTOCOL = ("eval.probe=false",)
 # The published positive control (reports/controls/protocol/long-memory: the one-week echo at strength
 # 0.2, found by 5 of 15 N=32768 runs) and the clean null by default; the slow regime (a second
 # positive control) and the random walk by name.
@@ -292,7 +296,7 @@ def extra_overrides(command: str, name: str) -> list[str]:
 
     words = shlex.split(command)
     items = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--set"]
-    return [i for i in items if not i.startswith("train.seeds=") and i not in CANDIDATES[name]]
+    return [i for i in items if not i.startswith("train.seeds=") and i not in CANDIDATES[name] and i not in PROTOCOL]
 
 
 def stopping(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: int) -> dict | None:
@@ -726,7 +730,7 @@ def data_arg(source: str, args) -> str:
 def sweep_argv(name: str, source: str, args, budget: float | None) -> list[str]:
     argv = ["sweep", "--data", data_arg(source, args), "--lengths", args.lengths, "--out", str(args.out / name / source),
             "--device", args.device, "--preset", args.preset, "--config", args.config, "--no-precision"]
-    for item in (*args.overrides, *CANDIDATES[name]):
+    for item in (*PROTOCOL, *args.overrides, *CANDIDATES[name]):
         argv += ["--set", item]
     if budget is not None:
         argv += ["--time-budget", f"{budget:.0f}"]
@@ -768,7 +772,7 @@ def run_all(args) -> bool:
                if run_root(args.out, n, s, args.baselines) not in args.baselines.values())
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/recipes"), help="folder of the run folders and the summary")
     ap.add_argument("--candidates", type=lambda t: _names(t, CANDIDATES), default=list(CANDIDATES),
@@ -800,6 +804,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", action="store_true", help="print the GPU cost plan and exit")
     args = ap.parse_args(argv)
     args.baselines = dict(args.baselines)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.plan:
         lengths = tuple(int(n) for n in args.lengths.split(","))

@@ -168,6 +168,28 @@ def test_a_runs_own_overrides_beyond_its_candidates_name_its_row(run):
     assert "train.patience=1" in extra and not any(e.startswith("train.seeds=") for e in extra)
     assert not set(extra) & set(recipes.CANDIDATES["wsd-ema"])
     assert "`train.patience=1`" in recipes._label({"candidate": "wsd-ema", "extra": extra, "patch": 1})
+    # the screens' protocol (no probe, as the committed screens ran) is set, and is no row's extra
+    assert "eval.probe=false" in command and "eval.probe=false" not in extra
+
+
+def test_a_candidates_run_has_the_committed_screens_config_hash():
+    """The default preset's eval.probe is pinned off for the screens, so a new seed of a committed
+    candidate resolves to the committed run's config but for train.seeds (and pools with it)."""
+    from tests.conftest import REPO
+    from tsflash.commands.options import parse_overrides
+    from tsflash.config import config_from_dict, load_config, merge_overrides
+
+    committed = json.loads((REPO / "reports/recipes/short-mix-ema/long-memory/config.json").read_text())
+    argv = recipes.sweep_argv("short-mix-ema", "long-memory", recipes.parse_args(
+        ["--out", "runs/x", "--candidates", "short-mix-ema", "--sources", "long-memory", "--device", "cuda"]), None)
+    items = [argv[i + 1] for i, w in enumerate(argv[:-1]) if w == "--set"]
+    assert items[0] == "eval.probe=false"
+    cfg = load_config("default", parse_overrides(items))
+    mine = cfg.to_dict()
+    theirs = config_from_dict(merge_overrides(committed, {})).to_dict()
+    for d in (mine, theirs):
+        d["train"].pop("seeds")
+    assert mine["eval"] == theirs["eval"] and mine["train"] == theirs["train"]
 
 
 def _copy_run(src, dst, edit_cell=None, edit_config=None):
