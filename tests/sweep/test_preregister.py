@@ -124,3 +124,30 @@ def test_the_command_writes_a_plan_and_refuses_bad_input_in_one_line(tmp_path, c
     assert "--arm" in err and "must differ" in err and len(err.strip().splitlines()) == 3
     assert not (tmp_path / "x").exists() and not (tmp_path / "z").exists()
     assert main(["preregister", "--check", str(tmp_path / "nowhere" / "run")]) == 2
+
+
+def test_controls_run_every_arm_on_their_market_and_are_checked_against_it(tmp_path, capsys):
+    """--control: each arm's config on a synthetic market, its expected answer and cost in the plan,
+    its commands into OUT/controls/<control>/<arm>, and its runs checked against the control's source."""
+    opts = SweepOptions(lengths=[512, 4096], preset="full")
+    source = "synthetic:long-memory:0:strength=0.2"
+    plan = preregister.build_plan(opts, ARMS, controls=[("echo", source), ("null", "synthetic:iid:0")])
+    echo = plan["controls"][0]
+    assert (echo["name"], echo["kind"], echo["expect"]) == ("echo", "long-memory", wording.CONTROL_EXPECTATIONS["long-memory"])
+    assert echo["gpu_seconds"] == sum(a["gpu_seconds"] for a in plan["arms"])
+    _, md = preregister.write_plan(plan, tmp_path)
+    text = md.read_text()
+    assert f"| echo | `{source}` |" in text and "GPU time, all arms and controls:" in text
+    assert f"--data {source}" in text and f"--out {tmp_path / 'controls' / 'echo' / 'patch16'}" in text
+    run = _run_of(plan, tmp_path / "controls" / "echo", "per-bar")
+    write_json(run / "run.json", {"config_hash": plan["arms"][0]["config_hash"], "status": "complete", "data": source,
+                                  "trials_per_length": 1})
+    assert preregister.plan_for(run) == tmp_path / "PLAN.json"
+    assert preregister.deviations(plan, run) == ("per-bar", [])
+    write_json(run / "run.json", {"config_hash": plan["arms"][0]["config_hash"], "status": "complete",
+                                  "data": "synthetic:iid:0", "trials_per_length": 1})
+    assert preregister.deviations(plan, run)[1] == [f"data: planned {source!r}, ran 'synthetic:iid:0'"]
+    with pytest.raises(UserError, match="--control names must differ"):
+        preregister.build_plan(opts, ARMS, controls=[("a", source), ("a", source)])
+    assert main(["preregister", "--control", "echo=data/store", "--out", str(tmp_path / "x")]) == 2
+    assert "argument --control: expects NAME=synthetic:KIND" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -23,6 +23,12 @@ def _arm_type(text: str) -> tuple[str, list[str]]:
     return name, items
 
 
+def _control_type(text: str) -> tuple[str, str]:
+    from tsflash.sweep.preregister import parse_control
+
+    return options._argument(parse_control, text, "--control")
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "preregister",
@@ -44,6 +50,9 @@ def register(sub) -> None:
     p.add_argument("--arm", type=_arm_type, action="append", default=[], metavar="NAME=KEY=VALUE[,...]",
                    help="one arm of the plan: a name and its own overrides, e.g. patch16=model.patch=16, or "
                    "per-bar= for none (repeatable; default: one arm 'per-bar')")
+    p.add_argument("--control", type=_control_type, action="append", default=[], metavar="NAME=SOURCE",
+                   help="a control: every arm's config on a synthetic market, e.g. "
+                   "echo=synthetic:long-memory:0:strength=0.2 (repeatable; runs go to OUT/controls/NAME/<arm>)")
     p.add_argument("--note", default="", help="a sentence for the plan's head: why this run, what it follows")
     p.add_argument("--out", type=Path, help="the plan's folder (the arms' run folders go inside it)")
     p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder")
@@ -70,7 +79,7 @@ def run(args) -> int:
     opts = SweepOptions(lengths=args.lengths, config=args.config, data=args.data, start=args.start, end=args.end,
                         trials=args.trials, preset="full",
                         overrides=with_symbol(parse_overrides(args.overrides), args.symbol))
-    plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note)
+    plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note, controls=args.control)
     plan_json, plan_md = preregister.write_plan(plan, args.out)
     print(f"plan {plan['plan_hash']}: {plan_md}")
     print(f"      {plan_json}")

@@ -247,6 +247,17 @@ PROBE_RULE = ("A baseline beside question 1, not in its family: the far bars hol
               "differences, Holm over the longer Ns).")
 
 
+# What each control's question 1 should answer at the protocol it shares with the real run (PLAN.md):
+# a positive control that says "no better" bounds what the real "no" rules out; a null that says
+# "better" is a false positive of the protocol.
+CONTROL_EXPECTATIONS = {
+    "long-memory": "better at the lengths that reach the echo; \"no better\" says the protocol misses a far effect of this size",
+    "regime": "better, the longer N the more; \"no better\" says how small a slow effect the protocol cannot find",
+    "random-walk": "no better, and no trading pass; \"better\" on the direction score is a false positive",
+    "iid": "no better, and no trading pass; \"better\" is a false positive",
+}
+
+
 def plan_outcomes() -> list[dict]:
     """What each outcome will make the report say (the opening of its sentence), for a plan."""
     return [*({"outcome": f"question 1: {a}", "sentence": f"{lead}: ..."} for a, lead in RUN_ANSWER_LEADS.items()),

@@ -12,7 +12,9 @@ trial ledger's count with this plan's configurations added, the sentence each ou
 expects. A plan is written once: a second `preregister` into the same folder is refused, because a
 plan changed after the run started is no plan.
 
-The arms' runs go to OUT/<arm> (`tsflash sweep ... --out OUT/<arm>`, the commands are in PLAN.md),
+With `--control NAME=SOURCE` each control runs every arm's config on a synthetic market into
+OUT/controls/NAME/<arm>, with the answer it should give (`wording.CONTROL_EXPECTATIONS`) and its
+cost in the plan. The arms' runs go to OUT/<arm> (`tsflash sweep ... --out OUT/<arm>`, the commands are in PLAN.md),
 so a run folder's parent holds its plan: the report of a run whose parent folder has a PLAN.json
 reads it and lists every departure from it (`deviations`), and says "none" when there is none.
 `tsflash preregister --check RUN` prints the same list (exit status 1 when there is any).
@@ -53,6 +55,19 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
     return name, [item for item in rest.split(",") if item]
 
 
+CONTROLS_DIR = "controls"  # a control's runs: OUT/controls/<control>/<arm>
+
+
+def parse_control(text: str) -> tuple[str, str]:
+    """"echo=synthetic:long-memory:0:strength=0.2" -> ("echo", that source): a control run of every
+    arm on a synthetic market (same config, same protocol and size)."""
+    name, sep, source = text.partition("=")
+    if not sep or not name or not name.replace("-", "").replace("_", "").isalnum() or parse_source(source) is None:
+        raise UserError(f"--control expects NAME=synthetic:KIND[:SEED][:k=v,...] (NAME of letters, digits, - and _), "
+                        f"got {text!r}")
+    return name, source
+
+
 def _arm(name: str, items: list[str], opts: SweepOptions) -> dict:
     """One arm: the base options with the arm's --set items, resolved for the GPU."""
     from tsflash.commands.options import parse_overrides
@@ -87,7 +102,7 @@ def _ledger(symbol: str, added: int) -> list[dict]:
 
 
 def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: tuple[str, ...] = (),
-               note: str = "") -> dict:
+               note: str = "", controls: list[tuple[str, str]] = ()) -> dict:
     """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
     `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
     typed for the commands); each arm adds its own items."""
@@ -101,6 +116,8 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     if len(set(names)) != len(names):
         raise UserError(f"--arm names must differ, got {', '.join(names)}")
     resolved = [_arm(name, items, opts) for name, items in arms]
+    if len({c for c, _ in controls}) != len(controls):
+        raise UserError(f"--control names must differ, got {', '.join(c for c, _ in controls)}")
     first = resolved[0]["config"]
     tests = sorted({a["config"]["eval"].get("seed_inference", "fold") for a in resolved})
     plan = {
@@ -117,16 +134,23 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
                     "fee_bps": first["eval"]["fee_bps"], "strategy": first["eval"].get("strategy")},
         "ledger": _ledger(first["data"]["symbol"], sum(len(a["lengths"]) * opts.trials for a in resolved)),
         "outcomes": wording.plan_outcomes(),
+        # each control runs every arm's config on its synthetic market: the cost of the arms again
+        "controls": [{"name": c, "source": source, "kind": parse_source(source)[0],
+                      "expect": wording.CONTROL_EXPECTATIONS[parse_source(source)[0]],
+                      "gpu_seconds": sum(a["gpu_seconds"] for a in resolved),
+                      "gpu_seconds_worst": sum(a["gpu_seconds_worst"] for a in resolved)} for c, source in controls],
     }
     plan["plan_hash"] = digest({k: v for k, v in plan.items() if k not in ("created", "git_commit")}, 12)
     return plan
 
 
-def sweep_command(plan: dict, arm: dict, out: Path) -> str:
-    """The `tsflash sweep` command that runs one arm into OUT/<arm>."""
+def sweep_command(plan: dict, arm: dict, out: Path, control: dict | None = None) -> str:
+    """The `tsflash sweep` command that runs one arm into OUT/<arm>, or on a control's market into
+    OUT/controls/<control>/<arm>."""
+    data, where = (plan["data"], out) if control is None else (control["source"], out / CONTROLS_DIR / control["name"])
     words = ["tsflash", "sweep", "--lengths", ",".join(map(str, arm["lengths"])), "--device", "cuda",
-             "--preset", "full", "--data", plan["data"], "--start", plan["range"][0], "--end", plan["range"][1],
-             "--out", str(out / arm["name"])]
+             "--preset", "full", "--data", data, "--start", plan["range"][0], "--end", plan["range"][1],
+             "--out", str(where / arm["name"])]
     if plan["trials_per_n"] != 1:
         words += ["--trials", str(plan["trials_per_n"])]
     for item in plan["base_overrides"] + arm["overrides"]:
@@ -152,8 +176,10 @@ def render_plan(plan: dict, out: Path) -> str:
                      f"| {', '.join(map(str, a['lengths']))} | {', '.join(map(str, a['seeds']))} "
                      f"| {a['folds']} | {a['model_cells']} | {a['gpu_seconds'] / 60:.0f} min "
                      f"({a['gpu_seconds_worst'] / 60:.0f} min) |")
-    total, worst = (sum(a[k] for a in plan["arms"]) for k in ("gpu_seconds", "gpu_seconds_worst"))
-    lines += ["", f"GPU time, all arms: {total / 3600:.1f} h expected, {worst / 3600:.1f} h if every cell runs its "
+    controls = plan.get("controls", [])
+    total, worst = (sum(a[k] for a in [*plan["arms"], *controls]) for k in ("gpu_seconds", "gpu_seconds_worst"))
+    lines += ["", f"GPU time, all arms{' and controls' if controls else ''}: {total / 3600:.1f} h expected, "
+              f"{worst / 3600:.1f} h if every cell runs its "
               "maximum steps (the calibrated cost table, `tsflash.sweep.progress`).", "",
               "Training recipe: " + "; ".join(f"{a['name']}: {a['recipe']}" for a in plan["arms"]) + ".", ""]
     lines += ["## How the answer will be read", "",
@@ -173,11 +199,20 @@ def render_plan(plan: dict, out: Path) -> str:
         lines.append(f"- Trial ledger, period \"{row['period']}\": {plural(row['now'], 'trial')} now, "
                      f"{row['with_plan']} with this plan's configurations (add them to `tsflash/stats/trials.toml` "
                      "before the first report).")
+    if controls:
+        lines += ["", "## Controls", "",
+                  f"Every arm's config, unchanged, on each synthetic market (runs in `{CONTROLS_DIR}/<control>/<arm>`); "
+                  "their reports list their departures from the plan like the arms'.", "",
+                  "| control | source | the answer it should give | H200 time, all arms (all cells at max steps) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {c['name']} | `{c['source']}` | {c['expect']} | {c['gpu_seconds'] / 60:.0f} min "
+                  f"({c['gpu_seconds_worst'] / 60:.0f} min) |" for c in controls]
     lines += ["", "## The sentence each outcome will produce", ""]
     for o in plan["outcomes"]:
         lines.append(f"- **{o['outcome']}**: \"{o['sentence']}\"")
     lines += ["", "## The commands", "", "```bash"]
     lines += [sweep_command(plan, a, out) + " --time-budget 400   # rerun until complete" for a in plan["arms"]]
+    lines += [sweep_command(plan, a, out, c) + " --time-budget 400" for c in controls for a in plan["arms"]]
     lines += ["```", ""]
     return "\n".join(lines)
 
@@ -195,9 +230,22 @@ def write_plan(plan: dict, out: Path) -> tuple[Path, Path]:
 
 
 def plan_for(run_dir: Path) -> Path | None:
-    """The PLAN.json a run folder answers to: in its parent folder (OUT/<arm>), or None."""
-    path = Path(run_dir).resolve().parent / PLAN_JSON
-    return path if path.is_file() else None
+    """The PLAN.json a run folder answers to: in its parent folder (OUT/<arm>), or for a control's
+    run (OUT/controls/<control>/<arm>) three folders up; None when there is none."""
+    run = Path(run_dir).resolve()
+    for path in (run.parent / PLAN_JSON,
+                 run.parents[2] / PLAN_JSON if len(run.parents) > 2 and run.parents[1].name == CONTROLS_DIR else None):
+        if path is not None and path.is_file():
+            return path
+    return None
+
+
+def _control_of(plan: dict, run_dir: Path) -> dict | None:
+    """The plan's control a run folder is (OUT/controls/<control>/<arm>), or None."""
+    run = Path(run_dir).resolve()
+    if run.parents[1].name != CONTROLS_DIR:
+        return None
+    return next((c for c in plan.get("controls", []) if c["name"] == run.parent.name), None)
 
 
 def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
@@ -223,9 +271,11 @@ def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
             found.append(f"{key}: planned {planned.get(key)!r}, ran {ran.get(key)!r}")
     # a bar store's folder is where the bars are, not what they are (data.json fingerprints them):
     # only a synthetic source, or a change between synthetic and stored bars, departs
-    ran_data = run.get("data", plan["data"])
-    if ran_data != plan["data"] and (parse_source(ran_data) or parse_source(plan["data"])):
-        found.append(f"data: planned {plan['data']!r}, ran {ran_data!r}")
+    control = _control_of(plan, run_dir)
+    planned_data = plan["data"] if control is None else control["source"]
+    ran_data = run.get("data", planned_data)
+    if ran_data != planned_data and (parse_source(ran_data) or parse_source(planned_data)):
+        found.append(f"data: planned {planned_data!r}, ran {ran_data!r}")
     if run.get("trials_per_length", plan["trials_per_n"]) != plan["trials_per_n"]:
         found.append(f"trials per N: planned {plan['trials_per_n']}, ran {run.get('trials_per_length')}")
     return arm["name"], found
@@ -245,7 +295,7 @@ def deviations_sentence(plan_path: Path, run_dir: Path) -> str:
 
 
 def _sentence(plan: dict, plan_path: Path, arm: str | None, found: list[str]) -> str:
-    head = f"Pre-registered: plan {plan.get('plan_hash')} ({plan_path.name} beside this run's folder)"
+    head = f"Pre-registered: plan {plan.get('plan_hash')} ({plan_path.name} of this run's plan folder)"
     if arm is None:
         return f"{head}; {found[0]}."
     return f"{head}, arm {arm}; deviations from it: " + ("; ".join(found) if found else "none") + "."
