@@ -13,18 +13,18 @@
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
 # The default jobs are the next measurements after reports/recipes/ (its README, "What remains"):
-# the ~200-step average (short-mix-ema) passed the regime's nesting check over three seeds and
-# found the echo in none of 10 cells (its flat curve stops runs before the raw weights find it, or
-# trails them). Two candidates over the same short windows, each on the echo's seeds 0 and 2 and the
-# regime's seed 0 (the seeds they are read against): the ~50-step average (short-mix-ema-fast) and
-# the annealed end at the validated step (short-mix-wsd: raw weights validated and stopped, the
-# kept ones decayed). Six one-seed jobs side by side, about three calls of 500 s (resumable).
+# the ~50-step average (short-mix-ema-fast) found the echo in the very cells short-mix does (sixth
+# screen) and is the one candidate left that may pass both controls. Its completion: the four jobs
+# the sixth screen left unfinished, resumed (their N=512 cells; state from
+# reports/recipes/pools/unfinished-*: README item 3), then its regime seeds 1 and 2 and echo seed 1.
+# Seven one-seed jobs side by side, about two calls of 500 s (resumable).
 RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-emafast-echo0|short-mix-ema-fast|long-memory|--set train.seeds=[0]
 runs/recipes-emafast-echo2|short-mix-ema-fast|long-memory|--set train.seeds=[2]
 runs/recipes-emafast-regime0|short-mix-ema-fast|regime|--set train.seeds=[0]
 runs/recipes-wsd-echo0|short-mix-wsd|long-memory|--set train.seeds=[0]
-runs/recipes-wsd-echo2|short-mix-wsd|long-memory|--set train.seeds=[2]
-runs/recipes-wsd-regime0|short-mix-wsd|regime|--set train.seeds=[0]"}
+runs/recipes-emafast-regime1|short-mix-ema-fast|regime|--set train.seeds=[1]
+runs/recipes-emafast-regime2|short-mix-ema-fast|regime|--set train.seeds=[2]
+runs/recipes-emafast-echo1|short-mix-ema-fast|long-memory|--set train.seeds=[1]"}
 
 pids=()
 i=0

@@ -240,7 +240,8 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     monkeypatch.chdir(REPO)  # the summaries name their run folders relative to the repository
     published = REPO / "reports" / "recipes"
     main = recipes.summarize(Path("reports/recipes"), ("baseline", "short-mix", "ema", "wsd", "wsd-ema", "short-mix-half",
-                                                      "short-mix-most", "short-mix-ema"),
+                                                      "short-mix-most", "short-mix-ema", "short-mix-ema-fast",
+                                                      "short-mix-wsd"),
                              ("long-memory", "iid", "regime", "random-walk", "btc"),
                              {"long-memory": Path("reports/controls/protocol/long-memory"),
                               "btc": Path("reports/h200-btcusdt-1m-second-edition")},
@@ -301,3 +302,33 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     sets = effects[("short-mix", "long-memory")]["sets"]
     assert [x["fold_t_p"] < 0.05 for x in sets] == [True, True, False]
     assert all(x["crossed_p"] > 0.1 for x in sets + effects[("short-mix", "long-memory")]["aa"])
+
+
+def test_the_sixth_screen_fast_average_keeps_every_finder_and_the_annealed_end_fails_the_regime(monkeypatch):
+    """The sixth screen (reports/recipes/README.md): over the echo's seeds 0 and 2 the ~50-step
+    average finds the echo in exactly the N=32768 cells where short-mix does; the annealed end at the
+    validated step fails the regime's nesting check as short-mix does; the unfinished folders resume
+    without training a finished cell again."""
+    from tests.conftest import REPO
+    from tsflash.runfolder import RunFolder
+
+    monkeypatch.chdir(REPO)
+    recipes_dir, pools = Path("reports/recipes"), Path("reports/recipes/pools")
+
+    def found_cells(roots):
+        shared, by_n = recipes.pooled_runs(roots, "long-memory")
+        bar = recipes.control_found_bar(shared["data"])
+        return {k for k, r in by_n[32768].items() if k[1] in (0, 2) and r["hit_rate"] >= bar}
+
+    short_mix = found_cells([recipes_dir / "short-mix/long-memory", pools / "seeds12/short-mix/long-memory"])
+    fast = found_cells([pools / f"unfinished-echo-seed{s}/short-mix-ema-fast/long-memory" for s in (0, 2)])
+    wsd = found_cells([pools / "unfinished-echo-seed0/short-mix-wsd/long-memory",
+                       pools / "seeds12/short-mix-wsd/long-memory"])
+    assert len(short_mix) == 5 and fast == short_mix
+    assert len(wsd) == 5 and len(wsd & short_mix) == 4
+    wsd_regime = recipes.summarize(recipes_dir, ("short-mix-wsd",), ("regime",))["runs"][0]
+    assert wsd_regime["nesting"][32768]["log_loss"]["fails"] and wsd_regime["nesting"][32768]["log_loss"]["runs"] == 5
+    saved = [len(RunFolder(pools / p).saved_cell_keys()) for p in
+             ("unfinished-echo-seed0/short-mix-ema-fast/long-memory", "unfinished-echo-seed2/short-mix-ema-fast/long-memory",
+              "unfinished-regime-seed0/short-mix-ema-fast/regime", "unfinished-echo-seed0/short-mix-wsd/long-memory")]
+    assert saved == [5, 5, 7, 8]
