@@ -117,6 +117,13 @@ def baseline_order(name: str) -> tuple:
     return (n is not None, n or 0, name)
 
 
+# What a run's kept record (`RunFolder.copy_record`) leaves out at the top of the folder: the
+# report's rendered forms and the daily forecast table, rebuilt from the rest.
+RECORD_SKIP = ("figures", "report.html", "forecast_daily.parquet")
+# ... and, of a finished run only, what a resume reads back (fold scores, daily series, loss tables).
+RESUME_FILES = ("scores", "series", "forecasts")
+
+
 # ---------------------------------------------------------------------------------------------
 # JSON
 
@@ -356,6 +363,43 @@ class RunFolder:
             return self.read_run().get("status") == "complete"
         except (OSError, ValueError):
             return False
+
+    def copy_record(self, dest: Path) -> dict:
+        """Copy this run's record to `dest` (e.g. under reports/): everything but its per-bar files
+        (`cells/**/*.npz`), checkpoints, uploaded artifacts, figures and HTML, which the summaries
+        and re-reports do not read. A finished run leaves out its fold scores, daily series and loss
+        tables too (its results, parquet tables and cell summaries hold what is published); an
+        unfinished one keeps them, since a resume counts a cell done only with its fold's scores
+        (`cell_saved`) and a fold's baselines only with their series (so no finished cell trains
+        again). Written whole or not at all; `dest` is never overwritten. Returns what was kept."""
+        if not self.exists():
+            raise UserError(f"keep: {self.root} is not a tsflash run folder (no run.json)")
+        dest = Path(dest)
+        if dest.exists():
+            raise UserError(f"keep: {dest} exists; a kept record is never overwritten (choose another destination)")
+        complete = self.is_complete()
+        top = set(RECORD_SKIP) | (set(RESUME_FILES) if complete else set())
+
+        def ignore(folder: str, names: list[str]) -> set[str]:
+            here = Path(folder)
+            skip = {n for n in names if n in ("checkpoints", "artifacts")}
+            if here == self.root:
+                skip |= top & set(names)
+            if here == self.cells_dir or self.cells_dir in here.parents:
+                skip |= {n for n in names if n.endswith(".npz")}
+            return skip
+
+        partial = dest.with_name(f".{dest.name}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(self.root, partial, ignore=ignore)
+        kept = RunFolder(partial)
+        model_cells = len(list(self.cells_dir.glob(f"n*/fold*-seed*{CELL_SUFFIX}"))) if self.cells_dir.is_dir() else 0
+        record = {"complete": complete, "cells": model_cells,
+                  "resumable_cells": None if complete else len(kept.saved_cell_keys()),
+                  "bytes": sum(f.stat().st_size for f in partial.rglob("*") if f.is_file())}
+        partial.rename(dest)
+        return record
 
     def require_finished(self, what: str = "report") -> None:
         """UserError unless this is a finished `tsflash sweep` run folder (run.json complete)."""

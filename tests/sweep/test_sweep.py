@@ -173,6 +173,50 @@ def test_report_command_rebuilds_without_training(finished_run, capsys):
     assert "report.md" in capsys.readouterr().out
 
 
+def test_a_kept_record_leaves_out_per_bar_files_and_an_unfinished_one_still_resumes(finished_run, tmp_path):
+    """RunFolder.copy_record, the one rule for what of a run is committed under reports/: a finished
+    run keeps its summaries, tables and report but no per-bar file, checkpoint or fold score; an
+    unfinished one keeps the fold scores and series a resume reads, so every finished cell stays done
+    (cell_saved) without its per-bar arrays. The destination is never overwritten."""
+    from tsflash.runfolder import RunFolder
+
+    source = sorted(p.relative_to(finished_run) for p in finished_run.rglob("*"))
+    kept = RunFolder(finished_run).copy_record(tmp_path / "kept")
+    files = {p.relative_to(tmp_path / "kept").as_posix() for p in (tmp_path / "kept").rglob("*") if p.is_file()}
+    assert kept["complete"] and kept["resumable_cells"] is None and kept["cells"] == 4  # 2 lengths x 2 folds
+    assert {"run.json", "config.json", "optuna.db", "results.json", "report.md", "fold_metrics.parquet"} <= files
+    assert not [f for f in files if f.endswith(".npz") or f.split("/")[0] in ("figures", "scores", "series", "forecasts")]
+    assert "report.html" not in files and not list((tmp_path / "kept").glob(".*partial"))
+    assert sorted(p.relative_to(finished_run) for p in finished_run.rglob("*")) == source  # the run is untouched
+    with pytest.raises(UserError, match="exists; a kept record is never overwritten"):
+        RunFolder(finished_run).copy_record(tmp_path / "kept")
+
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(finished_run, unfinished)
+    run_json = json.loads((unfinished / "run.json").read_text())
+    write_json(unfinished / "run.json", run_json | {"status": "running"})
+    kept = RunFolder(unfinished).copy_record(tmp_path / "resumable")
+    resumable = RunFolder(tmp_path / "resumable")
+    assert not kept["complete"] and kept["resumable_cells"] == kept["cells"] == 4
+    assert not list(resumable.cells_dir.rglob("*.npz")) and list(resumable.scores_dir.rglob("*.npz"))
+    assert sorted(resumable.saved_cell_keys()) == sorted(RunFolder(finished_run).saved_cell_keys())
+    with pytest.raises(UserError, match="not a tsflash run folder"):
+        RunFolder(tmp_path / "nothing").copy_record(tmp_path / "elsewhere")
+
+
+def test_keep_run_checks_every_pair_before_copying_any(finished_run, tmp_path, capsys):
+    from tests.conftest import load_experiment
+
+    keep_run = load_experiment("keep_run")
+    (tmp_path / "taken").mkdir()
+    assert keep_run.main([str(finished_run), str(tmp_path / "a"), str(finished_run), str(tmp_path / "taken")]) == 2
+    assert "taken exists; a kept record is never overwritten" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()  # the first pair was not copied either
+    assert keep_run.main([str(finished_run), str(tmp_path / "a")]) == 0 and (tmp_path / "a" / "report.md").exists()
+    with pytest.raises(SystemExit):
+        keep_run.main([str(finished_run)])
+
+
 # ---------------------------------------------------------------------------------------------
 # arguments
 
