@@ -151,3 +151,42 @@ def test_controls_run_every_arm_on_their_market_and_are_checked_against_it(tmp_p
         preregister.build_plan(opts, ARMS, controls=[("a", source), ("a", source)])
     assert main(["preregister", "--control", "echo=data/store", "--out", str(tmp_path / "x")]) == 2
     assert "argument --control: expects NAME=synthetic:KIND" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_a_control_with_settings_of_its_own_is_resolved_costed_run_and_checked_with_them(tmp_path, capsys):
+    """--control-set: a control on more folds of the same size over a longer synthetic market (the
+    slow regime, which five folds cannot resolve even for the linear probe): each arm's config is
+    resolved again with the control's settings (its hash, folds, range and cost), its command gives
+    them (the range as --start/--end), and a run of it departs from the plan only where it differs
+    from the control's own config."""
+    opts = SweepOptions(lengths=[512, 4096], preset="full", start="2021-01-01", end="2025-06-30")
+    source = "synthetic:regime:0:tilt=0.0375"
+    plan = preregister.build_plan(opts, ARMS, controls=[("regime", source), ("null", "synthetic:iid:0")],
+                                  control_sets=[("regime", "splits.n_folds=10"), ("regime", "data.start=2018-07-06")])
+    regime, null = plan["controls"]
+    assert "arms" not in null and null["gpu_seconds"] == sum(a["gpu_seconds"] for a in plan["arms"])
+    per_bar = preregister.control_arm(regime, "per-bar")
+    assert (per_bar["folds"], per_bar["range"]) == (10, ["2018-07-06", "2025-06-30"])
+    assert per_bar["config_hash"] != plan["arms"][0]["config_hash"]
+    assert regime["gpu_seconds"] > 1.5 * null["gpu_seconds"]  # twice the folds
+    command = preregister.sweep_command(plan, plan["arms"][0], tmp_path, regime)
+    assert "--start 2018-07-06 --end 2025-06-30" in command and command.endswith("--set splits.n_folds=10")
+    assert "data.start" not in command
+    _, md = preregister.write_plan(plan, tmp_path)
+    assert f"| regime | `{source}` | `splits.n_folds=10` `data.start=2018-07-06` |" in md.read_text()
+    # the run of the control as its command would make it: no departure; with five folds: one
+    cfg = resolve_config(SweepOptions(lengths=[512, 4096], preset="full", start="2018-07-06", end="2025-06-30",
+                                      overrides={"splits": {"n_folds": 10}}), "cuda")[0]
+    assert run_hash(cfg) == per_bar["config_hash"]
+    run = tmp_path / "controls" / "regime" / "per-bar"
+    write_json(run / "config.json", cfg.to_dict())
+    write_json(run / "run.json", {"config_hash": run_hash(cfg), "status": "complete", "data": source,
+                                  "trials_per_length": 1})
+    assert preregister.deviations(plan, run) == ("per-bar", [])
+    cfg.splits.n_folds = 5
+    write_json(run / "config.json", cfg.to_dict())
+    assert preregister.deviations(plan, run)[1] == ["splits.n_folds: planned 10, ran 5"]
+    with pytest.raises(UserError, match="--control-set echo: no --control of that name"):
+        preregister.build_plan(opts, ARMS, controls=[("regime", source)], control_sets=[("echo", "splits.n_folds=10")])
+    assert main(["preregister", "--control-set", "regime", "--out", str(tmp_path / "x")]) == 2
+    assert "argument --control-set: expects NAME=KEY=VALUE" in capsys.readouterr().err and not (tmp_path / "x").exists()

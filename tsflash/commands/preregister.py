@@ -23,6 +23,12 @@ def _arm_type(text: str) -> tuple[str, list[str]]:
     return name, items
 
 
+def _control_set_type(text: str) -> tuple[str, str]:
+    from tsflash.sweep.preregister import parse_control_set
+
+    return options._argument(parse_control_set, text, "--control-set")
+
+
 def _control_type(text: str) -> tuple[str, str]:
     from tsflash.sweep.preregister import parse_control
 
@@ -50,6 +56,9 @@ def register(sub) -> None:
     p.add_argument("--arm", type=_arm_type, action="append", default=[], metavar="NAME=KEY=VALUE[,...]",
                    help="one arm of the plan: a name and its own overrides, e.g. patch16=model.patch=16, or "
                    "per-bar= for none (repeatable; default: one arm 'per-bar')")
+    p.add_argument("--control-set", type=_control_set_type, action="append", default=[], metavar="NAME=KEY=VALUE",
+                   help="a setting of one control's own on top of every arm's config, e.g. "
+                        "regime=splits.n_folds=10 or regime=data.start=2018-07-06 (repeatable)")
     p.add_argument("--control", type=_control_type, action="append", default=[], metavar="NAME=SOURCE",
                    help="a control: every arm's config on a synthetic market, e.g. "
                    "echo=synthetic:long-memory:0:strength=0.2 (repeatable; runs go to OUT/controls/NAME/<arm>)")
@@ -79,7 +88,8 @@ def run(args) -> int:
     opts = SweepOptions(lengths=args.lengths, config=args.config, data=args.data, start=args.start, end=args.end,
                         trials=args.trials, preset="full",
                         overrides=with_symbol(parse_overrides(args.overrides), args.symbol))
-    plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note, controls=args.control)
+    plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note, controls=args.control,
+                                  control_sets=args.control_set)
     plan_json, plan_md = preregister.write_plan(plan, args.out)
     print(f"plan {plan['plan_hash']}: {plan_md}")
     print(f"      {plan_json}")

@@ -14,7 +14,10 @@ plan changed after the run started is no plan.
 
 With `--control NAME=SOURCE` each control runs every arm's config on a synthetic market into
 OUT/controls/NAME/<arm>, with the answer it should give (`wording.CONTROL_EXPECTATIONS`) and its
-cost in the plan. The arms' runs go to OUT/<arm> (`tsflash sweep ... --out OUT/<arm>`, the commands are in PLAN.md),
+cost in the plan; `--control-set NAME=KEY=VALUE` (repeatable) gives one control a setting of its
+own, e.g. more folds of the same size on a longer synthetic market (`splits.n_folds=10`,
+`data.start=2018-07-06`), where the protocol's five folds cannot resolve a control's effect: its
+configs, hashes and cost are then resolved per arm with it. The arms' runs go to OUT/<arm> (`tsflash sweep ... --out OUT/<arm>`, the commands are in PLAN.md),
 so a run folder's parent holds its plan: the report of a run whose parent folder has a PLAN.json
 reads it and lists every departure from it (`deviations`), and says "none" when there is none.
 `tsflash preregister --check RUN` prints the same list (exit status 1 when there is any).
@@ -68,6 +71,40 @@ def parse_control(text: str) -> tuple[str, str]:
     return name, source
 
 
+def parse_control_set(text: str) -> tuple[str, str]:
+    """"regime=splits.n_folds=10" -> ("regime", "splits.n_folds=10"): one setting of one control's
+    own, on top of every arm's config (one item a flag: a value may hold commas)."""
+    name, sep, item = text.partition("=")
+    if not sep or not name or "=" not in item or not item.partition("=")[0]:
+        raise UserError(f"--control-set expects NAME=KEY=VALUE (a control's name, then a config setting), got {text!r}")
+    return name, item
+
+
+# data.start and data.end of a control are its market's range: given to the sweep as --start/--end
+RANGE_KEYS = {"data.start": "start", "data.end": "end"}
+
+
+def _control(name: str, source: str, items: list[str], arms: list[tuple[str, list[str]]], resolved: list[dict],
+             opts: SweepOptions) -> dict:
+    """One control: every arm's config on its synthetic market; with items of its own, each arm's
+    config resolved again with them (its hash, folds and cost are then the control's)."""
+    from tsflash.report import wording
+
+    kind = parse_source(source)[0]
+    control = {"name": name, "source": source, "kind": kind, "expect": wording.CONTROL_EXPECTATIONS[kind]}
+    if items:
+        ranged = {RANGE_KEYS[k]: v.strip().strip("\"'") for k, _, v in (i.partition("=") for i in items)
+                  if k in RANGE_KEYS}
+        rest = [i for i in items if i.partition("=")[0] not in RANGE_KEYS]
+        own = replace(opts, **ranged)
+        resolved = [_arm(a, a_items + rest, own) for a, a_items in arms]
+        control |= {"overrides": items, "arms": [{k: r[k] for k in ("name", "config", "config_hash", "folds", "range",
+                                                                     "gpu_seconds", "gpu_seconds_worst")}
+                                                  for r in resolved]}
+    return control | {"gpu_seconds": sum(a["gpu_seconds"] for a in resolved),
+                      "gpu_seconds_worst": sum(a["gpu_seconds_worst"] for a in resolved)}
+
+
 def _arm(name: str, items: list[str], opts: SweepOptions) -> dict:
     """One arm: the base options with the arm's --set items, resolved for the GPU."""
     from tsflash.commands.options import parse_overrides
@@ -87,6 +124,7 @@ def _arm(name: str, items: list[str], opts: SweepOptions) -> dict:
     return {"name": name, "overrides": items, "config": d, "config_hash": run_hash(cfg),
             "run_key": make_run_key(cfg, opts.data, opts.trials, PLAN_DEVICE),
             "lengths": list(cfg.lengths), "seeds": list(cfg.train.seeds), "folds": cfg.splits.n_folds,
+            "range": [str(cfg.data.start), str(cfg.data.end)],
             "patch": int(getattr(cfg.model, "patch", 1)), "recipe": recipe_words(d["train"]),
             "model_cells": sum(w.kind == "model" for w in works),
             "gpu_seconds": round(expected), "gpu_seconds_worst": round(worst),
@@ -102,7 +140,8 @@ def _ledger(symbol: str, added: int) -> list[dict]:
 
 
 def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: tuple[str, ...] = (),
-               note: str = "", controls: list[tuple[str, str]] = ()) -> dict:
+               note: str = "", controls: list[tuple[str, str]] = (),
+               control_sets: list[tuple[str, str]] = ()) -> dict:
     """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
     `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
     typed for the commands); each arm adds its own items."""
@@ -118,6 +157,9 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     resolved = [_arm(name, items, opts) for name, items in arms]
     if len({c for c, _ in controls}) != len(controls):
         raise UserError(f"--control names must differ, got {', '.join(c for c, _ in controls)}")
+    if unknown := sorted({c for c, _ in control_sets} - {c for c, _ in controls}):
+        raise UserError(f"--control-set {unknown[0]}: no --control of that name "
+                        f"(controls: {', '.join(c for c, _ in controls) or 'none'})")
     first = resolved[0]["config"]
     tests = sorted({a["config"]["eval"].get("seed_inference", "fold") for a in resolved})
     plan = {
@@ -135,10 +177,8 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         "ledger": _ledger(first["data"]["symbol"], sum(len(a["lengths"]) * opts.trials for a in resolved)),
         "outcomes": wording.plan_outcomes(),
         # each control runs every arm's config on its synthetic market: the cost of the arms again
-        "controls": [{"name": c, "source": source, "kind": parse_source(source)[0],
-                      "expect": wording.CONTROL_EXPECTATIONS[parse_source(source)[0]],
-                      "gpu_seconds": sum(a["gpu_seconds"] for a in resolved),
-                      "gpu_seconds_worst": sum(a["gpu_seconds_worst"] for a in resolved)} for c, source in controls],
+        "controls": [_control(c, source, [i for n, i in control_sets if n == c], arms, resolved, opts)
+                     for c, source in controls],
     }
     plan["plan_hash"] = digest({k: v for k, v in plan.items() if k not in ("created", "git_commit")}, 12)
     return plan
@@ -148,14 +188,22 @@ def sweep_command(plan: dict, arm: dict, out: Path, control: dict | None = None)
     """The `tsflash sweep` command that runs one arm into OUT/<arm>, or on a control's market into
     OUT/controls/<control>/<arm>."""
     data, where = (plan["data"], out) if control is None else (control["source"], out / CONTROLS_DIR / control["name"])
+    own = control_arm(control, arm["name"]) if control else None
+    start, end = own["range"] if own else plan["range"]
     words = ["tsflash", "sweep", "--lengths", ",".join(map(str, arm["lengths"])), "--device", "cuda",
-             "--preset", "full", "--data", data, "--start", plan["range"][0], "--end", plan["range"][1],
-             "--out", str(where / arm["name"])]
+             "--preset", "full", "--data", data, "--start", start, "--end", end, "--out", str(where / arm["name"])]
     if plan["trials_per_n"] != 1:
         words += ["--trials", str(plan["trials_per_n"])]
-    for item in plan["base_overrides"] + arm["overrides"]:
+    extra = [i for i in (control or {}).get("overrides", []) if i.partition("=")[0] not in RANGE_KEYS]
+    for item in plan["base_overrides"] + arm["overrides"] + extra:
         words += ["--set", item]
     return shlex.join(words)
+
+
+def control_arm(control: dict, arm: str) -> dict | None:
+    """A control's own resolution of one arm (its config with the control's settings), or None when
+    the control runs every arm's config unchanged."""
+    return next((a for a in control.get("arms", []) if a["name"] == arm), None)
 
 
 def render_plan(plan: dict, out: Path) -> str:
@@ -201,12 +249,14 @@ def render_plan(plan: dict, out: Path) -> str:
                      "before the first report).")
     if controls:
         lines += ["", "## Controls", "",
-                  f"Every arm's config, unchanged, on each synthetic market (runs in `{CONTROLS_DIR}/<control>/<arm>`); "
-                  "their reports list their departures from the plan like the arms'.", "",
-                  "| control | source | the answer it should give | H200 time, all arms (all cells at max steps) |",
-                  "|---|---|---|---|"]
-        lines += [f"| {c['name']} | `{c['source']}` | {c['expect']} | {c['gpu_seconds'] / 60:.0f} min "
-                  f"({c['gpu_seconds_worst'] / 60:.0f} min) |" for c in controls]
+                  f"Every arm's config on each synthetic market, unchanged but for a control's own settings "
+                  f"(runs in `{CONTROLS_DIR}/<control>/<arm>`); their reports list their departures from the plan "
+                  "like the arms'.", "",
+                  "| control | source | its own settings | the answer it should give | H200 time, all arms (all cells at max steps) |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {c['name']} | `{c['source']}` | {' '.join(f'`{o}`' for o in c.get('overrides', [])) or '-'} "
+                  f"| {c['expect']} | {c['gpu_seconds'] / 60:.0f} min ({c['gpu_seconds_worst'] / 60:.0f} min) |"
+                  for c in controls]
     lines += ["", "## The sentence each outcome will produce", ""]
     for o in plan["outcomes"]:
         lines.append(f"- **{o['outcome']}**: \"{o['sentence']}\"")
@@ -265,13 +315,15 @@ def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
     found = []
     from tsflash.report.rescore import flat_overrides  # {"a": {"b": 1}} -> {"a.b": 1}
 
-    planned, ran = (flat_overrides(json.loads(json.dumps(c, default=str))) for c in (arm["config"], cfg.to_dict()))
+    control = _control_of(plan, run_dir)
+    own = control_arm(control, arm["name"]) if control else None
+    planned, ran = (flat_overrides(json.loads(json.dumps(c, default=str)))
+                    for c in ((own or arm)["config"], cfg.to_dict()))
     for key in sorted(planned.keys() | ran.keys()):
         if planned.get(key) != ran.get(key):
             found.append(f"{key}: planned {planned.get(key)!r}, ran {ran.get(key)!r}")
     # a bar store's folder is where the bars are, not what they are (data.json fingerprints them):
     # only a synthetic source, or a change between synthetic and stored bars, departs
-    control = _control_of(plan, run_dir)
     planned_data = plan["data"] if control is None else control["source"]
     ran_data = run.get("data", planned_data)
     if ran_data != planned_data and (parse_source(ran_data) or parse_source(planned_data)):
