@@ -36,10 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     pairs = list(zip(args.pairs[::2], args.pairs[1::2]))
     try:
         for run, dest in pairs:  # every pair checked before the first copy: nothing half-done
-            if not RunFolder(run).exists():
-                raise UserError(f"keep: {run} is not a tsflash run folder (no run.json)")
-            if dest.exists():
-                raise UserError(f"keep: {dest} exists; a kept record is never overwritten (choose another destination)")
+            RunFolder(run).check_record_copy(dest)
         for run, dest in pairs:
             kept = RunFolder(run).copy_record(dest)
             state = ("complete" if kept["complete"] else

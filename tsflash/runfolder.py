@@ -364,6 +364,13 @@ class RunFolder:
         except (OSError, ValueError):
             return False
 
+    def check_record_copy(self, dest: Path) -> None:
+        """UserError unless `copy_record(dest)` can run: this is a run folder and `dest` is free."""
+        if not self.exists():
+            raise UserError(f"keep: {self.root} is not a tsflash run folder (no run.json)")
+        if Path(dest).exists():
+            raise UserError(f"keep: {dest} exists; a kept record is never overwritten (choose another destination)")
+
     def copy_record(self, dest: Path) -> dict:
         """Copy this run's record to `dest` (e.g. under reports/): everything but its per-bar files
         (`cells/**/*.npz`), checkpoints, uploaded artifacts, figures and HTML, which the summaries
@@ -372,11 +379,8 @@ class RunFolder:
         unfinished one keeps them, since a resume counts a cell done only with its fold's scores
         (`cell_saved`) and a fold's baselines only with their series (so no finished cell trains
         again). Written whole or not at all; `dest` is never overwritten. Returns what was kept."""
-        if not self.exists():
-            raise UserError(f"keep: {self.root} is not a tsflash run folder (no run.json)")
         dest = Path(dest)
-        if dest.exists():
-            raise UserError(f"keep: {dest} exists; a kept record is never overwritten (choose another destination)")
+        self.check_record_copy(dest)
         complete = self.is_complete()
         top = set(RECORD_SKIP) | (set(RESUME_FILES) if complete else set())
 
@@ -393,10 +397,8 @@ class RunFolder:
         shutil.rmtree(partial, ignore_errors=True)
         partial.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(self.root, partial, ignore=ignore)
-        kept = RunFolder(partial)
-        model_cells = len(list(self.cells_dir.glob(f"n*/fold*-seed*{CELL_SUFFIX}"))) if self.cells_dir.is_dir() else 0
-        record = {"complete": complete, "cells": model_cells,
-                  "resumable_cells": None if complete else len(kept.saved_cell_keys()),
+        record = {"complete": complete, "cells": len(self.saved_cell_keys()),
+                  "resumable_cells": None if complete else len(RunFolder(partial).saved_cell_keys()),
                   "bytes": sum(f.stat().st_size for f in partial.rglob("*") if f.is_file())}
         partial.rename(dest)
         return record

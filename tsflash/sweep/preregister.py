@@ -81,7 +81,13 @@ def parse_control_set(text: str) -> tuple[str, str]:
 
 
 # data.start and data.end of a control are its market's range: given to the sweep as --start/--end
-RANGE_KEYS = {"data.start": "start", "data.end": "end"}
+RANGE_KEYS = ("data.start", "data.end")
+
+
+def _split_range(items: list[str]) -> tuple[list[str], list[str]]:
+    """(a control's range items, its other items)."""
+    ranged = [i for i in items if i.partition("=")[0] in RANGE_KEYS]
+    return ranged, [i for i in items if i not in ranged]
 
 
 def _control(name: str, source: str, items: list[str], arms: list[tuple[str, list[str]]], resolved: list[dict],
@@ -93,10 +99,10 @@ def _control(name: str, source: str, items: list[str], arms: list[tuple[str, lis
     kind = parse_source(source)[0]
     control = {"name": name, "source": source, "kind": kind, "expect": wording.CONTROL_EXPECTATIONS[kind]}
     if items:
-        ranged = {RANGE_KEYS[k]: v.strip().strip("\"'") for k, _, v in (i.partition("=") for i in items)
-                  if k in RANGE_KEYS}
-        rest = [i for i in items if i.partition("=")[0] not in RANGE_KEYS]
-        own = replace(opts, **ranged)
+        from tsflash.commands.options import parse_overrides
+
+        ranged, rest = _split_range(items)
+        own = replace(opts, **{k: str(v) for k, v in parse_overrides(ranged).get("data", {}).items()})
         resolved = [_arm(a, a_items + rest, own) for a, a_items in arms]
         control |= {"overrides": items, "arms": [{k: r[k] for k in ("name", "config", "config_hash", "folds", "range",
                                                                      "gpu_seconds", "gpu_seconds_worst")}
@@ -194,7 +200,7 @@ def sweep_command(plan: dict, arm: dict, out: Path, control: dict | None = None)
              "--preset", "full", "--data", data, "--start", start, "--end", end, "--out", str(where / arm["name"])]
     if plan["trials_per_n"] != 1:
         words += ["--trials", str(plan["trials_per_n"])]
-    extra = [i for i in (control or {}).get("overrides", []) if i.partition("=")[0] not in RANGE_KEYS]
+    extra = _split_range((control or {}).get("overrides", []))[1]
     for item in plan["base_overrides"] + arm["overrides"] + extra:
         words += ["--set", item]
     return shlex.join(words)
