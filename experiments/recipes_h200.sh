@@ -26,6 +26,9 @@ runs/recipes-emafast-regime1|short-mix-ema-fast|regime|--set train.seeds=[1]
 runs/recipes-emafast-regime2|short-mix-ema-fast|regime|--set train.seeds=[2]
 runs/recipes-emafast-echo1|short-mix-ema-fast|long-memory|--set train.seeds=[1]"}
 
+# The device returns at most 8 files: job logs go to one folder, returned as one tarball.
+LOGS=/tmp/recipes-logs
+mkdir -p "$LOGS"
 pids=()
 i=0
 while IFS='|' read -r out candidate sources extra; do
@@ -35,21 +38,22 @@ while IFS='|' read -r out candidate sources extra; do
   # Two threads each: several processes on 16 cores, none starving the others' data work.
   OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "${LIMIT_S:-560}" python3 experiments/recipes.py \
     --out "$out" --candidates "$candidate" --sources "$sources" --device cuda --time-budget "$BUDGET_S" \
-    "${flags[@]}" > "$OUT/recipes-$i.log" 2>&1 &
+    "${flags[@]}" > "$LOGS/recipes-$i.log" 2>&1 &
   pids+=("$!|$i|$candidate|$out")
 done <<< "$RECIPES_JOBS"
 rc=0
 for p in "${pids[@]}"; do
   IFS='|' read -r pid i candidate out <<< "$p"
   wait "$pid"; job_rc=$?
-  echo "job $i ($candidate in $out) exit: $job_rc"; grep -E '"complete"|Error|error:' "$OUT/recipes-$i.log" | tail -2
+  echo "job $i ($candidate in $out) exit: $job_rc"; grep -E '"complete"|Error|error:' "$LOGS/recipes-$i.log" | tail -2
   # 124: stopped at LIMIT_S (resumable, its state comes back); anything else is a failure
   [ "$job_rc" -ne 0 ] && [ "$job_rc" -ne 124 ] && rc=$job_rc
 done
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+tar czf "$OUT/recipes-logs.tgz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"
 # Cell summaries, fold scores, series, forecasts and ledgers come back; per-bar cell files and
-# checkpoints stay (an interrupted cell trains again). Returned files are capped in size: parts.
+# checkpoints stay (an interrupted cell trains again). Returned files are capped at 16 MiB: parts.
 tar czf - --exclude='*/checkpoints' --exclude='*/artifacts' --exclude='*/cells/*/*.npz' runs/recipes* \
-  | split -b 8m - "$OUT/state-recipes.tgz."
+  | split -b 15m - "$OUT/state-recipes.tgz."
 ls -la "$OUT"
 exit $rc
