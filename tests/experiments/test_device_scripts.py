@@ -75,3 +75,16 @@ def test_the_default_jobs_name_known_candidates_and_sources_in_their_own_folders
     assert jobs and all(c in recipes.CANDIDATES and all(s in recipes.SOURCES for s in src.split(","))
                         for _out, c, src, _extra in jobs)
     assert len({out for out, *_ in jobs}) == len(jobs)  # one folder a job: no shared summary.md
+
+
+def test_a_call_of_many_jobs_returns_within_the_devices_eight_files(checkout):
+    """The device returns at most 8 files from $OUT: the job logs come back as one tarball."""
+    import tarfile
+
+    root, env = checkout
+    jobs = "\n".join(f"runs/recipes-{i}|ema|iid|--set train.seeds=[{i}]" for i in range(9))
+    assert _run(root, env, jobs).returncode == 0
+    returned = sorted(p.name for p in Path(env["OUT"]).iterdir())
+    assert len(returned) <= 8 and "recipes-logs.tgz" in returned
+    with tarfile.open(Path(env["OUT"]) / "recipes-logs.tgz") as logs:
+        assert sum(name.endswith(".log") for name in logs.getnames()) == 9
