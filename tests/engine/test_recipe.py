@@ -18,7 +18,9 @@ from tsflash.engine._train import decay_steps, wsd_lr_at
 
 RECIPES = {"ema": {"ema_decay": 0.8}, "wsd": {"schedule": "wsd", "decay_fraction": 0.5},
            "wsd-ema": {"schedule": "wsd", "decay_fraction": 0.5, "ema_decay": 0.8},
-           "short": {"short_fraction": 0.5, "short_length": 16}}
+           "short": {"short_fraction": 0.5, "short_length": 16},
+           # the chosen recipe's pair (reports/recipes, seventh screen), at toy size
+           "short-ema": {"short_fraction": 0.5, "short_length": 16, "ema_decay": 0.8}}
 
 
 @pytest.fixture(scope="module")
