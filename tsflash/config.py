@@ -130,6 +130,11 @@ class TrainConfig:
     # keeps the one with the lowest validation loss (tsflash.engine._restarts): whether a long-N run
     # learns a far effect is decided early, and validation tells the runs that did. 1 = off.
     restarts: int = 1
+    # restart_screen: with restarts > 1, every restart trains to this step only and the one with the
+    # lowest validation loss by then trains on alone to its end (tsflash.engine._restarts): who finds
+    # a far effect is decided by about step 300 of 600, so the others' later steps buy nothing.
+    # 0 = every restart trains to its end.
+    restart_screen: int = 0
 
 
 @dataclass
@@ -269,7 +274,7 @@ ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0,
                "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
                "eval.entry_threshold": -1.0, "model.patch": 1, "train.ema_decay": 0.0, "train.schedule": "cosine",
                "train.decay_fraction": 0.2, "train.short_fraction": 0.0, "train.short_length": 512,
-               "train.restarts": 1, "eval.seed_inference": "fold", "eval.probe": False}
+               "train.restarts": 1, "train.restart_screen": 0, "eval.seed_inference": "fold", "eval.probe": False}
 SCHEDULES = ("cosine", "wsd")
 
 
@@ -338,6 +343,7 @@ FIELD_RULES: dict[str, Bound] = {
     "train.short_fraction": FRACTION,
     "train.short_length": Bound(2),
     "train.restarts": Bound(1, note="1 = one training per cell"),
+    "train.restart_screen": Bound(0, note="0 = every restart trains to its end"),
     "eval.fee_bps": Bound(0),
     "eval.baseline_lags": Bound(1),
     "eval.batch_tokens": Bound(1),
@@ -491,8 +497,22 @@ def _check_budget(cfg: ExperimentConfig) -> None:
     if tr.restarts > 1 and not sp.val_days:
         raise UserError(f"train.restarts={tr.restarts} keeps the restart with the lowest validation loss: it needs "
                         f"splits.val_days > 0, got {sp.val_days}")
+    check_restart_screen(tr)
     if tr.short_fraction:
         check_patch(cfg.model.patch, tr.short_length, ("model.patch", "train.short_length"))
+
+
+def check_restart_screen(tr: TrainConfig) -> None:
+    """A screening step that screens something: restarts to choose from, a validation by then, and
+    steps left after it."""
+    if not tr.restart_screen:
+        return
+    if tr.restarts < 2:
+        raise UserError(f"train.restart_screen={tr.restart_screen} screens validated restarts: it is used with "
+                        f"train.restarts > 1 only, got {tr.restarts}")
+    if not tr.eval_every <= tr.restart_screen < tr.steps:
+        raise UserError(f"train.restart_screen={tr.restart_screen} must be at least train.eval_every={tr.eval_every} "
+                        f"(a validation by then) and below train.steps={tr.steps} (0 trains every restart to its end)")
 
 
 def check_short_windows(tr: TrainConfig, lengths) -> None:
@@ -541,8 +561,10 @@ def recipe_words(train: dict) -> str:
     mixed = (f"; {short:.0%} of each longer-N batch's tokens drawn as {train.get('short_length', ADDED_LATER['train.short_length'])}-bar windows, same loss"
              if short else "")
     restarts = train.get("restarts", ADDED_LATER["train.restarts"])
+    screen = train.get("restart_screen", ADDED_LATER["train.restart_screen"])
     kept = (f"; each cell the validated best of {restarts} trainings (seeds {restarts} x seed + 0..{restarts - 1})"
-            if restarts > 1 else "")
+            + (f", screened at step {screen} (the one with the lowest validation loss by then trains on alone)"
+               if screen else "") if restarts > 1 else "")
     return f"{words}; {average}{mixed}{kept}"
 
 

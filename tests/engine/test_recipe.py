@@ -158,7 +158,7 @@ def test_the_defaults_leave_checkpoints_as_they_were(validated, tmp_path):
 
     settings, _ = _model_config(validated.cfg, 5, None)
     tc = validated.cfg.train
-    recipe = ("ema_decay", "schedule", "decay_fraction", "short_fraction", "short_length", "restarts")
+    recipe = ("ema_decay", "schedule", "decay_fraction", "short_fraction", "short_length", "restarts", "restart_screen")
     before = {k: v for k, v in dataclasses.asdict(tc).items() if k not in recipe}
     from tsflash.engine import _checkpoint
 

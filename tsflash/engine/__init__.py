@@ -12,9 +12,11 @@ Stages, one module each (this package re-exports their public names):
 
     _prepare    Prepared, prepare, FoldData, fold_data,    inputs, fitted per fold on train bars only;
                 split_validation                           the purged validation tail
-    _train      run_fold, lr_at, sample_starts, step_seed  the training loop, validated early
-                                                           stopping, balanced sampling, learning curve
-    _restarts   run_cell, restart_seeds                    a cell as the validated best of k trainings
+    _train      run_fold, train_until, lr_at,              the training loop, validated early
+                sample_starts, step_seed                   stopping, balanced sampling, learning curve;
+                                                           a cell paused at a step (screening)
+    _restarts   run_cell, restart_seeds, cell_steps        a cell as the validated best of k trainings,
+                                                           all to the end or screened at a step
     _checkpoint TrainingState, TRAINING_CHECKPOINT_FORMAT  the training state and its checkpoint file
                                                            (resume; a checkpoint of another run refused)
     _evaluate   predict_range, FoldResult                  every test bar scored once (also with the
@@ -48,8 +50,8 @@ from tsflash.engine._baselines import MAX_LOGREG_ROWS, lagged_features, run_base
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare, split_validation
 from tsflash.engine._checkpoint import TRAINING_CHECKPOINT_FORMAT, TrainingState
-from tsflash.engine._train import lr_at, run_fold, sample_starts, step_seed
-from tsflash.engine._restarts import restart_seeds, run_cell
+from tsflash.engine._train import lr_at, run_fold, sample_starts, step_seed, train_until
+from tsflash.engine._restarts import cell_steps, restart_seeds, run_cell
 from tsflash.model.flops import flops_per_token
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "FoldResult",
     "Prepared",
     "TrainingState",
+    "cell_steps",
     "contiguous_runs",
     "flops_per_token",
     "fold_data",
@@ -75,5 +78,6 @@ __all__ = [
     "sample_starts",
     "split_validation",
     "step_seed",
+    "train_until",
     "validation_loss",
 ]

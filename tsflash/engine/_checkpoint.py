@@ -40,7 +40,8 @@ IDENTITY_ADDED_LATER = {"residual": ADDED_LATER["model.residual"], "norm": ADDED
                         "patch": ADDED_LATER["model.patch"]}
 # Train settings added after checkpoints were written (the recipe's), left out of the identity likewise.
 TRAIN_IDENTITY_ADDED_LATER = {k: ADDED_LATER[f"train.{k}"] for k in ("ema_decay", "schedule", "decay_fraction",
-                                                                     "short_fraction", "short_length", "restarts")}
+                                                                     "short_fraction", "short_length", "restarts",
+                                                                     "restart_screen")}
 # TrainingState fields added later: left out of the saved dict while None, so a cell without them
 # writes the dict every older checkpoint holds.
 STATE_ADDED_LATER = ("average", "rewind", "decay")

@@ -189,6 +189,61 @@ def run_fold(
     The cell's first training step runs under the profiler: the cost record keeps the attention
     kernel it saw (`backend_observed`, `kernels_observed`) beside the forced one (`backend`).
     """
+    cfg = prepared.cfg
+    t = _set_up(prepared, n, fold, seed, device, checkpoint_dir, model_overrides, train_overrides, fold_inputs,
+                checkpoint_every_s)
+    t.run(on_step)
+    model, fwd_model, state, fd, features, device = t.model, t.fwd_model, t.state, t.fd, t.features, t.device
+    tc, batch, windows = t.tc, t.batch, t.windows
+    if state.best_model is not None:
+        model.load_state_dict(state.best_model)
+    elif state.average is not None:  # a fixed budget: the average at the last step is the model
+        _copy_into(model, state.average["weights"])
+    if model_path is not None:
+        model.save(model_path)
+
+    model.eval()
+    y_prob, cut_probs, eval_seconds = _score_test(fwd_model, features, fd, n, cfg, device)
+    val_prob = _score_validation(fwd_model, features, fd, n, cfg, device)
+    cost = fold_cost(model, state, n=n, batch=batch, tokens_per_step=tc.tokens_per_step, n_train_bars=len(fd.fit_idx),
+                     n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
+    cost |= _training_record(state, tc, fd.val is not None, model)
+    result = fold_result(prepared, fd, n, seed, y_prob, cost, val_prob=val_prob, cut_probs=cut_probs)
+    log.debug("fold %d n=%d seed=%d: acc %.4f logloss %.4f, %d steps (best %s), %.1f s train, %.3g tok/s, backend %s "
+             "(observed %s)", fold, n, seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["steps"],
+             cost["best_step"], cost["train_seconds"], cost["tokens_per_s"], cost["backend"], cost["backend_observed"])
+    return result
+
+
+@dataclasses.dataclass
+class _Training:
+    """One cell's training, set up and resumed from its checkpoint (`_set_up`): what `run_fold` and
+    `train_until` share."""
+
+    model: torch.nn.Module
+    fwd_model: torch.nn.Module  # the model itself or its compiled forward (tsflash.model.fastpath)
+    optimizer: torch.optim.Optimizer
+    tc: TrainConfig
+    state: TrainingState
+    checkpoint: Checkpoint
+    batch_at: Callable
+    val_loss: Callable | None  # None: no validation tail (a fixed budget)
+    fd: FoldData
+    features: torch.Tensor
+    batch: int
+    windows: BalancedWindows
+    device: torch.device
+    label: str
+
+    def run(self, on_step: Callable[[int], None] | None, until: int | None = None) -> None:
+        _train(self.model, self.fwd_model, self.optimizer, self.tc, self.state, self.batch_at, self.val_loss,
+               self.checkpoint, on_step, self.device, self.label, until)
+
+
+def _set_up(prepared: Prepared, n: int, fold: int, seed: int, device, checkpoint_dir: Path | None,
+            model_overrides: dict | None, train_overrides: dict | None, fold_inputs: FoldData | None,
+            checkpoint_every_s: float) -> _Training:
+    """Settings, data on the device, model and optimizer, and the state of a checkpoint if there is one."""
     from tsflash.model.transformer import CausalTransformer  # torch-heavy; imported where needed
 
     cfg = prepared.cfg
@@ -215,28 +270,48 @@ def run_fold(
     reset_peak_memory(device)
     # a finished run draws no more batches; a "wsd" decay past this end draws its own (`_batch_source`)
     batch_at = _batch_source(parts, features, labels, state.step, _last_step(state, tc), seed, fold, mconf.dropout > 0)
-    val_loss = functools.partial(validation_loss, fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device,
-                                 mconf.patch)
-    _train(model, fwd_model, optimizer, tc, state, batch_at, val_loss if fd.val is not None else None, checkpoint,
-           on_step, device, f"fold {fold} n={n} seed={seed}")
-    if state.best_model is not None:
-        model.load_state_dict(state.best_model)
-    elif state.average is not None:  # a fixed budget: the average at the last step is the model
-        _copy_into(model, state.average["weights"])
-    if model_path is not None:
-        model.save(model_path)
+    val_loss = (functools.partial(validation_loss, fwd_model, fd, features, labels, n, cfg.eval.batch_tokens, device,
+                                  mconf.patch) if fd.val is not None else None)
+    return _Training(model, fwd_model, optimizer, tc, state, checkpoint, batch_at, val_loss, fd, features, batch,
+                     windows, device, f"fold {fold} n={n} seed={seed}")
 
-    model.eval()
-    y_prob, cut_probs, eval_seconds = _score_test(fwd_model, features, fd, n, cfg, device)
-    val_prob = _score_validation(fwd_model, features, fd, n, cfg, device)
-    cost = fold_cost(model, state, n=n, batch=batch, tokens_per_step=tc.tokens_per_step, n_train_bars=len(fd.fit_idx),
-                     n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
-    cost |= _training_record(state, tc, fd.val is not None, model)
-    result = fold_result(prepared, fd, n, seed, y_prob, cost, val_prob=val_prob, cut_probs=cut_probs)
-    log.debug("fold %d n=%d seed=%d: acc %.4f logloss %.4f, %d steps (best %s), %.1f s train, %.3g tok/s, backend %s "
-             "(observed %s)", fold, n, seed, result.metrics["accuracy"], result.metrics["log_loss"], cost["steps"],
-             cost["best_step"], cost["train_seconds"], cost["tokens_per_s"], cost["backend"], cost["backend_observed"])
-    return result
+
+def train_until(
+    prepared: Prepared,
+    n: int,
+    fold: int,
+    seed: int,
+    until: int,
+    device=None,
+    checkpoint_dir: Path | None = None,
+    model_overrides: dict | None = None,
+    train_overrides: dict | None = None,
+    *,
+    fold_inputs: FoldData | None = None,
+    checkpoint_every_s: float = 60.0,
+    on_step: Callable[[int], None] | None = None,
+) -> dict:
+    """The first `until` steps of `run_fold` (fewer if it stops early), checkpointed there, nothing
+    scored: `run_fold` with the same arguments continues from that checkpoint as if never paused
+    (bit-identical on CPU). The screening of validated restarts (`tsflash.engine._restarts`).
+
+    Returns {"best_val_loss": the lowest validation loss measured at a step <= until (read from the
+    learning curve, so a cell that already ran past `until` answers the same), "steps": the steps done
+    by then, "train_seconds", "val_seconds": their cost so far}.
+    """
+    if checkpoint_dir is None:
+        raise ValueError("train_until needs a checkpoint_dir: run_fold continues from the checkpoint it leaves")
+    t = _set_up(prepared, n, fold, seed, device, checkpoint_dir, model_overrides, train_overrides, fold_inputs,
+                checkpoint_every_s)
+    if t.val_loss is None:
+        raise ValueError("train_until screens by the validation loss: the fold needs a validation tail")
+    t.run(on_step, until)
+    if t.state.step < _last_step(t.state, t.tc):  # paused, not finished: where run_fold continues
+        t.checkpoint.save(t.model, t.optimizer, t.state)
+    curve = t.state.curve
+    seen = [v for s, v in zip(curve["step"], curve["val_loss"]) if s <= until]
+    return {"best_val_loss": min(seen, default=math.inf), "steps": min(t.state.step, until),
+            "train_seconds": t.state.train_seconds, "val_seconds": t.state.val_seconds}
 
 
 def _score_validation(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: ExperimentConfig, device):
@@ -261,9 +336,9 @@ def _score_test(fwd_model, features: torch.Tensor, fd: FoldData, n: int, cfg: Ex
 
 
 def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, batch_at, val_loss,
-           checkpoint: Checkpoint, on_step, device: torch.device, label: str) -> None:
+           checkpoint: Checkpoint, on_step, device: torch.device, label: str, until: int | None = None) -> None:
     """The training loop, from `state.step` to `_last_step` (tc.steps, an early stop, or the end
-    of a "wsd" decay); updates `state`.
+    of a "wsd" decay), or to step `until` when that comes first (a pause: `train_until`); updates `state`.
 
     batch_at(step) -> (parts, denominator) : the step's windows, [(x (B, n, F), targets (B, n) with
         -1 = not scored)], one part per window length, and the loss's fixed denominator.
@@ -282,7 +357,7 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
     # the kernels are observed one step later, the same graph running (unless there is no later step).
     compiles = isinstance(fwd_model, fastpath.Compiled)
     model.train()
-    while step < _last_step(state, tc):
+    while step < _last_step(state, tc) and (until is None or step < until):
         clock.start()
         lr = _learning_rate(step, tc, state)
         for group in optimizer.param_groups:

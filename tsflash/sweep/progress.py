@@ -156,8 +156,9 @@ def model_work(cfg: ExperimentConfig, n: int, params: int) -> Work:
     """Training FLOPs plus the forward passes over the test block (windows of N at stride N/2)."""
     fpt = flops_per_token(params, cfg.model.n_layers, cfg.model.d_model, n)
     test_bars = cfg.splits.test_days * bars_per_day(INTERVAL_US[cfg.data.interval])
-    train = cfg.train.steps * cfg.train.tokens_per_step * fpt * cfg.train.restarts
-    evaluate = (2 * test_bars + n) * fpt / FWD_BWD * cfg.train.restarts  # forward only, each restart scored
+    train = engine.cell_steps(cfg.train) * cfg.train.tokens_per_step * fpt
+    scored = 1 if cfg.train.restart_screen else cfg.train.restarts  # screened: the kept restart alone is scored
+    evaluate = (2 * test_bars + n) * fpt / FWD_BWD * scored  # forward only
     return Work("model", f"n{n}", train + evaluate, n=n, train_share=train / (train + evaluate))
 
 

@@ -444,7 +444,7 @@ class Objective:
         t1 = time.monotonic()
         ckpt = folder.checkpoint_dir(key, k, seed)
         train_over = {p: v for p, v in params.items() if p in ("lr", "weight_decay")}
-        steps = self.cfg.train.steps * self.cfg.train.restarts  # a cell's steps over all its restarts
+        steps = engine.cell_steps(self.cfg.train)  # a cell's steps over all its restarts
         res = engine.run_cell(self.prepared, n, k, seed, self.plan.device, checkpoint_dir=ckpt,
                               train_overrides=train_over or None, fold_inputs=self.fold_inputs(k),
                               on_step=lambda step: (self.progress.step(step, steps), after_step and after_step()))
