@@ -369,8 +369,12 @@ def kept_by_restarts(by_n: dict[int, dict], k: int) -> dict[int, dict[tuple[int,
 
 
 def _seen_loss(row: dict, step: int) -> float:
-    """The lowest validation loss a cell had shown by `step` (inf before its first evaluation)."""
-    return min((loss for s, loss in row["val_curve"] if s <= step), default=math.inf)
+    """The lowest validation loss a cell had shown by `step`: the engine's screening rule
+    (`train.restart_screen`), on the row's curve."""
+    from tsflash.engine import lowest_val_loss_by
+
+    return lowest_val_loss_by({"step": [s for s, _ in row["val_curve"]], "val_loss": [v for _, v in row["val_curve"]]},
+                              step)
 
 
 def screened(rows: dict[tuple[int, int], dict], bar: float | None, k: int, step: int) -> dict | None:

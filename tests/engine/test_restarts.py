@@ -96,7 +96,7 @@ def _screened(bars, screen: int, restarts: int = 3):  # noqa: F811
     return engine.prepare(tiny_cfg(**cfg), bars, "cpu")
 
 
-def _seen_by(result, step: int) -> float:
+def _seen_by(result, step: int) -> float:  # by hand, not engine.lowest_val_loss_by: the rule under test
     curve = result.cost["curve"]
     return min(v for s, v in zip(curve["step"], curve["val_loss"]) if s <= step)
 
@@ -124,6 +124,13 @@ def test_a_screened_cell_continues_alone_the_restart_best_validated_by_the_scree
     assert cell.cost["steps"] == singles[kept].cost["steps"]
     others = sum(t for r, t in enumerate(record["train_seconds"]) if r != kept)
     assert cell.cost["train_seconds"] > others > 0  # the kept run's whole time and the others' screening
+    # the recipes' simulation of screening (experiments/recipes.py, from full runs) keeps the same restart
+    from tests.conftest import load_experiment
+
+    recipes = load_experiment("recipes")
+    train = one_by_one.cfg.to_dict()["train"]
+    rows = [recipes.validation_view({"n": 32, "fold": 0, "seed": s, "cost": r.cost}, train) for s, r in zip((3, 4, 5), singles)]
+    assert rows.index(min(rows, key=lambda row: recipes._seen_loss(row, 3))) == kept
 
 
 def test_a_screened_restart_that_stopped_before_the_screen_is_kept_whole(one_by_one, bars):  # noqa: F811

@@ -13,8 +13,8 @@ Stages, one module each (this package re-exports their public names):
     _prepare    Prepared, prepare, FoldData, fold_data,    inputs, fitted per fold on train bars only;
                 split_validation                           the purged validation tail
     _train      run_fold, train_until, lr_at,              the training loop, validated early
-                sample_starts, step_seed                   stopping, balanced sampling, learning curve;
-                                                           a cell paused at a step (screening)
+                sample_starts, step_seed,                  stopping, balanced sampling, learning curve;
+                lowest_val_loss_by                         a cell paused at a step (screening)
     _restarts   run_cell, restart_seeds, cell_steps        a cell as the validated best of k trainings,
                                                            all to the end or screened at a step
     _checkpoint TrainingState, TRAINING_CHECKPOINT_FORMAT  the training state and its checkpoint file
@@ -50,7 +50,7 @@ from tsflash.engine._baselines import MAX_LOGREG_ROWS, lagged_features, run_base
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare, split_validation
 from tsflash.engine._checkpoint import TRAINING_CHECKPOINT_FORMAT, TrainingState
-from tsflash.engine._train import lr_at, run_fold, sample_starts, step_seed, train_until
+from tsflash.engine._train import lowest_val_loss_by, lr_at, run_fold, sample_starts, step_seed, train_until
 from tsflash.engine._restarts import cell_steps, restart_seeds, run_cell
 from tsflash.model.flops import flops_per_token
 
@@ -67,6 +67,7 @@ __all__ = [
     "fold_data",
     "fold_result",
     "lagged_features",
+    "lowest_val_loss_by",
     "lr_at",
     "predict_range",
     "prepare",

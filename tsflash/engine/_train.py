@@ -215,6 +215,13 @@ def run_fold(
     return result
 
 
+def lowest_val_loss_by(curve: dict, step: int) -> float:
+    """The lowest validation loss a learning curve ({"step": [...], "val_loss": [...]}, as a cell's
+    cost keeps it) had shown by `step`; inf before its first evaluation. The screening rule of
+    validated restarts, in the engine and in the recipes' simulation of it alike."""
+    return min((v for s, v in zip(curve["step"], curve["val_loss"]) if s <= step), default=math.inf)
+
+
 @dataclasses.dataclass
 class _Training:
     """One cell's training, set up and resumed from its checkpoint (`_set_up`): what `run_fold` and
@@ -308,9 +315,7 @@ def train_until(
     t.run(on_step, until)
     if t.state.step < _last_step(t.state, t.tc):  # paused, not finished: where run_fold continues
         t.checkpoint.save(t.model, t.optimizer, t.state)
-    curve = t.state.curve
-    seen = [v for s, v in zip(curve["step"], curve["val_loss"]) if s <= until]
-    return {"best_val_loss": min(seen, default=math.inf), "steps": min(t.state.step, until),
+    return {"best_val_loss": lowest_val_loss_by(t.state.curve, until), "steps": min(t.state.step, until),
             "train_seconds": t.state.train_seconds, "val_seconds": t.state.val_seconds}
 
 
