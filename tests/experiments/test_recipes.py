@@ -346,6 +346,26 @@ def test_the_fast_average_passes_both_nesting_checks_and_keeps_every_finder(monk
     for source in ("long-memory", "regime"):
         assert check[("short-mix-ema-fast", source)]["runs"] == 15 and not check[("short-mix-ema-fast", source)]["fails"]
     assert check[("short-mix-wsd", "regime")]["fails"] and check[("short-mix-wsd", "regime")]["runs"] == 5
+    # ... a pass that five folds cannot tell from short-mix's failure: its interval holds +0.00246, and
+    # the paired difference (the same runs' nesting values, fold means, t over folds) is not significant
+    from tsflash.stats.runs import run_level_test, runs_from_means
+
+    def nesting_runs(candidate, source, seed_pools):
+        roots = [recipes_dir / candidate / source, *(pools / p / candidate / source for p in seed_pools)]
+        _, by_n = recipes.pooled_runs([r for r in roots if RunFolder(r).exists()], source)
+        long, short = by_n[32768], by_n[512]
+        keys = sorted(set(long) & set(short))
+        return keys, [long[k]["cut"][512]["log_loss"] - short[k]["test"]["log_loss"] for k in keys]
+
+    for source, seed_pools, (mean, p) in (("regime", ("regime-seed1", "regime-seed2"), (-0.00135, 0.14)),
+                                          ("long-memory", ("seeds12", "echo-seed1"), (0.00094, 0.17))):
+        keys, fast = nesting_runs("short-mix-ema-fast", source, seed_pools)
+        same, alone = nesting_runs("short-mix", source, seed_pools)
+        assert keys == same and len(keys) == 15
+        folds, seeds, ones = [f for f, _ in keys], [s for _, s in keys], [1] * len(keys)
+        versus = run_level_test(runs_from_means("short-mix", folds, seeds, alone, ones),
+                                runs_from_means("fast", folds, seeds, fast, ones), min_seeds_per_fold=1)
+        assert versus.estimate == pytest.approx(mean, abs=5e-6) and versus.p == pytest.approx(p, abs=0.005)
     saved = [len(RunFolder(pools / f"unfinished-echo-seed{s}/short-mix-ema-fast/long-memory").saved_cell_keys())
              for s in (3, 4, 5)]
     assert saved == [3, 4, 4]
