@@ -1,11 +1,13 @@
 """Stage 2, train: one (N, fold, seed) from fresh weights to its scored test block.
 
-`run_fold` reads top to bottom: settings, model and optimizer, resume from a checkpoint, the
-training loop (`_train`, nanoGPT's: lr, forward with targets, the model's own loss, backward,
+`run_fold` reads top to bottom: settings, model and optimizer, resume from a checkpoint (`_set_up`),
+the training loop (`_train`, nanoGPT's: lr, forward with targets, the model's own loss, backward,
 clip, step), restore the best weights, score the test block (and, for the far-context question,
 the same test bars with the context cut to each of ``cfg.eval.context_cuts`` < n), record the
-cost and the learning curve. Sampling, the learning-rate schedule and early stopping are small
-helpers beside it; the `TrainingState` they update and its checkpoint are `tsflash.engine._checkpoint`.
+cost and the learning curve. `train_until` is its first half, paused at a step and checkpointed
+(screened restarts, `tsflash.engine._restarts`), which `run_fold` continues. Sampling, the
+learning-rate schedule and early stopping are small helpers beside it; the `TrainingState` they
+update and its checkpoint are `tsflash.engine._checkpoint`.
 
 The same training signal for every N
 ------------------------------------
