@@ -488,6 +488,17 @@ def seed_effects(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -
                        for g in sets]
         out["aa"] = [{"seeds": [g, h], **_both(_arm("A", rows, keyed(g), loss), _arm("B", rows, keyed(h), loss))}
                      for g, h in itertools.combinations(sets, 2)]
+        if "nesting" in tests:  # the check that decides a recipe, per set and A/A between sets: its own noise
+            nest = {k: {"nest": rows[k]["cut"][short]["log_loss"] - base[k]["test"]["log_loss"],
+                        "n_scored": rows[k]["n_scored"]} for k in keys}
+
+            def cut(r):
+                return r["cut"][short]["log_loss"]
+            for x, g in zip(out["sets"], sets):
+                x["nesting"] = _both(_arm(f"N={short}", base, keyed(g), loss), _arm(f"N={longest} cut", rows, keyed(g), cut))
+            out["aa_nesting"] = [{"seeds": [g, h], **_both(_arm("A", nest, keyed(g), lambda r: r["nest"]),
+                                                           _arm("B", nest, keyed(h), lambda r: r["nest"]))}
+                                 for g, h in itertools.combinations(sets, 2)]
     return out
 
 
@@ -661,7 +672,9 @@ def render(summary: dict) -> str:
         if sets:
             lines += ["", f"By seed set ({SEED_SET} seeds, as one published run trains): the longest N minus the short N "
                       "per set, and A/A at the longest N between sets (disjoint seeds of one configuration: the true "
-                      "difference is 0), test log-loss, by the fold t and the crossed test.", "",
+                      "difference is 0), test log-loss, by the fold t and the crossed test; then the nesting check per "
+                      "set and its A/A between sets (the differences of the same check's values: how far one "
+                      "recipe's check moves with the seed set alone).", "",
                       "| candidate | source | N | comparison | difference | fold t p | crossed p |", "|---|---|---|---|---|---|---|"]
             for run, e in sets:
                 def seeds_of(g):
@@ -675,6 +688,17 @@ def render(summary: dict) -> str:
                     lines.append(f"| {_label(run)} | {run['source']} | {e['n']} | A/A: seeds {seeds_of(h)} minus "
                                  f"{seeds_of(g)} | {_f(x['estimate'], '+.5f')} | {_f(x['fold_t_p'], '.3g')} "
                                  f"| {_f(x['crossed_p'], '.3g')} |")
+                short_n = summary.get("short", SHORT)
+                for x in e["sets"]:
+                    if (c := x.get("nesting")) is not None:
+                        lines.append(f"| {_label(run)} | {run['source']} | {e['n']} | seeds {seeds_of(x['seeds'])}: "
+                                     f"nesting (N={e['n']} cut to {short_n} minus {short_n}) | {_f(c['estimate'], '+.5f')} "
+                                     f"| {_f(c['fold_t_p'], '.3g')} | {_f(c['crossed_p'], '.3g')} |")
+                for x in e.get("aa_nesting", ()):
+                    g, h = x["seeds"]
+                    lines.append(f"| {_label(run)} | {run['source']} | {e['n']} | A/A of the nesting check: seeds "
+                                 f"{seeds_of(h)} minus {seeds_of(g)} | {_f(x['estimate'], '+.5f')} "
+                                 f"| {_f(x['fold_t_p'], '.3g')} | {_f(x['crossed_p'], '.3g')} |")
     for run in summary["runs"]:
         if (vs := run.get("versus")) and vs.get("pairs"):
             lines += ["", f"Paired with {', '.join(f'`{f}`' for f in vs['folders'])} at N={vs['n']} (the same fold "

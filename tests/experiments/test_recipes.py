@@ -302,6 +302,12 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     sets = effects[("short-mix", "long-memory")]["sets"]
     assert [x["fold_t_p"] < 0.05 for x in sets] == [True, True, False]
     assert all(x["crossed_p"] > 0.1 for x in sets + effects[("short-mix", "long-memory")]["aa"])
+    # the nesting check's own A/A: each seed set of short-mix passes it on the echo, at means from -0.0004
+    # to +0.0036, so the seed set alone moves the check by up to 0.004 nats per bar (none significant)
+    assert [round(x["nesting"]["estimate"], 5) for x in sets] == [-0.0004, 0.0011, 0.00362]
+    nesting_aa = effects[("short-mix", "long-memory")]["aa_nesting"]
+    assert [round(x["estimate"], 5) for x in nesting_aa] == [0.00149, 0.00402, 0.00253]
+    assert all(x["fold_t_p"] > 0.05 for x in nesting_aa + [x["nesting"] for x in sets])
 
 
 def test_the_fast_average_passes_both_nesting_checks_and_keeps_every_finder(monkeypatch):
