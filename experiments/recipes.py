@@ -502,6 +502,57 @@ def seed_effects(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -
     return out
 
 
+def skill_and_step(by_n: dict[int, dict], short: int = SHORT, min_runs: int = 10) -> dict | None:
+    """At the longest N: are the runs that lost more short-range skill (the nesting check's value per
+    run: the model cut to `short` bars minus the N=`short` model, test log-loss) the ones kept at an
+    earlier step? Spearman's rho within folds (of the values and steps less their fold's means: runs
+    of one fold share their bars); its p by permuting the kept steps among the runs of each fold,
+    two-sided; and the mean value of the runs kept before the median kept step and at or after it."""
+    longest = max(by_n)
+    if longest <= short or short not in by_n:
+        return None
+    rows, base = by_n[longest], by_n[short]
+    keys = sorted(k for k in set(rows) & set(base)
+                  if "log_loss" in rows[k]["cut"].get(short, {}) and rows[k].get("best_step") is not None)
+    if len(keys) < min_runs:
+        return None
+    value = np.array([rows[k]["cut"][short]["log_loss"] - base[k]["test"]["log_loss"] for k in keys])
+    step = np.array([rows[k]["best_step"] for k in keys], dtype=np.float64)
+    folds = np.array([f for f, _ in keys])
+
+    def ranks(x):  # average ranks (ties share), as Spearman's rho takes them
+        order = np.argsort(x, kind="stable")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=np.float64)
+        for v in np.unique(x):
+            r[x == v] = r[x == v].mean()
+        return r
+
+    def within(x):  # each fold's mean removed: the association within folds, not between them
+        return x - np.array([x[folds == f].mean() for f in folds])
+
+    if np.allclose(within(value), 0, atol=1e-12) or np.allclose(within(step), 0, atol=1e-9):
+        return None  # nothing varies within a fold: nothing to read
+    rv, rs = ranks(within(value)), ranks(within(step))
+    rng = np.random.default_rng(0)
+    null_ranks = np.tile(rs, (PERMUTATIONS, 1))
+    for f in np.unique(folds):  # the kept steps' ranks permuted within each fold
+        idx = np.flatnonzero(folds == f)
+        null_ranks[:, idx] = rng.permuted(null_ranks[:, idx], axis=1)
+
+    def rho(a, b):
+        a, b = a - a.mean(axis=-1, keepdims=True), b - b.mean(axis=-1, keepdims=True)
+        return (a * b).sum(axis=-1) / np.sqrt((a * a).sum(axis=-1) * (b * b).sum(axis=-1))
+
+    observed = float(rho(rv, rs))
+    null = rho(rv[None, :], null_ranks)
+    median = float(np.median(step))
+    return {"n": longest, "runs": len(keys), "rho": observed,
+            "p": float((1 + (np.abs(null) >= abs(observed) - 1e-12).sum()) / (1 + PERMUTATIONS)),
+            "median_step": median, "early": float(value[step < median].mean()) if (step < median).any() else None,
+            "late": float(value[step >= median].mean())}
+
+
 def _both(a: Runs, b: Runs) -> dict:
     r = crossed_seed_test(a, b)
     return {"estimate": r.estimate, "fold_t_p": r.fold_t_p, "crossed_p": r.p}
@@ -549,6 +600,7 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
                     run["per_n"][max(by_n)]["stopping"] = record
                 run["as_restarts"] = restarts_rule(by_n, bar, short)
                 run["seed_effects"] = seed_effects(by_n, bar, short)
+                run["skill_and_step"] = skill_and_step(by_n, short)
                 others = [r for r in (v / name / source for v in versus) if RunFolder(r).exists()]
                 if others and (longest := max(by_n)) in (theirs := pooled_runs(others, source)[1]):
                     run["versus"] = {"folders": list(map(str, others)), "n": longest,
@@ -648,6 +700,21 @@ def render(summary: dict) -> str:
         for run, n, x in screens:
             lines.append(f"| {_label(run)} | {run['source']} | {n} | {x['k']} | {x['step']} | {x['found']} of {x['of']} "
                          f"({x['found'] / x['of']:.0%}) | {x['groups_found']} of {x['groups']} | {x['cost']:.2f}x |")
+    steps = [(run, x) for run in summary["runs"] if (x := run.get("skill_and_step"))]
+    if steps:
+        lines += ["", "## Short-range skill and the kept step", "",
+                  "At the longest N, each run's nesting value (its model cut to the short N minus the short-N "
+                  "model, test log-loss; > 0: short-range skill lost) against the step its kept weights are from: "
+                  "Spearman's rho within folds (each fold's means removed), its p by permuting the kept steps "
+                  "among the runs of each fold "
+                  f"({PERMUTATIONS:,} permutations, two-sided), and the mean value of the runs kept before the "
+                  "median step and at or after it.", "",
+                  "| candidate | source | N | runs | rho within folds (nesting value, kept step) | p | median kept step "
+                  "| nesting, kept earlier | nesting, kept later |", "|---|---|---|---|---|---|---|---|---|"]
+        for run, x in steps:
+            lines.append(f"| {_label(run)} | {run['source']} | {x['n']} | {x['runs']} | {_f(x['rho'], '+.2f')} "
+                         f"| {_f(x['p'], '.3g')} | {x['median_step']:g} | {_f(x['early'], '+.5f')} "
+                         f"| {_f(x['late'], '+.5f')} |")
     effects = [(run, e) for run in summary["runs"] if (e := run.get("seed_effects"))]
     if effects:
         lines += ["", "## Seeds as initial weights", "",

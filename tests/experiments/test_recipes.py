@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 import re
 
+import numpy as np
 import pytest
 
 from tests.conftest import load_experiment
@@ -86,6 +87,28 @@ def test_a_finished_run_is_read_as_a_sources_baseline_and_never_run_again(run, t
 def test_a_bad_baseline_is_refused_in_one_line(text, rule):
     with pytest.raises(Exception, match=rule):
         recipes._baseline(text)
+
+
+def test_skill_and_step_reads_the_association_within_folds():
+    """A planted within-fold association (later kept step, less skill lost) gives rho near -1 and a small
+    permutation p; one between folds only (each fold's runs alike) gives nothing within them."""
+    def by_n(value_of):
+        rows, base = {}, {}
+        for f in range(5):
+            for s in range(3):
+                step = 100 * (s + 1) + 7 * f
+                rows[(f, s)] = {"best_step": step, "cut": {512: {"log_loss": 1.0 + value_of(f, s)}}}
+                base[(f, s)] = {"test": {"log_loss": 1.0}}
+        return {512: base, 32768: rows}
+
+    within = recipes.skill_and_step(by_n(lambda f, s: 0.003 - 0.001 * s + 0.0001 * ((f * 7) % 3)))
+    assert within["runs"] == 15 and within["rho"] < -0.9 and within["p"] < 0.01
+    assert within["early"] > within["late"]
+    # a strong fold effect that rises with the folds' steps, and within folds a pattern unrelated to them
+    between = recipes.skill_and_step(by_n(lambda f, s: 0.001 * f + 0.0001 * ((s + f) % 3 - 1)))
+    assert abs(between["rho"]) < 0.2 and between["p"] > 0.3
+    assert recipes.skill_and_step(by_n(lambda f, s: 0.001 * f)) is None  # nothing varies within a fold
+    assert recipes.skill_and_step(by_n(lambda f, s: 0.001 * s), min_runs=16) is None  # too few runs
 
 
 def test_found_counts_the_cells_at_or_past_the_controls_bar():
@@ -305,6 +328,13 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
     # the nesting check's own A/A: each seed set of short-mix passes it on the echo, at means from -0.0004
     # to +0.0036, so the seed set alone moves the check by up to 0.004 nats per bar (none significant)
     assert [round(x["nesting"]["estimate"], 5) for x in sets] == [-0.0004, 0.0011, 0.00362]
+    # within a recipe with short windows, the runs kept at earlier steps lost more short-range skill
+    # (within folds); without them (the published default) the echo's long runs lose it at any step
+    steps = {(r["candidate"], r["source"]): r["skill_and_step"] for r in main["runs"] if r.get("skill_and_step")}
+    assert steps[("short-mix", "long-memory")]["runs"] == 45 and steps[("short-mix", "long-memory")]["rho"] < -0.7
+    assert all(steps[k]["p"] < 0.05 for k in (("short-mix", "long-memory"), ("short-mix", "regime"),
+                                              ("short-mix-ema-fast", "regime")))
+    assert steps[("baseline", "long-memory")]["p"] > 0.05
     nesting_aa = effects[("short-mix", "long-memory")]["aa_nesting"]
     assert [round(x["estimate"], 5) for x in nesting_aa] == [0.00149, 0.00402, 0.00253]
     assert all(x["fold_t_p"] > 0.05 for x in nesting_aa + [x["nesting"] for x in sets])
@@ -375,3 +405,23 @@ def test_the_fast_average_passes_both_nesting_checks_and_keeps_every_finder(monk
     saved = [len(RunFolder(pools / f"unfinished-echo-seed{s}/short-mix-ema-fast/long-memory").saved_cell_keys())
              for s in (3, 4, 5)]
     assert saved == [3, 4, 4]
+
+
+def test_the_echos_finders_kept_the_short_range_within_every_fold(monkeypatch):
+    """short-mix on the echo, nine seeds (reports/recipes/README.md, seventh screen): within each
+    fold, the runs that found the echo lost less short-range skill than those that missed it
+    (fold means of finders minus misses, -0.0041 nats per bar on average, all five negative)."""
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    pools = Path("reports/recipes/pools")
+    shared, by_n = recipes.pooled_runs([Path("reports/recipes/short-mix/long-memory"), pools / "seeds12/short-mix/long-memory",
+                                        *(pools / f"seed{s}/short-mix/long-memory" for s in range(3, 9))], "long-memory")
+    bar = recipes.control_found_bar(shared["data"])
+    long, short = by_n[32768], by_n[512]
+    value = {k: long[k]["cut"][512]["log_loss"] - short[k]["test"]["log_loss"] for k in long}
+    found = {k: long[k]["hit_rate"] >= bar for k in long}
+    differences = [np.mean([v for k, v in value.items() if k[0] == f and found[k]])
+                   - np.mean([v for k, v in value.items() if k[0] == f and not found[k]]) for f in range(5)]
+    assert len(value) == 45 and all(d < 0 for d in differences)
+    assert np.mean(differences) == pytest.approx(-0.0041, abs=5e-5)
