@@ -20,9 +20,11 @@ OUT/summary.md and summary.json, per candidate, source and N, from the cells' su
   flat-vs-move and up-vs-down parts; and on the positive control the cells that found the echo;
 * at the longest N of a control: found against stopped, validated restarts (best of k seeds by
   validation, and the cells read as `train.restarts=k`), every N read as `train.restarts=k` with
-  its nesting check (the rule itself), screened restarts simulated from the validation curves, and
-  seeds as initial weights (found per seed, its spread against a within-fold permutation, and the
-  longest N minus 512 by the fold t and by `tsflash.stats.runs.crossed_seed_test`).
+  its nesting check (the rule itself), screened restarts simulated from the validation curves (the
+  engine's rule, `train.restart_screen`), each run's nesting value against its kept step (within
+  folds), and seeds as initial weights (found per seed, its spread against a within-fold
+  permutation, the longest N minus 512 by the fold t and by `tsflash.stats.runs.crossed_seed_test`,
+  and per set of three seeds the nesting check with its A/A between sets).
 
 BTC test metrics are never read: a cell is reduced to `validation_view` as it is loaded, and only a
 control source's cells also pass through `test_view`, which refuses any other source (the BTC runs'
