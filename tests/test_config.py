@@ -330,7 +330,7 @@ def test_fields_added_later_leave_older_configs_unchanged():
                                 "model.residual", "model.norm", "eval.context_cuts", "eval.strategy",
                                 "eval.entry_threshold", "model.patch", "train.ema_decay", "train.schedule",
                                 "train.decay_fraction", "train.short_fraction", "train.short_length", "train.restarts",
-                                "train.restart_screen",
+                                "train.restart_screen", "train.keep_from",
                                 "eval.seed_inference", "eval.probe"}
 
 

@@ -20,7 +20,8 @@ RECIPES = {"ema": {"ema_decay": 0.8}, "wsd": {"schedule": "wsd", "decay_fraction
            "wsd-ema": {"schedule": "wsd", "decay_fraction": 0.5, "ema_decay": 0.8},
            "short": {"short_fraction": 0.5, "short_length": 16},
            # the chosen recipe's pair (reports/recipes, seventh screen), at toy size
-           "short-ema": {"short_fraction": 0.5, "short_length": 16, "ema_decay": 0.8}}
+           "short-ema": {"short_fraction": 0.5, "short_length": 16, "ema_decay": 0.8},
+           "keep-from": {"keep_from": 12}}
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +159,8 @@ def test_the_defaults_leave_checkpoints_as_they_were(validated, tmp_path):
 
     settings, _ = _model_config(validated.cfg, 5, None)
     tc = validated.cfg.train
-    recipe = ("ema_decay", "schedule", "decay_fraction", "short_fraction", "short_length", "restarts", "restart_screen")
+    recipe = ("ema_decay", "schedule", "decay_fraction", "short_fraction", "short_length", "restarts", "restart_screen",
+              "keep_from")
     before = {k: v for k, v in dataclasses.asdict(tc).items() if k not in recipe}
     from tsflash.engine import _checkpoint
 
@@ -208,3 +210,30 @@ def test_short_windows_replace_a_share_of_the_long_batch_under_one_loss(fixed, m
 
     with pytest.raises(UserError, match=r"train.short_fraction=0.3 of the batch of 32 windows at N=64 is 9.6 windows"):
         engine.run_fold(fixed, 64, 1, 0, train_overrides=over | {"short_fraction": 0.3})
+
+
+def test_keep_from_starts_the_stopping_rule_and_the_kept_weights_at_its_step(validated, uninterrupted):
+    """train.keep_from=12: the same training up to step 12 as the plain run (which stops earlier),
+    then the stopping rule from there; the kept weights are the best validated at or after 12."""
+    plain, late = engine.run_fold(validated, 32, 1, 0), uninterrupted["keep-from"]
+    assert plain.cost["stop_step"] < 12 <= late.cost["best_step"] <= late.cost["stop_step"]
+    c, p = late.cost["curve"], plain.cost["curve"]
+    before = [i for i, s in enumerate(c["step"]) if s < 12]
+    assert [c["val_loss"][i] for i in before] == p["val_loss"][:len(before)]  # the same run until then
+    after = [v for s, v in zip(c["step"], c["val_loss"]) if s >= 12]
+    assert late.cost["best_val_loss"] == min(after) and min(after) > min(c["val_loss"])  # an earlier step was lower
+    # patience counts from step 12: two evaluations without improvement after the best, then the stop
+    assert late.cost["stop_step"] == late.cost["best_step"] + 2 * 3 or late.cost["stop_step"] == validated.cfg.train.steps
+
+
+def test_keep_from_needs_a_tail_and_a_step_within_the_run_and_says_so():
+    from tsflash.config import recipe_words
+    from tsflash.errors import UserError
+
+    with pytest.raises(UserError, match=r"train.keep_from=5 .* needs splits.val_days > 0, got 0"):
+        tiny_cfg(train={"keep_from": 5})
+    with pytest.raises(UserError, match=r"train.keep_from=41 must be at most train.steps=40"):
+        tiny_cfg(**{**VALIDATED, "train": {**VALIDATED["train"], "keep_from": 41}})
+    cfg = tiny_cfg(**{**VALIDATED, "train": {**VALIDATED["train"], "keep_from": 12}})
+    assert "no early stop before step 12" in recipe_words(cfg.to_dict()["train"])
+    assert "keep_from" not in tiny_cfg(**VALIDATED).to_dict()["train"]  # the default: published hashes kept

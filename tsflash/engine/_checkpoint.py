@@ -41,7 +41,7 @@ IDENTITY_ADDED_LATER = {"residual": ADDED_LATER["model.residual"], "norm": ADDED
 # Train settings added after checkpoints were written (the recipe's), left out of the identity likewise.
 TRAIN_IDENTITY_ADDED_LATER = {k: ADDED_LATER[f"train.{k}"] for k in ("ema_decay", "schedule", "decay_fraction",
                                                                      "short_fraction", "short_length", "restarts",
-                                                                     "restart_screen")}
+                                                                     "restart_screen", "keep_from")}
 # TrainingState fields added later: left out of the saved dict while None, so a cell without them
 # writes the dict every older checkpoint holds.
 STATE_ADDED_LATER = ("average", "rewind", "decay")

@@ -425,7 +425,7 @@ def _validate(state: TrainingState, model, optimizer, val_loss, tc: TrainConfig,
     with _averaged_weights(model, state.average):
         val = _evaluating(model, val_loss)  # a float: the device has finished
         # no early stop within the decay: it is short, and its end is the annealed model
-        improved = _evaluate_and_stop(state, model, val, tc.patience if state.decay is None else 0)
+        improved = _evaluate_and_stop(state, model, val, tc.patience if state.decay is None else 0, tc.keep_from)
     if state.val_seconds is not None:  # None: resumed from a checkpoint that did not record it
         state.val_seconds += time.perf_counter() - t0
     if improved and rewinds and state.decay is None:
@@ -572,16 +572,19 @@ def _evaluating(model, fn):
         model.train()
 
 
-def _evaluate_and_stop(state: TrainingState, model, val: float, patience: int) -> bool:
+def _evaluate_and_stop(state: TrainingState, model, val: float, patience: int, keep_from: int = 0) -> bool:
     """Append (step, mean training loss since the last evaluation, val) to the curve; keep the best
-    weights (on the host); stop after `patience` evaluations without improvement (0 = never).
-    Returns whether `val` is a new best."""
+    weights (on the host); stop after `patience` evaluations without improvement (0 = never). Before
+    step `keep_from` an evaluation is only recorded: it neither keeps weights nor counts towards
+    patience (train.keep_from). Returns whether `val` is a new best."""
     curve, step = state.curve, state.step
     since = step - (curve["step"][-1] if curve["step"] else 0)
     curve["step"].append(step)
     curve["train_loss"].append(float(state.loss_sum) / since)
     curve["val_loss"].append(val)
     state.loss_sum = 0.0
+    if step < keep_from:
+        return False
     if val < state.best_loss:
         state.best_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         state.best_loss, state.best_step, state.bad_evals = val, step, 0
@@ -604,7 +607,7 @@ def _training_record(state: TrainingState, tc: TrainConfig, validated: bool, mod
               "best_val_loss": state.best_loss if validated else None, "stop_step": state.step,
               "max_steps": tc.steps, "eval_every": tc.eval_every if validated else None,
               "patience": tc.patience if validated else None, "lr": tc.lr}
-    if tc.schedule != "cosine" or tc.ema_decay or tc.short_fraction:
+    if tc.schedule != "cosine" or tc.ema_decay or tc.short_fraction or tc.keep_from:
         record["recipe"] = _recipe_record(state, tc, state.best_step if validated else state.step)
     return record
 
@@ -617,7 +620,7 @@ def _recipe_record(state: TrainingState, tc: TrainConfig, kept: int) -> dict:
     rewound = decay is not None and decay["from"] is not None and kept > decay["start"]
     updates = decay["from"] + kept - decay["start"] if rewound else kept
     return {"schedule": tc.schedule, "ema_decay": tc.ema_decay, "short_fraction": tc.short_fraction, "decay": decay,
-            "kept_updates": updates,
+            **({"keep_from": tc.keep_from} if tc.keep_from else {}), "kept_updates": updates,
             "kept_lr_ratio": _learning_rate(kept - 1, tc, state) / tc.lr if kept else None}
 
 
