@@ -78,6 +78,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import rankdata
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -491,8 +492,7 @@ def seed_effects(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -
         out["aa"] = [{"seeds": [g, h], **_both(_arm("A", rows, keyed(g), loss), _arm("B", rows, keyed(h), loss))}
                      for g, h in itertools.combinations(sets, 2)]
         if "nesting" in tests:  # the check that decides a recipe, per set and A/A between sets: its own noise
-            nest = {k: {"nest": rows[k]["cut"][short]["log_loss"] - base[k]["test"]["log_loss"],
-                        "n_scored": rows[k]["n_scored"]} for k in keys}
+            nest = {k: {"nest": nesting_value(rows[k], base[k], short), "n_scored": rows[k]["n_scored"]} for k in keys}
 
             def cut(r):
                 return r["cut"][short]["log_loss"]
@@ -502,6 +502,12 @@ def seed_effects(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -
                                                            _arm("B", nest, keyed(h), lambda r: r["nest"]))}
                                  for g, h in itertools.combinations(sets, 2)]
     return out
+
+
+def nesting_value(long_row: dict, short_row: dict, short: int = SHORT) -> float:
+    """One run's nesting value: its long-N model cut to `short` bars minus the N=`short` model of the
+    same fold and seed, test log-loss per bar (> 0: short-range skill lost)."""
+    return long_row["cut"][short]["log_loss"] - short_row["test"]["log_loss"]
 
 
 def skill_and_step(by_n: dict[int, dict], short: int = SHORT, min_runs: int = 10) -> dict | None:
@@ -518,24 +524,17 @@ def skill_and_step(by_n: dict[int, dict], short: int = SHORT, min_runs: int = 10
                   if "log_loss" in rows[k]["cut"].get(short, {}) and rows[k].get("best_step") is not None)
     if len(keys) < min_runs:
         return None
-    value = np.array([rows[k]["cut"][short]["log_loss"] - base[k]["test"]["log_loss"] for k in keys])
+    value = np.array([nesting_value(rows[k], base[k], short) for k in keys])
     step = np.array([rows[k]["best_step"] for k in keys], dtype=np.float64)
     folds = np.array([f for f, _ in keys])
-
-    def ranks(x):  # average ranks (ties share), as Spearman's rho takes them
-        order = np.argsort(x, kind="stable")
-        r = np.empty(len(x))
-        r[order] = np.arange(len(x), dtype=np.float64)
-        for v in np.unique(x):
-            r[x == v] = r[x == v].mean()
-        return r
 
     def within(x):  # each fold's mean removed: the association within folds, not between them
         return x - np.array([x[folds == f].mean() for f in folds])
 
-    if np.allclose(within(value), 0, atol=1e-12) or np.allclose(within(step), 0, atol=1e-9):
+    value_within, step_within = within(value), within(step)
+    if np.allclose(value_within, 0, atol=1e-12) or np.allclose(step_within, 0, atol=1e-9):
         return None  # nothing varies within a fold: nothing to read
-    rv, rs = ranks(within(value)), ranks(within(step))
+    rv, rs = rankdata(value_within), rankdata(step_within)  # average ranks, as Spearman's rho takes them
     rng = np.random.default_rng(0)
     null_ranks = np.tile(rs, (PERMUTATIONS, 1))
     for f in np.unique(folds):  # the kept steps' ranks permuted within each fold

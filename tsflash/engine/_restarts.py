@@ -51,6 +51,12 @@ def restart_seeds(seed: int, restarts: int) -> list[int]:
     return [restarts * seed + r for r in range(restarts)]
 
 
+def _with_others(kept: dict, others: list[dict]) -> dict:
+    """The kept training's cost with the other trainings' SUMMED_COST columns added: a cell costs all
+    of its trainings (`others`: their cost records, or a screened restart's `train_until` record)."""
+    return dict(kept) | {c: (kept.get(c) or 0.0) + sum(o.get(c) or 0.0 for o in others) for c in SUMMED_COST if c in kept}
+
+
 def cell_steps(tc: TrainConfig) -> int:
     """The most optimizer steps one cell trains over its restarts: k x train.steps, or screened
     (k - 1) x S + train.steps (each restart to S, the kept one on to the end)."""
@@ -88,7 +94,7 @@ def run_cell(prepared: Prepared, n: int, fold: int, seed: int, device=None, chec
     log.debug("fold %d n=%d seed=%d: restart %d of %d kept (validation losses %s)", fold, n, seed, kept, restarts,
               ", ".join(f"{v:.5f}" for v in losses))
     best = results[kept]
-    cost = dict(best.cost) | {k: sum(res.cost.get(k) or 0.0 for res in results) for k in SUMMED_COST if k in best.cost}
+    cost = _with_others(best.cost, [res.cost for r, res in enumerate(results) if r != kept])
     cost["restarts"] = {"count": restarts, "kept": kept, "seeds": restart_seeds(seed, restarts),
                         "best_val_loss": losses, "best_step": [res.cost.get("best_step") for res in results],
                         "train_seconds": [res.cost.get("train_seconds") for res in results]}
@@ -118,8 +124,7 @@ def _screened_cell(prepared: Prepared, n: int, fold: int, seed: int, device, che
     log.debug("fold %d n=%d seed=%d: restart %d of %d kept at step %d (validation losses %s)", fold, n, seed, kept, k,
               screen, ", ".join(f"{v:.5f}" for v in losses))
     others = [s for r, s in enumerate(screened) if r != kept]  # the kept one's screening is in its own cost
-    cost = dict(best.cost) | {c: (best.cost.get(c) or 0.0) + sum(s.get(c) or 0.0 for s in others)
-                              for c in SUMMED_COST if c in best.cost}
+    cost = _with_others(best.cost, others)
     cost["restarts"] = {"count": k, "kept": kept, "seeds": seeds, "screen": screen, "best_val_loss": losses,
                         "steps": [s["steps"] for s in screened],
                         "train_seconds": [s["train_seconds"] for s in screened]}
