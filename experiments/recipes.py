@@ -139,6 +139,12 @@ NESTING_PARTS = ("log_loss", "move_log_loss", "direction_log_loss")  # total, fl
 # the validated restarts' tables (the rule, screened): k up to 5; screened at these steps of the 600-step limit
 MAX_SCREENED_K = 5
 SCREEN_STEPS = (100, 200, 300, 400)
+# the rule's own table (nesting check and found at the rule): unscreened and the screens a plan would use
+RULE_SCREENS = (None, 300, 400)
+# deliverable 5's bar (the echo found in at least 12 of 15 N=32768 runs) and how surely the rule's
+# restarts must clear it: the cheapest k (and screen) whose estimated chance is at least this
+FOUND_BAR = (12, 15)
+CHOICE_PROBABILITY = 0.9
 # the decay's extra share of a "wsd" cell (module doc), for the plan
 WSD_EXTRA = 0.13
 
@@ -361,13 +367,17 @@ def as_restarts(rows: dict[tuple[int, int], dict], bar: float | None, k: int) ->
     return _kept_found(list(_restart_groups(rows, k).values()), bar, k)
 
 
-def kept_by_restarts(by_n: dict[int, dict], k: int) -> dict[int, dict[tuple[int, int], dict]]:
+def kept_by_restarts(by_n: dict[int, dict], k: int, screen: int | None = None) -> dict[int, dict[tuple[int, int], dict]]:
     """{N: {(fold, s): the kept cell}}: every N read as `train.restarts=k` (the lowest validation
-    loss of each group kept, the same rule at every N), for the nesting check of the rule itself."""
+    loss of each group kept, the same rule at every N), for the nesting check of the rule itself.
+    With `screen`, the engine's screened restarts (`train.restart_screen`): the lowest validation
+    loss seen by that step picks the restart, whose full run is the kept cell (a continued restart
+    is its full run, bit for bit: tests/engine/test_restarts.py)."""
+    pick = validated_best if screen is None else (lambda cells: screened_best(cells, screen))
     out = {}
     for n, rows in by_n.items():
         if groups := _restart_groups(rows, k):
-            out[n] = {key: validated_best(cells) for key, cells in groups.items()}
+            out[n] = {key: pick(cells) for key, cells in groups.items()}
     return out
 
 
@@ -378,6 +388,11 @@ def _seen_loss(row: dict, step: int) -> float:
 
     return lowest_val_loss_by({"step": [s for s, _ in row["val_curve"]], "val_loss": [v for _, v in row["val_curve"]]},
                               step)
+
+
+def screened_best(cells, step: int) -> dict:
+    """Of cells of one fold and N, the one screened restarts keep: the lowest validation loss by `step`."""
+    return min(cells, key=lambda r: _seen_loss(r, step))
 
 
 def screened(rows: dict[tuple[int, int], dict], bar: float | None, k: int, step: int) -> dict | None:
@@ -394,7 +409,7 @@ def screened(rows: dict[tuple[int, int], dict], bar: float | None, k: int, step:
     groups = list(_restart_groups(rows, k).values())
 
     def kept(cells):
-        return min(cells, key=lambda r: _seen_loss(r, step))
+        return screened_best(cells, step)
 
     trained = sum(sum(min(step, r["stop_step"]) for r in c) + max(0, kept(c)["stop_step"] - step) for c in subsets)
     one_run = sum(r["stop_step"] for c in subsets for r in c) / k
@@ -424,17 +439,36 @@ def paired_outcomes(rows: dict[tuple[int, int], dict], other: dict[tuple[int, in
             "found_here": sum(here), "found_there": sum(there)}
 
 
+def restarts_choice(best: list[dict], screens: list[dict]) -> dict | None:
+    """The restarts' options (every k-subset's found rate: `best_of` unscreened at a cost of k runs,
+    `screened` at its simulated cost), each with its chance of clearing `FOUND_BAR` in independent
+    cells (binomial at that rate), and the cheapest whose chance is at least `CHOICE_PROBABILITY`."""
+    from scipy.stats import binom
+
+    need, cells = FOUND_BAR
+    options = sorted([{"k": b["k"], "screen": None, "rate": b["found"] / b["of"], "cost": float(b["k"])} for b in best]
+                     + [{"k": x["k"], "screen": x["step"], "rate": x["found"] / x["of"], "cost": x["cost"]} for x in screens],
+                     key=lambda o: (o["cost"], o["k"]))
+    if not options:
+        return None
+    for o in options:
+        o["p_bar"] = float(binom.sf(need - 1, cells, o["rate"]))
+    chosen = next((o for o in options if o["p_bar"] >= CHOICE_PROBABILITY), None)
+    return {"options": options, "chosen": chosen}
+
+
 def who_found(rows: dict[tuple[int, int], dict], bar: float | None, max_steps: int) -> dict | None:
     """At the longest N: `stopping`, with the validated choices among seeds beside it (`best_of` and
     `as_restarts` for every k up to the seeds there are, `validation_prefers_finders`)."""
     if not (record := stopping(rows, bar, max_steps)):
         return None
     seeds = len({s for _f, s in rows})
-    return record | {"best_of": [b for k in range(2, seeds + 1) if (b := best_of(rows, bar, k))],
-                     "validation": validation_prefers_finders(rows, bar),
+    best = [b for k in range(2, seeds + 1) if (b := best_of(rows, bar, k))]
+    screens = [r for k in range(2, min(seeds, MAX_SCREENED_K) + 1) for step in SCREEN_STEPS
+               if seeds >= 3 and (r := screened(rows, bar, k, step))]
+    return record | {"best_of": best, "validation": validation_prefers_finders(rows, bar),
                      "restarts": [r for k in range(2, seeds + 1) if (r := as_restarts(rows, bar, k)) and r["of"]],
-                     "screened": [r for k in range(2, min(seeds, MAX_SCREENED_K) + 1) for step in SCREEN_STEPS
-                                  if seeds >= 3 and (r := screened(rows, bar, k, step))]}
+                     "screened": screens, "choice": restarts_choice([b for b in best if b["k"] <= MAX_SCREENED_K], screens)}
 
 
 PERMUTATIONS = 20000  # of the per-seed found counts, within folds (seeded: the summary recomputes)
@@ -560,18 +594,20 @@ def _both(a: Runs, b: Runs) -> dict:
 
 
 def restarts_rule(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -> list[dict]:
-    """Per k >= 2 with complete groups at every N: the run read as `train.restarts=k`
-    (`kept_by_restarts`), its test log-loss per N, found at the longest N, and its nesting check."""
+    """Per k >= 2 with complete groups at every N and per screen of `RULE_SCREENS`: the run read as
+    `train.restarts=k` (`kept_by_restarts`), its test log-loss per N, found at the longest N, and its
+    nesting check."""
     seeds = min(len({s for _f, s in rows}) for rows in by_n.values())
     out = []
     for k in range(2, min(seeds, MAX_SCREENED_K) + 1):
-        kept = kept_by_restarts(by_n, k)
-        if set(kept) != set(by_n) or short not in kept:
-            continue
-        longest = max(kept)
-        out.append({"k": k, "cells": {n: len(r) for n, r in kept.items()},
-                    "test_log_loss": {n: per_n(r).get("test_log_loss") for n, r in kept.items()},
-                    "found": found_rate(kept[longest], bar), "nesting": nesting(kept, short)})
+        for screen in RULE_SCREENS:
+            kept = kept_by_restarts(by_n, k, screen)
+            if set(kept) != set(by_n) or short not in kept:
+                continue
+            longest = max(kept)
+            out.append({"k": k, "screen": screen, "cells": {n: len(r) for n, r in kept.items()},
+                        "test_log_loss": {n: per_n(r).get("test_log_loss") for n, r in kept.items()},
+                        "found": found_rate(kept[longest], bar), "nesting": nesting(kept, short)})
     return out
 
 
@@ -675,15 +711,17 @@ def render(summary: dict) -> str:
                   "complete groups), the lowest validation loss of each group kept, the same rule at every N; "
                   "the kept cells' test log-loss, found and nesting check (over the kept cells as training runs). "
                   "Parts: total, flat-vs-move.", "",
-                  "| candidate | source | k | kept cells per N | test log-loss per N | found at the longest N "
-                  "| nesting (log-loss) | nesting (flat-vs-move) |", "|---|---|---|---|---|---|---|---|"]
+                  "Screened at S: the restart with the lowest validation loss by step S kept "
+                  "(`train.restart_screen=S`).", "",
+                  "| candidate | source | k | screened at | kept cells per N | test log-loss per N | found at the longest N "
+                  "| nesting (log-loss) | nesting (flat-vs-move) |", "|---|---|---|---|---|---|---|---|---|"]
         for run, r in rules:
             nest = {part: check for n, parts in r["nesting"].items() for part, check in parts.items()}
 
             def fmt(check):
                 return "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
                                                   f"{check['runs']} runs){' FAILS' if check['fails'] else ''}")
-            lines.append(f"| {_label(run)} | {run['source']} | {r['k']} | "
+            lines.append(f"| {_label(run)} | {run['source']} | {r['k']} | {r.get('screen') or '-'} | "
                          + ", ".join(f"{n}: {c}" for n, c in r["cells"].items()) + " | "
                          + ", ".join(f"{n}: {_f(v, '.5f')}" for n, v in r["test_log_loss"].items())
                          + f" | {'-' if r['found'] is None else str(r['found']) + ' of ' + str(r['cells'][max(r['cells'])])}"
@@ -701,6 +739,22 @@ def render(summary: dict) -> str:
         for run, n, x in screens:
             lines.append(f"| {_label(run)} | {run['source']} | {n} | {x['k']} | {x['step']} | {x['found']} of {x['of']} "
                          f"({x['found'] / x['of']:.0%}) | {x['groups_found']} of {x['groups']} | {x['cost']:.2f}x |")
+    choices = [(run, n, st["choice"]) for run, n, st in stops if st.get("choice") and len(st.get("best_of", ())) >= 3]
+    if choices:
+        need, cells = FOUND_BAR
+        lines += ["", "## Restarts k: the cheapest that clears the bar", "",
+                  f"Deliverable 5's bar: found in at least {need} of {cells} runs at the longest N. Each option's rate "
+                  "is its found rate over every k-subset of a fold's seeds (above), its chance of clearing the bar "
+                  f"the binomial's at that rate over {cells} independent runs, its cost in one run's steps; chosen: "
+                  f"the cheapest with a chance of at least {CHOICE_PROBABILITY:g} (read where the fold has at least "
+                  f"four seeds). Listed: unscreened and screened at {', '.join(map(str, RULE_SCREENS[1:]))} (every screen "
+                  "in summary.json).", "",
+                  "| candidate | source | N | k | screened at | found rate | chance of the bar | cost | chosen |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for run, n, c in choices:
+            for o in (o for o in c["options"] if o["screen"] in RULE_SCREENS or o is c["chosen"]):
+                lines.append(f"| {_label(run)} | {run['source']} | {n} | {o['k']} | {o['screen'] or '-'} | "
+                             f"{o['rate']:.3f} | {o['p_bar']:.3f} | {o['cost']:.2f}x | {'**yes**' if o is c['chosen'] else ''} |")
     steps = [(run, x) for run in summary["runs"] if (x := run.get("skill_and_step"))]
     if steps:
         lines += ["", "## Short-range skill and the kept step", "",

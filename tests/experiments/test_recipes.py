@@ -164,6 +164,22 @@ def test_a_screened_restart_keeps_the_best_shown_by_its_step_and_counts_the_step
     # every N read as train.restarts=2: each fold's kept cell is the one of lower validation loss
     kept = recipes.kept_by_restarts({32768: rows, 512: {(0, 0): cell(0.5, 100, {100: 1.0}), (0, 1): cell(0.5, 100, {100: 0.9})}}, 2)
     assert kept[32768][(0, 0)] is rows[(0, 0)] and kept[512][(0, 0)]["best_val_loss"] == 0.9
+    # screened: by step 100 the miss shows the lower loss and is kept; by step 300 the finder
+    assert recipes.kept_by_restarts({32768: rows}, 2, screen=100)[32768][(0, 0)] is rows[(0, 1)]
+    assert recipes.kept_by_restarts({32768: rows}, 2, screen=300)[32768][(0, 0)] is rows[(0, 0)]
+
+
+def test_the_restarts_choice_is_the_cheapest_option_that_clears_the_bar_surely_enough():
+    best = [{"k": 2, "found": 6, "of": 10}, {"k": 3, "found": 19, "of": 20}]
+    screens = [{"k": 3, "step": 300, "found": 18, "of": 20, "cost": 2.4}, {"k": 3, "step": 100, "found": 2, "of": 20, "cost": 1.2}]
+    choice = recipes.restarts_choice(best, screens)
+    # ordered by cost; k=2 (rate 0.6) and the step-100 screen (0.1) rarely reach 12 of 15
+    assert [(o["k"], o["screen"]) for o in choice["options"]] == [(3, 100), (2, None), (3, 300), (3, None)]
+    from scipy.stats import binom
+    assert choice["options"][2]["p_bar"] == pytest.approx(binom.sf(11, 15, 0.9))
+    assert (choice["chosen"]["k"], choice["chosen"]["screen"]) == (3, 300)  # 0.944 >= 0.9 at 2.4x, before 3x
+    assert recipes.restarts_choice([{"k": 2, "found": 1, "of": 10}], [])["chosen"] is None
+    assert recipes.restarts_choice([], []) is None
 
 
 def test_a_run_under_another_rule_is_paired_by_fold_and_seed(run, tmp_path, monkeypatch):
@@ -368,14 +384,13 @@ def test_the_fast_average_passes_both_nesting_checks_and_keeps_every_finder(monk
     assert len(fast) == 9 and on(fast, (0, 2)) == on(short_mix, (0, 2)) and len(on(short_mix, (0, 2))) == 5
     assert on(fast, (1,)) - short_mix == {(4, 1)} and on(short_mix, (1,)) - fast == {(1, 1)}
     assert len(wsd) == 5 and len(wsd & short_mix) == 4
-    # seeds 3-5 (11 of their 15 N=32768 cells): short-mix's finders and one more
-    rows, more, bar = cells(fast_roots + [pools / f"unfinished-echo-seed{s}/short-mix-ema-fast/long-memory" for s in (3, 4, 5)])
-    late = {k for k in rows if k[1] >= 3}
-    assert len(rows) == 26 and len(late) == 11 and on(more, (3, 4, 5)) == (on(short_mix, (3, 4, 5)) & late) | {(3, 4)}
+    # seeds 3-5 (eighth screen): short-mix's finders and one more
+    rows, more, bar = cells(fast_roots + [pools / f"seed{s}/short-mix-ema-fast/long-memory" for s in (3, 4, 5)])
+    assert len(rows) == 30 and on(more, (3, 4, 5)) == on(short_mix, (3, 4, 5)) | {(3, 4)}
     record = recipes.who_found(rows, bar, 600)
-    assert (record["found"], record["validation"]) == (13, {"pairs": 32, "finder_lower": 32})
-    assert record["best_of"][:3] == [{"k": 2, "found": 44, "of": 58}, {"k": 3, "found": 63, "of": 71},
-                                     {"k": 4, "found": 48, "of": 50}]
+    assert (record["found"], record["validation"]) == (14, {"pairs": 42, "finder_lower": 42})
+    assert record["best_of"][:3] == [{"k": 2, "found": 56, "of": 75}, {"k": 3, "found": 90, "of": 100},
+                                     {"k": 4, "found": 73, "of": 75}]
     both = recipes.summarize(recipes_dir, ("short-mix-ema-fast", "short-mix-wsd"), ("long-memory", "regime"),
                              pools=(pools / "seeds12", pools / "echo-seed1", pools / "regime-seed1", pools / "regime-seed2"))
     check = {(r["candidate"], r["source"]): r["nesting"][32768]["log_loss"] for r in both["runs"]}
@@ -402,9 +417,40 @@ def test_the_fast_average_passes_both_nesting_checks_and_keeps_every_finder(monk
         versus = run_level_test(runs_from_means("short-mix", folds, seeds, alone, ones),
                                 runs_from_means("fast", folds, seeds, fast, ones), min_seeds_per_fold=1)
         assert versus.estimate == pytest.approx(mean, abs=5e-6) and versus.p == pytest.approx(p, abs=0.005)
-    saved = [len(RunFolder(pools / f"unfinished-echo-seed{s}/short-mix-ema-fast/long-memory").saved_cell_keys())
-             for s in (3, 4, 5)]
-    assert saved == [3, 4, 4]
+    # the kept-step test's unfinished jobs (train.keep_from=300 on the regime) resume without training a
+    # finished cell again
+    saved = [len(RunFolder(pools / f"unfinished-keep-from300-seed{s}/short-mix-ema-fast/regime").saved_cell_keys())
+             for s in (0, 1, 2)]
+    assert saved == [3, 3, 4]
+
+
+def test_nine_seeds_of_the_recipe_choose_its_restarts(monkeypatch):
+    """The eighth screen (reports/recipes/README.md): short-mix-ema-fast on the echo, nine seeds. Single
+    runs find it in 18 of 45 and, over 45 runs, fail the nesting check (the runs stopped early); read as
+    validated restarts they keep a finder (validation tells them apart in all 96 within-fold pairs) and
+    pass it. The cheapest restarts whose chance of the 12-of-15 bar is at least 0.9: k=4 screened at 400."""
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    recipes_dir, pools = Path("reports/recipes"), Path("reports/recipes/pools")
+    roots = [recipes_dir / "short-mix-ema-fast/long-memory", pools / "echo-seed1/short-mix-ema-fast/long-memory",
+             pools / "seeds12/short-mix-ema-fast/long-memory", *(pools / f"seed{s}/short-mix-ema-fast/long-memory" for s in range(3, 9))]
+    shared, by_n = recipes.pooled_runs(roots, "long-memory")
+    bar = recipes.control_found_bar(shared["data"])
+    record = recipes.who_found(by_n[32768], bar, 600)
+    assert (record["found"], len(by_n[32768]), record["validation"]) == (18, 45, {"pairs": 96, "finder_lower": 96})
+    single = recipes.nesting(by_n)[32768]["log_loss"]
+    assert single["runs"] == 45 and single["fails"] and single["mean"] == pytest.approx(0.00107, abs=5e-6)
+    chosen = record["choice"]["chosen"]
+    assert (chosen["k"], chosen["screen"]) == (4, 400) and chosen["p_bar"] == pytest.approx(0.964, abs=5e-4)
+    assert chosen["cost"] == pytest.approx(3.44, abs=0.005)
+    # k=3 unscreened costs less but clears the bar with chance 0.77 only; screened at 300 (the earlier
+    # plan, from seeds 0-5) loses finders
+    options = {(o["k"], o["screen"]): o for o in record["choice"]["options"]}
+    assert options[(3, None)]["p_bar"] == pytest.approx(0.768, abs=5e-4) and options[(4, 300)]["p_bar"] < 0.4
+    rule = {(r["k"], r["screen"]): r for r in recipes.restarts_rule(by_n, bar)}
+    assert rule[(3, None)]["found"] == 14 and rule[(4, 400)]["found"] == 8 and rule[(4, 400)]["cells"][32768] == 10
+    assert not any(r["nesting"][32768]["log_loss"]["fails"] for r in rule.values())
 
 
 def test_the_echos_finders_kept_the_short_range_within_every_fold(monkeypatch):
