@@ -13,17 +13,14 @@
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
 # The default jobs are the next measurements after reports/recipes/ (its README, "What remains"):
-# the ~50-step average over short windows (short-mix-ema-fast) passed both nesting checks over three
-# seeds (seventh screen) and is the rule but for its restarts k. Its echo seeds 3-8 make nine, read
-# as train.restarts=3 in three groups: 15 independent cells against the 12-of-15 bar. Seeds 3-5 resume
-# from reports/recipes/pools/unfinished-echo-seed3|4|5 (README item 3); 6-8 start afresh. Six
-# one-seed jobs side by side, about three calls of 520 s (resumable).
-RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-emafast-echo3|short-mix-ema-fast|long-memory|--set train.seeds=[3]
-runs/recipes-emafast-echo4|short-mix-ema-fast|long-memory|--set train.seeds=[4]
-runs/recipes-emafast-echo5|short-mix-ema-fast|long-memory|--set train.seeds=[5]
-runs/recipes-emafast-echo6|short-mix-ema-fast|long-memory|--set train.seeds=[6]
-runs/recipes-emafast-echo7|short-mix-ema-fast|long-memory|--set train.seeds=[7]
-runs/recipes-emafast-echo8|short-mix-ema-fast|long-memory|--set train.seeds=[8]"}
+# the rule is short-mix-ema-fast with train.restarts=4 train.restart_screen=400 (eighth screen).
+# train.keep_from=300 on the regime (seeds 0-2) resumes from reports/recipes/pools/unfinished-keep-from300-seed0|1|2
+# (README item 2), the direct test of the kept-step association; the recipe's regime seed 3 makes four,
+# so that the regime's nesting check reads at k=4. Four one-seed jobs, about one call of 520 s.
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-from300-s0|short-mix-ema-fast|regime|--set train.seeds=[0] --set train.keep_from=300
+runs/recipes-from300-s1|short-mix-ema-fast|regime|--set train.seeds=[1] --set train.keep_from=300
+runs/recipes-from300-s2|short-mix-ema-fast|regime|--set train.seeds=[2] --set train.keep_from=300
+runs/recipes-emafast-regime3|short-mix-ema-fast|regime|--set train.seeds=[3]"}
 
 # The device returns at most 8 files: job logs go to one folder, returned as one tarball.
 LOGS=$(mktemp -d)/recipes-logs  # fresh each call: no log of an earlier call comes back
