@@ -16,33 +16,36 @@ gain is its size, with no partial information at 512 to subtract; that gain grow
 one measured point (strength 0.2: found by 5 of 15 N=32768 runs). The regime market holds some of
 its information at every N, so its N=512 arm would carry part of the effect.
 
-Rungs (default): strengths 0.02, 0.05, 0.1, 0.2, oracle gains about 0.001 (BTC's own direction
-skill), 0.0063, 0.025 and 0.10 nats per moved bar (measured on 2.4M bars by `echo_oracle_gain`'s
-rule), and the iid null. Design: N in {512, 32768},
+Rungs (default): eight strengths from 0.02 to 0.2, each sqrt(2) times the last (oracle gains
+about 0.001, BTC's own direction skill, to 0.10 nats per moved bar, each twice the last; the gain
+is about 2.6 strength^2, measured on 2.4M bars by `echo_oracle_gain`'s rule), and the iid null;
+3 replicates a rung. The design study chose that (`--design-study`, reports/controls/power/design/):
+read as one detection curve, eight rungs of 3 replicates place the 80 % point within a factor of
+about 4-5 (95 %, a t test's slope) for 27 replicates, where four rungs of 5 (25 replicates) give
+7-9 and four of 10 (50) give 3. Design: N in {512, 32768},
 3 folds (df 2), two seeds a replicate, its own (replicate k: seeds 2k and 2k+1, so the
 replicates average over initial weights, which decide who finds the echo), the default protocol otherwise (validated stopping, 600 steps at
 most), no precision check, no context cuts. Replicates are interleaved (replicate r of every rung
 before r + 1), so a partial ladder is balanced. Detected: the verdict "better" (p < 0.05,
 two-sided, in the longer N's favour) on each score (log-loss per labelled bar, direction score
-per moved bar). The 80 % point: the detection rates made monotone in strength (isotonic
-regression weighted by replicates, `sklearn.isotonic`), then linear in log(effect) between the
-two rungs around 0.8; "at most the weakest rung" or "beyond the strongest" when it does not cross
-inside. Beside it, the model-based power at the full protocol (5 folds x 3 seeds,
+per moved bar). The 80 % point, two readings: the detection rates made monotone in strength
+(isotonic regression weighted by replicates, `sklearn.isotonic`), then linear in log(effect)
+between the two rungs around 0.8 ("at most the weakest rung" or "beyond the strongest" when it
+does not cross inside); and one detection curve over every rung (`detection_curve`: floor +
+(1 - floor) logistic(slope (log effect - location)), its posterior on a grid, the null rung
+informing the floor), which gives the point an interval. Beside it, the model-based power at the full protocol (5 folds x 3 seeds,
 `tsflash.stats.runs.power_of`) from the rung's mean estimate and variance components.
 
 GPU cost plan (one H200; `--plan` prints it from the calibrated cost table,
 `tsflash.sweep.progress.prior_rates("cuda")` and `CostModel`, whose cuda rows are the real-bar and
-A/A sweeps): one replicate (6 cells at N=512 of about 8 s, 6 at N=32768 of about 32 s, 3 folds'
-baselines of about 8 s) is estimated at 269 s, 447 s when every N=32768 cell runs its 600 steps
-(the calibrated cells stopped at 284-337 on average; the echo's finders ran to 600). A 10-minute
-call with `--time-budget 400` (no new cell after 400 s; the cell in flight finishes) does one or
-two replicates, so about 20 minutes of device time fit 4 replicates (2 in the worst case): one
-of each of the four strengths, the null not yet, as the schedule runs the rungs in order. The
-ladder of 10 replicates a rung (5 rungs, 50 replicates; 9/10 detected gives [0.555, 0.997])
-needs about 3.7 hours of one H200 (6.2 in the worst case), so it runs over sessions: each call
-resumes where the last stopped. With fewer replicates a rung the intervals say how little they
-hold (1/1 detected: [0.025, 1]). Compiled training (train.compile) is left off: it is not
-calibrated, and it must not change the conclusions.
+A/A sweeps): one replicate at the default protocol (6 cells at N=512 of about 8 s, 6 at N=32768 of
+about 32 s, 3 folds' baselines of about 8 s) is estimated at 269 s, 447 s when every N=32768 cell
+runs its 600 steps; at the recipes' rule (`--set train.short_fraction=0.25 --set
+train.ema_decay=0.98 --set train.restarts=4 --set train.restart_screen=400`) 747 s (1,282 s), so
+the default ladder (9 rungs x 3 replicates) is about 5.6 h of one H200 (9.6 h in the worst case)
+and runs over sessions: each call resumes where the last stopped (`--time-budget 400` in a
+10-minute call: no new cell after 400 s; the cell in flight finishes). Compiled training
+(train.compile) is left off: it is not calibrated, and it must not change the conclusions.
 
 On the device, from the repository root (like experiments/controls_h200.sh: source
 experiments/device_env.sh, carry the runs folder back as a tar):
@@ -95,7 +98,7 @@ def _controls():
 controls = _controls()
 log = logging.getLogger("power_ladder")
 
-DEFAULT_STRENGTHS = "0.02,0.05,0.1,0.2"
+DEFAULT_STRENGTHS = "0.02,0.028,0.04,0.057,0.08,0.113,0.16,0.2"  # gains 2x apart (module doc)
 DEFAULT_LENGTHS = "512,32768"
 NULL = "iid"  # the null rung's market
 ECHO = "long-memory"
@@ -254,6 +257,98 @@ def effect_at_power(effects, rates, weights, target: float = TARGET_POWER) -> di
     return {"effect": float(np.exp(x[i - 1] + w * (x[i] - x[i - 1]))), "how": "interpolated", "fitted": fitted.tolist()}
 
 
+# The detection curve's grid (`detection_curve`): location over the rungs' log range widened by
+# CURVE_WIDEN on each side, slope (per unit of log effect) log-spaced over CURVE_SLOPES, the floor (the
+# test's rate of "better" with nothing planted) over [0, CURVE_FLOOR_MAX]
+CURVE_WIDEN = 3.0
+CURVE_SLOPES = (0.3, 20.0)
+CURVE_FLOOR_MAX = 0.3
+CURVE_GRID = (81, 40, 16)  # location, slope, floor points
+
+
+def _detection_probability(x, location, slope, floor):
+    """floor + (1 - floor) / (1 + exp(-slope (x - location))), broadcast: x is log(effect)."""
+    from scipy.special import expit
+
+    return floor + (1 - floor) * expit(slope * (x - location))
+
+
+def detection_curve(effects, detected, replicates, null: tuple[int, int] = (0, 0), target: float = TARGET_POWER,
+                    level: float = LEVEL) -> dict | None:
+    """Detection against effect as one curve, so that every rung informs the 80 % point (the rungs'
+    own intervals need ten replicates each to say much): P(detect) = floor + (1 - floor) *
+    logistic(slope * (log effect - location)), monotone by construction, its posterior on a grid
+    (`CURVE_GRID`; flat in location, log slope and floor; the null rung's `null` = (detections,
+    replicates) informs the floor). Returns the effect detected with probability `target`: posterior
+    median and equal-tailed `level` interval (nats per moved bar), and `p_within`, the posterior
+    probability that it is at most the strongest rung's effect (below 0.5: "beyond the strongest
+    rung", the upper end is then the grid's, not the data's). None without a planted replicate."""
+    effects, detected, replicates = (np.asarray(a, float) for a in (effects, detected, replicates))
+    keep = replicates > 0
+    if not keep.any():
+        return None
+    x, k, n = np.log(effects[keep]), detected[keep], replicates[keep]
+    n_loc, n_slope, n_floor = CURVE_GRID
+    location = np.linspace(x.min() - CURVE_WIDEN, x.max() + CURVE_WIDEN, n_loc)
+    slope = np.geomspace(*CURVE_SLOPES, n_slope)
+    floor = np.linspace(0, CURVE_FLOOR_MAX, n_floor)
+    p = _detection_probability(x[None, None, None, :], location[None, None, :, None], slope[None, :, None, None],
+                               floor[:, None, None, None])
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    loglik = (k * np.log(p) + (n - k) * np.log1p(-p)).sum(-1)
+    k0, n0 = null
+    loglik = loglik + (k0 * np.log(np.clip(floor, 1e-12, None)) + (n0 - k0) * np.log1p(-floor))[:, None, None]
+    weight = np.exp(loglik - loglik.max())
+    # where the curve crosses target: location + logit((target - floor) / (1 - floor)) / slope
+    reach = (target - floor) / (1 - floor)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        crossing = location[None, None, :] + (np.log(reach / (1 - reach)))[:, None, None] / slope[None, :, None]
+    ok = np.broadcast_to(floor[:, None, None] < target, crossing.shape)
+    values, w = crossing[ok], weight[ok]
+    order = np.argsort(values)
+    values, cdf = values[order], np.cumsum(w[order]) / w.sum()
+    tail = (1 - level) / 2
+    lo, median, hi = (float(np.exp(values[min(np.searchsorted(cdf, q), len(values) - 1)])) for q in (tail, 0.5, 1 - tail))
+    def mass_at_most(v):
+        return float(cdf[np.searchsorted(values, v, side="right") - 1]) if values[0] <= v else 0.0
+
+    p_within, p_below = mass_at_most(x.max()), mass_at_most(x.min())
+    how = ("at most the weakest rung" if p_below >= 0.5 else "within the ladder" if p_within >= 0.5
+           else "beyond the strongest rung")
+    return {"effect": median, "ci": [lo, hi], "level": level, "p_within": p_within, "how": how}
+
+
+def design_study(effects, true_points, slopes, replicates, sims: int = 300, floor: float = 0.025, seed: int = 0,
+                 target: float = TARGET_POWER) -> list[dict]:
+    """How many replicates a rung the ladder needs, before any GPU time: ladders simulated from known
+    curves (true 80 % point, slope, floor; `_detection_probability`), each read by `detection_curve`.
+    Per (true point, slope, replicates): the interval's coverage of the true point, its median width
+    (upper over lower), the median of |log(posterior median / true)|, and how often the reading
+    says "within the ladder"."""
+    from scipy.special import logit
+
+    rng = np.random.default_rng(seed)
+    x = np.log(np.asarray(effects, float))
+    rows = []
+    for true in true_points:
+        for b in slopes:
+            location = math.log(true) - logit((target - floor) / (1 - floor)) / b
+            p = _detection_probability(x, location, b, floor)
+            for r in replicates:
+                covered, widths, errors, within = 0, [], [], 0
+                for _ in range(sims):
+                    k = rng.binomial(r, p)
+                    fit = detection_curve(effects, k, [r] * len(effects), (int(rng.binomial(r, floor)), r), target)
+                    covered += fit["ci"][0] <= true <= fit["ci"][1]
+                    widths.append(fit["ci"][1] / fit["ci"][0])
+                    errors.append(abs(math.log(fit["effect"] / true)))
+                    within += fit["how"] != "beyond the strongest rung"
+                rows.append({"true_effect": true, "slope": b, "replicates": r, "sims": sims, "coverage": covered / sims,
+                             "median_width": float(np.median(widths)), "median_log_error": float(np.median(errors)),
+                             "within": within / sims})
+    return rows
+
+
 def _finite_mean(values: list[float]) -> float:
     """Mean of the finite values; NaN when none is (a split of the variance needs two seeds a fold)."""
     finite = [v for v in values if math.isfinite(v)]
@@ -297,7 +392,12 @@ def summarize(args) -> dict:
                                     [r[score]["detected"]["rate"] for r in planted],
                                     [r["replicates"] for r in planted]) if planted else None
              for score in SCORES}
-    return {"rungs": rungs, "power_80": power, "replicates_done": done,
+    null = next((r for r in rungs if r["strength"] is None and r["replicates"]), None)
+    curve = {score: detection_curve([r["oracle_gain"] for r in planted], [r[score]["detected"]["k"] for r in planted],
+                                    [r["replicates"] for r in planted],
+                                    (null[score]["detected"]["k"], null["replicates"]) if null else (0, 0))
+             if planted else None for score in SCORES}
+    return {"rungs": rungs, "power_80": power, "curve_80": curve, "replicates_done": done,
             "replicates_planned": len(schedule(args)), "complete": done == len(schedule(args)),
             "lengths": args.lengths, "design": list(DESIGN) + list(args.overrides), "echo": args.echo,
             "commands": [command_line(args)]}
@@ -339,6 +439,10 @@ def render_markdown(s: dict) -> str:
         what = (f"{_f(p['effect'], '.5f')} nats per moved bar ({p['how']})" if p["effect"] is not None
                 else f"not reached ({p['how']})")
         lines.append(f"- Smallest effect found with 80 % power on the {name}: {what}.")
+        if c := (s.get("curve_80") or {}).get(score):
+            lines.append(f"  As one detection curve over the rungs (`detection_curve`): {_f(c['effect'], '.5f')} "
+                         f"[{_f(c['ci'][0], '.5f')}, {_f(c['ci'][1], '.5f')}] ({c['how']}; posterior probability "
+                         f"{c['p_within']:.2f} that it is at most the strongest rung's effect).")
     lines += ["", "## How it was run", "", "```", *s["commands"], "```", ""]
     return "\n".join(lines)
 
@@ -349,6 +453,46 @@ def write_summary(args) -> dict:
     write_json(args.out / "summary.json", summary)
     write_text(args.out / "summary.md", render_markdown(summary))
     return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# The design study: replicates a rung, chosen before the GPU time is spent
+
+ECHO_GAIN_PER_STRENGTH2 = 2.6  # the oracle's gain ~ 2.6 strength^2 nats per moved bar (0.0094 at 0.06: module doc)
+STUDY_TRUE_POINTS = (0.01, 0.04)  # true 80 % points, nats per moved bar: between the rungs
+STUDY_SLOPES = (1.5, 3.0)  # per unit of log effect: a t test's power rises 20 % -> 80 % over ~2.5x (slope ~3)
+STUDY_REPLICATES = (3, 5, 10)
+
+
+def write_design_study(args, sims: int = 300) -> dict:
+    effects = [ECHO_GAIN_PER_STRENGTH2 * s**2 for s in args.strengths]
+    rows = design_study(effects, STUDY_TRUE_POINTS, STUDY_SLOPES, STUDY_REPLICATES, sims=sims, seed=args.seed)
+    plan = cost_plan(args)
+    rungs = len(args.strengths) + (0 if args.no_null else 1)
+    study = {"effects": effects, "rows": rows, "replicate_s": plan["replicate_s"], "replicate_worst_s": plan["replicate_worst_s"],
+             "rungs": rungs, "overrides": list(args.overrides), "seed": args.seed}
+    lines = ["# The strength ladder's design: replicates a rung", "",
+             "Ladders simulated from known detection curves (`experiments/power_ladder.py` `design_study`; floor 0.025, "
+             f"the test's rate of \"better\" with nothing planted), {sims} a setting, each read as one detection curve "
+             "(`detection_curve`, 95 % intervals). Rungs at effects "
+             + ", ".join(f"{e:.4f}" for e in effects) + " nats per moved bar (the default strengths, gain ~ 2.6 "
+             "strength^2), the null rung with as many replicates. GPU time from the calibrated H200 cost table at "
+             f"the overrides {' '.join(args.overrides) or '(none)'}: {plan['replicate_s']:.0f} s a replicate "
+             f"({plan['replicate_worst_s']:.0f} s at every longest-N cell's maximum steps).", "",
+             "| true 80 % point | slope | replicates a rung | coverage | median width (upper / lower) "
+             "| median abs log error | not \"beyond\" | H200 hours (worst) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        hours = r["replicates"] * rungs * plan["replicate_s"] / 3600
+        worst = r["replicates"] * rungs * plan["replicate_worst_s"] / 3600
+        lines.append(f"| {r['true_effect']:g} | {r['slope']:g} | {r['replicates']} | {r['coverage']:.2f} "
+                     f"| {r['median_width']:.1f}x | {r['median_log_error']:.2f} | {r['within']:.2f} | {hours:.1f} ({worst:.1f}) |")
+    lines += ["", "```", shlex.join(["python", "experiments/power_ladder.py", "--design-study", "--out", str(args.out),
+                                     "--strengths", ",".join(f"{s:g}" for s in args.strengths), "--seed", str(args.seed),
+                                     *[x for item in args.overrides for x in ("--set", item)]]), "```", ""]
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "design.json", study)
+    write_text(args.out / "design.md", "\n".join(lines))
+    return study
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"echo strengths of the rungs (default {DEFAULT_STRENGTHS})")
     ap.add_argument("--echo", default="", metavar="KEY=VALUE,...", help="other echo parameters, e.g. lag=48 (toy)")
     ap.add_argument("--no-null", action="store_true", help="leave out the iid null rung")
-    ap.add_argument("--replicates", type=int, default=10, help="replicates per rung (default 10)")
+    ap.add_argument("--replicates", type=int, default=3, help="replicates per rung (default 3: the design study)")
     ap.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"the short and the long N (default {DEFAULT_LENGTHS})")
     ap.add_argument("--seed", type=int, default=0, help="market seed of replicate 0 (replicate k: seed + k)")
     ap.add_argument("--device", default="auto")
@@ -409,6 +553,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-budget", type=float, default=None, help="seconds after which no new cell starts")
     ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary")
     ap.add_argument("--plan", action="store_true", help="print the GPU cost plan and exit")
+    ap.add_argument("--design-study", action="store_true",
+                    help="simulate ladders from known detection curves (replicates a rung against the interval "
+                         "on the 80 %% point), write design.md/.json into --out and exit; no training")
     args = ap.parse_args(argv)
     if len(args.lengths.split(",")) != 2:
         ap.error(f"--lengths takes the short and the long N, got {args.lengths!r}")
@@ -416,6 +563,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.plan:
         print(json.dumps(cost_plan(args), indent=1))
+        return 0
+    if args.design_study:
+        write_design_study(args)
+        log.info("design study: %s", args.out / "design.md")
         return 0
     done = True if args.summary_only else run_ladder(args)
     summary = write_summary(args)

@@ -40,6 +40,43 @@ def test_effect_at_80_percent_power(ladder):
         "effect": None, "how": "beyond the strongest rung", "fitted": [0, 0.1, 0.2, 0.5]}
 
 
+def test_the_detection_curve_recovers_a_known_80_percent_point_from_its_expected_counts(ladder):
+    """Counts at their expectation under a known curve (floor 0.025, slope 3, 80 % at 0.02 nats) with
+    many replicates: the one-curve reading's interval holds the true point and is narrow."""
+    from scipy.special import logit
+
+    effects = np.array([0.001, 0.004, 0.016, 0.064])
+    floor, slope, true = 0.025, 3.0, 0.02
+    location = np.log(true) - logit((0.8 - floor) / (1 - floor)) / slope
+    p = ladder._detection_probability(np.log(effects), location, slope, floor)
+    n = 2000
+    fit = ladder.detection_curve(effects, np.round(p * n), [n] * 4, (round(floor * n), n))
+    assert fit["ci"][0] <= true <= fit["ci"][1] and fit["ci"][1] / fit["ci"][0] < 1.3
+    # within the grid's resolution (its location step is 0.13 in log effect here)
+    assert fit["effect"] == pytest.approx(true, rel=0.1) and fit["how"] == "within the ladder"
+
+
+def test_the_detection_curve_says_where_the_ladder_cannot_place_the_point(ladder):
+    effects = [0.001, 0.0063, 0.025, 0.1]
+    # more detections at every rung: a smaller 80 % point
+    few, many = (ladder.detection_curve(effects, k, [5] * 4, (0, 5)) for k in ([0, 1, 3, 4], [0, 3, 5, 5]))
+    assert many["effect"] < few["effect"] and few["ci"][0] < few["effect"] < few["ci"][1]
+    beyond = ladder.detection_curve(effects, [0, 0, 0, 1], [5] * 4, (0, 5))
+    assert beyond["how"] == "beyond the strongest rung" and beyond["p_within"] < 0.05 and beyond["ci"][0] > 0.1
+    below = ladder.detection_curve(effects, [5, 5, 5, 5], [5] * 4, (0, 5))
+    assert below["how"] == "at most the weakest rung" and below["ci"][1] < 0.002
+    assert ladder.detection_curve(effects, [0] * 4, [0] * 4) is None  # no replicate yet
+
+
+def test_a_design_study_reads_simulated_ladders_and_counts_coverage(ladder):
+    rows = ladder.design_study([0.001, 0.0063, 0.025, 0.1], [0.02], [3.0], [10], sims=40, seed=1)
+    (row,) = rows
+    assert (row["true_effect"], row["slope"], row["replicates"], row["sims"]) == (0.02, 3.0, 10, 40)
+    assert 0.75 <= row["coverage"] <= 1 and 1 < row["median_width"] < 10 and row["within"] > 0.9
+    # the same seed, the same ladders
+    assert ladder.design_study([0.001, 0.0063, 0.025, 0.1], [0.02], [3.0], [10], sims=40, seed=1) == rows
+
+
 def test_schedule_is_replicate_major_with_the_null_last(ladder, tmp_path):
     args = ladder.argparse.Namespace(strengths=[0.05, 0.2], no_null=False, replicates=2, runs=tmp_path, echo="lag=48",
                                      lengths="16,128", device="cpu", preset="cpu", config="default", seed=3,
