@@ -953,6 +953,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary of the runs in --out")
     ap.add_argument("--plan", action="store_true", help="print the GPU cost plan and exit")
     args = ap.parse_args(argv)
+    if args.plan and args.overrides:
+        # the plan prices the candidates' own settings; restarts or steps set here would be left out
+        ap.error(f"--plan prices the candidates' own settings, not --set {' '.join(args.overrides)}: for a plan "
+                 "with them use tsflash preregister --lengths ... --set ... (its cost table applies every override)")
     args.baselines = dict(args.baselines)
     return args
 

@@ -63,6 +63,12 @@ def test_the_btc_cells_test_metrics_are_never_read(run):
         recipes.test_view({"metrics": {}}, "btc")
 
 
+def test_the_plan_refuses_overrides_it_would_leave_out(capsys):
+    with pytest.raises(SystemExit) as stop:
+        recipes.parse_args(["--plan", "--set", "train.restarts=4"])
+    assert stop.value.code == 2 and "tsflash preregister" in capsys.readouterr().err
+
+
 def test_the_cost_plan_in_the_docstring_is_the_calibrated_one():
     plan = recipes.cost_plan()
     doc = recipes.__doc__
