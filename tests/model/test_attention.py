@@ -267,6 +267,31 @@ def test_decide_at_a_shape_records_the_timings_once(monkeypatch):
     attn.clear_cache()
 
 
+def test_pin_keeps_a_runs_earlier_decision_untimed(monkeypatch):
+    """attention.pin: a decision kept in a run folder (auto_report's key and record) is what `decide`
+    returns in a later process, without timing; one whose kernel fails the check here, one for a
+    device this process lacks, a malformed key, and a key this process already decided are not pinned."""
+    attn.clear_cache()
+    monkeypatch.setattr(attn, "passing_backends", lambda device, dtype, head_dim: ["cudnn", "flash"])
+    kept = {"cpu|0|torch.bfloat16|64|n512|b8|h4": {"chosen": "cudnn", "timing": {"median_ms": {"cudnn": 1.0, "flash": 1.2}}},
+            "cpu|0|torch.bfloat16|64|n64|b8|h4": {"chosen": "efficient"},  # not among the passing kernels here
+            "cuda|7|torch.bfloat16|64|n512|b8|h4": {"chosen": "flash"},  # no such device in this process
+            "not a key": {"chosen": "flash"}}
+    assert attn.pin(kept) == {"cpu|0|torch.bfloat16|64|n512|b8|h4": "cudnn"}
+
+    def time_once(backend):
+        pytest.fail("a pinned decision was timed again")
+
+    assert attn.decide("cpu", torch.bfloat16, 64, shape=(8, 4, 512), time_once=time_once) == "cudnn"
+    record = attn.auto_report()["cpu|0|torch.bfloat16|64|n512|b8|h4"]
+    assert record["chosen"] == "cudnn" and "attention.pin" in record["timing"]["kept"]
+    assert record["timing"]["median_ms"] == {"cudnn": 1.0, "flash": 1.2}  # the first decision's timings kept
+    # this process's own decision stands: pinning never overrides one already made
+    assert attn.pin({"cpu|0|torch.bfloat16|64|n512|b8|h4": {"chosen": "flash"}}) == {}
+    assert attn.decide("cpu", torch.bfloat16, 64, shape=(8, 4, 512), time_once=time_once) == "cudnn"
+    attn.clear_cache()
+
+
 def test_the_kernel_is_decided_and_pinned_before_the_first_step(monkeypatch):
     """fastpath.prepare decides at the training shape; the forward then resolves nothing (the
     profiler of the first step used to see auto's probe kernels too)."""

@@ -159,6 +159,8 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, finished_run, d
     assert len(cell_markers(out)) == 6
     log = (out / "sweep.log").read_text()
     assert "run folder" in log and "(resuming)" in log
+    # the rerun trained under the kernels the killed run had decided (attention.pin), not timed afresh
+    assert "attention: kept the run's earlier kernel decisions" in log
     a, b = _comparable(finished_run), _comparable(out)
     assert b["cells"] == a["cells"]  # bit-identical metrics (deterministic on CPU)
     assert b["series"] == a["series"]
@@ -467,3 +469,16 @@ def test_a_sweep_with_restarts_keeps_each_cells_validated_best_and_says_so(tmp_p
         assert record["best_val_loss"][record["kept"]] == min(record["best_val_loss"])
         assert cell["cost"]["best_val_loss"] == min(record["best_val_loss"])
     assert "validated best of 2 trainings" in (run / "report.md").read_text()
+
+
+def test_a_runs_kept_kernel_decisions_are_read_by_key_the_first_recorded_winning(tmp_path):
+    from tsflash.runfolder import RunFolder
+    from tsflash.sweep.provenance import kept_kernel_choices
+
+    folder = RunFolder(tmp_path / "run")
+    assert kept_kernel_choices(folder) == {}  # no run.json yet: nothing to keep
+    folder.root.mkdir()
+    key = "cuda|0|torch.bfloat16|64|n32768|b4|h4"
+    write_json(folder.run_json, {"kernel_choices": {f"a {key}": {"chosen": "cudnn"}, f"b {key}": {"chosen": "flash"},
+                                                    "a cpu|0|torch.float32|16|n32|b4|h2": {"chosen": "flash"}}})
+    assert kept_kernel_choices(folder) == {key: {"chosen": "cudnn"}, "cpu|0|torch.float32|16|n32|b4|h2": {"chosen": "flash"}}

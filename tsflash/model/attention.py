@@ -183,7 +183,10 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk
 # so that drift and the first-timed penalty fall on all alike), and compared by their MEDIAN.
 # Tie rule: the kernels are preferred in the order of FUSED_BACKENDS (cuDNN, then FLASH, then
 # EFFICIENT); the most preferred kernel whose median is within TIE_MARGIN of the fastest median
-# wins. So cuDNN is kept unless another kernel is more than 3 % faster.
+# wins. So cuDNN is kept unless another kernel is more than 3 % faster. Timings taken while other
+# jobs share the GPU can flip a decision (on the H200, six jobs at once timed FLASH 24 % ahead at
+# N=32768, where alone cuDNN leads by 37 %), so a run keeps its first decisions: `pin` makes a later
+# invocation (a resume, another worker) use them untimed (tsflash.sweep.run reads them from run.json).
 
 TIE_MARGIN = 0.03
 WARMUP_CALLS = 2
@@ -389,6 +392,46 @@ def auto_report() -> dict:
     manifests): {"cuda|0|torch.bfloat16|64|n512|b256|h4": {"chosen", "checks", "timing"}}."""
     return {"|".join(map(str, k)): {"chosen": _CACHE.get(k), "checks": _CHECKS.get(k[:4], {}), "timing": v}
             for k, v in _TIMINGS.items()}
+
+
+def _key_of(text: str) -> tuple | None:
+    """auto_report's key string back to a decision key; None if it is not one."""
+    parts = text.split("|")
+    if len(parts) != 7 or not parts[1].isdigit() or not parts[3].isdigit():
+        return None
+    return (parts[0], int(parts[1]), parts[2], int(parts[3]), *parts[4:])
+
+
+def pin(decisions: dict[str, dict]) -> dict[str, str]:
+    """Make `decide` return earlier decisions in this process, untimed: {auto_report key: its record
+    ({"chosen", "timing", ...})}, e.g. those a run folder kept from its first invocation. So a run's
+    later invocations (a resume, another worker) train under the kernels it began with: no cell
+    trains under two kernels, and no two cells of a run differ by a timing taken under load. A
+    decision for a device this process lacks, or whose kernel fails this device's numerical check,
+    is not pinned (it is decided afresh). Returns {key: kernel} of those pinned."""
+    pinned = {}
+    for text, record in decisions.items():
+        key, chosen = _key_of(text), (record or {}).get("chosen")
+        if key is None or chosen not in FUSED_BACKENDS or key in _CACHE:
+            continue
+        device_type, index, dtype_name, head_dim = key[:4]
+        if device_type == "cuda" and (not torch.cuda.is_available() or index >= torch.cuda.device_count()):
+            continue
+        dtype = getattr(torch, dtype_name.removeprefix("torch."), None)
+        if not isinstance(dtype, torch.dtype):
+            continue
+        device = torch.device(device_type, index) if device_type == "cuda" else torch.device(device_type)
+        try:
+            passing = passing_backends(device, dtype, head_dim)
+        except AttentionKernelError:
+            continue
+        if chosen not in passing:
+            log.warning("attention: the run's kernel %s for %s fails the numerical check here; deciding afresh", chosen, text)
+            continue
+        _CACHE[key] = chosen
+        _TIMINGS[key] = dict(record.get("timing") or {}, chosen=chosen, kept="the run's earlier decision (attention.pin)")
+        pinned[text] = chosen
+    return pinned
 
 
 def clear_cache() -> None:

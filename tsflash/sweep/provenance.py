@@ -125,6 +125,17 @@ def record_kernel_choices(folder: RunFolder, choices: dict) -> None:
         write_json(folder.run_json, meta)
 
 
+def kept_kernel_choices(folder: RunFolder) -> dict[str, dict]:
+    """run.json's attention decisions by decision key, the host dropped: where hosts differ on a key,
+    the first recorded wins (the one the run's first cells trained under). For `attention.pin`."""
+    kept: dict[str, dict] = {}
+    if not folder.run_json.exists():
+        return kept
+    for host_key, record in folder.read_run().get("kernel_choices", {}).items():
+        kept.setdefault(host_key.split(" ", 1)[-1], record)
+    return kept
+
+
 PEAK_MEMORY_RULE = ("the job's peak resident set on this host: the larger of this process's VmHWM and the "
                     "largest child's ru_maxrss (tsflash.device.process_peak_bytes), every phase included")
 

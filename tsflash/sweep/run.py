@@ -68,7 +68,7 @@ from tsflash.sweep.progress import (
     report_work, run_logging, warn_if_long,
 )
 from tsflash.sweep.provenance import (
-    mark_complete, record_kernel_choices, record_peak_memory, write_data_json, write_run_json,
+    kept_kernel_choices, mark_complete, record_kernel_choices, record_peak_memory, write_data_json, write_run_json,
 )
 from tsflash.report import build_report
 from tsflash.runfolder import (
@@ -170,6 +170,8 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
     with run_logging(folder.log_file, tag=worker_tag(device, index)) if n_workers > 1 else contextlib.nullcontext():
         ledger = _open_ledger(plan)
         files = cell_files(plan, ledger)
+        if pinned := attention.pin(kept_kernel_choices(folder)):  # a resumed run keeps its kernels
+            log.info("attention: kept the run's earlier kernel decisions %s", pinned)
         model_params = n_params(cfg)
         cost = CostModel(prior_rates(device))
         _observe_saved_cells(cost, folder, cfg, model_params)
