@@ -82,6 +82,7 @@ if str(REPO) not in sys.path:
 
 from tsflash import cli  # noqa: E402
 from tsflash.atomic import write_json, write_text  # noqa: E402
+from tsflash.report import wording  # noqa: E402
 from tsflash.report.compute import SCORES  # noqa: E402  (score -> its loss and count columns)
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.stats.runs import RunTestResult, VarianceComponents, power_of, run_level_test, runs_from_table  # noqa: E402
@@ -440,9 +441,10 @@ def render_markdown(s: dict) -> str:
                 else f"not reached ({p['how']})")
         lines.append(f"- Smallest effect found with 80 % power on the {name}: {what}.")
         if c := (s.get("curve_80") or {}).get(score):
-            lines.append(f"  As one detection curve over the rungs (`detection_curve`): {_f(c['effect'], '.5f')} "
-                         f"[{_f(c['ci'][0], '.5f')}, {_f(c['ci'][1], '.5f')}] ({c['how']}; posterior probability "
-                         f"{c['p_within']:.2f} that it is at most the strongest rung's effect).")
+            gains = [r["oracle_gain"] for r in s["rungs"] if r["strength"] is not None and r["oracle_gain"]]
+            lines.append(f"  As one detection curve over the rungs (`detection_curve`; posterior probability "
+                         f"{c['p_within']:.2f} that its 80 % point is at most the strongest rung's effect): "
+                         + wording.ladder_sentence(c, max(gains), min(gains)))
     lines += ["", "## How it was run", "", "```", *s["commands"], "```", ""]
     return "\n".join(lines)
 

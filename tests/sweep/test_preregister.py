@@ -190,3 +190,33 @@ def test_a_control_with_settings_of_its_own_is_resolved_costed_run_and_checked_w
         preregister.build_plan(opts, ARMS, controls=[("regime", source)], control_sets=[("echo", "splits.n_folds=10")])
     assert main(["preregister", "--control-set", "regime", "--out", str(tmp_path / "x")]) == 2
     assert "argument --control-set: expects NAME=KEY=VALUE" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_the_ladder_states_what_no_rules_out_at_the_plans_rule(tmp_path, capsys):
+    """--ladder: the strength ladder at the plan's shared overrides (the arms' training rule), its
+    command beside the arms', and the sentence each of its outcomes will produce (the ladder's own)."""
+    out = tmp_path / "plan"
+    assert main(["preregister", "--lengths", "512,4096,32768", "--set", "train.restarts=4", "--ladder", "--out", str(out)]) == 0
+    plan = json.loads((out / "PLAN.json").read_text())
+    command = plan["ladder"]["command"]
+    assert command.startswith("python experiments/power_ladder.py") and "--lengths 512,32768" in command
+    assert "--set train.restarts=4" in command and "--set train.restarts=4" in plan["ladder"]["cost"]
+    text = (out / "PLAN.md").read_text()
+    assert wording.LADDER_RULE in text and f"{command} --runs {out / 'ladder'}" in text
+    leads = [o["sentence"] for o in plan["outcomes"]]
+    assert all(any(lead.split("{effect}")[0] in s for s in leads) for lead in wording.LADDER_LEADS.values())
+    # without --ladder the plan has no ladder section
+    assert main(["preregister", "--lengths", "512,4096", "--out", str(tmp_path / "plain")]) == 0
+    assert "ladder" not in json.loads((tmp_path / "plain" / "PLAN.json").read_text())
+
+
+def test_the_ladder_sentence_says_where_the_80_percent_point_lies():
+    within = {"effect": 0.0123, "ci": [0.005, 0.04], "how": "within the ladder"}
+    assert wording.ladder_sentence(within) == ("A far-context effect of at least 0.012 nats per moved bar would have "
+                                               "been found with 80 % probability (95 % interval 0.005 to 0.04).")
+    beyond = {"effect": 0.8, "ci": [0.12, 15.0], "how": "beyond the strongest rung"}
+    assert wording.ladder_sentence(beyond, strongest=0.104, weakest=0.001).startswith(
+        "Not even the strongest planted far-context effect (0.1 nats per moved bar)")
+    below = {"effect": 0.0003, "ci": [0.0001, 0.001], "how": "at most the weakest rung"}
+    assert "down to 0.001 nats" in wording.ladder_sentence(below, strongest=0.104, weakest=0.001)
+    assert "not measured" in wording.ladder_sentence(None)

@@ -62,6 +62,9 @@ def register(sub) -> None:
     p.add_argument("--control", type=_control_type, action="append", default=[], metavar="NAME=SOURCE",
                    help="a control: every arm's config on a synthetic market, e.g. "
                    "echo=synthetic:long-memory:0:strength=0.2 (repeatable; runs go to OUT/controls/NAME/<arm>)")
+    p.add_argument("--ladder", action="store_true",
+                   help="add the strength ladder (experiments/power_ladder.py at the plan's --set overrides): what a "
+                        "\"no\" rules out, its command and the sentence each of its outcomes will produce")
     p.add_argument("--note", default="", help="a sentence for the plan's head: why this run, what it follows")
     p.add_argument("--out", type=Path, help="the plan's folder (the arms' run folders go inside it)")
     p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder")
@@ -89,7 +92,7 @@ def run(args) -> int:
                         trials=args.trials, preset="full",
                         overrides=with_symbol(parse_overrides(args.overrides), args.symbol))
     plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note, controls=args.control,
-                                  control_sets=args.control_set)
+                                  control_sets=args.control_set, ladder=args.ladder)
     plan_json, plan_md = preregister.write_plan(plan, args.out)
     print(f"plan {plan['plan_hash']}: {plan_md}")
     print(f"      {plan_json}")

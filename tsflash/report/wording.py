@@ -258,12 +258,39 @@ CONTROL_EXPECTATIONS = {
 }
 
 
+# What "no" rules out: the strength ladder's 80 % point (experiments/power_ladder.py, `detection_curve`),
+# by where it lies against the planted strengths ("how")
+LADDER_LEADS = {"within the ladder": "A far-context effect of at least {effect} nats per moved bar would have been found "
+                                     "with 80 % probability",
+                "at most the weakest rung": "Every planted far-context effect, down to {effect} nats per moved bar, "
+                                            "would have been found with 80 % probability",
+                "beyond the strongest rung": "Not even the strongest planted far-context effect ({effect} nats per moved "
+                                             "bar) would have been found with 80 % probability"}
+LADDER_RULE = ("The one-week echo planted at each strength of the ladder, N=512 against the longest N in independent "
+               "replicates; detection (the run-level test says \"better\") against the planted effect read as one "
+               "curve over every rung; its 80 % point, with a 95 % interval, is what a \"no\" on question 1 rules out.")
+
+
+def ladder_sentence(curve: dict | None, strongest: float | None = None, weakest: float | None = None) -> str:
+    """What a "no" rules out, from `power_ladder.detection_curve`'s reading: its 80 % point and interval, or
+    the ladder's end it lies beyond."""
+    if not curve:
+        return "What \"no\" rules out is not measured: the ladder has no complete replicate."
+    how = curve["how"]
+    edge = {"beyond the strongest rung": strongest, "at most the weakest rung": weakest}.get(how)
+    effect = curve["effect"] if edge is None else edge
+    interval = f" (95 % interval {curve['ci'][0]:.2g} to {curve['ci'][1]:.2g})" if how == "within the ladder" else ""
+    return LADDER_LEADS[how].format(effect=f"{effect:.2g}") + interval + "."
+
+
 def plan_outcomes() -> list[dict]:
     """What each outcome will make the report say (the opening of its sentence), for a plan."""
     return [*({"outcome": f"question 1: {a}", "sentence": f"{lead}: ..."} for a, lead in RUN_ANSWER_LEADS.items()),
             {"outcome": "nesting check fails", "sentence": f"The nesting check {NESTING_FAILS}: ..."},
             *({"outcome": f"question 2: {a}", "sentence": lead.format(length="N=...") + ": ..."}
-              for a, lead in QUESTION2_LEADS.items())]
+              for a, lead in QUESTION2_LEADS.items()),
+            *({"outcome": f"what \"no\" rules out: {how}", "sentence": lead.format(effect="...") + "."}
+              for how, lead in LADDER_LEADS.items())]
 
 
 def run_sentence(fq) -> str:

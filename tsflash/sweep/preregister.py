@@ -145,9 +145,22 @@ def _ledger(symbol: str, added: int) -> list[dict]:
             for p in TrialLedger.read().periods if str(p["key"]).startswith(symbol)]
 
 
+LADDER_SCRIPT = "experiments/power_ladder.py"  # the strength ladder (what a "no" rules out)
+
+
+def ladder_command(base: tuple[str, ...], lengths: list[int]) -> str:
+    """The strength ladder at the plan's shared overrides (the same training rule as the arms), N=512
+    against the plan's longest N, resumable in slices like the arms."""
+    words = ["python", LADDER_SCRIPT, "--device", "cuda", "--lengths", f"{min(lengths)},{max(lengths)}",
+             "--time-budget", "400"]
+    for item in base:
+        words += ["--set", item]
+    return shlex.join(words)
+
+
 def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: tuple[str, ...] = (),
                note: str = "", controls: list[tuple[str, str]] = (),
-               control_sets: list[tuple[str, str]] = ()) -> dict:
+               control_sets: list[tuple[str, str]] = (), ladder: bool = False) -> dict:
     """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
     `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
     typed for the commands); each arm adds its own items."""
@@ -186,6 +199,10 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         "controls": [_control(c, source, [i for n, i in control_sets if n == c], arms, resolved, opts)
                      for c, source in controls],
     }
+    if ladder:  # its design (rungs, replicates) is the script's own default, chosen by its design study
+        plan["ladder"] = {"command": ladder_command(base, first["lengths"]), "rule": wording.LADDER_RULE,
+                          "cost": shlex.join(["python", LADDER_SCRIPT, "--plan",
+                                              *[w for item in base for w in ("--set", item)]])}
     plan["plan_hash"] = digest({k: v for k, v in plan.items() if k not in ("created", "git_commit")}, 12)
     return plan
 
@@ -263,12 +280,18 @@ def render_plan(plan: dict, out: Path) -> str:
         lines += [f"| {c['name']} | `{c['source']}` | {' '.join(f'`{o}`' for o in c.get('overrides', [])) or '-'} "
                   f"| {c['expect']} | {c['gpu_seconds'] / 60:.0f} min ({c['gpu_seconds_worst'] / 60:.0f} min) |"
                   for c in controls]
+    if ladder := plan.get("ladder"):
+        lines += ["", "## What \"no\" rules out: the strength ladder", "", ladder["rule"], "",
+                  f"Its design is the script's default (rungs and replicates chosen by its design study, "
+                  f"`reports/controls/power/design/`); its H200 time: `{ladder['cost']}`.", ""]
     lines += ["", "## The sentence each outcome will produce", ""]
     for o in plan["outcomes"]:
         lines.append(f"- **{o['outcome']}**: \"{o['sentence']}\"")
     lines += ["", "## The commands", "", "```bash"]
     lines += [sweep_command(plan, a, out) + " --time-budget 400   # rerun until complete" for a in plan["arms"]]
     lines += [sweep_command(plan, a, out, c) + " --time-budget 400" for c in controls for a in plan["arms"]]
+    if ladder:
+        lines += [f"{ladder['command']} --runs {out / 'ladder'}   # rerun until complete"]
     lines += ["```", ""]
     return "\n".join(lines)
 
