@@ -213,6 +213,20 @@ def test_after_the_deadline_only_scoring_runs(tmp_path):
     assert [run.run(job) for job in late] == ["score n128"] and late.out_of_time
 
 
+def test_a_cell_expected_to_end_after_the_deadline_does_not_start_but_the_first_one_does(tmp_path):
+    """--time-budget with the cost model: a sliced run stops between cells, not inside one; a shorter
+    cell that fits still runs, and every slice starts at least one cell, however long."""
+    run = FakeRun(tmp_path, baselines=False, precision=False)
+    queue = run.queue(deadline=time.monotonic() + 100, estimate=lambda n: 1000.0 if n == 128 else 1.0)
+    assert [run.run(job) for job in queue] == ["n128/0", "n64/0", "n64/1", "score n64"]
+    assert queue.out_of_time and queue.cells_started == 3
+    waiting = [t.user_attrs["cell"] for t in run.ledger.trials(TrialState.WAITING, study=run.ledger.cells)]
+    assert waiting == ["n128/fold1-seed0"]  # left for the next slice
+    # the next slice: its first cell starts though it will not end in time
+    nxt = run.queue(deadline=time.monotonic() + 100, estimate=lambda n: 1000.0)
+    assert [run.run(job) for job in nxt] == ["n128/1", "score n128"] and not nxt.out_of_time
+
+
 def test_a_configuration_popped_but_not_yet_drawn_by_another_worker_queues_cells_with_their_n(tmp_path):
     # Worker A pops a configuration (RUNNING, its values not yet drawn); worker B sees it open and
     # queues its cells before A does. B's cells must carry N: from a snapshot of the trial they had

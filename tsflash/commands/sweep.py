@@ -52,8 +52,9 @@ def register(sub) -> None:
                    help="auto (full config on CUDA, reduced CPU preset otherwise) | full | cpu (default: auto)")
     p.add_argument("--no-precision", action="store_true", help="skip the precision oracle at each N")
     p.add_argument("--time-budget", type=options.positive_float, default=None, metavar="SECONDS",
-                   help="start no new cell after this many seconds; rerun the same command to resume "
-                   "(for machines with a per-session time limit)")
+                   help="start no new cell after this many seconds, nor one expected to end after them (by "
+                   "this run's measured cell times, else the calibrated ones; the first cell always starts); "
+                   "rerun the same command to resume (for machines with a per-session time limit)")
     p.set_defaults(func=run)
 
 

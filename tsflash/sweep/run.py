@@ -187,7 +187,8 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
         objective = Objective(plan, prepared, ledger, progress, model_params)
         deadline = None if opts.time_budget is None else t0 + opts.time_budget
         queue = CellQueue(ledger, cells=functools.partial(_cells_of, folder, cfg, files),
-                          params_of=functools.partial(_params_of, cfg, opts.trials), deadline=deadline)
+                          params_of=functools.partial(_params_of, cfg, opts.trials), deadline=deadline,
+                          estimate=lambda n: cost.seconds(model_work(cfg, n, model_params)))
         jobs = 0
         try:
             for job in queue:

@@ -89,13 +89,19 @@ class CellQueue:
     params_of(trial) -> (params, key) : the configuration's parameters (drawn once, when opened).
     deadline : time.monotonic() after which no new cell, baselines or precision job starts
         (scoring a finished configuration still does).
+    estimate(n) -> seconds : a model cell's expected time at N; with a deadline, a cell expected to
+        end after it does not start either (a sliced run stops between cells instead of being cut
+        inside one), except this queue's first model cell, so that every slice makes progress.
     """
 
     def __init__(self, ledger: Ledger, *, cells: Callable[[str], list[tuple[int, int, bool]]],
-                 params_of: Callable[[Trial], tuple[dict, str]], deadline: float | None = None, poll_s: float = POLL_S):
+                 params_of: Callable[[Trial], tuple[dict, str]], deadline: float | None = None, poll_s: float = POLL_S,
+                 estimate: Callable[[int], float] | None = None):
         self.ledger, self.cells, self.params_of = ledger, cells, params_of
-        self.deadline, self.poll_s = deadline, poll_s
+        self.deadline, self.poll_s, self.estimate = deadline, poll_s, estimate
         self.out_of_time = False
+        self.cells_started = 0  # model cells this queue has handed out
+        self._too_long = False  # a waiting cell was passed over as expected to end after the deadline
         self._opened: dict[int, tuple[dict, str]] = {}  # configuration number -> (params, key)
 
     def __iter__(self) -> Iterator[Job]:
@@ -119,8 +125,10 @@ class CellQueue:
         while True:
             self._queue_open_configs()
             late = self._late()
+            self._too_long = False
             if (cell := self.ledger.pop_cell(functools.partial(self._order, late))) is not None:
                 if not self._done_already(job := self._job(cell)):
+                    self.cells_started += job.kind == "cell"
                     return job
                 log.debug("%s was done by another worker meanwhile: pruned", cell.user_attrs.get("cell"))
                 self.ledger.cells.tell(cell, state=TrialState.PRUNED, skip_if_finished=True)
@@ -129,7 +137,10 @@ class CellQueue:
                 self._open(config)
                 continue
             running = self.ledger.trials(TrialState.RUNNING, study=self.ledger.cells)
-            if late or not running:
+            if self._too_long:  # waiting on others cannot make it fit: this slice is over
+                self.out_of_time = True
+                log.info("time budget: the cells left are expected to end after it; none started")
+            if late or self._too_long or not running:
                 return None
             log.debug("nothing to pop; waiting on %d cell(s) of other workers", len(running))
             time.sleep(self.poll_s)
@@ -151,7 +162,17 @@ class CellQueue:
         kind = kind_of(cell)
         if (late and kind != "score") or (kind == "precision" and self.ledger.trials(TrialState.WAITING)):
             return None
-        return _RANK[kind], -int(cell.system_attrs.get("fixed_params", {}).get("n", 0)), cell.number
+        n = int(cell.system_attrs.get("fixed_params", {}).get("n", 0))
+        if kind == "cell" and not self._fits(n):
+            self._too_long = True
+            return None
+        return _RANK[kind], -n, cell.number
+
+    def _fits(self, n: int) -> bool:
+        """A cell at N may start: no deadline or estimate, this queue's first cell, or expected to end in time."""
+        if self.deadline is None or self.estimate is None or self.cells_started == 0:
+            return True
+        return time.monotonic() + self.estimate(n) <= self.deadline
 
     def _open(self, config: Trial) -> None:
         params, key = self._opened[config.number] = self.params_of(config)
