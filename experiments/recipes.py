@@ -544,6 +544,24 @@ def nesting_value(long_row: dict, short_row: dict, short: int = SHORT) -> float:
     return long_row["cut"][short]["log_loss"] - short_row["test"]["log_loss"]
 
 
+def paired_nesting(by_n: dict[int, dict], theirs: dict[int, dict], short: int = SHORT) -> dict | None:
+    """The nesting value at the longest N under this rule minus under another, on the same (fold, seed)
+    runs, over training runs (the run-level test of the paired values: fold means, a t over the folds;
+    < 0: this rule keeps more short-range skill). None without such pairs in two folds."""
+    longest = max(by_n)
+    if short not in by_n or short not in theirs or longest not in theirs:
+        return None
+    keys = sorted(set(by_n[longest]) & set(by_n[short]) & set(theirs[longest]) & set(theirs[short]))
+    if len({f for f, _ in keys}) < 2:
+        return None
+    folds, seeds, ones = [f for f, _ in keys], [s for _, s in keys], [1] * len(keys)
+    here = [nesting_value(by_n[longest][k], by_n[short][k], short) for k in keys]
+    there = [nesting_value(theirs[longest][k], theirs[short][k], short) for k in keys]
+    r = run_level_test(runs_from_means("other", folds, seeds, there, ones), runs_from_means("this", folds, seeds, here, ones),
+                       min_seeds_per_fold=1)
+    return {"n": longest, "runs": len(keys), "estimate": r.estimate, "p": r.p}
+
+
 def skill_and_step(by_n: dict[int, dict], short: int = SHORT, min_runs: int = 10) -> dict | None:
     """At the longest N: are the runs that lost more short-range skill (the nesting check's value per
     run: the model cut to `short` bars minus the N=`short` model, test log-loss) the ones kept at an
@@ -641,7 +659,8 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
                 others = [r for r in (v / name / source for v in versus) if RunFolder(r).exists()]
                 if others and (longest := max(by_n)) in (theirs := pooled_runs(others, source)[1]):
                     run["versus"] = {"folders": list(map(str, others)), "n": longest,
-                                     **(paired_outcomes(by_n[longest], theirs[longest], bar) or {})}
+                                     **(paired_outcomes(by_n[longest], theirs[longest], bar) or {}),
+                                     "nesting": paired_nesting(by_n, theirs, short)}
             runs.append(run)
     return {"runs": runs}
 
@@ -826,6 +845,12 @@ def render(summary: dict) -> str:
             lines += ["", f"Paired with {', '.join(f'`{f}`' for f in vs['folders'])} at N={vs['n']} (the same fold "
                       f"and seed under the other rule): the same found/missed outcome in {vs['same']} of "
                       f"{vs['pairs']} pairs ({_label(run)} found {vs['found_here']}, the other {vs['found_there']})."]
+        if vs and (x := vs.get("nesting")):
+            lines += ["", f"Nesting check paired with {', '.join(f'`{f}`' for f in vs['folders'])} ({_label(run)}, "
+                      f"{run['source']}): N={x['n']} cut to {summary.get('short', SHORT)} bars minus N="
+                      f"{summary.get('short', SHORT)}, this rule minus the other, {_f(x['estimate'], '+.5f')} nats per "
+                      f"bar (p {_f(x['p'], '.3g')}, {x['runs']} runs paired by fold and seed; < 0: this rule keeps "
+                      "more short-range skill)."]
     lines += ["", "Candidates: " + "; ".join(f"`{r}` = " + (" ".join(f"`--set {o}`" for o in CANDIDATES[r]) or
                                                              "the default protocol") for r in CANDIDATES), ""]
     return "\n".join(lines)

@@ -175,6 +175,20 @@ def test_a_screened_restart_keeps_the_best_shown_by_its_step_and_counts_the_step
     assert recipes.kept_by_restarts({32768: rows}, 2, screen=300)[32768][(0, 0)] is rows[(0, 0)]
 
 
+def test_the_nesting_check_paired_with_another_rule_is_tested_over_the_same_runs():
+    def row(cut=None, test=None):
+        return {"cut": {512: {"log_loss": cut}}, "test": {"log_loss": test}}
+    keys = [(f, s) for f in range(3) for s in range(2)]
+    # this rule loses less short-range skill in every fold: 0.001, 0.0008, 0.0006 less
+    here = {512: {k: row(test=1.0) for k in keys}, 4096: {k: row(cut=1.0 + 0.002 + 0.0001 * k[0]) for k in keys}}
+    there = {512: {k: row(test=1.0) for k in keys}, 4096: {k: row(cut=1.0 + 0.003 - 0.0001 * k[0]) for k in keys}}
+    x = recipes.paired_nesting(here, there)
+    assert (x["n"], x["runs"]) == (4096, 6) and x["estimate"] == pytest.approx(-0.0008) and x["p"] < 0.05
+    assert recipes.paired_nesting(here, {4096: there[4096]}) is None  # no short-N runs under the other rule
+    one_fold = {n: {k: r for k, r in rows.items() if k[0] == 0} for n, rows in here.items()}
+    assert recipes.paired_nesting(one_fold, there) is None  # a t over folds needs two
+
+
 def test_the_restarts_choice_is_the_cheapest_option_that_clears_the_bar_surely_enough():
     best = [{"k": 2, "found": 6, "of": 10}, {"k": 3, "found": 19, "of": 20}]
     screens = [{"k": 3, "step": 300, "found": 18, "of": 20, "cost": 2.4}, {"k": 3, "step": 100, "found": 2, "of": 20, "cost": 1.2}]
