@@ -233,11 +233,20 @@ def _run_job(job: Job, objective: Objective, files: CellFiles, finale: list[Work
     if job.kind == "baselines":
         objective.run_baselines()
     elif job.kind == "cell":
-        ckpt, seen = plan.folder.checkpoint_dir(job.key, job.fold, job.seed), {}
+        ckpt, seen, recorded = plan.folder.checkpoint_dir(job.key, job.fold, job.seed), {}, {}
         files.restore_checkpoint(job.cell, ckpt)  # a retried cell resumes where its lost worker stopped
-        objective._cell(job.config, job.params, job.key, job.fold, job.seed,
-                        after_step=lambda: files.upload_checkpoint(job.cell, ckpt, seen))
-        record_kernel_choices(plan.folder, attention.auto_report())  # the decisions behind this cell's kernel
+
+        def after_step() -> None:
+            files.upload_checkpoint(job.cell, ckpt, seen)
+            # the decisions behind this cell's kernel, in run.json from its first step: before any
+            # checkpoint of it exists, so a resume keeps them (attention.pin)
+            if (decisions := attention.auto_report()) != recorded:
+                record_kernel_choices(plan.folder, decisions)
+                recorded.clear()
+                recorded.update(decisions)
+
+        objective._cell(job.config, job.params, job.key, job.fold, job.seed, after_step=after_step)
+        record_kernel_choices(plan.folder, attention.auto_report())  # and any made after training (evaluation)
     elif job.kind == "score":
         files.fetch(lambda cell: cell.user_attrs.get("key") == job.key)  # its cells saved by other hosts
         objective.ledger.complete(job.config, *objective.score(job.config))
