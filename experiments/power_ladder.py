@@ -44,7 +44,7 @@ runs its 600 steps; at the recipes' rule (`--set train.short_fraction=0.25 --set
 train.ema_decay=0.98 --set train.restarts=4 --set train.restart_screen=400`) 747 s (1,282 s), so
 the default ladder (9 rungs x 3 replicates) is about 5.6 h of one H200 (9.6 h in the worst case)
 and runs over sessions: each call resumes where the last stopped (`--time-budget 400` in a
-10-minute call: no new cell after 400 s; the cell in flight finishes). Compiled training
+10-minute call: no new cell after 400 s, nor one expected to end after it). Compiled training
 (train.compile) is left off: it is not calibrated, and it must not change the conclusions.
 
 On the device, from the repository root (like experiments/controls_h200.sh: source
@@ -284,6 +284,8 @@ def detection_curve(effects, detected, replicates, null: tuple[int, int] = (0, 0
     median and equal-tailed `level` interval (nats per moved bar), and `p_within`, the posterior
     probability that it is at most the strongest rung's effect (below 0.5: "beyond the strongest
     rung", the upper end is then the grid's, not the data's). None without a planted replicate."""
+    from scipy.special import logit
+
     effects, detected, replicates = (np.asarray(a, float) for a in (effects, detected, replicates))
     keep = replicates > 0
     if not keep.any():
@@ -301,15 +303,15 @@ def detection_curve(effects, detected, replicates, null: tuple[int, int] = (0, 0
     loglik = loglik + (k0 * np.log(np.clip(floor, 1e-12, None)) + (n0 - k0) * np.log1p(-floor))[:, None, None]
     weight = np.exp(loglik - loglik.max())
     # where the curve crosses target: location + logit((target - floor) / (1 - floor)) / slope
-    reach = (target - floor) / (1 - floor)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        crossing = location[None, None, :] + (np.log(reach / (1 - reach)))[:, None, None] / slope[None, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):  # floors at or above target: masked out below
+        crossing = location[None, None, :] + logit((target - floor) / (1 - floor))[:, None, None] / slope[None, :, None]
     ok = np.broadcast_to(floor[:, None, None] < target, crossing.shape)
     values, w = crossing[ok], weight[ok]
     order = np.argsort(values)
     values, cdf = values[order], np.cumsum(w[order]) / w.sum()
     tail = (1 - level) / 2
     lo, median, hi = (float(np.exp(values[min(np.searchsorted(cdf, q), len(values) - 1)])) for q in (tail, 0.5, 1 - tail))
+
     def mass_at_most(v):
         return float(cdf[np.searchsorted(values, v, side="right") - 1]) if values[0] <= v else 0.0
 

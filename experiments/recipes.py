@@ -408,13 +408,10 @@ def screened(rows: dict[tuple[int, int], dict], bar: float | None, k: int, step:
         return None
     groups = list(_restart_groups(rows, k).values())
 
-    def kept(cells):
-        return screened_best(cells, step)
-
-    trained = sum(sum(min(step, r["stop_step"]) for r in c) + max(0, kept(c)["stop_step"] - step) for c in subsets)
+    trained = sum(sum(min(step, r["stop_step"]) for r in c) + max(0, screened_best(c, step)["stop_step"] - step) for c in subsets)
     one_run = sum(r["stop_step"] for c in subsets for r in c) / k
-    return {"k": k, "step": step, "found": sum(kept(c)["hit_rate"] >= bar for c in subsets), "of": len(subsets),
-            "groups_found": sum(kept(g)["hit_rate"] >= bar for g in groups), "groups": len(groups),
+    return {"k": k, "step": step, "found": sum(screened_best(c, step)["hit_rate"] >= bar for c in subsets), "of": len(subsets),
+            "groups_found": sum(screened_best(g, step)["hit_rate"] >= bar for g in groups), "groups": len(groups),
             "cost": trained / one_run}
 
 

@@ -148,14 +148,9 @@ def _ledger(symbol: str, added: int) -> list[dict]:
 LADDER_SCRIPT = "experiments/power_ladder.py"  # the strength ladder (what a "no" rules out)
 
 
-def ladder_command(base: tuple[str, ...], lengths: list[int]) -> str:
-    """The strength ladder at the plan's shared overrides (the same training rule as the arms), N=512
-    against the plan's longest N, resumable in slices like the arms."""
-    words = ["python", LADDER_SCRIPT, "--device", "cuda", "--lengths", f"{min(lengths)},{max(lengths)}",
-             "--time-budget", "400"]
-    for item in base:
-        words += ["--set", item]
-    return shlex.join(words)
+def ladder_command(base: tuple[str, ...], *flags: str) -> str:
+    """The strength ladder script with `flags`, at the plan's shared overrides (the arms' training rule)."""
+    return shlex.join(["python", LADDER_SCRIPT, *flags, *[w for item in base for w in ("--set", item)]])
 
 
 def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: tuple[str, ...] = (),
@@ -200,9 +195,10 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
                      for c, source in controls],
     }
     if ladder:  # its design (rungs, replicates) is the script's own default, chosen by its design study
-        plan["ladder"] = {"command": ladder_command(base, first["lengths"]), "rule": wording.LADDER_RULE,
-                          "cost": shlex.join(["python", LADDER_SCRIPT, "--plan",
-                                              *[w for item in base for w in ("--set", item)]])}
+        # N=512 against the longest N, resumable in slices like the arms
+        lengths = f"{min(first['lengths'])},{max(first['lengths'])}"
+        plan["ladder"] = {"command": ladder_command(base, "--device", "cuda", "--lengths", lengths, "--time-budget", "400"),
+                          "rule": wording.LADDER_RULE, "cost": ladder_command(base, "--plan")}
     plan["plan_hash"] = digest({k: v for k, v in plan.items() if k not in ("created", "git_commit")}, 12)
     return plan
 

@@ -233,17 +233,16 @@ def _run_job(job: Job, objective: Objective, files: CellFiles, finale: list[Work
     if job.kind == "baselines":
         objective.run_baselines()
     elif job.kind == "cell":
-        ckpt, seen, recorded = plan.folder.checkpoint_dir(job.key, job.fold, job.seed), {}, {}
+        ckpt, seen, recorded = plan.folder.checkpoint_dir(job.key, job.fold, job.seed), {}, []
         files.restore_checkpoint(job.cell, ckpt)  # a retried cell resumes where its lost worker stopped
 
         def after_step() -> None:
             files.upload_checkpoint(job.cell, ckpt, seen)
-            # the decisions behind this cell's kernel, in run.json from its first step: before any
-            # checkpoint of it exists, so a resume keeps them (attention.pin)
-            if (decisions := attention.auto_report()) != recorded:
-                record_kernel_choices(plan.folder, decisions)
-                recorded.clear()
-                recorded.update(decisions)
+            # the decisions behind this cell's kernel (made before its first step), in run.json once,
+            # at that step: before any checkpoint of it exists, so a resume keeps them (attention.pin)
+            if not recorded:
+                record_kernel_choices(plan.folder, attention.auto_report())
+                recorded.append(True)
 
         objective._cell(job.config, job.params, job.key, job.fold, job.seed, after_step=after_step)
         record_kernel_choices(plan.folder, attention.auto_report())  # and any made after training (evaluation)
