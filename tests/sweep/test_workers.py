@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 
 from tsflash.runfolder import CLAIMS_DIR, encode_trial_key
 from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params
-from tsflash.sweep.workers import CellQueue
+from tsflash.sweep.workers import CellQueue, CellTime
 
 REPO = Path(__file__).resolve().parents[2]
 # One thread per process, in the reference run and in every worker: a reduction split over threads
@@ -215,16 +215,34 @@ def test_after_the_deadline_only_scoring_runs(tmp_path):
 
 def test_a_cell_expected_to_end_after_the_deadline_does_not_start_but_the_first_one_does(tmp_path):
     """--time-budget with the cost model: a sliced run stops between cells, not inside one; a shorter
-    cell that fits still runs, and every slice starts at least one cell, however long."""
+    cell that fits still runs, and every slice starts at least one cell when its time is a guess."""
     run = FakeRun(tmp_path, baselines=False, precision=False)
-    queue = run.queue(deadline=time.monotonic() + 100, estimate=lambda n: 1000.0 if n == 128 else 1.0)
+    guessed = lambda seconds: (lambda n: CellTime(seconds(n), measured=False))  # noqa: E731
+    queue = run.queue(deadline=time.monotonic() + 100, estimate=guessed(lambda n: 1000.0 if n == 128 else 1.0))
     assert [run.run(job) for job in queue] == ["n128/0", "n64/0", "n64/1", "score n64"]
     assert queue.out_of_time and queue.cells_started == 3
     waiting = [t.user_attrs["cell"] for t in run.ledger.trials(TrialState.WAITING, study=run.ledger.cells)]
     assert waiting == ["n128/fold1-seed0"]  # left for the next slice
     # the next slice: its first cell starts though it will not end in time
-    nxt = run.queue(deadline=time.monotonic() + 100, estimate=lambda n: 1000.0)
+    nxt = run.queue(deadline=time.monotonic() + 100, estimate=guessed(lambda n: 1000.0))
     assert [run.run(job) for job in nxt] == ["n128/1", "score n128"] and not nxt.out_of_time
+
+
+def test_a_cell_measured_longer_than_the_whole_slice_never_starts(tmp_path, caplog):
+    """A hard limit around a slice (a lent GPU's call) would cut such a cell and lose its training:
+    a measured time longer than the slice is not started even as the slice's first cell; shorter
+    cells still run, and the log says how long a slice the long one needs."""
+    run = FakeRun(tmp_path, baselines=False, precision=False)
+    measured = lambda n: CellTime(480.0 if n == 128 else 1.0, measured=True)  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="tsflash.sweep.workers"):
+        queue = run.queue(deadline=time.monotonic() + 390, estimate=measured)
+        assert [run.run(job) for job in queue] == ["n64/0", "n64/1", "score n64"]
+    assert queue.out_of_time and queue.cells_started == 2
+    assert "N=128 took 480 s" in caplog.text
+    assert len(run.ledger.trials(TrialState.WAITING, study=run.ledger.cells)) == 2  # both n128 cells left
+    # a slice long enough runs them
+    longer = run.queue(deadline=time.monotonic() + 1000, estimate=measured)
+    assert [run.run(job) for job in longer] == ["n128/0", "n128/1", "score n128"]
 
 
 def test_a_configuration_popped_but_not_yet_drawn_by_another_worker_queues_cells_with_their_n(tmp_path):

@@ -53,7 +53,8 @@ def register(sub) -> None:
     p.add_argument("--no-precision", action="store_true", help="skip the precision oracle at each N")
     p.add_argument("--time-budget", type=options.positive_float, default=None, metavar="SECONDS",
                    help="start no new cell after this many seconds, nor one expected to end after them (by "
-                   "this run's measured cell times, else the calibrated ones; the first cell always starts); "
+                   "this run's measured cell times, else the calibrated ones; the first cell starts on a calibrated "
+                   "guess, never when this run measured it longer than the whole budget); "
                    "rerun the same command to resume (for machines with a per-session time limit)")
     p.set_defaults(func=run)
 

@@ -311,6 +311,10 @@ class CostModel:
                 return self.provisional[k]
         return 1.0
 
+    def measured(self, work: Work) -> bool:
+        """Whether `seconds(work)` is a measurement (finished work of its group), not a calibrated guess."""
+        return bool(self.group_seconds.get(work.group))
+
     def seconds(self, work: Work) -> float:
         measured = self.group_seconds.get(work.group)
         if measured:

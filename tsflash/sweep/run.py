@@ -82,7 +82,7 @@ from tsflash.scoring.daily import (
 from tsflash.scoring.strategy import Strategy
 from tsflash.data.store import iso
 from tsflash.sweep.artifacts import CellFiles, open_store
-from tsflash.sweep.workers import CellQueue, Job, cell_name, run_workers, worker_tag
+from tsflash.sweep.workers import CellQueue, CellTime, Job, cell_name, run_workers, worker_tag
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
         deadline = None if opts.time_budget is None else t0 + opts.time_budget
         queue = CellQueue(ledger, cells=functools.partial(_cells_of, folder, cfg, files),
                           params_of=functools.partial(_params_of, cfg, opts.trials), deadline=deadline,
-                          estimate=lambda n: cost.seconds(model_work(cfg, n, model_params)))
+                          estimate=functools.partial(_cell_time, cost, cfg, model_params))
         jobs = 0
         try:
             for job in queue:
@@ -333,6 +333,11 @@ def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], mod
         todo += [model_work(cfg, n, model_params)] * max(n_slots * n_folds * n_seeds - finished[n], 0)
     total = n_folds + len(slot_lengths) * n_folds * n_seeds
     return todo, total - len(todo)
+
+
+def _cell_time(cost: CostModel, cfg: ExperimentConfig, model_params: int, n: int) -> CellTime:
+    work = model_work(cfg, n, model_params)
+    return CellTime(cost.seconds(work), cost.measured(work))
 
 
 def _observe_saved_cells(cost: CostModel, folder: RunFolder, cfg: ExperimentConfig, model_params: int) -> None:

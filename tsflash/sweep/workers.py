@@ -40,6 +40,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages._heartbeat import get_heartbeat_thread  # what study.optimize runs around a trial
@@ -82,6 +83,13 @@ def cell_name(key: str, fold: int, seed: int) -> str:
     return f"{key}/fold{fold}-seed{seed}"
 
 
+class CellTime(NamedTuple):
+    """A model cell's expected seconds at one N; measured: from cells of this run finished at that N
+    (else calibrated, a guess)."""
+    seconds: float
+    measured: bool
+
+
 class CellQueue:
     """Pops the next cell for this worker (module doc, "Order"); iterate it to run them all.
 
@@ -89,19 +97,24 @@ class CellQueue:
     params_of(trial) -> (params, key) : the configuration's parameters (drawn once, when opened).
     deadline : time.monotonic() after which no new cell, baselines or precision job starts
         (scoring a finished configuration still does).
-    estimate(n) -> seconds : a model cell's expected time at N; with a deadline, a cell expected to
+    estimate(n) -> CellTime : a model cell's expected time at N; with a deadline, a cell expected to
         end after it does not start either (a sliced run stops between cells instead of being cut
-        inside one), except this queue's first model cell, so that every slice makes progress.
+        inside one), except this queue's first model cell when its time is a guess (no cell of the
+        run has finished at that N), so that every slice makes progress; a cell that took longer
+        than the whole slice in this run never starts (a hard limit around the slice would cut it
+        and lose its training): the log says how long a slice it needs.
     """
 
     def __init__(self, ledger: Ledger, *, cells: Callable[[str], list[tuple[int, int, bool]]],
                  params_of: Callable[[Trial], tuple[dict, str]], deadline: float | None = None, poll_s: float = POLL_S,
-                 estimate: Callable[[int], float] | None = None):
+                 estimate: Callable[[int], CellTime] | None = None):
         self.ledger, self.cells, self.params_of = ledger, cells, params_of
         self.deadline, self.poll_s, self.estimate = deadline, poll_s, estimate
         self.out_of_time = False
         self.cells_started = 0  # model cells this queue has handed out
         self._too_long = False  # a waiting cell was passed over as expected to end after the deadline
+        self._measured_too_long: dict[int, float] = {}  # N -> a measured cell time longer than the slice
+        self._opened_at = time.monotonic()
         self._opened: dict[int, tuple[dict, str]] = {}  # configuration number -> (params, key)
 
     def __iter__(self) -> Iterator[Job]:
@@ -140,6 +153,11 @@ class CellQueue:
             if self._too_long:  # waiting on others cannot make it fit: this slice is over
                 self.out_of_time = True
                 log.info("time budget: the cells left are expected to end after it; none started")
+                if self._measured_too_long:
+                    n, seconds = max(self._measured_too_long.items())
+                    log.warning("time budget: a cell at N=%d took %.0f s in this run, longer than this whole "
+                                "slice (%.0f s); give a slice at least that long to finish it", n, seconds,
+                                self.deadline - self._opened_at)
             if late or self._too_long or not running:
                 return None
             log.debug("nothing to pop; waiting on %d cell(s) of other workers", len(running))
@@ -169,10 +187,16 @@ class CellQueue:
         return _RANK[kind], -n, cell.number
 
     def _fits(self, n: int) -> bool:
-        """A cell at N may start: no deadline or estimate, this queue's first cell, or expected to end in time."""
-        if self.deadline is None or self.estimate is None or self.cells_started == 0:
+        """A cell at N may start: no deadline or estimate, this queue's first cell on a guessed time,
+        or expected to end in time."""
+        if self.deadline is None or self.estimate is None:
             return True
-        return time.monotonic() + self.estimate(n) <= self.deadline
+        seconds, measured = self.estimate(n)
+        if self.cells_started == 0 and not measured:
+            return True
+        if measured and seconds > self.deadline - self._opened_at:
+            self._measured_too_long[n] = seconds
+        return time.monotonic() + seconds <= self.deadline
 
     def _open(self, config: Trial) -> None:
         params, key = self._opened[config.number] = self.params_of(config)
