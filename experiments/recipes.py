@@ -27,8 +27,9 @@ OUT/summary.md and summary.json, per candidate, source and N, from the cells' su
   and per set of three seeds the nesting check with its A/A between sets).
 
 BTC test metrics are never read: a cell is reduced to `validation_view` as it is loaded, and only a
-control source's cells also pass through `test_view`, which refuses any other source (the BTC runs'
-own report.md, written by the sweep, holds test metrics; the choice is made from summary.md).
+control source's cells also pass through `test_view`, which refuses any other source. The BTC sweeps
+run with `--validation-only`: their logs show validation losses, never test scores, and they write
+no report (the cell files still hold test metrics; nothing here reads them).
 
     python experiments/recipes.py --out runs/recipes --device cuda --time-budget 500   # rerun until done
     python experiments/recipes.py --out runs/recipes --summary-only
@@ -906,6 +907,8 @@ def sweep_argv(name: str, source: str, args, budget: float | None) -> list[str]:
         argv += ["--set", item]
     if budget is not None:
         argv += ["--time-budget", f"{budget:.0f}"]
+    if source == "btc":  # the choice reads BTC's validation tails only: its test scores stay out of the log
+        argv.append("--validation-only")
     return argv
 
 

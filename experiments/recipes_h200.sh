@@ -13,14 +13,16 @@
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
 # The default jobs are the next measurements after reports/recipes/ (its README, "What remains"):
-# the rule is short-mix-ema-fast with train.restarts=4 train.restart_screen=400 (eighth screen).
-# train.keep_from=300 on the regime (seeds 0-2) resumes from reports/recipes/pools/unfinished-keep-from300-seed0|1|2
-# (README item 2), the direct test of the kept-step association; the recipe's regime seed 3 makes four,
-# so that the regime's nesting check reads at k=4. Four one-seed jobs, about one call of 520 s.
-RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-from300-s0|short-mix-ema-fast|regime|--set train.seeds=[0] --set train.keep_from=300
-runs/recipes-from300-s1|short-mix-ema-fast|regime|--set train.seeds=[1] --set train.keep_from=300
-runs/recipes-from300-s2|short-mix-ema-fast|regime|--set train.seeds=[2] --set train.keep_from=300
-runs/recipes-emafast-regime3|short-mix-ema-fast|regime|--set train.seeds=[3]"}
+# the rule (short-mix-ema-fast with train.restarts=4 train.restart_screen=400, eighth screen) on BTC's
+# validation tails, seeds 0-2, and on the iid null, resumed from reports/recipes/pools/unfinished-rule-*
+# (README item 2; BTC needs its packed bars in .carry/packed, `tsflash data pack`). An N=32768 cell of
+# the rule takes 454-481 s with four jobs on the GPU: a call shorter than that finishes none (the
+# time budget then starts none, and says so). About four more calls of 545 s.
+RULE="--set train.restarts=4 --set train.restart_screen=400"
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-rule-btc0|short-mix-ema-fast|btc|--set train.seeds=[0] $RULE --btc-data .carry/data
+runs/recipes-rule-btc1|short-mix-ema-fast|btc|--set train.seeds=[1] $RULE --btc-data .carry/data
+runs/recipes-rule-btc2|short-mix-ema-fast|btc|--set train.seeds=[2] $RULE --btc-data .carry/data
+runs/recipes-rule-iid0|short-mix-ema-fast|iid|--set train.seeds=[0] $RULE"}
 
 # The device returns at most 8 files: job logs go to one folder, returned as one tarball.
 LOGS=$(mktemp -d)/recipes-logs  # fresh each call: no log of an earlier call comes back

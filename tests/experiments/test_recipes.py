@@ -306,7 +306,7 @@ def test_the_committed_recipe_summaries_recompute_from_the_committed_runs(monkey
                               "btc": Path("reports/h200-btcusdt-1m-second-edition")},
                              pools=tuple(Path("reports/recipes/pools") / p for p in
                                          ("seeds12", "echo-seed1", "seed3", "seed4", "seed5", "seed6", "seed7",
-                                          "seed8", "regime-seed1", "regime-seed2"))
+                                          "seed8", "regime-seed1", "regime-seed2", "regime-seed3"))
                              ) | {"short": recipes.SHORT}
     assert recipes.render(main) == (published / "summary.md").read_text()
     for pool, candidate in (("patch16", "baseline"), ("patch16-labels", "baseline"), ("steps1200", "short-mix")):
@@ -437,11 +437,6 @@ def test_the_fast_average_passes_both_nesting_checks_and_keeps_every_finder(monk
         versus = run_level_test(runs_from_means("short-mix", folds, seeds, alone, ones),
                                 runs_from_means("fast", folds, seeds, fast, ones), min_seeds_per_fold=1)
         assert versus.estimate == pytest.approx(mean, abs=5e-6) and versus.p == pytest.approx(p, abs=0.005)
-    # the kept-step test's unfinished jobs (train.keep_from=300 on the regime) resume without training a
-    # finished cell again
-    saved = [len(RunFolder(pools / f"unfinished-keep-from300-seed{s}/short-mix-ema-fast/regime").saved_cell_keys())
-             for s in (0, 1, 2)]
-    assert saved == [3, 3, 4]
 
 
 def test_nine_seeds_of_the_recipe_choose_its_restarts(monkeypatch):
@@ -491,3 +486,35 @@ def test_the_echos_finders_kept_the_short_range_within_every_fold(monkeypatch):
                    - np.mean([v for k, v in value.items() if k[0] == f and not found[k]]) for f in range(5)]
     assert len(value) == 45 and all(d < 0 for d in differences)
     assert np.mean(differences) == pytest.approx(-0.0041, abs=5e-5)
+
+
+def test_keep_from_300_on_the_regime_and_the_rule_at_four_regime_seeds(monkeypatch):
+    """The ninth screen (reports/recipes/README.md): train.keep_from=300 on the regime, seeds 0-2,
+    recomputes from its committed runs; its nesting check paired with the same seeds without it is
+    -0.00053 (p 0.33, 15 runs): not shown better. The rule (k=4 screened at 400) on four regime seeds
+    passes the nesting check. The rule's unfinished BTC and iid jobs resume without training a saved
+    cell again."""
+    from tests.conftest import REPO
+    from tsflash.runfolder import RunFolder
+
+    monkeypatch.chdir(REPO)
+    pools = Path("reports/recipes/pools")
+    keep = recipes.summarize(pools / "keep-from300-seed0", ("short-mix-ema-fast",), ("regime",),
+                             pools=(pools / "keep-from300-seed1", pools / "keep-from300-seed2"),
+                             versus=(Path("reports/recipes"), pools / "regime-seed1", pools / "regime-seed2")
+                             ) | {"short": recipes.SHORT}
+    assert recipes.render(keep) == (pools / "keep-from300-seed0" / "summary.md").read_text()
+    run = keep["runs"][0]
+    assert run["nesting"][32768]["log_loss"]["runs"] == 15
+    paired = run["versus"]["nesting"]
+    assert paired["runs"] == 15 and paired["estimate"] == pytest.approx(-0.00053, abs=5e-6)
+    assert paired["p"] == pytest.approx(0.335, abs=0.005)
+    rule = recipes.summarize(Path("reports/recipes"), ("short-mix-ema-fast",), ("regime",),
+                             pools=tuple(pools / f"regime-seed{s}" for s in (1, 2, 3)))["runs"][0]
+    at_rule = next(r for r in rule["as_restarts"] if (r["k"], r["screen"]) == (4, 400))
+    nesting = at_rule["nesting"][32768]["log_loss"]
+    assert sorted(at_rule["cells"].values()) == [5, 5]
+    assert not nesting["fails"] and nesting["mean"] == pytest.approx(0.00052, abs=5e-6)
+    saved = {name: len(RunFolder(pools / f"unfinished-rule-{name}/short-mix-ema-fast/{name.split('-')[0]}")
+                       .saved_cell_keys()) for name in ("btc-seed0", "btc-seed1", "btc-seed2", "iid-seed0")}
+    assert saved == {"btc-seed0": 1, "btc-seed1": 1, "btc-seed2": 1, "iid-seed0": 3}

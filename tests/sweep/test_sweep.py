@@ -482,3 +482,20 @@ def test_a_runs_kept_kernel_decisions_are_read_by_key_the_first_recorded_winning
     write_json(folder.run_json, {"kernel_choices": {f"a {key}": {"chosen": "cudnn"}, f"b {key}": {"chosen": "flash"},
                                                     "a cpu|0|torch.float32|16|n32|b4|h2": {"chosen": "flash"}}})
     assert kept_kernel_choices(folder) == {key: {"chosen": "cudnn"}, "cpu|0|torch.float32|16|n32|b4|h2": {"chosen": "flash"}}
+
+
+def test_a_validation_only_sweep_logs_no_test_score_and_writes_no_report(tmp_path, capsys):
+    """--validation-only (a recipe screen on BTC): each cell's progress line gives its validation
+    loss and kept step, no line gives a test figure, the run completes without report.md, and
+    `tsflash report` writes the report when asked."""
+    run = tmp_path / "blind"
+    argv = sweep_argv("synthetic:random-walk", run) + [
+        "--lengths", "32", "--set", "splits.val_days=1", "--set", "train.eval_every=1", "--validation-only"]
+    assert cli.main(argv) == 0
+    log = (run / "sweep.log").read_text()
+    assert "validation loss" in log and "at step" in log
+    for test_figure in ("logloss", " acc ", "daily net Sharpe", "report:"):
+        assert test_figure not in log
+    assert not (run / "report.md").exists() and "complete; no report" in capsys.readouterr().out
+    assert json.loads((run / "run.json").read_text())["status"] == "complete"
+    assert cli.main(["report", str(run)]) == 0 and (run / "report.md").exists()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tsflash.commands import options
 from tsflash.commands.options import parse_overrides
+from tsflash.runfolder import RunFolder
 
 
 def register(sub) -> None:
@@ -56,6 +57,9 @@ def register(sub) -> None:
                    "this run's measured cell times, else the calibrated ones; the first cell starts on a calibrated "
                    "guess, never when this run measured it longer than the whole budget); "
                    "rerun the same command to resume (for machines with a per-session time limit)")
+    p.add_argument("--validation-only", action="store_true",
+                   help="log each cell's validation loss instead of its test scores and write no report (a "
+                   "screen on data whose test bars must stay unread; `tsflash report` writes the report later)")
     p.set_defaults(func=run)
 
 
@@ -109,6 +113,7 @@ def run(args) -> int:
         command=_command_line(args),
         precision=not args.no_precision,
         time_budget=args.time_budget,
+        validation_only=args.validation_only,
     )
     # plan_sweep resolves and validates the whole config (one line, exit 2, nothing written on a
     # mistake); the run logs the reduced-preset banner itself.
@@ -117,6 +122,8 @@ def run(args) -> int:
     if report.exists():
         print(f"report: {report}")
         print(f"        {run_dir / 'report.html'}")
+    elif opts.validation_only and RunFolder(run_dir).is_complete():
+        print(f"run folder: {run_dir} (complete; no report: --validation-only)")
     else:
         print(f"run folder: {run_dir} (unfinished: trials left for another worker or a rerun of this command)")
     return 0

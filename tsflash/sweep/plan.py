@@ -64,6 +64,9 @@ class SweepOptions:
     # Seconds after which no new cell is started (the run stops cleanly and the same command
     # resumes it): for machines with a per-session time limit. None = no limit.
     time_budget: float | None = None
+    # A screen on data it will later be judged on (a recipe chosen on BTC's validation tails): the
+    # log shows each cell's validation loss instead of its test scores, and no report is written.
+    validation_only: bool = False
 
 
 @dataclass

@@ -127,13 +127,17 @@ def _run_in_folder(plan: SweepPlan) -> Path:
                  "the run that completes it writes the report")
         return folder.root
     record_peak_memory(folder, "data, cells, precision check")  # what the report's cost section shows
-    md, html = build_report(folder.root)
+    written = None if plan.options.validation_only else build_report(folder.root)
     mark_complete(folder)
-    peak = record_peak_memory(folder, "data, cells, precision check, report")
+    peak = record_peak_memory(folder, "data, cells, precision check" + ("" if written is None else ", report"))
     log.info("peak memory of the job: %.2f GiB (%s; run.json \"peak_memory\")", peak / 2**30,
              "the host's resident set" if plan.device == "cpu" else "the host's resident set, not the GPU's")
     folder.tidy_checkpoints()
-    log.info("report: %s and %s", md, html)
+    if written:
+        log.info("report: %s and %s", *written)
+    else:
+        log.info("complete; no report (--validation-only: its test figures stay unread); `tsflash report %s` "
+                 "writes it", folder.root)
     return folder.root
 
 
@@ -407,7 +411,9 @@ class Objective:
         attrs["daily_returns_path"] = self.folder.relative(path)
         attrs["daily_sharpe_defined"] = bool(np.std(daily["net"]) > 0)
         value = objective_value(daily["net"])
-        log.info("trial %s: daily net Sharpe %.4f over %d days (fee %g bps)", key, value, len(daily["net"]), self.fee)
+        if not self.plan.options.validation_only:
+            log.info("trial %s: daily net Sharpe %.4f over %d days (fee %g bps)", key, value, len(daily["net"]),
+                     self.fee)
 
         def record(trial: Trial) -> None:
             for step, fold_sr in reports.items():
@@ -471,11 +477,13 @@ class Objective:
         shutil.rmtree(ckpt, ignore_errors=True)  # the cell is saved: its checkpoint is dead weight
         with contextlib.suppress(OSError):
             ckpt.parent.rmdir()  # only when empty
-        m = res.metrics
-        self.progress.finish(
-            f"{key} fold {k} seed {seed}: acc {m['accuracy']:.4f} bal {m['balanced_accuracy']:.4f} "
-            f"logloss {m['log_loss']:.4f} mcc {m['mcc']:.4f}, {res.cost.get('tokens_per_s', float('nan')):.0f} tok/s "
-            f"({seconds:.1f}s)")
+        m, c = res.metrics, res.cost
+        scores = (f"validation loss {c.get('best_val_loss', float('nan')):.4f} at step {c.get('best_step')}"
+                  if self.plan.options.validation_only else
+                  f"acc {m['accuracy']:.4f} bal {m['balanced_accuracy']:.4f} logloss {m['log_loss']:.4f} "
+                  f"mcc {m['mcc']:.4f}")
+        self.progress.finish(f"{key} fold {k} seed {seed}: {scores}, {c.get('tokens_per_s', float('nan')):.0f} tok/s "
+                             f"({seconds:.1f}s)")
         self.fold_scores(key, k)  # written once every seed of the fold is saved
 
     def run_baselines(self) -> None:
@@ -497,7 +505,8 @@ class Objective:
                                                 params={}, fold=k, seed=None, stem=stem)
             seconds = time.monotonic() - t1
             write_json(folder.baseline_marker(k), {"fold": k, "baselines": summaries, "seconds": seconds})
-            accs = ", ".join(f"{n} acc {s['metrics']['accuracy']:.4f}" for n, s in summaries.items())
+            accs = ("saved" if self.plan.options.validation_only else
+                    ", ".join(f"{n} acc {s['metrics']['accuracy']:.4f}" for n, s in summaries.items()))
             self.progress.finish(f"baselines fold {k}: {accs} ({seconds:.1f}s)")
         for name in read_json(folder.baseline_marker(0))["baselines"]:
             series = baseline_series_name(name)
