@@ -127,3 +127,20 @@ def test_a_tiny_ladder_detects_the_strongest_strength_and_not_the_null(ladder, t
     assert "| strength-0.6 |" in md and "| iid | 0 (null) | 1 |" in md
     assert not (tmp_path / "runs" / "summary.md").exists()  # the summary goes to --out only
     assert seconds < 60
+
+
+def test_a_replicate_is_detected_by_the_crossed_test_not_the_fold_t(ladder):
+    """The ladder bounds the third edition's primary (crossed) test: a replicate whose gain is one
+    seed's luck (every fold of seed 0 better, seed 1 not) is "better" by the fold t, which ignores a
+    seed's effect, and not by the crossed test; the rung counts it as not detected, with the fold t's
+    count beside it."""
+    from tsflash.stats.runs import crossed_seed_test, run_level_test, runs_from_means
+
+    folds, seeds = [0, 0, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1]
+    short = [1.0] * 6
+    long = [1.0 - 0.02 + 0.0001 * f if s == 0 else 1.0 - 0.0001 * f for f, s in zip(folds, seeds)]
+    a, b = (runs_from_means(label, folds, seeds, m, [1000] * 6) for label, m in (("N=16", short), ("N=128", long)))
+    reading = ladder.Reading(crossed_seed_test(a, b), run_level_test(a, b))
+    assert reading.fold_t.verdict == "better" and not reading.detected
+    rung = ladder.rung_summary([{"log_loss": reading, "direction": reading}], [0.01])
+    assert rung["log_loss"]["detected"]["k"] == 0 and rung["log_loss"]["detected_fold_t"]["k"] == 1

@@ -267,8 +267,10 @@ LADDER_LEADS = {"within the ladder": "A far-context effect of at least {effect} 
                 "beyond the strongest rung": "Not even the strongest planted far-context effect ({effect} nats per moved "
                                              "bar) would have been found with 80 % probability"}
 LADDER_RULE = ("The one-week echo planted at each strength of the ladder, N=512 against the longest N in independent "
-               "replicates; detection (the run-level test says \"better\") against the planted effect read as one "
-               "curve over every rung; its 80 % point, with a 95 % interval, is what a \"no\" on question 1 rules out.")
+               "replicates; detection (the crossed test, folds and seeds as crossed random effects, says \"better\": "
+               "the primary test, on fewer folds and seeds, so the ladder's reading is a conservative one) against the "
+               "planted effect read as one curve over every rung; its 80 % point, with a 95 % interval, is what a "
+               "\"no\" on question 1 rules out.")
 
 
 def ladder_sentence(curve: dict | None, strongest: float | None = None, weakest: float | None = None) -> str:
