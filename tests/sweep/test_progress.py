@@ -130,6 +130,20 @@ def test_cell_costs_count_flops_by_the_one_rule():
     assert precision_work(cfg).units == (1 + cfg.model.n_layers) * dense
 
 
+def test_a_patch_cell_is_priced_as_a_per_bar_cell_at_the_same_bars_a_step():
+    """Knowingly high (tsflash.sweep.progress.model_work says why: measured patch cells at N=32768 ran
+    2.4-25x faster than this price, and 2-45x slower than their own FLOPs at the per-bar rates); the model's
+    own FLOPs rule for patches is the engine cost record's (the rule at context n / p, divided by p)."""
+    from dataclasses import replace
+
+    cfg = load_config("default")
+    patched = replace(cfg, model=replace(cfg.model, patch=16))
+    assert model_work(patched, 32768, n_params(cfg)).units == model_work(cfg, 32768, n_params(cfg)).units
+    p = n_params(patched)
+    assert flops.flops_per_token(p, 4, 256, 32768, patch=16) == pytest.approx(flops.flops_per_token(p, 4, 256, 2048) / 16)
+    assert flops.flops_per_token(p, 4, 256, 32768, patch=16) < flops.flops_per_token(p, 4, 256, 32768) / 100
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_the_prior_is_the_calibration_tables_measured_cells(device):
     """At a measured N the prior of a cell of the measured config is the mean measured cell

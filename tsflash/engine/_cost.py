@@ -95,7 +95,7 @@ def fold_cost(model, state: TrainingState, *, n: int, batch: int, tokens_per_ste
     seconds = state.train_seconds
     n_params = model.n_params()
     patch = model.config.patch
-    fpt = flops_per_token(n_params, model.config.n_layers, model.config.d_model, n // patch) / patch  # per bar
+    fpt = flops_per_token(n_params, model.config.n_layers, model.config.d_model, n, patch)  # per bar
     kernels = kernel_record(model.attention_backend_used, state.kernels_observed)
     return {
         "train_seconds": seconds,

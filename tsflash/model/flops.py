@@ -47,7 +47,11 @@ def attention_forward_flops(batch: int, heads: int, n: int, head_dim: int) -> fl
     return 2.0 * batch * heads * n * n * head_dim
 
 
-def flops_per_token(n_params: int, n_layers: int, d_model: int, n: int) -> float:
-    """Training FLOPs (forward + backward) per token at context length n: 6 P + 6 L d N (module doc)."""
-    attention = FWD_BWD * n_layers * attention_forward_flops(1, 1, n, d_model) / n  # 6 * L * d * N
-    return 6.0 * n_params + attention
+def flops_per_token(n_params: int, n_layers: int, d_model: int, n: int, patch: int = 1) -> float:
+    """Training FLOPs (forward + backward) per token at context length n: 6 P + 6 L d N (module doc).
+
+    With patch tokens (`patch` = p > 1) n counts bars and the quantity is per bar: the model's own
+    tokens are n / p a window, so it is the rule at context n / p, divided by p."""
+    tokens = n // patch
+    attention = FWD_BWD * n_layers * attention_forward_flops(1, 1, tokens, d_model) / tokens  # 6 * L * d * N
+    return (6.0 * n_params + attention) / patch

@@ -153,8 +153,16 @@ def _count_params(settings: tuple, n_features: int) -> int:
 
 
 def model_work(cfg: ExperimentConfig, n: int, params: int) -> Work:
-    """Training FLOPs plus the forward passes over the test block (windows of N at stride N/2)."""
-    fpt = flops_per_token(params, cfg.model.n_layers, cfg.model.d_model, n)
+    """Training FLOPs plus the forward passes over the test block (windows of N at stride N/2), per bar
+    (a patch model's cell priced as a per-bar one's: the comment below says why)."""
+    # A patch model (model.patch = p) is priced as a per-bar one at the same bars a step, knowingly
+    # high: its own FLOPs (`flops_per_token(..., patch=p)`) are 1/7 of that at N=32768, yet its cells
+    # do not run at the FLOPs' speed (a step's bars still pass the data path and the embedding). On
+    # the H200, with three jobs sharing it, the patch echo cells of reports/recipes/pools/patch16 and
+    # patch16-labels at N=32768 ran 2.4x (131 k bars a step) and 25x (2.1 M) faster than this price
+    # (at N=512 0.8x and 8x), and 2x to 45x slower than their FLOPs priced at the per-bar rates: an
+    # over-estimate plans sessions safely, an under-estimate would not.
+    fpt = flops_per_token(params, cfg.model.n_layers, cfg.model.d_model, n)  # per bar
     test_bars = cfg.splits.test_days * bars_per_day(INTERVAL_US[cfg.data.interval])
     train = engine.cell_steps(cfg.train) * cfg.train.tokens_per_step * fpt
     scored = 1 if cfg.train.restart_screen else cfg.train.restarts  # screened: the kept restart alone is scored
