@@ -39,8 +39,9 @@ point read from it would not bound the primary test's. The 80 % point, two readi
 between the two rungs around 0.8 ("at most the weakest rung" or "beyond the strongest" when it
 does not cross inside); and one detection curve over every rung (`detection_curve`: floor +
 (1 - floor) logistic(slope (log effect - location)), its posterior on a grid, the null rung
-informing the floor), which gives the point an interval. Beside it, the model-based power at the full protocol (5 folds x 3 seeds,
-`tsflash.stats.runs.power_of`) from the rung's mean estimate and variance components.
+informing the floor), which gives the point an interval. Beside it, the model-based power of the
+crossed test at the full protocol (5 folds x 3 seeds, `tsflash.stats.runs.crossed_power`) at the
+rung's mean estimate, from the replicates' variance components of the paired table.
 
 GPU cost plan (one H200; `--plan` prints it from the calibrated cost table,
 `tsflash.sweep.progress.prior_rates("cuda")` and `CostModel`, whose cuda rows are the real-bar and
@@ -70,6 +71,7 @@ unless --out names it. The sweeps run through `experiments/controls.py`'s helper
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -92,8 +94,8 @@ from tsflash.report import wording  # noqa: E402
 from tsflash.report.compute import SCORES  # noqa: E402  (score -> its loss and count columns)
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.stats.runs import (  # noqa: E402
-    CrossedTestResult, RunTestResult, VarianceComponents, crossed_seed_test, power_of, run_level_test, runs_from_table,
-    verdict_of)
+    CrossedComponents, CrossedTestResult, RunTestInputError, RunTestResult, crossed_power, crossed_seed_test,
+    run_level_test, runs_from_table, verdict_of)
 
 
 def _controls():
@@ -191,10 +193,11 @@ def run_ladder(args) -> bool:
 
 
 class Reading(NamedTuple):
-    """One replicate on one score: the crossed test (its detection: the third edition's primary test)
-    and the fold t (beside it, and the source of the variance components)."""
+    """One replicate on one score: the crossed test (its detection: the third edition's primary test),
+    the fold t beside it, and the paired table's variance components (None with one seed a fold)."""
     crossed: CrossedTestResult
     fold_t: RunTestResult
+    components: CrossedComponents | None = None
 
     @property
     def detected(self) -> bool:
@@ -213,7 +216,12 @@ def replicate_tests(root: Path, min_seeds_per_fold: int = 1) -> dict[str, Readin
     out = {}
     for score, (loss, count) in SCORES.items():
         a, b = (runs_from_table(tables[n], keys[n], loss=loss, count=count, label=f"N={n}") for n in (short, long))
-        out[score] = Reading(crossed_seed_test(a, b), run_level_test(a, b, min_seeds_per_fold=min_seeds_per_fold))
+        try:
+            components = CrossedComponents.from_runs(a, b)
+        except RunTestInputError:  # one seed a fold: no seed part to estimate
+            components = None
+        out[score] = Reading(crossed_seed_test(a, b), run_level_test(a, b, min_seeds_per_fold=min_seeds_per_fold),
+                             components)
     return out
 
 
@@ -371,36 +379,32 @@ def design_study(effects, true_points, slopes, replicates, sims: int = 300, floo
     return rows
 
 
-def _finite_mean(values: list[float]) -> float:
-    """Mean of the finite values; NaN when none is (a split of the variance needs two seeds a fold)."""
-    finite = [v for v in values if math.isfinite(v)]
-    return float(np.mean(finite)) if finite else math.nan
-
-
-def rung_summary(results: list[dict[str, Reading]], gains: list[float | None]) -> dict:
+def rung_summary(results: list[dict[str, Reading]], gains: list[float | None], n_sims: int = 2000) -> dict:
     """Detections per score over a rung's complete replicates (by the crossed test; by the fold t
-    beside it), the mean estimate (longest N minus 512), the pooled variance components and the
-    model-based power at the full protocol."""
+    beside it), the mean estimate (longest N minus 512), the replicates' mean variance components
+    of the paired table, and from them the crossed test's power at the full protocol (5 folds x 3
+    seeds, `crossed_power`) at the rung's mean estimate: a model's reading beside the counts."""
     out: dict = {"replicates": len(results)}
     valid = [g for g in gains if g is not None]
     out["oracle_gain"] = float(np.mean(valid)) if valid else None
     for score in SCORES:
         readings = [r[score] for r in results]
         res = [r.fold_t for r in readings]
-        comps = VarianceComponents(_finite_mean([r.components.between_fold for r in res]),
-                                   _finite_mean([r.components.within_fold_seed for r in res]), 0)
         mean = float(np.mean([r.estimate for r in res])) if res else math.nan
-        folds, seeds = FULL_PROTOCOL
-        power = (power_of(abs(mean), comps, folds, seeds) if res and math.isfinite(comps.within_fold_seed)
-                 and comps.between_fold + comps.within_fold_seed > 0 else math.nan)
+        parts = [r.components for r in readings if r.components is not None]
+        comps = (CrossedComponents(*(float(np.mean([getattr(c, f) for c in parts]))
+                                     for f in ("fold", "seed", "residual"))) if parts else None)
+        model = (crossed_power(comps, *FULL_PROTOCOL, n_sims=n_sims, at=mean)
+                 if comps is not None and comps.fold + comps.seed + comps.residual > 0 else None)
         out[score] = {"detected": detection_rate(sum(r.detected for r in readings), len(readings)),
                       "detected_fold_t": detection_rate(sum(r.verdict == "better" for r in res), len(res)),
                       "rejected": detection_rate(sum(verdict_of(r.crossed.estimate, r.crossed.p) != "no better"
                                                      for r in readings), len(readings)),
                       "mean_estimate": mean, "p": [r.crossed.p for r in readings], "p_fold_t": [r.p for r in res],
                       "estimates": [r.estimate for r in res],
-                      "between_fold": comps.between_fold, "within_fold_seed": comps.within_fold_seed,
-                      "power_full_protocol": power}
+                      "components": None if comps is None else dataclasses.asdict(comps),
+                      "power_full_protocol": math.nan if model is None else model.power_at,
+                      "detectable_full_protocol": math.nan if model is None else model.detectable}
     return out
 
 
@@ -454,7 +458,8 @@ def render_markdown(s: dict) -> str:
              f"(`experiments/power_ladder.py`).{'' if s['complete'] else ' **Unfinished**'} "
              f"({s['replicates_done']} of {s['replicates_planned']} replicates).", "",
              "| rung | effect (nats / moved bar) | replicates | detected, log-loss | detected, direction score "
-             "| by the fold t: log-loss, direction | mean estimate, direction | power at 5 folds x 3 seeds (model) |",
+             "| by the fold t: log-loss, direction | mean estimate, direction "
+             "| crossed test's power at 5 folds x 3 seeds (model) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in s["rungs"]:
         d = r["direction"]

@@ -5,6 +5,7 @@ strongest planted strength is detected by the run-level test, the iid null is no
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import numpy as np
@@ -144,3 +145,13 @@ def test_a_replicate_is_detected_by_the_crossed_test_not_the_fold_t(ladder):
     assert reading.fold_t.verdict == "better" and not reading.detected
     rung = ladder.rung_summary([{"log_loss": reading, "direction": reading}], [0.01])
     assert rung["log_loss"]["detected"]["k"] == 0 and rung["log_loss"]["detected_fold_t"]["k"] == 1
+    # beside the counts, the crossed test's model power at 5 folds x 3 seeds from the paired table's
+    # components: no replicate's components, no model
+    assert math.isnan(rung["log_loss"]["power_full_protocol"])
+    from tsflash.stats.runs import CrossedComponents
+
+    with_parts = reading._replace(components=CrossedComponents.from_runs(a, b))
+    assert with_parts.components.seed > with_parts.components.residual  # the seed's luck, seen as such
+    rung = ladder.rung_summary([{"log_loss": with_parts, "direction": with_parts}], [0.01], n_sims=500)
+    assert 0.0 <= rung["log_loss"]["power_full_protocol"] <= 1.0
+    assert rung["log_loss"]["detectable_full_protocol"] > abs(rung["log_loss"]["mean_estimate"])

@@ -154,3 +154,20 @@ def test_with_a_seed_effect_six_seeds_more_than_halve_the_detectable_difference(
     assert six.detectable < three.detectable / 2
     with pytest.raises(RunTestInputError, match="at least 2 seeds"):
         crossed_power(c, 5, 1)
+
+
+def test_the_ladders_small_design_is_calibrated_and_bounds_the_full_protocol_from_above():
+    """The strength ladder reads each replicate (3 folds x 2 seeds) by the crossed test, the third
+    edition's primary test at 5 x 3: on the small design the test keeps its level, and the difference
+    it detects with 80 % power is larger than at 5 x 3 (3.5-5x here), so the ladder's 80 % point
+    bounds the primary test's from above (conservatively). `at` reads the same curve at one point."""
+    mc = 3 * math.sqrt(0.05 * 0.95 / 3000)
+    for c in (CrossedComponents(fold=0.0, seed=0.0, residual=0.004 ** 2),
+              CrossedComponents(fold=0.0, seed=0.002 ** 2, residual=0.002 ** 2),
+              CrossedComponents(fold=0.001 ** 2, seed=0.004 ** 2, residual=0.002 ** 2)):
+        small, full = crossed_power(c, 3, 2, n_sims=3000), crossed_power(c, 5, 3, n_sims=3000)
+        assert small.crossed_false_positive <= 0.05 + mc
+        assert small.detectable > 3 * full.detectable
+        at = crossed_power(c, 5, 3, n_sims=3000, at=full.detectable)
+        assert at.power_at >= 0.8 and at.detectable == full.detectable
+        assert crossed_power(c, 5, 3, n_sims=3000, at=0.0).power_at == full.crossed_false_positive

@@ -597,17 +597,19 @@ class CrossedPower(NamedTuple):
     detectable: float  # the smallest |difference| found with the requested power, nats per bar
     fold_t_false_positive: float  # how often the fold t says "differ" on the same tables with no difference
     crossed_false_positive: float  # the crossed test's rate on them (the level, if it is calibrated)
+    power_at: float | None = None  # the crossed test's rejection rate at the true difference `at`, if asked
 
 
 def crossed_power(components: CrossedComponents, n_folds: int, n_seeds: int, *, alpha: float = ALPHA,
-                  power: float = 0.8, n_sims: int = 4000, seed: int = 0) -> CrossedPower:
+                  power: float = 0.8, n_sims: int = 4000, seed: int = 0, at: float | None = None) -> CrossedPower:
     """The smallest true difference `crossed_seed_test` detects with `power` (two-sided, `alpha`)
     at F folds x S seeds, by simulation: `n_sims` tables D = a_f + b_s + e_fs drawn at
     `components`, each tested as the test does (`_crossed`). A constant difference moves only the
     estimate, never the mean squares, so each table's se and Satterthwaite df are computed once and
     the power at any difference follows from them; the detectable difference is where it reaches
     `power` (bisection on the simulated curve). Beside it, the fold t's rejection rate on the same
-    null tables: above `alpha` when seeds carry an effect of their own."""
+    null tables: above `alpha` when seeds carry an effect of their own; with `at`, the power at that
+    true difference (the same curve read at one point)."""
     _check_power_design(n_folds, max(n_seeds, 2), alpha, power)
     if n_seeds < 2:
         raise RunTestInputError(f"the crossed test's power needs at least 2 seeds, got {n_seeds}")
@@ -633,7 +635,8 @@ def crossed_power(components: CrossedComponents, n_folds: int, n_seeds: int, *, 
     for _ in range(60):  # the simulated curve is a step function: bisect to its first step past `power`
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if rejects(mid) < power else (lo, mid)
-    return CrossedPower(n_folds, n_seeds, hi, float(np.mean(fold_p < alpha)), rejects(0.0))
+    return CrossedPower(n_folds, n_seeds, hi, float(np.mean(fold_p < alpha)), rejects(0.0),
+                        None if at is None else rejects(abs(at)))
 
 
 # ---------------------------------------------------------------------------------------------
