@@ -200,8 +200,12 @@ class Reading(NamedTuple):
     components: CrossedComponents | None = None
 
     @property
+    def verdict(self) -> str:
+        return verdict_of(self.crossed.estimate, self.crossed.p)
+
+    @property
     def detected(self) -> bool:
-        return verdict_of(self.crossed.estimate, self.crossed.p) == "better"
+        return self.verdict == "better"
 
 
 def replicate_tests(root: Path, min_seeds_per_fold: int = 1) -> dict[str, Reading]:
@@ -398,8 +402,7 @@ def rung_summary(results: list[dict[str, Reading]], gains: list[float | None], n
                  if comps is not None and comps.fold + comps.seed + comps.residual > 0 else None)
         out[score] = {"detected": detection_rate(sum(r.detected for r in readings), len(readings)),
                       "detected_fold_t": detection_rate(sum(r.verdict == "better" for r in res), len(res)),
-                      "rejected": detection_rate(sum(verdict_of(r.crossed.estimate, r.crossed.p) != "no better"
-                                                     for r in readings), len(readings)),
+                      "rejected": detection_rate(sum(r.verdict != "no better" for r in readings), len(readings)),
                       "mean_estimate": mean, "p": [r.crossed.p for r in readings], "p_fold_t": [r.p for r in res],
                       "estimates": [r.estimate for r in res],
                       "components": None if comps is None else dataclasses.asdict(comps),
