@@ -24,6 +24,23 @@ runs/recipes-rule-btc1|short-mix-ema-fast|btc|--set train.seeds=[1] $RULE --btc-
 runs/recipes-rule-btc2|short-mix-ema-fast|btc|--set train.seeds=[2] $RULE --btc-data .carry/data
 runs/recipes-rule-iid0|short-mix-ema-fast|iid|--set train.seeds=[0] $RULE"}
 
+# Every job's BTC bars are checked before any job starts: a missing store would fail that job only
+# after the others had taken the call's device time.
+i=0
+while IFS='|' read -r out candidate sources extra; do
+  [ -z "$out" ] && continue
+  i=$((i + 1))
+  [[ ",$sources," == *",btc,"* ]] || continue
+  read -ra flags <<< "$extra"
+  store=data  # recipes.py's default --btc-data
+  for ((k = 0; k < ${#flags[@]}; k++)); do [ "${flags[k]}" = "--btc-data" ] && store=${flags[k + 1]:-}; done
+  if [ ! -d "$store" ]; then
+    echo "job $i ($out) reads BTC bars from $store, which is not there: carry .carry/packed" \
+         "(tsflash data pack --root ../shared/data --out .carry/packed --start 2021 --end 2025)" >&2
+    exit 2
+  fi
+done <<< "$RECIPES_JOBS"
+
 # The device returns at most 8 files: job logs go to one folder, returned as one tarball.
 LOGS=$(mktemp -d)/recipes-logs  # fresh each call: no log of an earlier call comes back
 mkdir -p "$LOGS"

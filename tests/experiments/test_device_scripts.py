@@ -1,6 +1,7 @@
 """experiments/recipes_h200.sh, with `python3` and `nvidia-smi` stubbed: each job's flags reach
-recipes.py as written (split, never globbed), jobs run side by side, and the call fails when a
-job fails but not when one only reached its time limit."""
+recipes.py as written (split, never globbed), jobs run side by side, the call fails when a
+job fails but not when one only reached its time limit, and a BTC job without its bars stops the
+call before any job starts."""
 
 from __future__ import annotations
 
@@ -88,3 +89,14 @@ def test_a_call_of_many_jobs_returns_within_the_devices_eight_files(checkout):
     assert len(returned) <= 8 and "recipes-logs.tgz" in returned
     with tarfile.open(Path(env["OUT"]) / "recipes-logs.tgz") as logs:
         assert sum(name.endswith(".log") for name in logs.getnames()) == 9
+
+
+def test_a_btc_job_without_its_bars_stops_the_call_before_any_job_starts(checkout):
+    root, env = checkout
+    jobs = "runs/a|ema|iid|\nruns/b|ema|btc|--set train.seeds=[0] --btc-data .carry/data"
+    missing = _run(root, env, jobs)
+    assert missing.returncode == 2 and "job 2 (runs/b) reads BTC bars from .carry/data" in missing.stderr
+    assert not list(Path(env["ARGV_DIR"]).glob("*.argv"))  # no job started
+    (root / ".carry" / "data").mkdir(parents=True)
+    assert _run(root, env, jobs).returncode == 0
+    assert len(list(Path(env["ARGV_DIR"]).glob("*.argv"))) == 2
