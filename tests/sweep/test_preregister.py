@@ -220,3 +220,40 @@ def test_the_ladder_sentence_says_where_the_80_percent_point_lies():
     below = {"effect": 0.0003, "ci": [0.0001, 0.001], "how": "at most the weakest rung"}
     assert "down to 0.001 nats" in wording.ladder_sentence(below, strongest=0.104, weakest=0.001)
     assert "not measured" in wording.ladder_sentence(None)
+
+
+def test_the_aa_replicate_is_every_arm_on_the_plans_bars_with_other_seeds(tmp_path, capsys):
+    """--aa-seeds (issue 33, deliverable 3: the A/A comparison on BTC): a control named aa that runs
+    every arm's config on the plan's own bars with the given seeds, costed like the arms (the seeds
+    change no cost), its command the arm's with --set train.seeds, its run checked against it; seeds
+    shared with an arm, or a --control named aa beside it, are refused in one line."""
+    out, bars = tmp_path / "plan", tmp_path / "bars"
+    bars.mkdir()  # the store is not read: a plan resolves configs only
+    assert main(["preregister", "--lengths", "512,4096", "--data", str(bars), "--aa-seeds", "3,4,5",
+                 "--out", str(out)]) == 0
+    plan = json.loads((out / "PLAN.json").read_text())
+    (aa,) = plan["controls"]
+    assert (aa["name"], aa["kind"], aa["source"]) == ("aa", "aa", str(bars))
+    assert aa["expect"] == wording.CONTROL_EXPECTATIONS["aa"]
+    own = preregister.control_arm(aa, "per-bar")
+    assert own["config"]["train"]["seeds"] == [3, 4, 5] and plan["arms"][0]["seeds"] == [0, 1, 2]
+    assert aa["gpu_seconds"] == pytest.approx(plan["arms"][0]["gpu_seconds"])
+    command = preregister.sweep_command(plan, plan["arms"][0], out, aa)
+    assert f"--data {bars}" in command and command.endswith("--set 'train.seeds=[3, 4, 5]'")
+    assert f"--out {out / 'controls' / 'aa' / 'per-bar'}" in command and command in (out / "PLAN.md").read_text()
+    # its run as the command makes it: no departure
+    cfg = config_from_dict(own["config"])
+    run = out / "controls" / "aa" / "per-bar"
+    write_json(run / "config.json", cfg.to_dict())
+    write_json(run / "run.json", {"config_hash": run_hash(cfg), "status": "complete", "data": str(bars),
+                                  "trials_per_length": 1})
+    assert preregister.deviations(plan, run) == ("per-bar", [])
+    capsys.readouterr()
+    assert main(["preregister", "--lengths", "512", "--aa-seeds", "2,3,4", "--out", str(tmp_path / "x")]) == 2
+    assert "--aa-seeds must differ from every arm's seeds: per-bar trains seeds 0, 1, 2, --aa-seeds repeats 2" \
+        in capsys.readouterr().err
+    assert main(["preregister", "--lengths", "512", "--aa-seeds", "3,3", "--out", str(tmp_path / "x")]) == 2
+    assert "argument --aa-seeds: expects distinct non-negative integers" in capsys.readouterr().err
+    assert main(["preregister", "--lengths", "512", "--aa-seeds", "3,4,5", "--control", "aa=synthetic:iid:0",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "--aa-seeds is the control aa" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -29,6 +29,14 @@ def _control_set_type(text: str) -> tuple[str, str]:
     return options._argument(parse_control_set, text, "--control-set")
 
 
+def _seeds_type(text: str) -> list[int]:
+    seeds = [t.strip() for t in text.split(",") if t.strip()]
+    if not seeds or not all(t.isdigit() for t in seeds) or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"expects distinct non-negative integers separated by commas, e.g. 3,4,5; "
+                                         f"got {text!r}")
+    return [int(t) for t in seeds]
+
+
 def _control_type(text: str) -> tuple[str, str]:
     from tsflash.sweep.preregister import parse_control
 
@@ -65,6 +73,9 @@ def register(sub) -> None:
     p.add_argument("--ladder", action="store_true",
                    help="add the strength ladder (experiments/power_ladder.py at the plan's --set overrides): what a "
                         "\"no\" rules out, its command and the sentence each of its outcomes will produce")
+    p.add_argument("--aa-seeds", type=_seeds_type, default=None, metavar="S,S,...",
+                   help="add the A/A replicate: every arm's config on the plan's own bars with these seeds (disjoint "
+                   "from the arms'), a control named aa (runs go to OUT/controls/aa/<arm>)")
     p.add_argument("--note", default="", help="a sentence for the plan's head: why this run, what it follows")
     p.add_argument("--out", type=Path, help="the plan's folder (the arms' run folders go inside it)")
     p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder")
@@ -92,7 +103,7 @@ def run(args) -> int:
                         trials=args.trials, preset="full",
                         overrides=with_symbol(parse_overrides(args.overrides), args.symbol))
     plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note, controls=args.control,
-                                  control_sets=args.control_set, ladder=args.ladder)
+                                  control_sets=args.control_set, ladder=args.ladder, aa_seeds=args.aa_seeds)
     plan_json, plan_md = preregister.write_plan(plan, args.out)
     print(f"plan {plan['plan_hash']}: {plan_md}")
     print(f"      {plan_json}")

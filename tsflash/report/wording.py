@@ -255,6 +255,9 @@ CONTROL_EXPECTATIONS = {
     "regime": "better, the longer N the more; \"no better\" says how small a slow effect the protocol cannot find",
     "random-walk": "no better, and no trading pass; \"better\" on the direction score is a false positive",
     "iid": "no better, and no trading pass; \"better\" is a false positive",
+    "aa": "the same as the arm's own run: its seeds against these, at each N and score by the primary test, say "
+          "\"differ\" at most as often as its level allows; more often, and the primary test is not calibrated "
+          "on these bars at this design",
 }
 
 

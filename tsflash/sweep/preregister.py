@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 # and the command line import this module, and neither loads them for nothing.
 PLAN_JSON, PLAN_MD = "PLAN.json", "PLAN.md"
 PLAN_DEVICE = "cuda"  # a plan is for the full config on a GPU, whatever machine writes it
+AA_CONTROL = "aa"  # the A/A replicate's control name (`--aa-seeds`): runs in OUT/controls/aa/<arm>
 
 
 def parse_arm(text: str) -> tuple[str, list[str]]:
@@ -91,12 +92,13 @@ def _split_range(items: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _control(name: str, source: str, items: list[str], arms: list[tuple[str, list[str]]], resolved: list[dict],
-             opts: SweepOptions) -> dict:
-    """One control: every arm's config on its synthetic market; with items of its own, each arm's
-    config resolved again with them (its hash, folds and cost are then the control's)."""
+             opts: SweepOptions, kind: str | None = None) -> dict:
+    """One control: every arm's config on its synthetic market (or, `kind` "aa", on the plan's own
+    bars with other seeds); with items of its own, each arm's config resolved again with them (its
+    hash, folds and cost are then the control's)."""
     from tsflash.report import wording
 
-    kind = parse_source(source)[0]
+    kind = kind or parse_source(source)[0]
     control = {"name": name, "source": source, "kind": kind, "expect": wording.CONTROL_EXPECTATIONS[kind]}
     if items:
         from tsflash.commands.options import parse_overrides
@@ -155,10 +157,12 @@ def ladder_command(base: tuple[str, ...], *flags: str) -> str:
 
 def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: tuple[str, ...] = (),
                note: str = "", controls: list[tuple[str, str]] = (),
-               control_sets: list[tuple[str, str]] = (), ladder: bool = False) -> dict:
+               control_sets: list[tuple[str, str]] = (), ladder: bool = False,
+               aa_seeds: list[int] | None = None) -> dict:
     """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
     `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
-    typed for the commands); each arm adds its own items."""
+    typed for the commands); each arm adds its own items. `aa_seeds`: the A/A replicate, every arm's
+    config on the plan's own bars with these seeds (disjoint from the arms'), a control named "aa"."""
     from tsflash.report import wording
     from tsflash.stats.forecasts import ALPHA
     from tsflash.sweep.provenance import git_commit
@@ -169,8 +173,13 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     if len(set(names)) != len(names):
         raise UserError(f"--arm names must differ, got {', '.join(names)}")
     resolved = [_arm(name, items, opts) for name, items in arms]
-    if len({c for c, _ in controls}) != len(controls):
-        raise UserError(f"--control names must differ, got {', '.join(c for c, _ in controls)}")
+    if len({c for c, _ in controls}) != len(controls) or (aa_seeds and AA_CONTROL in {c for c, _ in controls}):
+        raise UserError(f"--control names must differ{' (--aa-seeds is the control aa)' if aa_seeds else ''}, "
+                        f"got {', '.join(c for c, _ in controls)}")
+    for a in resolved if aa_seeds else ():
+        if shared := sorted(set(aa_seeds) & set(a["seeds"])):
+            raise UserError(f"--aa-seeds must differ from every arm's seeds: {a['name']} trains seeds "
+                            f"{', '.join(map(str, a['seeds']))}, --aa-seeds repeats {', '.join(map(str, shared))}")
     if unknown := sorted({c for c, _ in control_sets} - {c for c, _ in controls}):
         raise UserError(f"--control-set {unknown[0]}: no --control of that name "
                         f"(controls: {', '.join(c for c, _ in controls) or 'none'})")
@@ -194,6 +203,9 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         "controls": [_control(c, source, [i for n, i in control_sets if n == c], arms, resolved, opts)
                      for c, source in controls],
     }
+    if aa_seeds:  # the same bars and configs, other initial weights: the primary test's false positives on them
+        plan["controls"].append(_control(AA_CONTROL, opts.data, [f"train.seeds={list(aa_seeds)}"], arms, resolved,
+                                         opts, kind="aa"))
     if ladder:  # its design (rungs, replicates) is the script's own default, chosen by its design study
         # N=512 against the longest N, resumable in slices like the arms
         lengths = f"{min(first['lengths'])},{max(first['lengths'])}"
