@@ -408,10 +408,10 @@ def screened(rows: dict[tuple[int, int], dict], bar: float | None, k: int, step:
     if not subsets:
         return None
     groups = list(_restart_groups(rows, k).values())
-
-    trained = sum(sum(min(step, r["stop_step"]) for r in c) + max(0, screened_best(c, step)["stop_step"] - step) for c in subsets)
+    kept = [screened_best(c, step) for c in subsets]  # each subset's continued restart, once
+    trained = sum(sum(min(step, r["stop_step"]) for r in c) + max(0, w["stop_step"] - step) for c, w in zip(subsets, kept))
     one_run = sum(r["stop_step"] for c in subsets for r in c) / k
-    return {"k": k, "step": step, "found": sum(screened_best(c, step)["hit_rate"] >= bar for c in subsets), "of": len(subsets),
+    return {"k": k, "step": step, "found": sum(w["hit_rate"] >= bar for w in kept), "of": len(subsets),
             "groups_found": sum(screened_best(g, step)["hit_rate"] >= bar for g in groups), "groups": len(groups),
             "cost": trained / one_run}
 

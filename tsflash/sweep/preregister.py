@@ -173,7 +173,8 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     if len(set(names)) != len(names):
         raise UserError(f"--arm names must differ, got {', '.join(names)}")
     resolved = [_arm(name, items, opts) for name, items in arms]
-    if len({c for c, _ in controls}) != len(controls) or (aa_seeds and AA_CONTROL in {c for c, _ in controls}):
+    control_names = [c for c, _ in controls] + ([AA_CONTROL] if aa_seeds else [])
+    if len(set(control_names)) != len(control_names):
         raise UserError(f"--control names must differ{' (--aa-seeds is the control aa)' if aa_seeds else ''}, "
                         f"got {', '.join(c for c, _ in controls)}")
     for a in resolved if aa_seeds else ():

@@ -369,6 +369,7 @@ class Objective:
         self.prepared, self.ledger, self.progress = prepared, ledger, progress
         self.model_params = model_params  # parameters of the model, for the cost estimates
         self.fee = plan.cfg.eval.fee_bps
+        self.validation_only = plan.options.validation_only  # no test figure in the log (--validation-only)
         self.strategy = Strategy.from_config(plan.cfg.to_dict())  # the trading rule scored (tsflash.scoring.strategy)
         self.scoring = scoring_id(self.strategy, self.fee)  # what a fold file must have been scored under
         self.n_folds = len(prepared.folds)
@@ -411,7 +412,7 @@ class Objective:
         attrs["daily_returns_path"] = self.folder.relative(path)
         attrs["daily_sharpe_defined"] = bool(np.std(daily["net"]) > 0)
         value = objective_value(daily["net"])
-        if not self.plan.options.validation_only:
+        if not self.validation_only:
             log.info("trial %s: daily net Sharpe %.4f over %d days (fee %g bps)", key, value, len(daily["net"]),
                      self.fee)
 
@@ -479,7 +480,7 @@ class Objective:
             ckpt.parent.rmdir()  # only when empty
         m, c = res.metrics, res.cost
         scores = (f"validation loss {c.get('best_val_loss', float('nan')):.4f} at step {c.get('best_step')}"
-                  if self.plan.options.validation_only else
+                  if self.validation_only else
                   f"acc {m['accuracy']:.4f} bal {m['balanced_accuracy']:.4f} logloss {m['log_loss']:.4f} "
                   f"mcc {m['mcc']:.4f}")
         self.progress.finish(f"{key} fold {k} seed {seed}: {scores}, {c.get('tokens_per_s', float('nan')):.0f} tok/s "
@@ -505,7 +506,7 @@ class Objective:
                                                 params={}, fold=k, seed=None, stem=stem)
             seconds = time.monotonic() - t1
             write_json(folder.baseline_marker(k), {"fold": k, "baselines": summaries, "seconds": seconds})
-            accs = ("saved" if self.plan.options.validation_only else
+            accs = ("saved" if self.validation_only else
                     ", ".join(f"{n} acc {s['metrics']['accuracy']:.4f}" for n, s in summaries.items()))
             self.progress.finish(f"baselines fold {k}: {accs} ({seconds:.1f}s)")
         for name in read_json(folder.baseline_marker(0))["baselines"]:
