@@ -15,9 +15,10 @@ BUDGET_S=${BUDGET_S:-420}
 # The default jobs are the next measurements after reports/recipes/ (its README, "What remains"):
 # the rule (short-mix-ema-fast with train.restarts=4 train.restart_screen=400, eighth screen) on BTC's
 # validation tails, seeds 0-2, and on the iid null, resumed from reports/recipes/pools/unfinished-rule-*
-# (README item 2; BTC needs its packed bars in .carry/packed, `tsflash data pack`). An N=32768 cell of
-# the rule takes 454-481 s with four jobs on the GPU: a call shorter than that finishes none (the
-# time budget then starts none, and says so). About four more calls of 545 s.
+# (README item 2; BTC needs its packed bars in .carry/packed, `tsflash data pack`). An N=32768 BTC cell
+# of the rule takes 427-533 s with four jobs on the GPU: a slice shorter than that starts none (the
+# time budget runs the job's N=512 cells instead, and says so). About three more calls of
+# BUDGET_S=530 LIMIT_S=575.
 RULE="--set train.restarts=4 --set train.restart_screen=400"
 RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-rule-btc0|short-mix-ema-fast|btc|--set train.seeds=[0] $RULE --btc-data .carry/data
 runs/recipes-rule-btc1|short-mix-ema-fast|btc|--set train.seeds=[1] $RULE --btc-data .carry/data

@@ -517,4 +517,4 @@ def test_keep_from_300_on_the_regime_and_the_rule_at_four_regime_seeds(monkeypat
     assert not nesting["fails"] and nesting["mean"] == pytest.approx(0.00052, abs=5e-6)
     saved = {name: len(RunFolder(pools / f"unfinished-rule-{name}/short-mix-ema-fast/{name.split('-')[0]}")
                        .saved_cell_keys()) for name in ("btc-seed0", "btc-seed1", "btc-seed2", "iid-seed0")}
-    assert saved == {"btc-seed0": 1, "btc-seed1": 1, "btc-seed2": 1, "iid-seed0": 3}
+    assert saved == {"btc-seed0": 5, "btc-seed1": 5, "btc-seed2": 7, "iid-seed0": 9}
