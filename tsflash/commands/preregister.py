@@ -92,10 +92,18 @@ def run(args) -> int:
         if plan_path is None:
             raise UserError(f"--check {args.check}: no {preregister.PLAN_JSON} in its parent folder "
                             f"{args.check.resolve().parent}")
-        from tsflash.runfolder import RunFolder
+        from tsflash.runfolder import RunFolder, read_json
 
         arm, found, sentence = preregister.check_run(plan_path, args.check)
-        print(sentence + ("" if RunFolder(args.check).is_complete() else " (The run is not complete yet.)"))
+        folder = RunFolder(args.check)
+        print(sentence + ("" if folder.is_complete() else " (The run is not complete yet.)"))
+        control = preregister.control_of(read_json(plan_path), args.check)
+        if control and control["kind"] == preregister.AA_CONTROL and folder.cell_summaries()[0]:
+            from tsflash.report.replicate import replicate_check
+            from tsflash.report.rundata import load_run
+            from tsflash.report.wording import aa_sentence
+
+            print(aa_sentence(replicate_check(load_run(args.check))))  # its reading against the arm's run
         return 1 if found or arm is None else 0
     if args.out is None:
         raise UserError("preregister: give --out FOLDER to write a plan, or --check RUN to check a run against one")

@@ -699,9 +699,18 @@ class Numbers:
     trading: TradingQuestion  # question 2: the trading rule per candidate (the gates are `selection`)
     pbo_null: dict | None = None  # PBO's null distribution for the run's candidates and days
     probe: ProbeCheck = field(default_factory=ProbeCheck)  # the linear information probe per N (eval.probe)
+    replicate: object = None  # a pre-registered A/A replicate's reading (tsflash.report.replicate.AACheck)
 
     def candidate_row(self, key: str | None) -> dict | None:
         return next((r for r in self.selection.candidates if r["key"] == key), None)
+
+
+def default_keys(rd: RunData) -> dict[int, str]:
+    """N -> the trial key of the primary configuration at N: the enqueued default (slot "n<N>/0");
+    trials searched with --trials appear as extra table rows, not in the plots against N."""
+    enqueued = {t.get("key") for t in rd.ledger.get("trials", []) if str(t.get("slot", "")).endswith("/0")}
+    keys = [k for k in rd.trial_keys if k in enqueued] or [k for k in rd.trial_keys if "-" not in k]
+    return {rd.n_of(k): k for k in keys}
 
 
 def compute(rd: RunData) -> Numbers:
@@ -709,12 +718,12 @@ def compute(rd: RunData) -> Numbers:
     keys = rd.trial_keys
     per_n = [summarize(rows, k) for k in keys]
     baselines = {baseline_series_name(b): summarize(rows, baseline_series_name(b)) for b in rd.baseline_names}
-    # The primary configuration per N is the enqueued default (slot "n<N>/0"); trials searched with
-    # --trials appear as extra table rows, not in the plots against N.
-    default_keys = {t.get("key") for t in rd.ledger.get("trials", []) if str(t.get("slot", "")).endswith("/0")}
-    primary = [s for s in per_n if s["series"] in default_keys] or [s for s in per_n if "-" not in s["series"]]
+    defaults = set(default_keys(rd).values())
+    primary = [s for s in per_n if s["series"] in defaults]
     stats = {k: series_stats(rd, k) for k in [*keys, *baselines] if k in rd.series}
     selection = run_selection(rd)
     forecast = forecast_question(rd, [s["series"] for s in primary])
+    from tsflash.report.replicate import replicate_check  # it reads this module's loss tables
+
     return Numbers(rows, per_n, baselines, primary, selection, stats, forecast, trading_question(rd, selection),
-                   pbo_null_summary(selection), probe_check(rd, primary, forecast.runs))
+                   pbo_null_summary(selection), probe_check(rd, primary, forecast.runs), replicate_check(rd))

@@ -65,6 +65,8 @@ def results(rd: RunData, nums: Numbers, words: dict) -> dict:
     }
     if nums.probe.available:
         out["probe"] = nums.probe.to_dict()  # the linear information probe per N (tsflash.report.probe)
+    if nums.replicate is not None and nums.replicate.arm:
+        out["aa"] = nums.replicate.to_dict()  # a pre-registered A/A replicate's reading (tsflash.report.replicate)
     if rd.rescored_from:
         out["rescored"] = {"run": rd.run_dir.name, **rd.rescored_from}
     return out

@@ -27,6 +27,7 @@ from tsflash.report.rundata import RunData
 from tsflash.report.wording import (
     NESTING_PART_NAMES,
     SCORE_NAMES,
+    aa_sentence,
     bps,
     effective_sentence,
     fmt,
@@ -182,6 +183,18 @@ PROBE_NOTE = ("How: `eval.probe` (`tsflash.dataset.probe`). Per bar t and window
               "does not says the information is there and training does not use it.")
 
 
+def aa_table(check) -> dict | None:
+    """A pre-registered A/A replicate's comparisons (`tsflash.report.replicate`): replicate minus
+    the arm's run per N and score, by question 1's primary test."""
+    if not check or not check.available:
+        return None
+    head = ["N", "score", "replicate − arm's run per bar [95 % over runs]", "p", "Holm p", "says"]
+    body = [[f"N={r.n}", SCORE_NAMES[r.score], f"{signed(r.result.estimate)} [{signed(r.result.ci[0])}, "
+             f"{signed(r.result.ci[1])}]", fmt(r.result.p, ".3g"), fmt(r.p_holm, ".3g"),
+             "differ" if r.result.p <= check.alpha else "no difference"] for r in check.rows]
+    return _table(head, body)
+
+
 def paired_table(nums: Numbers) -> dict | None:
     comps = nums.forecast.comparisons
     if not comps:
@@ -249,8 +262,10 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                "notes": nesting_notes(fq.nesting)}
     probe = {"sentence": probe_sentence(nums.probe), "table": probe_table(nums.probe),
              "notes": [PROBE_NOTE] if nums.probe.available else []}
+    replicate = nums.replicate
+    aa = {"sentence": aa_sentence(replicate) if replicate else "", "table": aa_table(replicate)}
     return {"sentence": words["forecast"], "decomposition": decomposition_table(nums), "runs": runs_table(nums),
-            "nesting": nesting, "probe": probe, "paired": paired_table(nums),
+            "nesting": nesting, "probe": probe, "aa": aa, "paired": paired_table(nums),
             "fold_level": None if fq.available else fold_level_table(nums), "notes": notes, "figure": figure}
 
 

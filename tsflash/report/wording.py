@@ -450,6 +450,33 @@ def probe_sentence(check) -> str:
     return out
 
 
+AA_LEAD = "A/A replicate"
+
+
+def aa_sentence(check) -> str:
+    """A pre-registered A/A replicate's reading (`tsflash.report.replicate`): how often question 1's
+    primary test says "differ" between disjoint runs of one config, against its level; "" for a run
+    that is no replicate."""
+    if not check.arm:
+        return ""
+    if not check.available:
+        return f"{AA_LEAD} of arm {check.arm}: no reading yet: {check.reason}."
+    n, k = len(check.rows), check.differ
+    test = "the fold t" if check.inference == "fold" else "the crossed test"
+    seeds = lambda s: ", ".join(map(str, s))  # noqa: E731
+    head = (f"{AA_LEAD} of arm {check.arm} (seeds {seeds(check.replicate_seeds)} against the arm's "
+            f"{seeds(check.run_seeds)}: the same config on the same bars, so no true difference), by question 1's "
+            f"primary test ({test}) at each N and score: {k} of {n} comparisons say \"differ\" at alpha "
+            f"{check.alpha:g} ({check.differ_holm} after Holm over the {n}); a calibrated test says so in "
+            f"{check.alpha * n:.2g} of {n} on average"
+            + (f", and in at least {k} with probability {check.tail:.2g} were they independent (they share runs "
+               "and folds)" if k else ""))
+    if check.calibrated:
+        return head + ": within the test's level on these bars at this design."
+    return (head + ": more often than its level allows, so the primary test is not calibrated on these bars at "
+            "this design, and a \"differ\" in question 1 of the arm's run is read with that.")
+
+
 def nesting_answer(check) -> str:
     """What question 1's answer adds from the nesting check: a sentence only when it fails."""
     if not check.failed:

@@ -328,7 +328,7 @@ def plan_for(run_dir: Path) -> Path | None:
     return None
 
 
-def _control_of(plan: dict, run_dir: Path) -> dict | None:
+def control_of(plan: dict, run_dir: Path) -> dict | None:
     """The plan's control a run folder is (OUT/controls/<control>/<arm>), or None."""
     run = Path(run_dir).resolve()
     if run.parents[1].name != CONTROLS_DIR:
@@ -353,7 +353,7 @@ def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
     found = []
     from tsflash.report.rescore import flat_overrides  # {"a": {"b": 1}} -> {"a.b": 1}
 
-    control = _control_of(plan, run_dir)
+    control = control_of(plan, run_dir)
     own = control_arm(control, arm["name"]) if control else None
     planned, ran = (flat_overrides(json.loads(json.dumps(c, default=str)))
                     for c in ((own or arm)["config"], cfg.to_dict()))

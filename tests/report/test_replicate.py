@@ -1,0 +1,143 @@
+"""The A/A reading of a pre-registered replicate (issue 33, deliverable 3; `tsflash.report.replicate`):
+the replicate's seeds against the arm's at every N and score by question 1's primary test, its
+false-positive rate measured on simulated A/A pairs, and the reading in the replicate's report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from tests.report.test_report import LENGTHS, make_run
+
+from tsflash.cli import main
+from tsflash.report import build_report
+from tsflash.report.compute import LOSS_FILE, SCORES, write_table
+from tsflash.report.replicate import compare, replicate_check
+from tsflash.report.rundata import load_run
+from tsflash.report.wording import aa_sentence
+from tsflash.scoring.metrics import DAILY_SUMS
+from tsflash.stats.runs import RunNoise, binomial_interval, simulate_runs
+from tsflash.sweep import preregister
+from tsflash.sweep.plan import SweepOptions
+
+KEYS = {n: f"n{n}" for n in LENGTHS}
+
+
+def pair_tables(rng, difference: float = 0.0, n_folds: int = 5, replicate_seeds=(3, 4, 5),
+                noise: RunNoise = RunNoise()) -> tuple[dict, dict]:
+    """The loss tables of an arm's run (seeds 0-2) and its replicate (`replicate_seeds`) at every N
+    of LENGTHS, on the same folds and days (their market shared), the replicate `difference` per bar
+    above the run; both scores alike."""
+    parts = ([], [])
+    for n in LENGTHS:
+        runs = simulate_runs(rng, difference=difference, noise=noise, n_folds=n_folds, n_seeds=3, n_days=30,
+                             bars_per_day=96)
+        for part, r, seeds in zip(parts, runs, ((0, 1, 2), replicate_seeds)):
+            part.append((f"n{n}", np.array([f"seed{seeds[s]}" for s in r.seed], dtype=object), r.fold,
+                         np.datetime64("2024-03-02") + r.day, r.loss, r.count))
+    tables = []
+    for part in parts:
+        table = {k: [] for k in ("series", "member", "fold", "day", *DAILY_SUMS)}
+        for series, member, fold, day, loss, count in part:
+            table["series"].append(np.full(len(fold), series, dtype=object))
+            table["member"].append(member)
+            table["fold"].append(fold)
+            table["day"].append(day)
+            for k in DAILY_SUMS:
+                table[k].append(np.zeros(len(fold)))
+            for loss_col, count_col in SCORES.values():
+                table[loss_col][-1] = loss
+                table[count_col][-1] = count
+        tables.append({k: np.concatenate(v) for k, v in table.items()})
+    return tables[0], tables[1]
+
+
+def test_each_n_and_score_is_compared_and_a_real_difference_reads_as_not_calibrated():
+    run, rep = pair_tables(np.random.default_rng(0))
+    check = compare(run, rep, KEYS, KEYS, arm="per-bar")
+    assert check.available and len(check.rows) == len(LENGTHS) * len(SCORES)
+    assert check.run_seeds == (0, 1, 2) and check.replicate_seeds == (3, 4, 5)
+    assert all(r.p_holm >= r.result.p for r in check.rows)
+    text = aa_sentence(check)
+    assert text.startswith("A/A replicate of arm per-bar (seeds 3, 4, 5 against the arm's 0, 1, 2")
+    assert f"{check.differ} of {len(check.rows)} comparisons say \"differ\" at alpha 0.05" in text
+    # a replicate that trains differently is a difference the A/A must flag
+    run, rep = pair_tables(np.random.default_rng(1), difference=0.05)
+    bad = compare(run, rep, KEYS, KEYS, arm="per-bar")
+    assert bad.differ == len(bad.rows) and not bad.calibrated and bad.tail < 1e-6
+    assert aa_sentence(bad).endswith("so the primary test is not calibrated on these bars at this design, and a "
+                                     "\"differ\" in question 1 of the arm's run is read with that.")
+    # the crossed test (eval.seed_inference = "crossed") on the same runs: never narrower than the fold t
+    crossed = compare(run, rep, KEYS, KEYS, inference="crossed", arm="per-bar")
+    assert all(c.result.se >= f.result.se - 1e-12 for c, f in zip(crossed.rows, bad.rows))
+    assert "by question 1's primary test (the crossed test)" in aa_sentence(crossed)
+
+
+def test_the_primary_tests_aa_rate_is_measured_within_its_level():
+    """Disjoint seeds, no true difference, seeds' initial weights shared by their folds: the fold t
+    and the crossed test each say "differ" in about 5 % of comparisons (measured on 150 pairs)."""
+    rng = np.random.default_rng(7)
+    noise = RunNoise(init=0.002)  # a seed's own effect: what makes the fold t too eager on disjoint seeds
+    counts = {"fold": [0, 0], "crossed": [0, 0]}
+    for _ in range(150):
+        run, rep = pair_tables(rng, noise=noise)
+        for inference, c in counts.items():
+            check = compare(run, rep, {32: "n32"}, {32: "n32"}, inference=inference)
+            c[0] += check.differ
+            c[1] += len(check.rows)
+    lo, hi = binomial_interval(*counts["crossed"])
+    assert lo <= 0.05 <= hi, counts
+    fold_rate = counts["fold"][0] / counts["fold"][1]
+    assert fold_rate > counts["crossed"][0] / counts["crossed"][1]  # the fold t ignores the seeds' own effect
+
+
+def test_a_replicate_that_repeats_the_arms_seeds_or_lacks_a_length_is_no_reading():
+    run, rep = pair_tables(np.random.default_rng(0), replicate_seeds=(2, 3, 4))
+    check = compare(run, rep, KEYS, KEYS, arm="per-bar")
+    assert not check.available and check.reason == "the replicate repeats the arm's seeds [2]: not disjoint runs"
+    assert aa_sentence(check) == ("A/A replicate of arm per-bar: no reading yet: the replicate repeats the arm's "
+                                  "seeds [2]: not disjoint runs.")
+    assert not compare(run, rep, {32: "n32"}, {64: "n64"}).available
+
+
+@pytest.fixture(scope="module")
+def aa_plan():
+    opts = SweepOptions(lengths=[512, 4096], preset="full")
+    return preregister.build_plan(opts, [("per-bar", [])], aa_seeds=[3, 4, 5])
+
+
+def _report_ready(tmp_path, where, table):
+    """make_run's report-ready folder moved to `where`, with `table` as its per-day loss sums."""
+    run = make_run(tmp_path, drift=0.0)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(run, where)
+    write_table(table, where / LOSS_FILE)
+    return where
+
+
+def test_the_replicates_report_reads_it_against_the_arms_run(aa_plan, tmp_path, capsys):
+    out = tmp_path / "plan"
+    preregister.write_plan(aa_plan, out)
+    run, rep = pair_tables(np.random.default_rng(3), n_folds=2)
+    replicate = _report_ready(tmp_path, out / "controls" / "aa" / "per-bar", rep)
+    md, _ = build_report(replicate)
+    assert ("A/A replicate of arm per-bar: no reading yet: the arm's own run (per-bar, beside the plan) is not "
+            "there yet.") in md.read_text()
+    _report_ready(tmp_path, out / "per-bar", run)
+    md, html = build_report(replicate)
+    text = md.read_text()
+    assert "**A/A replicate of arm per-bar (seeds 3, 4, 5 against the arm's 0, 1, 2" in text
+    assert "| N=32 | log-loss |" in text and "A/A replicate of arm per-bar" in html.read_text()
+    saved = json.loads((replicate / "results.json").read_text())["aa"]
+    assert saved["comparisons"] == len(LENGTHS) * len(SCORES) and saved["run_seeds"] == [0, 1, 2]
+    # `tsflash preregister --check` of the replicate prints the reading after its departures (make_run's
+    # config is not the plan's: exit 1)
+    capsys.readouterr()
+    assert main(["preregister", "--check", str(replicate)]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith(f"Pre-registered: plan {aa_plan['plan_hash']}") and printed[1] == aa_sentence(
+        replicate_check(load_run(replicate)))
+    # the arm's own report has no A/A reading: it is no replicate
+    assert "A/A replicate" not in build_report(out / "per-bar")[0].read_text()

@@ -1,0 +1,125 @@
+"""The A/A reading of a pre-registered replicate (issue 33, deliverable 3).
+
+`tsflash preregister --aa-seeds` plans every arm's config again on the plan's own bars with other
+seeds, into OUT/controls/aa/<arm>: the same design and bars, disjoint training runs, so the true
+difference between the arm's run (OUT/<arm>) and its replicate is zero at every N. Question 1's
+primary test (the config's eval.seed_inference, `tsflash.stats.runs.run_level_test`), applied to
+replicate minus run at each N and score, is then a draw from its null on these bars at this design:
+how often it says "differ" is its false-positive rate there, beside its level. The two scores of one
+N share their runs and every N shares a fold's market, so the comparisons are not independent; the
+binomial tail the sentence gives reads them as if they were (indicative), the count is the reading.
+
+The replicate's own report carries it (`replicate_check`); the sentence is in wording.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import scipy.stats
+
+from tsflash.report.compute import SCORES, default_keys, load_losses
+from tsflash.report.rundata import RunData, load_run, seed_inference
+from tsflash.runfolder import RunFolder, read_json
+from tsflash.stats.forecasts import holm
+from tsflash.stats.runs import ALPHA, RunTestInputError, RunTestResult, run_level_test, runs_from_table
+
+
+@dataclass(frozen=True)
+class AARow:
+    n: int
+    score: str  # a key of SCORES
+    result: RunTestResult  # replicate minus the arm's run at N, by the primary test
+    p_holm: float = math.nan  # Holm over every row of the reading
+
+
+@dataclass
+class AACheck:
+    """The reading, or why there is none (`reason`; `arm` set when the run is a replicate whose
+    reading is not possible yet)."""
+
+    arm: str = ""
+    reason: str = ""
+    inference: str = "fold"
+    alpha: float = ALPHA
+    run_seeds: tuple[int, ...] = ()
+    replicate_seeds: tuple[int, ...] = ()
+    rows: list[AARow] = field(default_factory=list)
+
+    @property
+    def available(self) -> bool:
+        return bool(self.rows)
+
+    @property
+    def differ(self) -> int:
+        return sum(r.result.p <= self.alpha for r in self.rows)
+
+    @property
+    def differ_holm(self) -> int:
+        return sum(r.p_holm <= self.alpha for r in self.rows)
+
+    @property
+    def tail(self) -> float:
+        """P(at least `differ` of the rows say "differ") for a calibrated test on independent rows."""
+        return float(scipy.stats.binom.sf(self.differ - 1, len(self.rows), self.alpha))
+
+    @property
+    def calibrated(self) -> bool:
+        """No more "differ" than a calibrated test gives with probability alpha (the tail above it)."""
+        return self.tail >= self.alpha
+
+    def to_dict(self) -> dict:
+        return {"arm": self.arm, "reason": self.reason, "inference": self.inference, "alpha": self.alpha,
+                "run_seeds": list(self.run_seeds), "replicate_seeds": list(self.replicate_seeds),
+                "comparisons": len(self.rows), "differ": self.differ, "differ_holm": self.differ_holm,
+                "tail": self.tail if self.rows else None, "calibrated": self.calibrated if self.rows else None,
+                "rows": [{"n": r.n, "score": r.score, "estimate": r.result.estimate, "ci": list(r.result.ci),
+                          "p": r.result.p, "p_holm": r.p_holm} for r in self.rows]}
+
+
+def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys: dict[int, str], *,
+            inference: str = "fold", alpha: float = ALPHA, arm: str = "") -> AACheck:
+    """Replicate minus run at every N both have, on both scores, by `run_level_test` (`inference`:
+    eval.seed_inference); `run`, `replicate`: their loss tables; `*_keys`: N -> trial key."""
+    lengths = sorted(run_keys.keys() & replicate_keys.keys())
+    if not lengths:
+        return AACheck(arm, "the replicate and the arm's run share no context length", inference, alpha)
+    rows, seeds = [], (set(), set())
+    try:
+        for score, (loss, count) in SCORES.items():
+            for n in lengths:
+                a = runs_from_table(run, run_keys[n], loss=loss, count=count, label=f"N={n}, the arm's seeds")
+                b = runs_from_table(replicate, replicate_keys[n], loss=loss, count=count, label=f"N={n}, the replicate's")
+                if shared := set(a.seed.tolist()) & set(b.seed.tolist()):
+                    return AACheck(arm, f"the replicate repeats the arm's seeds {sorted(shared)}: not disjoint runs",
+                                   inference, alpha)
+                seeds[0].update(a.seed.tolist())
+                seeds[1].update(b.seed.tolist())
+                rows.append(AARow(n, score, run_level_test(a, b, alpha=alpha, seeds=inference)))
+    except RunTestInputError as exc:
+        return AACheck(arm, f"the comparison cannot be tested over training runs: {exc}", inference, alpha)
+    rows = [AARow(r.n, r.score, r.result, float(p)) for r, p in zip(rows, holm([r.result.p for r in rows]))]
+    return AACheck(arm, "", inference, alpha, tuple(sorted(seeds[0])), tuple(sorted(seeds[1])), rows)
+
+
+def replicate_check(rd: RunData) -> AACheck:
+    """The reading of a pre-registered A/A replicate's run folder against its arm's run (OUT/<arm>,
+    beside the plan); an empty reason-less check for any other run (nothing to show)."""
+    from tsflash.sweep.preregister import AA_CONTROL, control_of, plan_for
+
+    plan_path = plan_for(rd.run_dir)
+    control = control_of(read_json(plan_path), rd.run_dir) if plan_path else None
+    if control is None or control["kind"] != AA_CONTROL:
+        return AACheck()
+    arm, inference = rd.run_dir.name, seed_inference(rd.config)
+    own = plan_path.parent / arm
+    if not RunFolder(own).run_json.exists():
+        return AACheck(arm, f"the arm's own run ({Path(arm)}, beside the plan) is not there yet", inference)
+    run = load_run(own)
+    tables = load_losses(run)[0], load_losses(rd)[0]
+    if tables[0] is None or tables[1] is None:
+        which = "the arm's run" if tables[0] is None else "the replicate"
+        return AACheck(arm, f"{which} has no per-day loss sums yet", inference)
+    return compare(tables[0], tables[1], default_keys(run), default_keys(rd), inference=inference, arm=arm)
