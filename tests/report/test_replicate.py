@@ -16,6 +16,7 @@ from tsflash.report import build_report
 from tsflash.report.compute import LOSS_FILE, SCORES, write_table
 from tsflash.report.replicate import compare, replicate_check
 from tsflash.report.rundata import load_run
+from tsflash.report import wording
 from tsflash.report.wording import aa_sentence
 from tsflash.scoring.metrics import DAILY_SUMS
 from tsflash.stats.runs import RunNoise, binomial_interval, simulate_runs
@@ -141,3 +142,29 @@ def test_the_replicates_report_reads_it_against_the_arms_run(aa_plan, tmp_path, 
         replicate_check(load_run(replicate)))
     # the arm's own report has no A/A reading: it is no replicate
     assert "A/A replicate" not in build_report(out / "per-bar")[0].read_text()
+
+
+def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, capsys):
+    """`tsflash preregister --check OUT`: one row per planned run (each arm, each control's arm), its
+    state, departures, question 1's answer, nesting verdict and A/A reading from its report."""
+    out = tmp_path / "plan"
+    preregister.write_plan(aa_plan, out)
+    assert main(["preregister", "--check", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"Plan {aa_plan['plan_hash']} (PLAN.json of {out}): 0 of 2 planned runs complete.")
+    assert "| per-bar | per-bar | not started |" in text
+    assert "| aa/per-bar | controls/aa/per-bar | not started |" in text and wording.CONTROL_EXPECTATIONS["aa"] in text
+    run, rep = pair_tables(np.random.default_rng(3), n_folds=2)
+    _report_ready(tmp_path, out / "per-bar", run)
+    replicate = _report_ready(tmp_path, out / "controls" / "aa" / "per-bar", rep)
+    build_report(out / "per-bar")
+    build_report(replicate)
+    rows = {r["run"]: r for r in preregister.plan_state(out)}
+    assert rows["per-bar"]["state"] == "complete" and rows["per-bar"]["departures"]  # make_run's config is not the plan's
+    assert rows["per-bar"]["question1"] == "no better" and rows["per-bar"]["aa"] == ""
+    aa = json.loads((replicate / "results.json").read_text())["aa"]
+    assert rows["aa/per-bar"]["aa"] == f"{aa['differ']} of 8 say \"differ\" (calibrated)"
+    assert main(["preregister", "--check", str(out)]) == 1  # departures
+    text = capsys.readouterr().out
+    assert "2 of 2 planned runs complete" in text and "\nDepartures from the plan:\n- per-bar: " in text
+    assert f"| per-bar | per-bar | complete | {len(rows['per-bar']['departures'])} | no better |" in text

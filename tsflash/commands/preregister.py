@@ -2,6 +2,7 @@
 
     tsflash preregister --lengths 512,4096,32768 --arm per-bar= --arm patch16=model.patch=16 --out reports/third-edition
     tsflash preregister --check reports/third-edition/per-bar      # its departures from the plan (exit 1 if any)
+    tsflash preregister --check reports/third-edition              # every planned run: state, departures, answers
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def register(sub) -> None:
                    "from the arms'), a control named aa (runs go to OUT/controls/aa/<arm>)")
     p.add_argument("--note", default="", help="a sentence for the plan's head: why this run, what it follows")
     p.add_argument("--out", type=Path, help="the plan's folder (the arms' run folders go inside it)")
-    p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder")
+    p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder; "
+                   "given the plan's folder, every planned run's state, departures, question 1's answer, nesting "
+                   "check and A/A reading, as one table")
     p.set_defaults(func=run)
 
 
@@ -87,6 +90,10 @@ def run(args) -> int:
     from tsflash.sweep import preregister
     from tsflash.sweep.plan import SweepOptions
 
+    if args.check is not None and (args.check / preregister.PLAN_JSON).is_file():  # the plan's folder: every run
+        rows = preregister.plan_state(args.check)
+        print(preregister.render_state(rows, args.check / preregister.PLAN_JSON))
+        return 1 if any(r["departures"] for r in rows) else 0
     if args.check is not None:
         plan_path = preregister.plan_for(args.check)
         if plan_path is None:

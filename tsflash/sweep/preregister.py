@@ -389,3 +389,68 @@ def _sentence(plan: dict, plan_path: Path, arm: str | None, found: list[str]) ->
     if arm is None:
         return f"{head}; {found[0]}."
     return f"{head}, arm {arm}; deviations from it: " + ("; ".join(found) if found else "none") + "."
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole plan's state: every planned run folder, read from what its sweep and report wrote
+
+
+def planned_runs(plan: dict, out: Path) -> list[tuple[str, dict | None, dict, Path]]:
+    """(name, control or None, the arm's planned resolution, run folder) of every run the plan
+    commands: each arm into OUT/<arm>, each control's arm into OUT/controls/<control>/<arm>."""
+    runs = [(a["name"], None, a, out / a["name"]) for a in plan["arms"]]
+    for c in plan.get("controls", []):
+        runs += [(f"{c['name']}/{a['name']}", c, control_arm(c, a["name"]) or a, out / CONTROLS_DIR / c["name"] / a["name"])
+                 for a in plan["arms"]]
+    return runs
+
+
+def _planned_cells(plan: dict, resolved: dict) -> int:
+    cfg = resolved["config"]
+    return len(cfg["lengths"]) * cfg["splits"]["n_folds"] * len(cfg["train"]["seeds"]) * plan["trials_per_n"]
+
+
+def plan_state(out: Path) -> list[dict]:
+    """One row per planned run: its state (not started, cells saved of those planned, complete), its
+    departures, and from its report (questions.json, results.json) question 1's answer over training
+    runs, the nesting check's verdict and, for the A/A replicate, its reading; with what the plan
+    expects of a control."""
+    from tsflash.report.questions import RESULTS_FILE
+
+    plan = read_json(out / PLAN_JSON)
+    rows = []
+    for name, control, resolved, run_dir in planned_runs(plan, out):
+        folder = RunFolder(run_dir)
+        row = {"run": name, "folder": str(run_dir.relative_to(out)), "expect": control["expect"] if control else "",
+               "state": "not started", "departures": [], "question1": "", "nesting": "", "aa": ""}
+        if folder.run_json.exists():
+            row["departures"] = deviations(plan, run_dir)[1]
+            saved, planned = len(folder.saved_cell_keys()), _planned_cells(plan, resolved)
+            row["state"] = "complete" if folder.is_complete() else f"{saved} of {planned} cells saved"
+        if (run_dir / RESULTS_FILE).exists():  # the report, written when the run completes
+            forecast = read_json(run_dir / RESULTS_FILE)["forecast"]
+            runs = forecast.get("runs", {})
+            row["question1"] = runs.get("answer") or f"no answer ({runs.get('reason') or forecast.get('source')})"
+            row["nesting"] = forecast.get("nesting", {}).get("verdict", "")
+        if (results := run_dir / "results.json").exists() and (aa := read_json(results).get("aa")):
+            row["aa"] = (f"{aa['differ']} of {aa['comparisons']} say \"differ\" "
+                         f"({'calibrated' if aa['calibrated'] else 'not calibrated'})" if aa["comparisons"]
+                         else f"no reading: {aa['reason']}")
+        rows.append(row)
+    return rows
+
+
+def render_state(rows: list[dict], plan_path: Path) -> str:
+    """`plan_state` as Markdown: a line naming the plan, then a table of the planned runs."""
+    from tsflash.report.markdown import markdown_table
+
+    plan = read_json(plan_path)
+    head = ["run", "folder", "state", "departures", "question 1 (over runs)", "nesting check", "A/A", "the plan expects"]
+    body = [[r["run"], r["folder"], r["state"],
+             len(r["departures"]) or ("" if r["state"] == "not started" else "none"),
+             r["question1"], r["nesting"], r["aa"], r["expect"]] for r in rows]
+    done = sum(r["state"] == "complete" for r in rows)
+    text = (f"Plan {plan['plan_hash']} ({plan_path.name} of {plan_path.parent}): {done} of {len(rows)} planned runs "
+            f"complete.\n\n" + markdown_table(head, body))
+    departing = [f"- {r['run']}: " + "; ".join(r["departures"]) for r in rows if r["departures"]]
+    return text + ("\n\nDepartures from the plan:\n" + "\n".join(departing) if departing else "")
