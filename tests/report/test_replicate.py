@@ -18,6 +18,7 @@ from tsflash.report.replicate import compare, replicate_check
 from tsflash.report.rundata import load_run
 from tsflash.report import wording
 from tsflash.report.wording import aa_sentence
+from tsflash.runfolder import write_json
 from tsflash.scoring.metrics import DAILY_SUMS
 from tsflash.stats.runs import RunNoise, binomial_interval, simulate_runs
 from tsflash.sweep import preregister
@@ -168,3 +169,24 @@ def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, ca
     text = capsys.readouterr().out
     assert "2 of 2 planned runs complete" in text and "\nDepartures from the plan:\n- per-bar: " in text
     assert f"| per-bar | per-bar | complete | {len(rows['per-bar']['departures'])} | no better |" in text
+
+
+def test_the_plans_ladder_is_a_row_of_its_state(tmp_path, capsys):
+    """With --ladder the state has a ladder row: not started, then replicates done of planned and
+    what "no" rules out from its summary.json (OUT/ladder, where PLAN.md's command writes it)."""
+    out = tmp_path / "plan"
+    assert main(["preregister", "--lengths", "512,4096", "--ladder", "--out", str(out)]) == 0
+    ladder = preregister.plan_state(out)[-1]
+    assert (ladder["run"], ladder["state"], ladder["question1"]) == ("ladder", "not started", "")
+    write_json(out / preregister.LADDER_DIR / "summary.json", {
+        "complete": False, "replicates_done": 4, "replicates_planned": 27,
+        "rungs": [{"strength": 0.05, "oracle_gain": 0.002}, {"strength": 0.2, "oracle_gain": 0.03},
+                  {"strength": None, "oracle_gain": None}],
+        "curve_80": {"log_loss": {"effect": 0.0123, "ci": [0.005, 0.04], "how": "within the ladder"}}})
+    ladder = preregister.plan_state(out)[-1]
+    assert ladder["state"] == "4 of 27 replicates"
+    assert ladder["question1"] == wording.ladder_sentence({"effect": 0.0123, "ci": [0.005, 0.04],
+                                                           "how": "within the ladder"}, 0.03, 0.002)
+    capsys.readouterr()
+    assert main(["preregister", "--check", str(out)]) == 0
+    assert "| ladder | ladder | 4 of 27 replicates |" in capsys.readouterr().out

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 PLAN_JSON, PLAN_MD = "PLAN.json", "PLAN.md"
 PLAN_DEVICE = "cuda"  # a plan is for the full config on a GPU, whatever machine writes it
 AA_CONTROL = "aa"  # the A/A replicate's control name (`--aa-seeds`): runs in OUT/controls/aa/<arm>
+LADDER_DIR = "ladder"  # the ladder's replicates and summary: OUT/ladder (its command's --runs in PLAN.md)
 
 
 def parse_arm(text: str) -> tuple[str, list[str]]:
@@ -300,7 +301,7 @@ def render_plan(plan: dict, out: Path) -> str:
     lines += [sweep_command(plan, a, out) + " --time-budget 400   # rerun until complete" for a in plan["arms"]]
     lines += [sweep_command(plan, a, out, c) + " --time-budget 400" for c in controls for a in plan["arms"]]
     if ladder:
-        lines += [f"{ladder['command']} --runs {out / 'ladder'}   # rerun until complete"]
+        lines += [f"{ladder['command']} --runs {out / LADDER_DIR}   # rerun until complete"]
     lines += ["```", ""]
     return "\n".join(lines)
 
@@ -437,7 +438,26 @@ def plan_state(out: Path) -> list[dict]:
                          f"({'calibrated' if aa['calibrated'] else 'not calibrated'})" if aa["comparisons"]
                          else f"no reading: {aa['reason']}")
         rows.append(row)
+    if "ladder" in plan:
+        rows.append(_ladder_state(plan, out / LADDER_DIR))
     return rows
+
+
+
+def _ladder_state(plan: dict, runs: Path) -> dict:
+    """The ladder's row of `plan_state`: replicates done of planned, and what "no" rules out on the
+    log-loss (`wording.ladder_sentence`) once its summary.json is there."""
+    from tsflash.report import wording
+
+    row = {"run": "ladder", "folder": LADDER_DIR, "expect": "what a \"no\" on question 1 rules out",
+           "state": "not started", "departures": [], "question1": "", "nesting": "", "aa": ""}
+    if (path := runs / "summary.json").exists():
+        s = read_json(path)
+        row["state"] = "complete" if s["complete"] else f"{s['replicates_done']} of {s['replicates_planned']} replicates"
+        gains = [r["oracle_gain"] for r in s["rungs"] if r["strength"] is not None and r["oracle_gain"]]
+        row["question1"] = wording.ladder_sentence((s.get("curve_80") or {}).get("log_loss"),
+                                                   max(gains, default=None), min(gains, default=None))
+    return row
 
 
 def render_state(rows: list[dict], plan_path: Path) -> str:
