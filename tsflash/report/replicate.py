@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import scipy.stats
 
@@ -116,7 +115,7 @@ def replicate_check(rd: RunData) -> AACheck:
     arm, inference = rd.run_dir.name, seed_inference(rd.config)
     own = plan_path.parent / arm
     if not RunFolder(own).run_json.exists():
-        return AACheck(arm, f"the arm's own run ({Path(arm)}, beside the plan) is not there yet", inference)
+        return AACheck(arm, f"the arm's own run ({arm}, beside the plan) is not there yet", inference)
     run = load_run(own)
     tables = load_losses(run)[0], load_losses(rd)[0]
     if tables[0] is None or tables[1] is None:

@@ -422,8 +422,7 @@ def plan_state(out: Path) -> list[dict]:
     rows = []
     for name, control, resolved, run_dir in planned_runs(plan, out):
         folder = RunFolder(run_dir)
-        row = {"run": name, "folder": str(run_dir.relative_to(out)), "expect": control["expect"] if control else "",
-               "state": "not started", "departures": [], "question1": "", "nesting": "", "aa": ""}
+        row = _state_row(name, str(run_dir.relative_to(out)), control["expect"] if control else "")
         if folder.run_json.exists():
             row["departures"] = deviations(plan, run_dir)[1]
             saved, planned = len(folder.saved_cell_keys()), _planned_cells(plan, resolved)
@@ -443,14 +442,18 @@ def plan_state(out: Path) -> list[dict]:
     return rows
 
 
+def _state_row(run: str, folder: str, expect: str) -> dict:
+    """A row of `plan_state` before anything is read: not started."""
+    return {"run": run, "folder": folder, "expect": expect, "state": "not started", "departures": [],
+            "question1": "", "nesting": "", "aa": ""}
+
 
 def _ladder_state(plan: dict, runs: Path) -> dict:
     """The ladder's row of `plan_state`: replicates done of planned, and what "no" rules out on the
     log-loss (`wording.ladder_sentence`) once its summary.json is there."""
     from tsflash.report import wording
 
-    row = {"run": "ladder", "folder": LADDER_DIR, "expect": "what a \"no\" on question 1 rules out",
-           "state": "not started", "departures": [], "question1": "", "nesting": "", "aa": ""}
+    row = _state_row("ladder", LADDER_DIR, "what a \"no\" on question 1 rules out")
     if (path := runs / "summary.json").exists():
         s = read_json(path)
         row["state"] = "complete" if s["complete"] else f"{s['replicates_done']} of {s['replicates_planned']} replicates"
