@@ -25,43 +25,45 @@ runs/recipes-rule-btc1|short-mix-ema-fast|btc|--set train.seeds=[1] $RULE --btc-
 runs/recipes-rule-btc2|short-mix-ema-fast|btc|--set train.seeds=[2] $RULE --btc-data .carry/data
 runs/recipes-rule-iid0|short-mix-ema-fast|iid|--set train.seeds=[0] $RULE"}
 
+# The job lines, parsed once: line k (from 0, job k + 1 in messages) is outs[k], candidates[k],
+# sources[k] and its ARGS in extras[k].
+outs=(); candidates=(); sources=(); extras=()
+while IFS='|' read -r out candidate source extra; do
+  [ -z "$out" ] && continue
+  outs+=("$out"); candidates+=("$candidate"); sources+=("$source"); extras+=("$extra")
+done <<< "$RECIPES_JOBS"
+
 # Every job's BTC bars are checked before any job starts: a missing store would fail that job only
 # after the others had taken the call's device time.
-i=0
-while IFS='|' read -r out candidate sources extra; do
-  [ -z "$out" ] && continue
-  i=$((i + 1))
-  [[ ",$sources," == *",btc,"* ]] || continue
-  read -ra flags <<< "$extra"
+for ((i = 0; i < ${#outs[@]}; i++)); do
+  [[ ",${sources[i]}," == *",btc,"* ]] || continue
+  read -ra flags <<< "${extras[i]}"
   store=data  # recipes.py's default --btc-data
   for ((k = 0; k < ${#flags[@]}; k++)); do [ "${flags[k]}" = "--btc-data" ] && store=${flags[k + 1]:-}; done
   if [ ! -d "$store" ]; then
-    echo "job $i ($out) reads BTC bars from $store, which is not there: carry .carry/packed" \
+    echo "job $((i + 1)) (${outs[i]}) reads BTC bars from $store, which is not there: carry .carry/packed" \
          "(tsflash data pack --root ../shared/data --out .carry/packed --start 2021 --end 2025)" >&2
     exit 2
   fi
-done <<< "$RECIPES_JOBS"
+done
 
 # The device returns at most 8 files: job logs go to one folder, returned as one tarball.
 LOGS=$(mktemp -d)/recipes-logs  # fresh each call: no log of an earlier call comes back
 mkdir -p "$LOGS"
 pids=()
-i=0
-while IFS='|' read -r out candidate sources extra; do
-  [ -z "$out" ] && continue
-  i=$((i + 1))
-  read -ra flags <<< "$extra"  # ARGS split on blanks, never globbed (train.seeds=[0] is a pattern)
+for ((i = 0; i < ${#outs[@]}; i++)); do
+  read -ra flags <<< "${extras[i]}"  # ARGS split on blanks, never globbed (train.seeds=[0] is a pattern)
   # Two threads each: several processes on 16 cores, none starving the others' data work.
   OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "${LIMIT_S:-560}" python3 experiments/recipes.py \
-    --out "$out" --candidates "$candidate" --sources "$sources" --device cuda --time-budget "$BUDGET_S" \
-    "${flags[@]}" > "$LOGS/recipes-$i.log" 2>&1 &
-  pids+=("$!|$i|$candidate|$out")
-done <<< "$RECIPES_JOBS"
+    --out "${outs[i]}" --candidates "${candidates[i]}" --sources "${sources[i]}" --device cuda \
+    --time-budget "$BUDGET_S" "${flags[@]}" > "$LOGS/recipes-$((i + 1)).log" 2>&1 &
+  pids+=("$!")
+done
 rc=0
-for p in "${pids[@]}"; do
-  IFS='|' read -r pid i candidate out <<< "$p"
-  wait "$pid"; job_rc=$?
-  echo "job $i ($candidate in $out) exit: $job_rc"; grep -E '"complete"|Error|error:' "$LOGS/recipes-$i.log" | tail -2
+for ((i = 0; i < ${#pids[@]}; i++)); do
+  wait "${pids[i]}"; job_rc=$?
+  echo "job $((i + 1)) (${candidates[i]} in ${outs[i]}) exit: $job_rc"
+  grep -E '"complete"|Error|error:' "$LOGS/recipes-$((i + 1)).log" | tail -2
   # 124: stopped at LIMIT_S (resumable, its state comes back); anything else is a failure
   [ "$job_rc" -ne 0 ] && [ "$job_rc" -ne 124 ] && rc=$job_rc
 done
