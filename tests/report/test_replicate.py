@@ -17,7 +17,7 @@ from tsflash.report.compute import LOSS_FILE, SCORES, write_table
 from tsflash.report.replicate import compare, replicate_check
 from tsflash.report.rundata import load_run
 from tsflash.report import wording
-from tsflash.report.wording import aa_sentence
+from tsflash.report.wording import aa_sentence, pooled_sentence
 from tsflash.runfolder import write_json
 from tsflash.scoring.metrics import DAILY_SUMS
 from tsflash.stats.runs import RunNoise, binomial_interval, simulate_runs
@@ -65,6 +65,13 @@ def test_each_n_and_score_is_compared_and_a_real_difference_reads_as_not_calibra
     text = aa_sentence(check)
     assert text.startswith("A/A replicate of arm per-bar (seeds 3, 4, 5 against the arm's 0, 1, 2")
     assert f"{check.differ} of {len(check.rows)} comparisons say \"differ\" at alpha 0.05" in text
+    # question 1 over both seed sets: six seeds per fold at every N (the plan's primary reading)
+    pooled = check.pooled
+    assert pooled.available and (pooled.seeds_per_fold, pooled.n_folds) == (6, 5)
+    assert all((c.result.n_runs_a, c.result.n_runs_b) == (30, 30) for c in pooled.result.comparisons)
+    assert pooled_sentence(check).startswith(f"{wording.POOLED_LEAD} (the arm's seeds and the replicate's, 6 seeds "
+                                             "per fold): Longer context forecasts ")
+    assert "against N=32" in pooled_sentence(check) or "from N=32" in pooled_sentence(check)
     # a replicate that trains differently is a difference the A/A must flag
     run, rep = pair_tables(np.random.default_rng(1), difference=0.05)
     bad = compare(run, rep, KEYS, KEYS, arm="per-bar")
@@ -141,6 +148,8 @@ def test_the_replicates_report_reads_it_against_the_arms_run(aa_plan, tmp_path, 
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith(f"Pre-registered: plan {aa_plan['plan_hash']}") and printed[1] == aa_sentence(
         replicate_check(load_run(replicate)))
+    assert "**Over both seed sets (the arm's seeds and the replicate's, 6 seeds per fold): " in text
+    assert saved["pooled"]["seeds_per_fold"] == 6 and saved["pooled"]["answer"] in ("better", "no better", "worse")
     # the arm's own report has no A/A reading: it is no replicate
     assert "A/A replicate" not in build_report(out / "per-bar")[0].read_text()
 
@@ -164,7 +173,8 @@ def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, ca
     assert rows["per-bar"]["state"] == "complete" and rows["per-bar"]["departures"]  # make_run's config is not the plan's
     assert rows["per-bar"]["question1"] == "no better" and rows["per-bar"]["aa"] == ""
     aa = json.loads((replicate / "results.json").read_text())["aa"]
-    assert rows["aa/per-bar"]["aa"] == f"{aa['differ']} of 8 say \"differ\" (calibrated)"
+    assert rows["aa/per-bar"]["aa"] == (f"{aa['differ']} of 8 say \"differ\" (calibrated); question 1 over both seed "
+                                        f"sets: {aa['pooled']['answer']}")
     assert main(["preregister", "--check", str(out)]) == 1  # departures
     text = capsys.readouterr().out
     assert "2 of 2 planned runs complete" in text and "\nDepartures from the plan:\n- per-bar: " in text
@@ -190,3 +200,14 @@ def test_the_plans_ladder_is_a_row_of_its_state(tmp_path, capsys):
     capsys.readouterr()
     assert main(["preregister", "--check", str(out)]) == 0
     assert "| ladder | ladder | 4 of 27 replicates |" in capsys.readouterr().out
+
+
+def test_a_plan_with_the_replicate_reads_question_1_over_both_seed_sets(aa_plan, tmp_path):
+    """--aa-seeds makes question 1's primary reading the pooled one (six seeds), said in PLAN.md with
+    why, and its outcomes' sentences; a plan without the replicate has neither."""
+    assert aa_plan["primary"]["pooled"] == wording.POOLED_RULE
+    preregister.write_plan(aa_plan, tmp_path / "plan")
+    text = (tmp_path / "plan" / "PLAN.md").read_text()
+    assert wording.POOLED_RULE in text and "question 1 over both seed sets (primary): no better" in text
+    plain = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), [("per-bar", [])])
+    assert "pooled" not in plain["primary"] and not any("both seed sets" in o["outcome"] for o in plain["outcomes"])

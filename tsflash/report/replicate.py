@@ -9,7 +9,13 @@ how often it says "differ" is its false-positive rate there, beside its level. T
 N share their runs and every N shares a fold's market, so the comparisons are not independent; the
 binomial tail the sentence gives reads them as if they were (indicative), the count is the reading.
 
-The replicate's own report carries it (`replicate_check`); the sentence is in wording.py.
+The replicate's seeds are also three more training runs of every arm's config on the same folds:
+question 1 over both seed sets (six seeds per N, `pooled_question`) is the plan's primary reading
+when it has the replicate (`tsflash preregister --aa-seeds`; on the second edition's components the
+crossed test's 80 % detectable difference at N=32768 halves from three seeds to six, 0.0083 to
+0.0042 nats per bar on the log-loss, reports/controls/aa/summary.md), at no GPU time beyond the A/A's.
+
+The replicate's own report carries both (`replicate_check`); the sentences are in wording.py.
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import scipy.stats
 
-from tsflash.report.compute import SCORES, default_keys, load_losses
+from tsflash.report.compute import PRIOR, SCORES, RunQuestion, default_keys, load_losses, run_question
+from tsflash.report.questions import runs_results
 from tsflash.report.rundata import RunData, load_run, seed_inference
 from tsflash.runfolder import RunFolder, read_json
+from tsflash.scoring.daily import ENSEMBLE
 from tsflash.stats.forecasts import holm
 from tsflash.stats.runs import ALPHA, RunTestInputError, RunTestResult, run_level_test, runs_from_table
 
@@ -46,6 +55,8 @@ class AACheck:
     run_seeds: tuple[int, ...] = ()
     replicate_seeds: tuple[int, ...] = ()
     rows: list[AARow] = field(default_factory=list)
+    pooled: RunQuestion | None = None  # question 1 over the arm's seeds and the replicate's together
+    shortest: str = ""  # the arm's trial key at its shortest N (the pooled reading's reference)
 
     @property
     def available(self) -> bool:
@@ -75,7 +86,28 @@ class AACheck:
                 "comparisons": len(self.rows), "differ": self.differ, "differ_holm": self.differ_holm,
                 "tail": self.tail if self.rows else None, "calibrated": self.calibrated if self.rows else None,
                 "rows": [{"n": r.n, "score": r.score, "estimate": r.result.estimate, "ci": list(r.result.ci),
-                          "p": r.result.p, "p_holm": r.p_holm} for r in self.rows]}
+                          "p": r.result.p, "p_holm": r.p_holm} for r in self.rows],
+                "pooled": runs_results(self.pooled) if self.pooled is not None else None}
+
+
+def pooled_table(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys: dict[int, str]) -> dict:
+    """One loss table of both seed sets: the arm's single runs and the replicate's (renamed to the
+    arm's trial keys by N) at every N both have, and the arm's class prior (its skill reference)."""
+    def rows(table: dict, keep: np.ndarray, rename: dict[str, str] | None = None) -> dict:
+        out = {k: np.asarray(v)[keep] for k, v in table.items()}
+        if rename:
+            out["series"] = np.array([rename[s] for s in out["series"]], dtype=object)
+        return out
+
+    lengths = sorted(run_keys.keys() & replicate_keys.keys())
+    member = lambda table: np.char.startswith(np.asarray(table["member"]).astype(str), "seed")  # noqa: E731
+    series = lambda table, keys: np.isin(np.asarray(table["series"]).astype(str), keys)  # noqa: E731
+    parts = [rows(run, series(run, [run_keys[n] for n in lengths]) & member(run)),
+             rows(replicate, series(replicate, [replicate_keys[n] for n in lengths]) & member(replicate),
+                  {replicate_keys[n]: run_keys[n] for n in lengths}),
+             rows(run, (np.asarray(run["series"]).astype(str) == PRIOR)
+                  & (np.asarray(run["member"]).astype(str) == ENSEMBLE))]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys: dict[int, str], *,
@@ -100,7 +132,10 @@ def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys
     except RunTestInputError as exc:
         return AACheck(arm, f"the comparison cannot be tested over training runs: {exc}", inference, alpha)
     rows = [AARow(r.n, r.score, r.result, float(p)) for r, p in zip(rows, holm([r.result.p for r in rows]))]
-    return AACheck(arm, "", inference, alpha, tuple(sorted(seeds[0])), tuple(sorted(seeds[1])), rows)
+    pooled = run_question(pooled_table(run, replicate, run_keys, replicate_keys), [run_keys[n] for n in lengths],
+                          inference)
+    return AACheck(arm, "", inference, alpha, tuple(sorted(seeds[0])), tuple(sorted(seeds[1])), rows, pooled,
+                   run_keys[lengths[0]])
 
 
 def replicate_check(rd: RunData) -> AACheck:

@@ -200,7 +200,7 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         "trading": {"min_dsr": first["selection"]["min_dsr"], "max_pbo": first["selection"]["max_pbo"],
                     "fee_bps": first["eval"]["fee_bps"], "strategy": first["eval"].get("strategy")},
         "ledger": _ledger(first["data"]["symbol"], sum(len(a["lengths"]) * opts.trials for a in resolved)),
-        "outcomes": wording.plan_outcomes(),
+        "outcomes": wording.plan_outcomes(pooled=bool(aa_seeds)),
         # each control runs every arm's config on its synthetic market: the cost of the arms again
         "controls": [_control(c, source, [i for n, i in control_sets if n == c], arms, resolved, opts)
                      for c, source in controls],
@@ -208,6 +208,7 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     if aa_seeds:  # the same bars and configs, other initial weights: the primary test's false positives on them
         plan["controls"].append(_control(AA_CONTROL, opts.data, [f"train.seeds={list(aa_seeds)}"], arms, resolved,
                                          opts, kind="aa"))
+        plan["primary"]["pooled"] = wording.POOLED_RULE  # ... and more seeds for question 1
     if ladder:  # its design (rungs, replicates) is the script's own default, chosen by its design study
         # N=512 against the longest N, resumable in slices like the arms
         lengths = f"{min(first['lengths'])},{max(first['lengths'])}"
@@ -265,7 +266,8 @@ def render_plan(plan: dict, out: Path) -> str:
               "Training recipe: " + "; ".join(f"{a['name']}: {a['recipe']}" for a in plan["arms"]) + ".", ""]
     lines += ["## How the answer will be read", "",
               f"**Primary (question 1)**: over training runs, by the {' and '.join(p['test'])} test "
-              f"(`eval.seed_inference`), {p['family']}, family-wise level {p['alpha']:g}. {p['rule']}", "",
+              f"(`eval.seed_inference`), {p['family']}, family-wise level {p['alpha']:g}. {p['rule']}"
+              + (f" {p['pooled']}" if p.get("pooled") else ""), "",
               f"**Nesting check**: each longer N cut to {plan['nesting']['cut']} bars against "
               f"N={plan['nesting']['cut']}. {plan['nesting']['rule']}", ""]
     for a in plan["arms"]:
@@ -433,8 +435,10 @@ def plan_state(out: Path) -> list[dict]:
             row["question1"] = runs.get("answer") or f"no answer ({runs.get('reason') or forecast.get('source')})"
             row["nesting"] = forecast.get("nesting", {}).get("verdict", "")
         if (results := run_dir / "results.json").exists() and (aa := read_json(results).get("aa")):
+            pooled = (aa.get("pooled") or {}).get("answer")
             row["aa"] = (f"{aa['differ']} of {aa['comparisons']} say \"differ\" "
-                         f"({'calibrated' if aa['calibrated'] else 'not calibrated'})" if aa["comparisons"]
+                         f"({'calibrated' if aa['calibrated'] else 'not calibrated'})"
+                         + (f"; question 1 over both seed sets: {pooled}" if pooled else "") if aa["comparisons"]
                          else f"no reading: {aa['reason']}")
         rows.append(row)
     if "ladder" in plan:
