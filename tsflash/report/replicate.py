@@ -10,7 +10,7 @@ N share their runs and every N shares a fold's market, so the comparisons are no
 binomial tail the sentence gives reads them as if they were (indicative), the count is the reading.
 
 The replicate's seeds are also three more training runs of every arm's config on the same folds:
-question 1 over both seed sets (six seeds per N, `pooled_question`) is the plan's primary reading
+question 1 over both seed sets (six seeds per N, `pooled_table`) is the plan's primary reading
 when it has the replicate (`tsflash preregister --aa-seeds`; on the second edition's components the
 crossed test's 80 % detectable difference at N=32768 halves from three seeds to six, 0.0083 to
 0.0042 nats per bar on the log-loss, reports/controls/aa/summary.md), at no GPU time beyond the A/A's.

@@ -11,6 +11,7 @@ differences are per bar, series minus reference (negative: the series forecasts 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -288,6 +289,7 @@ def ladder_sentence(curve: dict | None, strongest: float | None = None, weakest:
     return LADDER_LEADS[how].format(effect=f"{effect:.2g}") + interval + "."
 
 
+POOLED_LEAD = "Over both seed sets"  # question 1 over an arm's seeds and its A/A replicate's (`pooled_sentence`)
 POOLED_RULE = ("With the A/A replicate, question 1's primary reading is over both seed sets: each arm's seeds and the "
                "replicate's together, by the same test, family and rule, in the replicate's report (`tsflash report "
                "OUT/controls/aa/<arm>`, which reads the arm's run beside it); each arm's own report answers over its "
@@ -489,16 +491,11 @@ def aa_sentence(check) -> str:
             "this design, and a \"differ\" in question 1 of the arm's run is read with that.")
 
 
-POOLED_LEAD = "Over both seed sets"
-
-
 def pooled_sentence(check) -> str:
     """Question 1 over the arm's seeds and its A/A replicate's together (`tsflash.report.replicate`),
     the primary reading of a plan with the replicate; "" without one."""
     if not check.arm or check.pooled is None:
         return ""
-    from types import SimpleNamespace
-
     return (f"{POOLED_LEAD} (the arm's seeds and the replicate's, {plural(check.pooled.seeds_per_fold, 'seed')} "
             f"per fold): " + run_sentence(SimpleNamespace(runs=check.pooled, shortest=check.shortest)))
 

@@ -435,15 +435,20 @@ def plan_state(out: Path) -> list[dict]:
             row["question1"] = runs.get("answer") or f"no answer ({runs.get('reason') or forecast.get('source')})"
             row["nesting"] = forecast.get("nesting", {}).get("verdict", "")
         if (results := run_dir / "results.json").exists() and (aa := read_json(results).get("aa")):
-            pooled = (aa.get("pooled") or {}).get("answer")
-            row["aa"] = (f"{aa['differ']} of {aa['comparisons']} say \"differ\" "
-                         f"({'calibrated' if aa['calibrated'] else 'not calibrated'})"
-                         + (f"; question 1 over both seed sets: {pooled}" if pooled else "") if aa["comparisons"]
-                         else f"no reading: {aa['reason']}")
+            row["aa"] = _aa_state(aa)
         rows.append(row)
     if "ladder" in plan:
         rows.append(_ladder_state(plan, out / LADDER_DIR))
     return rows
+
+
+def _aa_state(aa: dict) -> str:
+    """The A/A column of `plan_state` from a replicate's results.json "aa" (`tsflash.report.replicate`)."""
+    if not aa["comparisons"]:
+        return f"no reading: {aa['reason']}"
+    text = f"{aa['differ']} of {aa['comparisons']} say \"differ\" ({'' if aa['calibrated'] else 'not '}calibrated)"
+    pooled = (aa.get("pooled") or {}).get("answer")
+    return text + (f"; question 1 over both seed sets: {pooled}" if pooled else "")
 
 
 def _state_row(run: str, folder: str, expect: str) -> dict:
