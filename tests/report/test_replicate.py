@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -174,7 +175,7 @@ def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, ca
     assert rows["per-bar"]["question1"] == "no better" and rows["per-bar"]["aa"] == ""
     aa = json.loads((replicate / "results.json").read_text())["aa"]
     assert rows["aa/per-bar"]["aa"] == (f"{aa['differ']} of 8 say \"differ\" (calibrated); question 1 over both seed "
-                                        f"sets: {aa['pooled']['answer']}")
+                                        f"sets: {aa['pooled']['answer']}; their nesting check: not measured")
     assert main(["preregister", "--check", str(out)]) == 1  # departures
     text = capsys.readouterr().out
     assert "2 of 2 planned runs complete" in text and "\nDepartures from the plan:\n- per-bar: " in text
@@ -211,3 +212,27 @@ def test_a_plan_with_the_replicate_reads_question_1_over_both_seed_sets(aa_plan,
     assert wording.POOLED_RULE in text and "question 1 over both seed sets (primary): no better" in text
     plain = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), [("per-bar", [])])
     assert "pooled" not in plain["primary"] and not any("both seed sets" in o["outcome"] for o in plain["outcomes"])
+
+
+def test_the_nesting_check_over_both_seed_sets(tmp_path):
+    """The replicate's cells beside the arm's (renamed to its trial keys): six seeds per fold, read
+    from the summaries; a long model that lost its volatility skill in both seed sets fails it."""
+    from tests.report.test_nesting_report import PRIMARY, nested_run
+
+    from tsflash.report.nesting import SUMMARIES, nesting_check
+    from tsflash.report.replicate import pooled_nesting
+
+    arm = nested_run(tmp_path / "arm", {64: 1.0})
+    replicate = nested_run(tmp_path / "replicate", {64: 1.0})
+    for path in sorted(replicate.glob("cells/n*/fold*-seed*.cell.json")):  # seeds 0-2 -> 3-5
+        cell = json.loads(path.read_text())
+        cell["seed"] += 3
+        write_json(path.with_name(f"fold{cell['fold']}-seed{cell['seed']}.cell.json"), cell)
+        path.unlink()
+    check = pooled_nesting(load_run(arm), load_run(replicate))
+    assert check.source == SUMMARIES and check.seeds_per_fold == 6 and check.verdict == "fails"
+    alone = nesting_check(load_run(arm), PRIMARY)
+    assert alone.seeds_per_fold == 3 and check.tests[0].parts["log_loss"].n_runs_a == 2 * alone.tests[0].parts[
+        "log_loss"].n_runs_a
+    assert wording.pooled_nesting_sentence(SimpleNamespace(arm="per-bar", pooled_nesting=check)).startswith(
+        f"{wording.POOLED_LEAD}: Nesting check (")

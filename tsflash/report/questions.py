@@ -28,6 +28,7 @@ from tsflash.report.wording import (
     NESTING_PART_NAMES,
     SCORE_NAMES,
     aa_sentence,
+    pooled_nesting_sentence,
     pooled_sentence,
     bps,
     effective_sentence,
@@ -265,7 +266,8 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
              "notes": [PROBE_NOTE] if nums.probe.available else []}
     replicate = nums.replicate
     aa = {"sentence": aa_sentence(replicate) if replicate else "", "table": aa_table(replicate),
-          "pooled": pooled_sentence(replicate) if replicate else ""}
+          "pooled": pooled_sentence(replicate) if replicate else "",
+          "pooled_nesting": pooled_nesting_sentence(replicate) if replicate else ""}
     return {"sentence": words["forecast"], "decomposition": decomposition_table(nums), "runs": runs_table(nums),
             "nesting": nesting, "probe": probe, "aa": aa, "paired": paired_table(nums),
             "fold_level": None if fq.available else fold_level_table(nums), "notes": notes, "figure": figure}

@@ -15,11 +15,13 @@ when it has the replicate (`tsflash preregister --aa-seeds`; on the second editi
 crossed test's 80 % detectable difference at N=32768 halves from three seeds to six, 0.0083 to
 0.0042 nats per bar on the log-loss, reports/controls/aa/summary.md), at no GPU time beyond the A/A's.
 
-The replicate's own report carries both (`replicate_check`); the sentences are in wording.py.
+So is the nesting check over both seed sets (`pooled_nesting`). The replicate's own report carries
+all three (`replicate_check`); the sentences are in wording.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -27,6 +29,7 @@ import numpy as np
 import scipy.stats
 
 from tsflash.report.compute import PRIOR, SCORES, RunQuestion, default_keys, load_losses, run_question
+from tsflash.report.nesting import NestingCheck, nesting_check
 from tsflash.report.questions import runs_results
 from tsflash.report.rundata import RunData, load_run, seed_inference
 from tsflash.runfolder import RunFolder, read_json
@@ -57,6 +60,7 @@ class AACheck:
     rows: list[AARow] = field(default_factory=list)
     pooled: RunQuestion | None = None  # question 1 over the arm's seeds and the replicate's together
     shortest: str = ""  # the arm's trial key at its shortest N (the pooled reading's reference)
+    pooled_nesting: NestingCheck | None = None  # the nesting check over both seed sets
 
     @property
     def available(self) -> bool:
@@ -87,7 +91,8 @@ class AACheck:
                 "tail": self.tail if self.rows else None, "calibrated": self.calibrated if self.rows else None,
                 "rows": [{"n": r.n, "score": r.score, "estimate": r.result.estimate, "ci": list(r.result.ci),
                           "p": r.result.p, "p_holm": r.p_holm} for r in self.rows],
-                "pooled": runs_results(self.pooled) if self.pooled is not None else None}
+                "pooled": runs_results(self.pooled) if self.pooled is not None else None,
+                "pooled_nesting": self.pooled_nesting.to_dict() if self.pooled_nesting is not None else None}
 
 
 def pooled_table(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys: dict[int, str]) -> dict:
@@ -108,6 +113,17 @@ def pooled_table(run: dict, replicate: dict, run_keys: dict[int, str], replicate
              rows(run, (np.asarray(run["series"]).astype(str) == PRIOR)
                   & (np.asarray(run["member"]).astype(str) == ENSEMBLE))]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def pooled_nesting(run: RunData, replicate: RunData) -> NestingCheck:
+    """The nesting check over both seed sets: the replicate's cells (renamed to the arm's trial keys
+    by N) beside the arm's, read from their summaries (the per-bar arrays are in two folders)."""
+    run_keys, replicate_keys = default_keys(run), default_keys(replicate)
+    lengths = sorted(run_keys.keys() & replicate_keys.keys())
+    rename = {replicate_keys[n]: run_keys[n] for n in lengths}
+    cells = ([c for c in run.cells if c["key"] in rename.values()]
+             + [c | {"key": rename[c["key"]]} for c in replicate.cells if c["key"] in rename])
+    return nesting_check(dataclasses.replace(run, cells=cells), [run_keys[n] for n in lengths])
 
 
 def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys: dict[int, str], *,
@@ -156,4 +172,7 @@ def replicate_check(rd: RunData) -> AACheck:
     if tables[0] is None or tables[1] is None:
         which = "the arm's run" if tables[0] is None else "the replicate"
         return AACheck(arm, f"{which} has no per-day loss sums yet", inference)
-    return compare(tables[0], tables[1], default_keys(run), default_keys(rd), inference=inference, arm=arm)
+    check = compare(tables[0], tables[1], default_keys(run), default_keys(rd), inference=inference, arm=arm)
+    if check.available:
+        check.pooled_nesting = pooled_nesting(run, rd)
+    return check

@@ -500,6 +500,13 @@ def pooled_sentence(check) -> str:
             f"per fold): " + run_sentence(SimpleNamespace(runs=check.pooled, shortest=check.shortest)))
 
 
+def pooled_nesting_sentence(check) -> str:
+    """The nesting check over an arm's seeds and its A/A replicate's together; "" without it."""
+    if not check.arm or check.pooled_nesting is None:
+        return ""
+    return f"{POOLED_LEAD}: {nesting_sentence(check.pooled_nesting)}"
+
+
 def nesting_answer(check) -> str:
     """What question 1's answer adds from the nesting check: a sentence only when it fails."""
     if not check.failed:

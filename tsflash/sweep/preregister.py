@@ -448,7 +448,9 @@ def _aa_state(aa: dict) -> str:
         return f"no reading: {aa['reason']}"
     text = f"{aa['differ']} of {aa['comparisons']} say \"differ\" ({'' if aa['calibrated'] else 'not '}calibrated)"
     pooled = (aa.get("pooled") or {}).get("answer")
-    return text + (f"; question 1 over both seed sets: {pooled}" if pooled else "")
+    nesting = (aa.get("pooled_nesting") or {}).get("verdict")
+    return (text + (f"; question 1 over both seed sets: {pooled}" if pooled else "")
+            + (f"; their nesting check: {nesting}" if nesting else ""))
 
 
 def _state_row(run: str, folder: str, expect: str) -> dict:
