@@ -133,8 +133,11 @@ def test_the_replicates_report_reads_it_against_the_arms_run(aa_plan, tmp_path, 
     run, rep = pair_tables(np.random.default_rng(3), n_folds=2)
     replicate = _report_ready(tmp_path, out / "controls" / "aa" / "per-bar", rep)
     md, _ = build_report(replicate)
-    assert ("A/A replicate of arm per-bar: no reading yet: the arm's own run (per-bar, beside the plan) is not "
-            "there yet.") in md.read_text()
+    assert ("A/A replicate of arm per-bar: no reading yet: the arm's own run (per-bar, beside the plan) has no "
+            "finished cell yet.") in md.read_text()
+    write_json(out / "per-bar" / "run.json", {"status": "running"})  # begun, nothing saved: still no reading
+    assert "has no finished cell yet" in build_report(replicate)[0].read_text()
+    shutil.rmtree(out / "per-bar")
     _report_ready(tmp_path, out / "per-bar", run)
     md, html = build_report(replicate)
     text = md.read_text()

@@ -35,7 +35,14 @@ from tsflash.report.rundata import RunData, load_run, seed_inference
 from tsflash.runfolder import RunFolder, read_json
 from tsflash.scoring.daily import ENSEMBLE
 from tsflash.stats.forecasts import holm
-from tsflash.stats.runs import ALPHA, RunTestInputError, RunTestResult, run_level_test, runs_from_table
+from tsflash.stats.runs import (
+    ALPHA,
+    SEED_PREFIX,
+    RunTestInputError,
+    RunTestResult,
+    run_level_test,
+    runs_from_table,
+)
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,7 @@ def pooled_table(run: dict, replicate: dict, run_keys: dict[int, str], replicate
         return out
 
     lengths = sorted(run_keys.keys() & replicate_keys.keys())
-    member = lambda table: np.char.startswith(np.asarray(table["member"]).astype(str), "seed")  # noqa: E731
+    member = lambda table: np.char.startswith(np.asarray(table["member"]).astype(str), SEED_PREFIX)  # noqa: E731
     series = lambda table, keys: np.isin(np.asarray(table["series"]).astype(str), keys)  # noqa: E731
     parts = [rows(run, series(run, [run_keys[n] for n in lengths]) & member(run)),
              rows(replicate, series(replicate, [replicate_keys[n] for n in lengths]) & member(replicate),
@@ -165,8 +172,8 @@ def replicate_check(rd: RunData) -> AACheck:
         return AACheck()
     arm, inference = rd.run_dir.name, seed_inference(rd.config)
     own = plan_path.parent / arm
-    if not RunFolder(own).run_json.exists():
-        return AACheck(arm, f"the arm's own run ({arm}, beside the plan) is not there yet", inference)
+    if not RunFolder(own).run_json.exists() or not RunFolder(own).cell_summaries()[0]:  # a run not yet begun
+        return AACheck(arm, f"the arm's own run ({arm}, beside the plan) has no finished cell yet", inference)
     run = load_run(own)
     tables = load_losses(run)[0], load_losses(rd)[0]
     if tables[0] is None or tables[1] is None:
