@@ -99,13 +99,12 @@ def run(args) -> int:
         if plan_path is None:
             raise UserError(f"--check {args.check}: no {preregister.PLAN_JSON} in its parent folder "
                             f"{args.check.resolve().parent}")
-        from tsflash.runfolder import RunFolder, read_json
+        from tsflash.runfolder import RunFolder
 
         arm, found, sentence = preregister.check_run(plan_path, args.check)
         folder = RunFolder(args.check)
         print(sentence + ("" if folder.is_complete() else " (The run is not complete yet.)"))
-        control = preregister.control_of(read_json(plan_path), args.check)
-        if control and control["kind"] == preregister.AA_CONTROL and folder.cell_summaries()[0]:
+        if preregister.replicated_run(args.check) is not None and folder.cell_summaries()[0]:
             from tsflash.report.replicate import replicate_check
             from tsflash.report.rundata import load_run
             from tsflash.report.wording import aa_sentence

@@ -32,7 +32,7 @@ from tsflash.report.compute import PRIOR, SCORES, RunQuestion, default_keys, loa
 from tsflash.report.nesting import NestingCheck, nesting_check
 from tsflash.report.questions import runs_results
 from tsflash.report.rundata import RunData, load_run, seed_inference
-from tsflash.runfolder import RunFolder, read_json
+from tsflash.runfolder import RunFolder
 from tsflash.scoring.daily import ENSEMBLE
 from tsflash.stats.forecasts import holm
 from tsflash.stats.runs import (
@@ -164,14 +164,11 @@ def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys
 def replicate_check(rd: RunData) -> AACheck:
     """The reading of a pre-registered A/A replicate's run folder against its arm's run (OUT/<arm>,
     beside the plan); an empty reason-less check for any other run (nothing to show)."""
-    from tsflash.sweep.preregister import AA_CONTROL, control_of, plan_for
+    from tsflash.sweep.preregister import replicated_run
 
-    plan_path = plan_for(rd.run_dir)
-    control = control_of(read_json(plan_path), rd.run_dir) if plan_path else None
-    if control is None or control["kind"] != AA_CONTROL:
+    if (own := replicated_run(rd.run_dir)) is None:
         return AACheck()
-    arm, inference = rd.run_dir.name, seed_inference(rd.config)
-    own = plan_path.parent / arm
+    arm, inference = own.name, seed_inference(rd.config)
     if not RunFolder(own).run_json.exists() or not RunFolder(own).cell_summaries()[0]:  # a run not yet begun
         return AACheck(arm, f"the arm's own run ({arm}, beside the plan) has no finished cell yet", inference)
     run = load_run(own)

@@ -218,14 +218,20 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     return plan
 
 
+def run_dir_of(out: Path, arm: str, control: dict | None = None) -> Path:
+    """Where a plan's run goes: one arm into OUT/<arm>, or on a control's market into
+    OUT/controls/<control>/<arm> (`plan_for` and `control_of` read the same layout back)."""
+    return out / arm if control is None else out / CONTROLS_DIR / control["name"] / arm
+
+
 def sweep_command(plan: dict, arm: dict, out: Path, control: dict | None = None) -> str:
-    """The `tsflash sweep` command that runs one arm into OUT/<arm>, or on a control's market into
-    OUT/controls/<control>/<arm>."""
-    data, where = (plan["data"], out) if control is None else (control["source"], out / CONTROLS_DIR / control["name"])
+    """The `tsflash sweep` command that runs one arm into its run folder (`run_dir_of`)."""
+    data = plan["data"] if control is None else control["source"]
     own = control_arm(control, arm["name"]) if control else None
     start, end = own["range"] if own else plan["range"]
     words = ["tsflash", "sweep", "--lengths", ",".join(map(str, arm["lengths"])), "--device", "cuda",
-             "--preset", "full", "--data", data, "--start", start, "--end", end, "--out", str(where / arm["name"])]
+             "--preset", "full", "--data", data, "--start", start, "--end", end,
+             "--out", str(run_dir_of(out, arm["name"], control))]
     if plan["trials_per_n"] != 1:
         words += ["--trials", str(plan["trials_per_n"])]
     extra = _split_range((control or {}).get("overrides", []))[1]
@@ -339,6 +345,16 @@ def control_of(plan: dict, run_dir: Path) -> dict | None:
     return next((c for c in plan.get("controls", []) if c["name"] == run.parent.name), None)
 
 
+def replicated_run(run_dir: Path) -> Path | None:
+    """For the run of a plan's A/A replicate (OUT/controls/aa/<arm>), the arm's own run folder it is
+    read against (OUT/<arm>); None for any other run."""
+    plan_path = plan_for(run_dir)
+    control = control_of(read_json(plan_path), run_dir) if plan_path else None
+    if control is None or control["kind"] != AA_CONTROL:
+        return None
+    return run_dir_of(plan_path.parent, Path(run_dir).resolve().name)
+
+
 def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
     """(the arm this run is, every departure from the plan); the arm is the one named by the
     folder, else the one with the run's config hash."""
@@ -401,9 +417,9 @@ def _sentence(plan: dict, plan_path: Path, arm: str | None, found: list[str]) ->
 def planned_runs(plan: dict, out: Path) -> list[tuple[str, dict | None, dict, Path]]:
     """(name, control or None, the arm's planned resolution, run folder) of every run the plan
     commands: each arm into OUT/<arm>, each control's arm into OUT/controls/<control>/<arm>."""
-    runs = [(a["name"], None, a, out / a["name"]) for a in plan["arms"]]
+    runs = [(a["name"], None, a, run_dir_of(out, a["name"])) for a in plan["arms"]]
     for c in plan.get("controls", []):
-        runs += [(f"{c['name']}/{a['name']}", c, control_arm(c, a["name"]) or a, out / CONTROLS_DIR / c["name"] / a["name"])
+        runs += [(f"{c['name']}/{a['name']}", c, control_arm(c, a["name"]) or a, run_dir_of(out, a["name"], c))
                  for a in plan["arms"]]
     return runs
 
