@@ -255,6 +255,26 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
     return out
 
 
+def validation_gap(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
+    """Each N > short minus the N=short model of the same fold and seed, validation loss at the kept
+    step, over training runs (the run-level test, as `nesting`; > 0: the long model validates worse).
+    The one N-against-N reading of BTC the summary may give: its test bars are never read."""
+    if short not in by_n:
+        return {}
+    out = {}
+    for n, rows in by_n.items():
+        keys = sorted(k for k in set(rows) & set(by_n[short])
+                      if rows[k]["best_val_loss"] is not None and by_n[short][k]["best_val_loss"] is not None)
+        if n <= short or len({f for f, _ in keys}) < 2:
+            continue
+        folds, seeds, ones = [f for f, _ in keys], [s for _, s in keys], [1] * len(keys)
+        r = run_level_test(runs_from_means(f"N={short}", folds, seeds, [by_n[short][k]["best_val_loss"] for k in keys], ones),
+                           runs_from_means(f"N={n}", folds, seeds, [rows[k]["best_val_loss"] for k in keys], ones),
+                           min_seeds_per_fold=1)
+        out[n] = {"runs": len(keys), "folds": len(set(folds)), "mean": r.estimate, "p": r.p, "ci": list(r.ci)}
+    return out
+
+
 def run_root(out: Path, name: str, source: str, baselines: dict[str, Path] | None = None) -> Path:
     """OUT/<candidate>/<source>; the baseline on a source may be an existing run of the default
     protocol (`baselines`: {source: folder}, read, never run)."""
@@ -644,6 +664,8 @@ def summarize(out: Path, candidates=tuple(CANDIDATES), sources=DEFAULT_SOURCES, 
                    "overrides": list(CANDIDATES[name]), "complete": all(RunFolder(r).is_complete() for r in roots),
                    "per_n": {n: per_n(r) for n, r in by_n.items()}, "patch": int(shared.get("model.patch", 1)),
                    "extra": extra_overrides(shared["command"], name)}
+            if source == "btc":
+                run["validation_gap"] = validation_gap(by_n, short)
             if source in CONTROLS:
                 run["nesting"] = nesting(by_n, short)
                 bar = control_found_bar(shared["data"])
@@ -838,6 +860,18 @@ def render(summary: dict) -> str:
                     lines.append(f"| {_label(run)} | {run['source']} | {e['n']} | A/A of the nesting check: seeds "
                                  f"{seeds_of(h)} minus {seeds_of(g)} | {_f(x['estimate'], '+.5f')} "
                                  f"| {_f(x['fold_t_p'], '.3g')} | {_f(x['crossed_p'], '.3g')} |")
+    gaps = [(run, n, g) for run in summary["runs"] for n, g in (run.get("validation_gap") or {}).items()]
+    if gaps:
+        short_n = summary.get("short", SHORT)
+        lines += ["", f"## BTC's validation tails: each N against N={short_n}", "",
+                  f"Validation loss at the kept step, each N minus the N={short_n} model of the same fold and seed "
+                  "(> 0: the long model validates worse), over training runs (fold means over seeds, t over folds). "
+                  "The validation tails are the only BTC bars the summary reads; a rule with validated restarts "
+                  "keeps the lowest of its restarts at every N alike.", "",
+                  f"| candidate | N | runs, folds | N minus {short_n} | 95 % interval | p |", "|---|---|---|---|---|---|"]
+        for run, n, g in gaps:
+            lines.append(f"| {_label(run)} | {n} | {g['runs']}, {g['folds']} | {_f(g['mean'], '+.5f')} "
+                         f"| [{_f(g['ci'][0], '+.5f')}, {_f(g['ci'][1], '+.5f')}] | {_f(g['p'], '.3g')} |")
     for run in summary["runs"]:
         if (vs := run.get("versus")) and vs.get("pairs"):
             lines += ["", f"Paired with {', '.join(f'`{f}`' for f in vs['folders'])} at N={vs['n']} (the same fold "

@@ -12,18 +12,22 @@
 # TSFLASH_GIT_COMMIT=$(git rev-parse HEAD) so that run.json names the commit.
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
-# The default jobs are the next measurements after reports/recipes/ (its README, "What remains"):
-# the rule (short-mix-ema-fast with train.restarts=4 train.restart_screen=400, eighth screen) on BTC's
-# validation tails, seeds 0-2, and on the iid null, resumed from reports/recipes/pools/unfinished-rule-*
-# (README item 2; BTC needs its packed bars in .carry/packed, `tsflash data pack`). An N=32768 BTC cell
-# of the rule takes 427-533 s with four jobs on the GPU: a slice shorter than that starts none (the
-# time budget runs the job's N=512 cells instead, and says so). About three more calls of
-# BUDGET_S=530 LIMIT_S=575.
+# The default jobs are the next measurements after reports/recipes/ (its README, "What remains"): the
+# rule's last BTC validation cell (seed 1, N=512 fold 4), resumed from
+# reports/recipes/pools/unfinished-rule-btc-seed1 (README item 2; BTC needs its packed bars in
+# .carry/packed, `tsflash data pack`), and the patch tokens' regularised screen on the echo, seeds 0-2:
+# residual dropout 0.2 at 2.1 M bars a step and at a quarter of that (the tenth screen found patch
+# tokens memorising their training bars after step ~100). One call of BUDGET_S=530 LIMIT_S=575: the
+# BTC cell needs a slice of at least 215 s (its N=512 cells took up to that with five jobs sharing).
 RULE="--set train.restarts=4 --set train.restart_screen=400"
-RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-rule-btc0|short-mix-ema-fast|btc|--set train.seeds=[0] $RULE --btc-data .carry/data
-runs/recipes-rule-btc1|short-mix-ema-fast|btc|--set train.seeds=[1] $RULE --btc-data .carry/data
-runs/recipes-rule-btc2|short-mix-ema-fast|btc|--set train.seeds=[2] $RULE --btc-data .carry/data
-runs/recipes-rule-iid0|short-mix-ema-fast|iid|--set train.seeds=[0] $RULE"}
+PATCH="--set model.patch=16 --set model.dropout=0.2"
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-rule-btc1|short-mix-ema-fast|btc|--set train.seeds=[1] $RULE --btc-data .carry/data
+runs/recipes-patch-drop-s0|short-mix-ema-fast|long-memory|--set train.seeds=[0] $PATCH --set train.tokens_per_step=2097152
+runs/recipes-patch-drop-s1|short-mix-ema-fast|long-memory|--set train.seeds=[1] $PATCH --set train.tokens_per_step=2097152
+runs/recipes-patch-drop-s2|short-mix-ema-fast|long-memory|--set train.seeds=[2] $PATCH --set train.tokens_per_step=2097152
+runs/recipes-patch-drop-q-s0|short-mix-ema-fast|long-memory|--set train.seeds=[0] $PATCH --set train.tokens_per_step=524288
+runs/recipes-patch-drop-q-s1|short-mix-ema-fast|long-memory|--set train.seeds=[1] $PATCH --set train.tokens_per_step=524288
+runs/recipes-patch-drop-q-s2|short-mix-ema-fast|long-memory|--set train.seeds=[2] $PATCH --set train.tokens_per_step=524288"}
 
 # The job lines, parsed once: line k (from 0, job k + 1 in messages) is outs[k], candidates[k],
 # sources[k] and its ARGS in extras[k].

@@ -492,8 +492,7 @@ def test_keep_from_300_on_the_regime_and_the_rule_at_four_regime_seeds(monkeypat
     """The ninth screen (reports/recipes/README.md): train.keep_from=300 on the regime, seeds 0-2,
     recomputes from its committed runs; its nesting check paired with the same seeds without it is
     -0.00053 (p 0.33, 15 runs): not shown better. The rule (k=4 screened at 400) on four regime seeds
-    passes the nesting check. The rule's unfinished BTC and iid jobs resume without training a saved
-    cell again."""
+    passes the nesting check."""
     from tests.conftest import REPO
     from tsflash.runfolder import RunFolder
 
@@ -515,6 +514,53 @@ def test_keep_from_300_on_the_regime_and_the_rule_at_four_regime_seeds(monkeypat
     nesting = at_rule["nesting"][32768]["log_loss"]
     assert sorted(at_rule["cells"].values()) == [5, 5]
     assert not nesting["fails"] and nesting["mean"] == pytest.approx(0.00052, abs=5e-6)
-    saved = {name: len(RunFolder(pools / f"unfinished-rule-{name}/short-mix-ema-fast/{name.split('-')[0]}")
-                       .saved_cell_keys()) for name in ("btc-seed0", "btc-seed1", "btc-seed2", "iid-seed0")}
-    assert saved == {"btc-seed0": 5, "btc-seed1": 5, "btc-seed2": 7, "iid-seed0": 9}
+
+
+def test_the_rule_on_btc_validation_tails_the_iid_null_and_patch_tokens_without_early_stopping(monkeypatch):
+    """The tenth screen (reports/recipes/README.md) recomputes from its committed runs. On BTC's
+    validation tails the rule's N=32768 model validates worse than its N=512 model by less than the
+    second edition's did (+0.00172 against +0.00426 nats per bar, 14 and 15 runs); on the iid null
+    its nesting check passes; patch tokens at 2.1 M bars a step, never stopped early, keep their
+    best validated weights from steps 80-120 and then memorise (validation loss at step 600 above
+    its best in every cell) and find the echo in none of 12 N=32768 runs. The rule's last BTC cell
+    resumes without training a saved one again."""
+    from tests.conftest import REPO
+    from tsflash.runfolder import RunFolder
+
+    monkeypatch.chdir(REPO)
+    pools = Path("reports/recipes/pools")
+    btc = recipes.summarize(pools / "rule-btc-seed0", ("baseline", "short-mix-ema-fast"), ("btc",),
+                            {"btc": Path("reports/h200-btcusdt-1m-second-edition")},
+                            pools=(pools / "rule-btc-seed2", pools / "unfinished-rule-btc-seed1")) | {"short": 512}
+    assert recipes.render(btc) == (pools / "rule-btc-seed0" / "summary.md").read_text()
+    baseline, rule = (run["validation_gap"][32768] for run in btc["runs"])
+    assert (baseline["runs"], rule["runs"]) == (15, 14)
+    assert baseline["mean"] == pytest.approx(0.00426, abs=5e-6) and rule["mean"] == pytest.approx(0.00172, abs=5e-6)
+    assert rule["p"] == pytest.approx(0.036, abs=0.001) and "test_log_loss" not in btc["runs"][1]["per_n"][512]
+    iid = recipes.summarize(pools / "rule-iid-seed0", ("short-mix-ema-fast",), ("iid",)) | {"short": 512}
+    assert recipes.render(iid) == (pools / "rule-iid-seed0" / "summary.md").read_text()
+    check = iid["runs"][0]["nesting"][32768]["log_loss"]
+    assert check["runs"] == 5 and not check["fails"] and abs(check["mean"]) < 1e-5
+    patch = recipes.summarize(pools / "unfinished-patch-full-seed0", ("short-mix-ema-fast",), ("long-memory",),
+                              pools=(pools / "unfinished-patch-full-seed1", pools / "unfinished-patch-full-seed2")
+                              ) | {"short": 512}
+    assert recipes.render(patch) == (pools / "unfinished-patch-full-seed0" / "summary.md").read_text()
+    assert patch["runs"][0]["per_n"][32768]["cells"] == 12 and patch["runs"][0]["per_n"][32768]["found"] == 0
+    curves = [row["val_curve"] for s in range(3) for rows in
+              recipes.read_run(pools / f"unfinished-patch-full-seed{s}/short-mix-ema-fast/long-memory", "long-memory").values()
+              for row in rows.values()]
+    assert len(curves) == 15 and all(min(curve, key=lambda c: c[1])[0] in range(80, 121) for curve in curves)
+    assert min(curve[-1][1] - min(v for _, v in curve) for curve in curves) > 0.14  # memorised after the best step
+    saved = RunFolder(pools / "unfinished-rule-btc-seed1/short-mix-ema-fast/btc").saved_cell_keys()
+    assert len(saved) == 9
+
+
+def test_validation_gap_is_the_long_model_minus_the_short_one_over_training_runs():
+    rows = {n: {(f, s): {"best_val_loss": 1.0 + (0.01 * f + 0.001 * s if n == 64 else 0.0) + 0.002 * (n == 64)}
+                for f in range(3) for s in range(2)} for n in (32, 64)}
+    gap = recipes.validation_gap(rows, short=32)[64]
+    assert gap["runs"] == 6 and gap["folds"] == 3
+    assert gap["mean"] == pytest.approx(0.002 + 0.01 + 0.0005) and gap["ci"][0] < gap["mean"] < gap["ci"][1]
+    assert recipes.validation_gap({64: rows[64]}, short=32) == {}
+    rows[64][(0, 0)]["best_val_loss"] = None  # a cell without a validated step is left out, not read as 0
+    assert recipes.validation_gap(rows, short=32)[64]["runs"] == 5
