@@ -263,9 +263,11 @@ def validation_gap(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]
         return {}
     out = {}
     for n, rows in by_n.items():
+        if n <= short:
+            continue
         keys = sorted(k for k in set(rows) & set(by_n[short])
                       if rows[k]["best_val_loss"] is not None and by_n[short][k]["best_val_loss"] is not None)
-        if n <= short or len({f for f, _ in keys}) < 2:
+        if len({f for f, _ in keys}) < 2:  # the run-level test's df is folds - 1
             continue
         folds, seeds, ones = [f for f, _ in keys], [s for _, s in keys], [1] * len(keys)
         r = run_level_test(runs_from_means(f"N={short}", folds, seeds, [by_n[short][k]["best_val_loss"] for k in keys], ones),
