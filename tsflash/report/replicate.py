@@ -102,6 +102,11 @@ class AACheck:
                 "pooled_nesting": self.pooled_nesting.to_dict() if self.pooled_nesting is not None else None}
 
 
+def shared_lengths(run_keys: dict[int, str], replicate_keys: dict[int, str]) -> list[int]:
+    """The context lengths both runs have (N -> trial key maps), in order: the only ones compared."""
+    return sorted(run_keys.keys() & replicate_keys.keys())
+
+
 def pooled_table(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys: dict[int, str]) -> dict:
     """One loss table of both seed sets: the arm's single runs and the replicate's (renamed to the
     arm's trial keys by N) at every N both have, and the arm's class prior (its skill reference)."""
@@ -111,7 +116,7 @@ def pooled_table(run: dict, replicate: dict, run_keys: dict[int, str], replicate
             out["series"] = np.array([rename[s] for s in out["series"]], dtype=object)
         return out
 
-    lengths = sorted(run_keys.keys() & replicate_keys.keys())
+    lengths = shared_lengths(run_keys, replicate_keys)
     member = lambda table: np.char.startswith(np.asarray(table["member"]).astype(str), SEED_PREFIX)  # noqa: E731
     series = lambda table, keys: np.isin(np.asarray(table["series"]).astype(str), keys)  # noqa: E731
     parts = [rows(run, series(run, [run_keys[n] for n in lengths]) & member(run)),
@@ -126,7 +131,7 @@ def pooled_nesting(run: RunData, replicate: RunData) -> NestingCheck:
     """The nesting check over both seed sets: the replicate's cells (renamed to the arm's trial keys
     by N) beside the arm's, read from their summaries (the per-bar arrays are in two folders)."""
     run_keys, replicate_keys = default_keys(run), default_keys(replicate)
-    lengths = sorted(run_keys.keys() & replicate_keys.keys())
+    lengths = shared_lengths(run_keys, replicate_keys)
     rename = {replicate_keys[n]: run_keys[n] for n in lengths}
     cells = ([c for c in run.cells if c["key"] in rename.values()]
              + [c | {"key": rename[c["key"]]} for c in replicate.cells if c["key"] in rename])
@@ -137,7 +142,7 @@ def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys
             inference: str = "fold", alpha: float = ALPHA, arm: str = "") -> AACheck:
     """Replicate minus run at every N both have, on both scores, by `run_level_test` (`inference`:
     eval.seed_inference); `run`, `replicate`: their loss tables; `*_keys`: N -> trial key."""
-    lengths = sorted(run_keys.keys() & replicate_keys.keys())
+    lengths = shared_lengths(run_keys, replicate_keys)
     if not lengths:
         return AACheck(arm, "the replicate and the arm's run share no context length", inference, alpha)
     rows, seeds = [], (set(), set())
