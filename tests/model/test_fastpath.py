@@ -145,6 +145,37 @@ def test_a_compiled_cell_observes_its_kernels_after_the_compiling_step(fresh_dyn
     assert one.cost["steps"] == 1 and one.cost["kernels_observed"] == eager.cost["kernels_observed"]
 
 
+def test_the_chosen_rule_trains_compiled_as_eager_with_no_graph_per_restart(fresh_dynamo, compile_on_cpu, caplog):
+    """The training rule of the third edition's plan (a weight average, short windows mixed into the
+    long batch, screened restarts) through the compiled forward: the same forecasts as eager up to
+    float rounding, and the restarts compile no graph of their own (a cell's graphs are its shapes':
+    long windows, short windows, scoring), so compiling costs a cell what it costs without them."""
+    from torch._dynamo.utils import counters
+
+    caplog.set_level(logging.WARNING, logger="tsflash.model.fastpath")
+
+    def cell(compile: bool, restarts: int):
+        rule = {"ema_decay": 0.9, "short_fraction": 0.25, "short_length": 16, "restarts": restarts,
+                "restart_screen": 4 if restarts > 1 else 0}
+        cfg = load_config("default", {**TINY, "lengths": [64], "train": {**TINY["train"], "steps": 6, "eval_every": 2,
+                                                                        "tokens_per_step": 512, "compile": compile, **rule}})
+        counters.clear()
+        torch._dynamo.reset()
+        result = engine.run_fold(engine.prepare(cfg, random_walk_bars(12000, seed=1), "cpu"), 64, 0, 0)
+        return result, counters["stats"]["unique_graphs"]
+
+    eager, _ = cell(False, 3)
+    compiled, graphs = cell(True, 3)
+    _, graphs_one_training = cell(True, 1)
+    assert "running eager" not in caplog.text  # no compiler failure fell back
+    np.testing.assert_allclose(compiled.y_prob, eager.y_prob, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(compiled.y_prob_cut[16], eager.y_prob_cut[16], rtol=1e-4, atol=1e-5)
+    assert compiled.cost["compile"]["compiled"] is True and compiled.cost["best_step"] == eager.cost["best_step"]
+    assert 0 < graphs == graphs_one_training
+    shapes = {k.split(")")[0] + ")" for k in compiled.cost["compile"]["first_call_seconds"]}
+    assert {tuple(map(int, k.strip("()").split(", ")))[1] for k in shapes} == {64, 16}  # long and short windows
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 def test_reduce_overhead_runs_a_cell_on_cuda(fresh_dynamo, monkeypatch):
     """On a GPU: the real mode "reduce-overhead" (CUDA graphs) trains, validates and scores a
