@@ -1,0 +1,36 @@
+"""experiments/compile_check.py on the CPU: both sweeps at the rule, one fold and one seed each, a
+summary per N with compiled over eager; off CUDA the compiled sweep runs eager and says why."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import load_experiment
+from tests.experiments.test_recipes import TINY_VALIDATED
+
+check = load_experiment("compile_check")
+
+
+def test_both_sweeps_run_the_rule_on_one_cell_and_the_summary_says_what_compiling_did(tmp_path):
+    argv = ["--out", str(tmp_path), "--data", "synthetic:random-walk", "--lengths", "32,64", "--device", "cpu",
+            "--preset", "cpu"]
+    for item in [t for t in TINY_VALIDATED if not t.startswith(("train.seeds", "splits.n_folds"))] + [
+            "train.steps=6", "train.short_length=16", "train.restart_screen=2"]:
+        argv += ["--set", item]
+    assert check.main(argv) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert sorted(summary["rows"]) == ["32", "64"]
+    for mode in check.MODES:
+        config = json.loads((tmp_path / mode / "config.json").read_text())
+        assert config["splits"]["n_folds"] == 1 and config["train"]["seeds"] == [0]
+        assert (config["train"]["restarts"], config["train"]["restart_screen"], config["train"]["ema_decay"]) == (4, 2, 0.98)
+        assert config["train"]["compile"] is (mode == "compiled")
+    for row in summary["rows"].values():
+        assert row["eager"]["reason"] == "train.compile is off" and not row["compiled"]["compiled"]
+        assert row["compiled"]["reason"] and row["compiled"]["reason"] != "train.compile is off"  # why it ran eager
+        assert row["train_ratio"] > 0 and row["cell_ratio"] > 0
+    table = (tmp_path / "summary.md").read_text()
+    assert "| 64 |" in table and "no (" in table
+    before = (tmp_path / "summary.md").read_text()
+    assert check.main(argv) == 0  # complete sweeps are not run again; the summary is the same
+    assert (tmp_path / "summary.md").read_text() == before
