@@ -8,6 +8,7 @@ import logging
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tsflash import engine
@@ -16,8 +17,8 @@ from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.model import flops
 from tsflash.sweep import progress as progress_module
 from tsflash.sweep.progress import (
-    CALIBRATION, LONG_RUN_S, Calibration, CostModel, Progress, Work, format_seconds, model_work, n_params,
-    precision_work, preset_config, prior_rates, warn_if_long,
+    CALIBRATION, CALIBRATION_PATCH, LONG_RUN_S, Calibration, CostModel, Progress, Work, _log_interp, format_seconds,
+    model_work, n_params, precision_work, preset_config, prior_rates, warn_if_long,
 )
 
 
@@ -130,18 +131,52 @@ def test_cell_costs_count_flops_by_the_one_rule():
     assert precision_work(cfg).units == (1 + cfg.model.n_layers) * dense
 
 
-def test_a_patch_cell_is_priced_as_a_per_bar_cell_at_the_same_bars_a_step():
-    """Knowingly high (tsflash.sweep.progress.model_work says why: measured patch cells at N=32768 ran
-    2.4-25x faster than this price, and 2-45x slower than their own FLOPs at the per-bar rates); the model's
-    own FLOPs rule for patches is the engine cost record's (the rule at context n / p, divided by p)."""
+def test_a_patch_cell_is_priced_by_its_measured_seconds_a_step():
+    """A patch cell counts the units of a per-bar cell at the same bars a step (its own FLOPs rule, the
+    engine cost record's, is far below what it costs: the data path and the embedding see every bar);
+    on the H200 its price is that times its measured seconds a step over the per-bar cells' at the same
+    N and bars a step, so at a measured (N, bars a step) the prior's seconds a step are the measured
+    ones; where no patch cell was measured (another patch size, the CPU) the per-bar price stands."""
     from dataclasses import replace
 
     cfg = load_config("default")
+    p = n_params(cfg)
+    cuda = CostModel(prior_rates("cuda"))
+    calibration = cuda.prior
+    for row in CALIBRATION_PATCH:
+        per_bar = replace(cfg, train=replace(cfg.train, tokens_per_step=row.tokens_per_step))
+        patched = replace(per_bar, model=replace(cfg.model, patch=row.patch))
+        work, per_bar_work = model_work(patched, row.n, p), model_work(per_bar, row.n, p)
+        assert work.units == per_bar_work.units and (work.patch, work.tokens_per_step) == (16, row.tokens_per_step)
+        per_bar_step = _log_interp(row.n, calibration.lengths, calibration.step_seconds) * row.tokens_per_step / 131072
+        assert calibration.patch_factor(work) * per_bar_step == pytest.approx(row.step_seconds)
+        assert cuda.seconds(work) == pytest.approx(cuda.seconds(per_bar_work) * calibration.patch_factor(work))
+    # between the measured bars a step and beyond them: between and flat
     patched = replace(cfg, model=replace(cfg.model, patch=16))
-    assert model_work(patched, 32768, n_params(cfg)).units == model_work(cfg, 32768, n_params(cfg)).units
-    p = n_params(patched)
-    assert flops.flops_per_token(p, 4, 256, 32768, patch=16) == pytest.approx(flops.flops_per_token(p, 4, 256, 2048) / 16)
-    assert flops.flops_per_token(p, 4, 256, 32768, patch=16) < flops.flops_per_token(p, 4, 256, 32768) / 100
+    factor = {t: calibration.patch_factor(model_work(replace(patched, train=replace(cfg.train, tokens_per_step=t)), 32768, p))
+              for t in (65536, 131072, 524288, 2097152, 8388608)}
+    assert factor[65536] == factor[131072] > factor[524288] > factor[2097152] == factor[8388608]
+    other = replace(cfg, model=replace(cfg.model, patch=4))
+    assert calibration.patch_factor(model_work(other, 32768, p)) == 1.0
+    assert prior_rates("cpu").patch_factor(model_work(patched, 32768, p)) == 1.0
+    p16 = n_params(patched)
+    assert flops.flops_per_token(p16, 4, 256, 32768, patch=16) == pytest.approx(flops.flops_per_token(p16, 4, 256, 2048) / 16)
+    assert flops.flops_per_token(p16, 4, 256, 32768, patch=16) < flops.flops_per_token(p16, 4, 256, 32768) / 100
+
+
+def test_the_patch_calibration_recomputes_from_its_committed_cells(monkeypatch):
+    import glob
+    import json
+
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    for row in CALIBRATION_PATCH:
+        paths = [f for f in glob.glob(row.source.split(" ")[0].replace("n*", f"n{row.n}")) if not f.endswith(".cell.json")]
+        costs = [json.loads(Path(f).read_text())["cost"] for f in paths]
+        assert len(costs) == row.cells and {c["tokens_per_step"] for c in costs} == {row.tokens_per_step}
+        assert {json.loads(Path(f).read_text())["n"] for f in paths} == {row.n}
+        assert np.mean([c["train_seconds"] / c["steps"] for c in costs]) == pytest.approx(row.step_seconds, abs=5e-6)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

@@ -123,6 +123,37 @@ CALIBRATION_OTHER = (
 )
 
 
+
+@dataclass(frozen=True)
+class MeasuredPatch:
+    """Patch-token model cells (`model.patch` = `patch`) of one N and one `tokens_per_step` (bars a
+    step) measured on one machine class: `step_seconds`, the mean over `cells` cells of their
+    training loop's seconds per step run. A patch cell is priced as a per-bar cell of the same bars a
+    step times this over the per-bar cells' own seconds per step (`Calibration.patch_factor`)."""
+
+    device: str
+    patch: int
+    n: int
+    tokens_per_step: int
+    cells: int
+    step_seconds: float
+    source: str
+
+
+# Several recipe jobs shared the H200 for these (three to five processes): a patch cell alone is
+# faster, so the price stays above it, as an over-estimate should. Recomputed by tests/sweep/test_progress.py.
+_H200_PATCH16 = ("reports/recipes/pools/patch16/baseline/long-memory/cells/n*/*-seed0.json (H200, shared by five "
+                 "recipe jobs, 2026-12-02)")
+_H200_PATCH16_LABELS = ("reports/recipes/pools/patch16-labels/baseline/long-memory/cells/n*/*-seed?.json (H200, "
+                        "shared by three recipe jobs, 2026-12-02)")
+CALIBRATION_PATCH = (
+    MeasuredPatch("cuda", 16, 512, 131072, 5, 0.01719, _H200_PATCH16),
+    MeasuredPatch("cuda", 16, 32768, 131072, 5, 0.01832, _H200_PATCH16),
+    MeasuredPatch("cuda", 16, 512, 2097152, 15, 0.06742, _H200_PATCH16_LABELS),
+    MeasuredPatch("cuda", 16, 32768, 2097152, 15, 0.09378, _H200_PATCH16_LABELS),
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # Estimated cost
 
@@ -131,13 +162,16 @@ CALIBRATION_OTHER = (
 class Work:
     """One piece of work: kind "model" | "baseline" | "precision" | "report"; group: cells of equal
     cost ("n512", "baselines"); units: its estimated cost (see the module doc); n: a model cell's
-    context length; train_share: the share of `units` that is training (the rest evaluation)."""
+    context length; train_share: the share of `units` that is training (the rest evaluation); patch,
+    tokens_per_step: a model cell's token and batch (a patch cell's price, `Calibration.rate`)."""
 
     kind: str
     group: str
     units: float
     n: int = 0
     train_share: float = 1.0
+    patch: int = 1  # a model cell's bars per token (model.patch)
+    tokens_per_step: int = 0  # a model cell's bars a step (train.tokens_per_step)
 
 
 def n_params(cfg: ExperimentConfig, n_features: int = len(FEATURE_NAMES)) -> int:
@@ -154,20 +188,19 @@ def _count_params(settings: tuple, n_features: int) -> int:
 
 def model_work(cfg: ExperimentConfig, n: int, params: int) -> Work:
     """Training FLOPs plus the forward passes over the test block (windows of N at stride N/2), per bar
-    (a patch model's cell priced as a per-bar one's: the comment below says why)."""
-    # A patch model (model.patch = p) is priced as a per-bar one at the same bars a step, knowingly
-    # high: its own FLOPs (`flops_per_token(..., patch=p)`) are 1/7 of that at N=32768, yet its cells
-    # do not run at the FLOPs' speed (a step's bars still pass the data path and the embedding). On
-    # the H200, with three jobs sharing it, the patch echo cells of reports/recipes/pools/patch16 and
-    # patch16-labels at N=32768 ran 2.4x (131 k bars a step) and 25x (2.1 M) faster than this price
-    # (at N=512 0.8x and 8x), and 2x to 45x slower than their FLOPs priced at the per-bar rates: an
-    # over-estimate plans sessions safely, an under-estimate would not.
+    (a patch model's cell in a per-bar one's units: the comment below says why)."""
+    # A patch model (model.patch = p) is counted as a per-bar one at the same bars a step: its own
+    # FLOPs (`flops_per_token(..., patch=p)`) are 1/7 of that at N=32768, yet its cells do not run at
+    # the FLOPs' speed (a step's bars still pass the data path and the embedding: measured on the H200,
+    # 2x to 45x slower than their FLOPs at the per-bar rates). Its price is these units times its
+    # measured seconds a step over the per-bar cells' (`Calibration.patch_factor`, CALIBRATION_PATCH).
     fpt = flops_per_token(params, cfg.model.n_layers, cfg.model.d_model, n)  # per bar
     test_bars = cfg.splits.test_days * bars_per_day(INTERVAL_US[cfg.data.interval])
     train = engine.cell_steps(cfg.train) * cfg.train.tokens_per_step * fpt
     scored = 1 if cfg.train.restart_screen else cfg.train.restarts  # screened: the kept restart alone is scored
     evaluate = (2 * test_bars + n) * fpt / FWD_BWD * scored  # forward only
-    return Work("model", f"n{n}", train + evaluate, n=n, train_share=train / (train + evaluate))
+    return Work("model", f"n{n}", train + evaluate, n=n, train_share=train / (train + evaluate),
+                patch=cfg.model.patch, tokens_per_step=cfg.train.tokens_per_step)
 
 
 def baseline_work(cfg: ExperimentConfig, fold: int, n_bars: int, n_features: int = len(FEATURE_NAMES)) -> Work:
@@ -236,7 +269,7 @@ class Calibration:
     model cell's by N; and the shape of a model cell (training steps run, training's share of its
     seconds), for reading the current cell's step rate."""
 
-    def __init__(self, device_type: str, rows=CALIBRATION, other=CALIBRATION_OTHER):
+    def __init__(self, device_type: str, rows=CALIBRATION, other=CALIBRATION_OTHER, patch_rows=CALIBRATION_PATCH):
         rows = [r for r in rows if r.device == device_type]
         if not rows:
             raise ValueError(f"no calibration for device type {device_type!r}")
@@ -251,16 +284,38 @@ class Calibration:
         self.model_rate = [pooled(n, lambda r: r.seconds / _row_work(r).units) for n in self.lengths]
         self.step_share = [pooled(n, lambda r: r.steps / r.max_steps) for n in self.lengths]
         self.train_fraction = [pooled(n, lambda r: r.train_seconds / r.seconds) for n in self.lengths]
+        # per-bar seconds a step at the rows' own bars a step (every row ran the default's)
+        self.step_seconds = [pooled(n, lambda r: r.train_seconds / r.steps) for n in self.lengths]
+        self.row_tokens = preset_config(rows[0].preset).train.tokens_per_step
+        # patch -> {bars a step: (lengths, measured over per-bar seconds a step at those bars)}
+        self.patch_factors: dict[int, dict[int, tuple[list[int], list[float]]]] = defaultdict(dict)
+        for row in sorted((r for r in patch_rows if r.device == device_type), key=lambda r: r.n):
+            per_bar = _log_interp(row.n, self.lengths, self.step_seconds) * row.tokens_per_step / self.row_tokens
+            ns, factors = self.patch_factors[row.patch].setdefault(row.tokens_per_step, ([], []))
+            ns.append(row.n)
+            factors.append(row.step_seconds / per_bar)
         self.rates: dict[str, float] = {}
         for kind in ("baseline", "precision", "report"):
             measured = [r for r in other if r.device == device_type and r.kind == kind]
             self.rates[kind] = sum(r.seconds / _row_work(r).units for r in measured) / max(len(measured), 1)
 
     def rate(self, work: Work) -> float:
-        """Prior seconds per unit of `work`."""
+        """Prior seconds per unit of `work`; a patch cell's, the per-bar rate times `patch_factor`."""
         if work.kind == "model":
-            return _log_interp(work.n, self.lengths, self.model_rate)
+            return _log_interp(work.n, self.lengths, self.model_rate) * self.patch_factor(work)
         return self.rates[work.kind]
+
+    def patch_factor(self, work: Work) -> float:
+        """A patch cell's measured seconds a step over a per-bar cell's at the same N and bars a step,
+        interpolated in log N, then in log bars a step, between the measured cells of its patch size
+        (flat beyond them); 1 for per-bar cells and for a patch size nobody measured (the per-bar
+        price: high, never low)."""
+        by_tokens = self.patch_factors.get(work.patch) if work.patch > 1 else None
+        if not by_tokens:
+            return 1.0
+        tokens = sorted(by_tokens)
+        at_n = [_log_interp(work.n, *by_tokens[t]) for t in tokens]
+        return _log_interp(work.tokens_per_step or tokens[0], tokens, at_n)
 
     def cell_shape(self, work: Work) -> tuple[float, float]:
         """(share of the maximum steps a cell runs, share of its seconds that is training) at N."""
