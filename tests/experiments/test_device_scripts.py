@@ -1,7 +1,9 @@
 """experiments/recipes_h200.sh, with `python3` and `nvidia-smi` stubbed: each job's flags reach
 recipes.py as written (split, never globbed), jobs run side by side, the call fails when a
 job fails but not when one only reached its time limit, and a BTC job without its bars stops the
-call before any job starts."""
+call before any job starts. experiments/third_edition_h200.sh: each named run of a real plan by its
+own command, with the carried bars where the plan's store has none; a run not in the plan stops the
+call before any starts."""
 
 from __future__ import annotations
 
@@ -100,3 +102,67 @@ def test_a_btc_job_without_its_bars_stops_the_call_before_any_job_starts(checkou
     (root / ".carry" / "data").mkdir(parents=True)
     assert _run(root, env, jobs).returncode == 0
     assert len(list(Path(env["ARGV_DIR"]).glob("*.argv"))) == 2
+
+
+@pytest.fixture
+def planned(tmp_path):
+    """A bare copy of the device scripts with a real plan in reports/third-edition (a BTC arm, the
+    iid null and the A/A replicate, whose seeds are one quoted word); python3 is the real one for
+    `-m tsflash.cli preregister` and a stub that records its argv for anything else."""
+    import sys
+
+    root = tmp_path / "checkout"
+    shutil.copytree(REPO / "experiments", root / "experiments")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    (root / "data").mkdir()  # the plan's bar store; on the device the checkout's data/ holds no bars
+    subprocess.run([sys.executable, "-m", "tsflash.cli", "preregister", "--lengths", "512,32768", "--arm", "per-bar=",
+                    "--control", "iid=synthetic:iid:0", "--aa-seeds", "3,4,5", "--out", "reports/third-edition"],
+                   cwd=root, env=env, check=True, capture_output=True, timeout=120)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    _stub(bin_, "python3", f'if [ "$1 $2 $3" = "-m tsflash.cli preregister" ]; then PYTHONPATH={REPO} exec {sys.executable} "$@"; fi\n'
+                           'printf "%s\\n" "$@" > "$ARGV_DIR/$$.argv"\n')
+    _stub(bin_, "nvidia-smi", "echo stub\n")
+    (root / ".carry" / "data" / "btcusdt-1m").mkdir(parents=True)  # the BTC bars as device_env.sh unpacks them
+    (root / ".carry" / "data" / "btcusdt-1m" / "btcusdt-1m-2021.parquet").write_bytes(b"")
+    (tmp_path / "argv").mkdir()
+    return root, {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+                  "ARGV_DIR": str(tmp_path / "argv")}
+
+
+def _third(root: Path, env: dict, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "experiments/third_edition_h200.sh"], cwd=root, env=env | extra,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_third_edition_runs_each_named_run_by_its_plans_own_command(planned):
+    import tarfile
+
+    root, env = planned
+    done = _third(root, env, RUNS="per-bar controls/aa/per-bar controls/iid/per-bar", BUDGET_S="300")
+    assert done.returncode == 0, done.stdout + done.stderr
+    argvs = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
+    by_out = {a[a.index("--out") + 1]: a for a in argvs}
+    assert sorted(by_out) == ["reports/third-edition/controls/aa/per-bar", "reports/third-edition/controls/iid/per-bar",
+                              "reports/third-edition/per-bar"]
+    for out, argv in by_out.items():
+        assert argv[:4] == ["-m", "tsflash.cli", "sweep", "--lengths"] and argv[-2:] == ["--time-budget", "300"]
+        data = argv[argv.index("--data") + 1]
+        assert data == ("synthetic:iid:0" if "iid" in out else ".carry/data")  # the plan's store is not here
+    aa = by_out["reports/third-edition/controls/aa/per-bar"]
+    assert aa[aa.index("train.seeds=[3, 4, 5]") - 1] == "--set"  # the plan's quoted word arrives whole
+    parts = sorted(Path(env["OUT"]).glob("state-third.tgz.*"))
+    with open(root / "state.tgz", "wb") as whole:
+        whole.write(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(root / "state.tgz") as state:
+        assert {"reports/third-edition/PLAN.json", "reports/third-edition/PLAN.md"} <= set(state.getnames())
+
+
+def test_a_run_not_in_the_plan_stops_the_call_before_any_starts(planned):
+    root, env = planned
+    typo = _third(root, env, RUNS="per-bar controls/aa/perbar")
+    assert typo.returncode == 2 and "run controls/aa/perbar is not in reports/third-edition/PLAN.json" in typo.stderr
+    assert "controls/aa/per-bar" in typo.stderr  # the plan's runs are listed
+    assert not list(Path(env["ARGV_DIR"]).glob("*.argv"))
+    unnamed = _third(root, env)
+    assert unnamed.returncode == 2 and "name this call's runs" in unnamed.stderr

@@ -153,6 +153,23 @@ def test_controls_run_every_arm_on_their_market_and_are_checked_against_it(tmp_p
     assert "argument --control: expects NAME=synthetic:KIND" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
+def test_commands_lists_every_planned_run_with_the_command_the_plan_shows(tmp_path, capsys):
+    """--commands PLAN: each planned run's folder and its sweep command, tab-separated, in the plan's
+    order (the arms, then each control's arms), the same commands as PLAN.md's; no plan: one line, exit 2."""
+    plan = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), ARMS,
+                                  controls=[("null", "synthetic:iid:0")])
+    preregister.write_plan(plan, tmp_path)
+    assert main(["preregister", "--commands", str(tmp_path)]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [folder for folder, _ in lines] == [str(tmp_path / "per-bar"), str(tmp_path / "patch16"),
+                                               str(tmp_path / "controls" / "null" / "per-bar"),
+                                               str(tmp_path / "controls" / "null" / "patch16")]
+    md = (tmp_path / "PLAN.md").read_text()
+    assert all(f"{command} --time-budget 400" in md and f"--out {folder}" in command for folder, command in lines)
+    assert main(["preregister", "--commands", str(tmp_path / "nowhere")]) == 2
+    assert "no PLAN.json there" in capsys.readouterr().err
+
+
 def test_a_control_with_settings_of_its_own_is_resolved_costed_run_and_checked_with_them(tmp_path, capsys):
     """--control-set: a control on more folds of the same size over a longer synthetic market (the
     slow regime, which five folds cannot resolve even for the linear probe): each arm's config is

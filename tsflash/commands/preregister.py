@@ -3,6 +3,7 @@
     tsflash preregister --lengths 512,4096,32768 --arm per-bar= --arm patch16=model.patch=16 --out reports/third-edition
     tsflash preregister --check reports/third-edition/per-bar      # its departures from the plan (exit 1 if any)
     tsflash preregister --check reports/third-edition              # every planned run: state, departures, answers
+    tsflash preregister --commands reports/third-edition           # each planned run's folder and sweep command
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def register(sub) -> None:
     p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder; "
                    "given the plan's folder, every planned run's state, departures, question 1's answer, nesting "
                    "check and A/A reading, as one table")
+    p.add_argument("--commands", type=Path, metavar="PLAN", help="print each planned run of the plan in folder PLAN: "
+                   "its run folder, a tab, the tsflash sweep command that runs it (add --time-budget to slice it)")
     p.set_defaults(func=run)
 
 
@@ -90,6 +93,15 @@ def run(args) -> int:
     from tsflash.sweep import preregister
     from tsflash.sweep.plan import SweepOptions
 
+    if args.commands is not None:
+        plan_path = args.commands / preregister.PLAN_JSON
+        if not plan_path.is_file():
+            raise UserError(f"--commands {args.commands}: no {preregister.PLAN_JSON} there (write one with --out)")
+        from tsflash.runfolder import read_json
+
+        for run_dir, command in preregister.plan_commands(read_json(plan_path), args.commands):
+            print(f"{run_dir}\t{command}")
+        return 0
     if args.check is not None and (args.check / preregister.PLAN_JSON).is_file():  # the plan's folder: every run
         rows = preregister.plan_state(args.check)
         print(preregister.render_state(rows, args.check / preregister.PLAN_JSON))

@@ -240,6 +240,13 @@ def sweep_command(plan: dict, arm: dict, out: Path, control: dict | None = None)
     return shlex.join(words)
 
 
+def plan_commands(plan: dict, out: Path) -> list[tuple[Path, str]]:
+    """(run folder, the `tsflash sweep` command that runs it) of every run the plan commands, in the
+    plan's order: each arm, then each control's arms."""
+    runs = [(None, a) for a in plan["arms"]] + [(c, a) for c in plan.get("controls", []) for a in plan["arms"]]
+    return [(run_dir_of(out, a["name"], c), sweep_command(plan, a, out, c)) for c, a in runs]
+
+
 def control_arm(control: dict, arm: str) -> dict | None:
     """A control's own resolution of one arm (its config with the control's settings), or None when
     the control runs every arm's config unchanged."""
@@ -306,8 +313,9 @@ def render_plan(plan: dict, out: Path) -> str:
     for o in plan["outcomes"]:
         lines.append(f"- **{o['outcome']}**: \"{o['sentence']}\"")
     lines += ["", "## The commands", "", "```bash"]
-    lines += [sweep_command(plan, a, out) + " --time-budget 400   # rerun until complete" for a in plan["arms"]]
-    lines += [sweep_command(plan, a, out, c) + " --time-budget 400" for c in controls for a in plan["arms"]]
+    arms = len(plan["arms"])  # the arms' commands come first
+    lines += [command + " --time-budget 400" + ("   # rerun until complete" if i < arms else "")
+              for i, (_, command) in enumerate(plan_commands(plan, out))]
     if ladder:
         lines += [f"{ladder['command']} --runs {out / LADDER_DIR}   # rerun until complete"]
     lines += ["```", ""]

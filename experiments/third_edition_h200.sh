@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The pre-registered third edition on a lent H200, in resumable slices (issue 33): the planned runs
+# named in RUNS (their folders relative to the plan, e.g. "per-bar controls/aa/per-bar"), side by
+# side on the one GPU, each by its plan's own `tsflash sweep` command (`tsflash preregister
+# --commands`) with --time-budget BUDGET_S, stopped at LIMIT_S. Run from the repository root there:
+#
+#   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh
+#
+# In: the plan and its runs' state as .carry/state-third.tar (made here from the repository root:
+#   tar cf .carry/state-third.tar reports/third-edition/PLAN.* reports/third-edition/<the runs begun>),
+# and the BTC bars as .carry/packed (`tsflash data pack`), read where the plan's bar store has no bars
+# (a store's folder is not a departure from the plan: its bars are fingerprinted in data.json).
+# Out: $OUT/state-third.tgz.* (the plan and the named runs, per-bar cell files and checkpoints left
+# behind: an interrupted cell trains again) and $OUT/third-logs.tgz. Back here, from the repository
+# root: `cat <files_at>/state-third.tgz.* | tar xzf -`, then `tsflash preregister --check
+# reports/third-edition`.
+source experiments/device_env.sh
+PLAN=${PLAN:-reports/third-edition}
+BUDGET_S=${BUDGET_S:-520}
+LIMIT_S=${LIMIT_S:-570}
+if [ ! -f "$PLAN/PLAN.json" ]; then
+  echo "no $PLAN/PLAN.json: carry the plan in .carry/state-third.tar" >&2
+  exit 2
+fi
+if [ -z "${RUNS:-}" ]; then
+  echo "name this call's runs, e.g. RUNS=\"per-bar controls/aa/per-bar\" (tsflash preregister --check $PLAN lists them)" >&2
+  exit 2
+fi
+planned=$(python3 -m tsflash.cli preregister --commands "$PLAN") || exit 2
+
+# Every named run is found in the plan before any starts: a typo costs nothing.
+dirs=(); commands=()
+for run in $RUNS; do
+  command=""
+  while IFS=$'\t' read -r dir line; do
+    [ "$dir" = "$PLAN/$run" ] && command=$line
+  done <<< "$planned"
+  if [ -z "$command" ]; then
+    echo "run $run is not in $PLAN/PLAN.json; its runs: $(cut -f1 <<< "$planned" | sed "s#^$PLAN/##" | tr '\n' ' ')" >&2
+    exit 2
+  fi
+  dirs+=("$PLAN/$run"); commands+=("$command")
+done
+
+LOGS=$(mktemp -d)/third-logs  # fresh each call: no log of an earlier call comes back
+mkdir -p "$LOGS"
+pids=()
+for ((i = 0; i < ${#dirs[@]}; i++)); do
+  eval "set -- ${commands[i]}"  # the plan's own words (shlex-quoted by tsflash preregister)
+  shift 2                       # "tsflash sweep": the checkout's module here, not an installed script
+  args=()
+  while [ $# -gt 0 ]; do
+    # the checkout's data/ holds a README, not bars: the carried store stands in for a store without any
+    if [ "$1" = "--data" ] && [[ "$2" != synthetic:* ]] && ! ls "$2"/*/*.parquet >/dev/null 2>&1 \
+       && ls .carry/data/*/*.parquet >/dev/null 2>&1; then
+      args+=(--data .carry/data); shift 2; continue
+    fi
+    args+=("$1"); shift
+  done
+  OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "$LIMIT_S" python3 -m tsflash.cli sweep "${args[@]}" \
+    --time-budget "$BUDGET_S" > "$LOGS/$((i + 1)).log" 2>&1 &
+  pids+=("$!")
+done
+rc=0
+for ((i = 0; i < ${#pids[@]}; i++)); do
+  wait "${pids[i]}"; job_rc=$?
+  echo "run $((i + 1)) (${dirs[i]}) exit: $job_rc"
+  tail -n 2 "$LOGS/$((i + 1)).log"
+  # 124: stopped at LIMIT_S (resumable, its state comes back); anything else is a failure
+  [ "$job_rc" -ne 0 ] && [ "$job_rc" -ne 124 ] && rc=$job_rc
+done
+nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+tar czf "$OUT/third-logs.tgz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"
+existing=()
+for dir in "${dirs[@]}"; do [ -d "$dir" ] && existing+=("$dir"); done
+tar czf - --exclude='*/checkpoints' --exclude='*/artifacts' --exclude='*/cells/*/*.npz' \
+  "$PLAN/PLAN.json" "$PLAN/PLAN.md" "${existing[@]}" | split -b 15m - "$OUT/state-third.tgz."
+ls -la "$OUT"
+exit $rc
