@@ -241,10 +241,11 @@ def sweep_command(plan: dict, arm: dict, out: Path, control: dict | None = None)
 
 
 def plan_commands(plan: dict, out: Path) -> list[tuple[Path, str]]:
-    """(run folder, the `tsflash sweep` command that runs it) of every run the plan commands, in the
-    plan's order: each arm, then each control's arms."""
-    runs = [(None, a) for a in plan["arms"]] + [(c, a) for c in plan.get("controls", []) for a in plan["arms"]]
-    return [(run_dir_of(out, a["name"], c), sweep_command(plan, a, out, c)) for c, a in runs]
+    """(run folder, the `tsflash sweep` command that runs it) of every run of `planned_runs`, in its
+    order: each arm, then each control's arms."""
+    arms = {a["name"]: a for a in plan["arms"]}  # the command is built from the arm as planned
+    return [(run_dir, sweep_command(plan, arms[resolved["name"]], out, control))
+            for _, control, resolved, run_dir in planned_runs(plan, out)]
 
 
 def control_arm(control: dict, arm: str) -> dict | None:

@@ -123,7 +123,6 @@ CALIBRATION_OTHER = (
 )
 
 
-
 @dataclass(frozen=True)
 class MeasuredPatch:
     """Patch-token model cells (`model.patch` = `patch`) of one N and one `tokens_per_step` (bars a
