@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pre-registered third edition on a lent H200, in resumable slices (issue 33): the planned runs
-# named in RUNS (their folders relative to the plan, e.g. "per-bar controls/aa/per-bar"), side by
-# side on the one GPU, each by its plan's own `tsflash sweep` command (`tsflash preregister
-# --commands`) with --time-budget BUDGET_S, stopped at LIMIT_S. Run from the repository root there:
+# named in RUNS (their folders relative to the plan, e.g. "per-bar controls/aa/per-bar", or "ladder"),
+# side by side on the one GPU, each by its plan's own command (`tsflash preregister --commands`: a
+# `tsflash sweep`, or the ladder's script) with --time-budget BUDGET_S, stopped at LIMIT_S. Run from
+# the repository root there:
 #
 #   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh
 #
@@ -47,7 +48,8 @@ mkdir -p "$LOGS"
 pids=()
 for ((i = 0; i < ${#dirs[@]}; i++)); do
   eval "set -- ${commands[i]}"  # the plan's own words (shlex-quoted by tsflash preregister)
-  shift 2                       # "tsflash sweep": the checkout's module here, not an installed script
+  # the checkout's own code here, not an installed script: "tsflash sweep ..." or "python experiments/..."
+  if [ "$1" = "tsflash" ]; then program=(-m tsflash.cli); shift; else program=(); shift; fi
   args=()
   while [ $# -gt 0 ]; do
     # the checkout's data/ holds a README, not bars: the carried store stands in for a store without any
@@ -57,7 +59,8 @@ for ((i = 0; i < ${#dirs[@]}; i++)); do
     fi
     args+=("$1"); shift
   done
-  OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "$LIMIT_S" python3 -m tsflash.cli sweep "${args[@]}" \
+  # the last --time-budget wins: this call's slice, also over the ladder's planned 400
+  OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "$LIMIT_S" python3 "${program[@]}" "${args[@]}" \
     --time-budget "$BUDGET_S" > "$LOGS/$((i + 1)).log" 2>&1 &
   pids+=("$!")
 done

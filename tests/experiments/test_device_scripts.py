@@ -107,7 +107,7 @@ def test_a_btc_job_without_its_bars_stops_the_call_before_any_job_starts(checkou
 @pytest.fixture
 def planned(tmp_path):
     """A bare copy of the device scripts with a real plan in reports/third-edition (a BTC arm, the
-    iid null and the A/A replicate, whose seeds are one quoted word); python3 is the real one for
+    iid null, the A/A replicate, whose seeds are one quoted word, and the ladder); python3 is the real one for
     `-m tsflash.cli preregister` and a stub that records its argv for anything else."""
     import sys
 
@@ -116,7 +116,7 @@ def planned(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     (root / "data").mkdir()  # the plan's bar store; on the device the checkout's data/ holds no bars
     subprocess.run([sys.executable, "-m", "tsflash.cli", "preregister", "--lengths", "512,32768", "--arm", "per-bar=",
-                    "--control", "iid=synthetic:iid:0", "--aa-seeds", "3,4,5", "--out", "reports/third-edition"],
+                    "--control", "iid=synthetic:iid:0", "--aa-seeds", "3,4,5", "--ladder", "--out", "reports/third-edition"],
                    cwd=root, env=env, check=True, capture_output=True, timeout=120)
     bin_ = tmp_path / "bin"
     bin_.mkdir()
@@ -139,10 +139,12 @@ def test_the_third_edition_runs_each_named_run_by_its_plans_own_command(planned)
     import tarfile
 
     root, env = planned
-    done = _third(root, env, RUNS="per-bar controls/aa/per-bar controls/iid/per-bar", BUDGET_S="300")
+    done = _third(root, env, RUNS="per-bar controls/aa/per-bar controls/iid/per-bar ladder", BUDGET_S="300")
     assert done.returncode == 0, done.stdout + done.stderr
     argvs = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
-    by_out = {a[a.index("--out") + 1]: a for a in argvs}
+    (ladder,) = [a for a in argvs if a[0] == "experiments/power_ladder.py"]
+    assert ladder[ladder.index("--runs") + 1] == "reports/third-edition/ladder" and ladder[-2:] == ["--time-budget", "300"]
+    by_out = {a[a.index("--out") + 1]: a for a in argvs if a is not ladder}
     assert sorted(by_out) == ["reports/third-edition/controls/aa/per-bar", "reports/third-edition/controls/iid/per-bar",
                               "reports/third-edition/per-bar"]
     for out, argv in by_out.items():

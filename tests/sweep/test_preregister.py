@@ -168,6 +168,12 @@ def test_commands_lists_every_planned_run_with_the_command_the_plan_shows(tmp_pa
     assert all(f"{command} --time-budget 400" in md and f"--out {folder}" in command for folder, command in lines)
     assert main(["preregister", "--commands", str(tmp_path / "nowhere")]) == 2
     assert "no PLAN.json there" in capsys.readouterr().err
+    laddered = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), ARMS, ladder=True)
+    preregister.write_plan(laddered, tmp_path / "laddered")
+    assert main(["preregister", "--commands", str(tmp_path / "laddered")]) == 0
+    folder, command = capsys.readouterr().out.splitlines()[-1].split("\t")  # the ladder last, as in PLAN.md
+    assert folder == str(tmp_path / "laddered" / "ladder") and command.startswith("python experiments/power_ladder.py")
+    assert f"{command}   # rerun until complete" in (tmp_path / "laddered" / "PLAN.md").read_text()
 
 
 def test_a_control_with_settings_of_its_own_is_resolved_costed_run_and_checked_with_them(tmp_path, capsys):

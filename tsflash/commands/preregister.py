@@ -84,7 +84,8 @@ def register(sub) -> None:
                    "given the plan's folder, every planned run's state, departures, question 1's answer, nesting "
                    "check and A/A reading, as one table")
     p.add_argument("--commands", type=Path, metavar="PLAN", help="print each planned run of the plan in folder PLAN: "
-                   "its run folder, a tab, the tsflash sweep command that runs it (add --time-budget to slice it)")
+                   "its run folder, a tab, the command that runs it (each arm's and control's tsflash sweep, then the "
+                   "ladder's; add --time-budget to slice a sweep)")
     p.set_defaults(func=run)
 
 
@@ -99,7 +100,9 @@ def run(args) -> int:
             raise UserError(f"--commands {args.commands}: no {preregister.PLAN_JSON} there (write one with --out)")
         from tsflash.runfolder import read_json
 
-        for run_dir, command in preregister.plan_commands(read_json(plan_path), args.commands):
+        plan = read_json(plan_path)
+        ladder = preregister.ladder_run(plan, args.commands)
+        for run_dir, command in preregister.plan_commands(plan, args.commands) + ([ladder] if ladder else []):
             print(f"{run_dir}\t{command}")
         return 0
     if args.check is not None and (args.check / preregister.PLAN_JSON).is_file():  # the plan's folder: every run

@@ -248,6 +248,13 @@ def plan_commands(plan: dict, out: Path) -> list[tuple[Path, str]]:
             for _, control, resolved, run_dir in planned_runs(plan, out)]
 
 
+def ladder_run(plan: dict, out: Path) -> tuple[Path, str] | None:
+    """(its folder, the command that runs it) of the plan's strength ladder; None without one."""
+    if not (ladder := plan.get("ladder")):
+        return None
+    return out / LADDER_DIR, f"{ladder['command']} --runs {out / LADDER_DIR}"
+
+
 def control_arm(control: dict, arm: str) -> dict | None:
     """A control's own resolution of one arm (its config with the control's settings), or None when
     the control runs every arm's config unchanged."""
@@ -318,7 +325,7 @@ def render_plan(plan: dict, out: Path) -> str:
     lines += [command + " --time-budget 400" + ("   # rerun until complete" if i < arms else "")
               for i, (_, command) in enumerate(plan_commands(plan, out))]
     if ladder:
-        lines += [f"{ladder['command']} --runs {out / LADDER_DIR}   # rerun until complete"]
+        lines += [f"{ladder_run(plan, out)[1]}   # rerun until complete"]
     lines += ["```", ""]
     return "\n".join(lines)
 
