@@ -240,19 +240,25 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
         for part in NESTING_PARTS:
             keys = sorted(k for k in set(rows) & set(by_n[short])
                           if part in rows[k]["cut"].get(short, {}) and part in by_n[short][k]["test"])
-            folds = sorted({f for f, _ in keys})
-            if len(folds) < 2:  # the run-level test's df is folds - 1
-                continue
-
-            def arm(label: str, loss) -> Runs:
-                return runs_from_means(label, [f for f, _ in keys], [s for _, s in keys], [loss(k) for k in keys],
-                                       [by_n[short][k]["n_scored"] for k in keys])
-
-            r = run_level_test(arm(f"N={short}", lambda k: by_n[short][k]["test"][part]),
-                               arm(f"N={n} cut", lambda k: rows[k]["cut"][short][part]), min_seeds_per_fold=1)
-            out[n][part] = {"runs": len(keys), "folds": len(folds), "mean": r.estimate, "p": r.p,
-                            "fails": bool(r.estimate > 0 and r.p < ALPHA)}
+            r = _long_minus_short(keys, lambda k: by_n[short][k]["test"][part], lambda k: rows[k]["cut"][short][part],
+                                  lambda k: by_n[short][k]["n_scored"], (f"N={short}", f"N={n} cut"))
+            if r is not None:
+                out[n][part] = {"runs": len(keys), "folds": len(r.folds), "mean": r.estimate, "p": r.p,
+                                "fails": bool(r.estimate > 0 and r.p < ALPHA)}
     return out
+
+
+def _long_minus_short(keys: list[tuple[int, int]], short_loss, long_loss, weight, labels: tuple[str, str]):
+    """The run-level test of long minus short over the (fold, seed) runs `keys` (fold means over seeds
+    weighted by `weight`, a t over the folds); None with fewer than two folds (its df is folds - 1)."""
+    if len({f for f, _ in keys}) < 2:
+        return None
+
+    def arm(label: str, loss) -> Runs:
+        return runs_from_means(label, [f for f, _ in keys], [s for _, s in keys], [loss(k) for k in keys],
+                               [weight(k) for k in keys])
+
+    return run_level_test(arm(labels[0], short_loss), arm(labels[1], long_loss), min_seeds_per_fold=1)
 
 
 def validation_gap(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
@@ -267,13 +273,10 @@ def validation_gap(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]
             continue
         keys = sorted(k for k in set(rows) & set(by_n[short])
                       if rows[k]["best_val_loss"] is not None and by_n[short][k]["best_val_loss"] is not None)
-        if len({f for f, _ in keys}) < 2:  # the run-level test's df is folds - 1
-            continue
-        folds, seeds, ones = [f for f, _ in keys], [s for _, s in keys], [1] * len(keys)
-        r = run_level_test(runs_from_means(f"N={short}", folds, seeds, [by_n[short][k]["best_val_loss"] for k in keys], ones),
-                           runs_from_means(f"N={n}", folds, seeds, [rows[k]["best_val_loss"] for k in keys], ones),
-                           min_seeds_per_fold=1)
-        out[n] = {"runs": len(keys), "folds": len(set(folds)), "mean": r.estimate, "p": r.p, "ci": list(r.ci)}
+        r = _long_minus_short(keys, lambda k: by_n[short][k]["best_val_loss"], lambda k: rows[k]["best_val_loss"],
+                              lambda k: 1, (f"N={short}", f"N={n}"))
+        if r is not None:
+            out[n] = {"runs": len(keys), "folds": len(r.folds), "mean": r.estimate, "p": r.p, "ci": list(r.ci)}
     return out
 
 
