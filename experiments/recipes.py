@@ -230,12 +230,8 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
     """Each N > short cut to `short` bars minus the N=short model, per part, over training runs: the
     run-level test (`tsflash.stats.runs`: the fold means over seeds of the run differences, a t over
     the folds, df = folds - 1), so the seeds of one fold are not counted as independent."""
-    if short not in by_n:
-        return {}
     out = {}
-    for n, rows in by_n.items():
-        if n <= short:
-            continue
+    for n, rows in _longer(by_n, short):
         out[n] = {}
         for part in NESTING_PARTS:
             keys = sorted(k for k in set(rows) & set(by_n[short])
@@ -246,6 +242,11 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
                 out[n][part] = {"runs": len(keys), "folds": len(r.folds), "mean": r.estimate, "p": r.p,
                                 "fails": bool(r.estimate > 0 and r.p < ALPHA)}
     return out
+
+
+def _longer(by_n: dict[int, dict], short: int):
+    """(N, its cells) of every N above `short`, when the run has `short` to compare them with."""
+    return [(n, rows) for n, rows in by_n.items() if n > short] if short in by_n else []
 
 
 def _long_minus_short(keys: list[tuple[int, int]], short_loss, long_loss, weight, labels: tuple[str, str]):
@@ -265,12 +266,8 @@ def validation_gap(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]
     """Each N > short minus the N=short model of the same fold and seed, validation loss at the kept
     step, over training runs (the run-level test, as `nesting`; > 0: the long model validates worse).
     The one N-against-N reading of BTC the summary may give: its test bars are never read."""
-    if short not in by_n:
-        return {}
     out = {}
-    for n, rows in by_n.items():
-        if n <= short:
-            continue
+    for n, rows in _longer(by_n, short):
         keys = sorted(k for k in set(rows) & set(by_n[short])
                       if rows[k]["best_val_loss"] is not None and by_n[short][k]["best_val_loss"] is not None)
         r = _long_minus_short(keys, lambda k: by_n[short][k]["best_val_loss"], lambda k: rows[k]["best_val_loss"],
