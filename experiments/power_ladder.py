@@ -541,7 +541,8 @@ def write_design_study(args, sims: int = 300) -> dict:
 
 def cost_plan(args, usable_s: float = 1200.0) -> dict:
     """Estimated seconds of one replicate on one H200 from the calibrated cost table (cuda rows),
-    as estimated and with every longest-N cell at its maximum steps, and how many fit in `usable_s`."""
+    as estimated and with every longest-N cell at its maximum steps, how many fit in `usable_s`, and
+    the whole ladder's (`schedule`: every rung's replicates) both ways."""
     from tsflash.commands.options import parse_overrides
     from tsflash.sweep.plan import SweepOptions, resolve_config
     from tsflash.sweep.progress import CostModel, fresh_works, prior_rates
@@ -555,8 +556,10 @@ def cost_plan(args, usable_s: float = 1200.0) -> dict:
     longest = max(cfg.lengths)
     worst = expected + sum(calibration.extra_at_max_steps(w, cost.seconds(w))
                            for w in works if w.kind == "model" and w.n == longest)
+    planned = len(schedule(args))
     return {"cells": sum(w.kind == "model" for w in works), "replicate_s": expected, "replicate_worst_s": worst,
-            "usable_s": usable_s, "replicates": int(usable_s // expected), "replicates_worst": int(usable_s // worst)}
+            "usable_s": usable_s, "replicates": int(usable_s // expected), "replicates_worst": int(usable_s // worst),
+            "replicates_planned": planned, "ladder_s": planned * expected, "ladder_worst_s": planned * worst}
 
 
 def command_line(args) -> str:
@@ -575,7 +578,8 @@ def _strengths(text: str) -> list[float]:
     return sorted(values)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The script's arguments (`main`'s; `tsflash preregister --ladder` prices a ladder with them)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=Path, default=Path("runs/power-ladder"), help="folder of the replicates' run folders")
     ap.add_argument("--out", type=Path, default=None, help="where summary.md and .json go (default: --runs)")
@@ -600,6 +604,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.lengths.split(",")) != 2:
         ap.error(f"--lengths takes the short and the long N, got {args.lengths!r}")
     args.out = args.out or args.runs
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.plan:
         print(json.dumps(cost_plan(args), indent=1))

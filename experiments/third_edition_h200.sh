@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The pre-registered third edition on a lent H200, in resumable slices (issue 33): the planned runs
-# named in RUNS (their folders relative to the plan, e.g. "per-bar controls/aa/per-bar", or "ladder"),
-# side by side on the one GPU, each by its plan's own command (`tsflash preregister --commands`: a
-# `tsflash sweep`, or the ladder's script) with --time-budget BUDGET_S, stopped at LIMIT_S. Run from
-# the repository root there:
+# named in RUNS (their folders relative to the plan, e.g. "per-bar controls/aa/per-bar", or "ladder";
+# by default the plan's next stage's runs not complete, `tsflash preregister --next`), side by side on
+# the one GPU, each by its plan's own command (`tsflash preregister --commands`: a `tsflash sweep`, or
+# the ladder's script) with --time-budget BUDGET_S, stopped at LIMIT_S. Run from the repository root
+# there:
 #
+#   BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh         # the next stage's runs
 #   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh
 #
 # In: the plan and its runs' state as .carry/state-third.tar (made here from the repository root:
@@ -23,9 +25,13 @@ if [ ! -f "$PLAN/PLAN.json" ]; then
   echo "no $PLAN/PLAN.json: carry the plan in .carry/state-third.tar" >&2
   exit 2
 fi
-if [ -z "${RUNS:-}" ]; then
-  echo "name this call's runs, e.g. RUNS=\"per-bar controls/aa/per-bar\" (tsflash preregister --check $PLAN lists them)" >&2
-  exit 2
+if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not complete
+  RUNS=$(python3 -m tsflash.cli preregister --next "$PLAN") || exit 2
+  if [ -z "$RUNS" ]; then
+    echo "every stage of $PLAN/PLAN.json is complete: nothing to run" >&2
+    exit 0
+  fi
+  echo "the plan's next runs: $RUNS"
 fi
 planned=$(python3 -m tsflash.cli preregister --commands "$PLAN") || exit 2
 

@@ -116,7 +116,8 @@ def planned(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     (root / "data").mkdir()  # the plan's bar store; on the device the checkout's data/ holds no bars
     subprocess.run([sys.executable, "-m", "tsflash.cli", "preregister", "--lengths", "512,32768", "--arm", "per-bar=",
-                    "--control", "iid=synthetic:iid:0", "--aa-seeds", "3,4,5", "--ladder", "--out", "reports/third-edition"],
+                    "--control", "iid=synthetic:iid:0", "--aa-seeds", "3,4,5", "--ladder",
+                    "--stage", "first=per-bar,aa/per-bar", "--out", "reports/third-edition"],
                    cwd=root, env=env, check=True, capture_output=True, timeout=120)
     bin_ = tmp_path / "bin"
     bin_.mkdir()
@@ -166,5 +167,12 @@ def test_a_run_not_in_the_plan_stops_the_call_before_any_starts(planned):
     assert typo.returncode == 2 and "run controls/aa/perbar is not in reports/third-edition/PLAN.json" in typo.stderr
     assert "controls/aa/per-bar" in typo.stderr  # the plan's runs are listed
     assert not list(Path(env["ARGV_DIR"]).glob("*.argv"))
-    unnamed = _third(root, env)
-    assert unnamed.returncode == 2 and "name this call's runs" in unnamed.stderr
+
+
+def test_without_runs_named_the_call_runs_the_plans_next_stage(planned):
+    root, env = planned
+    done = _third(root, env, BUDGET_S="300")
+    assert done.returncode == 0 and "the plan's next runs: per-bar controls/aa/per-bar" in done.stdout
+    argvs = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
+    assert sorted(a[a.index("--out") + 1] for a in argvs) == ["reports/third-edition/controls/aa/per-bar",
+                                                           "reports/third-edition/per-bar"]

@@ -99,12 +99,13 @@ def test_schedule_is_replicate_major_with_the_null_last(ladder, tmp_path):
 
 
 def test_the_cost_plan_reads_the_calibrated_table(ladder):
-    args = ladder.argparse.Namespace(lengths="512,32768", config="default", overrides=[])
-    plan = ladder.cost_plan(args)
+    plan = ladder.cost_plan(ladder.parse_args([]))  # the script's defaults: 512 and 32768, 8 rungs and the null
     assert plan["cells"] == 12  # 2 lengths x 3 folds x 2 seeds
     # the cuda rows: about 8 s a cell at 512, 30 s at 32768, 7-8 s a fold's baselines
     assert 150 < plan["replicate_s"] < 400 and plan["replicate_s"] < plan["replicate_worst_s"] < 700, plan
     assert plan["replicates"] >= plan["replicates_worst"] >= 1
+    assert plan["replicates_planned"] == 9 * 3 and plan["ladder_s"] == 27 * plan["replicate_s"]
+    assert plan["ladder_worst_s"] == 27 * plan["replicate_worst_s"]
 
 
 def test_a_tiny_ladder_detects_the_strongest_strength_and_not_the_null(ladder, tmp_path):

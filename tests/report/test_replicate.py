@@ -165,9 +165,10 @@ def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, ca
     preregister.write_plan(aa_plan, out)
     assert main(["preregister", "--check", str(out)]) == 0
     text = capsys.readouterr().out
-    assert text.startswith(f"Plan {aa_plan['plan_hash']} (PLAN.json of {out}): 0 of 2 planned runs complete.")
-    assert "| per-bar | per-bar | not started |" in text
-    assert "| aa/per-bar | controls/aa/per-bar | not started |" in text and wording.CONTROL_EXPECTATIONS["aa"] in text
+    assert text.startswith(f"Plan {aa_plan['plan_hash']} (PLAN.json of {out}): 0 of 2 planned runs complete; "
+                           "stages complete: 0 of 1; next: stage all, runs per-bar controls/aa/per-bar")
+    assert "| all | per-bar | per-bar | not started |" in text
+    assert "| all | aa/per-bar | controls/aa/per-bar | not started |" in text and wording.CONTROL_EXPECTATIONS["aa"] in text
     run, rep = pair_tables(np.random.default_rng(3), n_folds=2)
     _report_ready(tmp_path, out / "per-bar", run)
     replicate = _report_ready(tmp_path, out / "controls" / "aa" / "per-bar", rep)
@@ -181,8 +182,9 @@ def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, ca
                                         f"sets: {aa['pooled']['answer']}; their nesting check: not measured")
     assert main(["preregister", "--check", str(out)]) == 1  # departures
     text = capsys.readouterr().out
-    assert "2 of 2 planned runs complete" in text and "\nDepartures from the plan:\n- per-bar: " in text
-    assert f"| per-bar | per-bar | complete | {len(rows['per-bar']['departures'])} | no better |" in text
+    assert "2 of 2 planned runs complete; stages complete: 1 of 1 (all)." in text
+    assert "\nDepartures from the plan:\n- per-bar: " in text
+    assert f"| all | per-bar | per-bar | complete | {len(rows['per-bar']['departures'])} | no better |" in text
 
 
 def test_the_plans_ladder_is_a_row_of_its_state(tmp_path, capsys):

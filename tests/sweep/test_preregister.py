@@ -173,7 +173,7 @@ def test_commands_lists_every_planned_run_with_the_command_the_plan_shows(tmp_pa
     assert main(["preregister", "--commands", str(tmp_path / "laddered")]) == 0
     folder, command = capsys.readouterr().out.splitlines()[-1].split("\t")  # the ladder last, as in PLAN.md
     assert folder == str(tmp_path / "laddered" / "ladder") and command.startswith("python experiments/power_ladder.py")
-    assert f"{command}   # rerun until complete" in (tmp_path / "laddered" / "PLAN.md").read_text()
+    assert f"\n{command}\n" in (tmp_path / "laddered" / "PLAN.md").read_text()
 
 
 def test_a_control_with_settings_of_its_own_is_resolved_costed_run_and_checked_with_them(tmp_path, capsys):
@@ -280,3 +280,55 @@ def test_the_aa_replicate_is_every_arm_on_the_plans_bars_with_other_seeds(tmp_pa
     assert main(["preregister", "--lengths", "512", "--aa-seeds", "3,4,5", "--control", "aa=synthetic:iid:0",
                  "--out", str(tmp_path / "x")]) == 2
     assert "--aa-seeds is the control aa" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_stages_fix_the_order_the_runs_go_in_and_what_a_plan_cut_short_says(tmp_path, capsys):
+    """--stage (issue 33, deliverable 1, where device time is scarce): the runs go stage by stage in the
+    order the plan states, each stage with its H200 time (the ladder's by its own cost plan); --next
+    names the next stage's runs not complete, --commands lists them in that order, --check counts the
+    stages complete; a stage that names no run left for it is refused in one line, nothing written."""
+    out = tmp_path / "plan"
+    assert main(["preregister", "--lengths", "512,4096", "--arm", "per-bar=", "--arm", "patch16=model.patch=16",
+                 "--control", "iid=synthetic:iid:0", "--ladder", "--stage", "first=per-bar,iid/per-bar",
+                 "--stage", "power=ladder", "--out", str(out)]) == 0
+    plan = json.loads((out / "PLAN.json").read_text())
+    first, power, rest = plan["order"]
+    assert [(st["stage"], st["runs"]) for st in plan["order"]] == [
+        ("first", ["per-bar", "iid/per-bar"]), ("power", ["ladder"]), ("rest", ["patch16", "iid/patch16"])]
+    assert first["gpu_seconds"] == 2 * plan["arms"][0]["gpu_seconds"]  # the iid null costs the arm again
+    assert power["gpu_seconds"] == plan["ladder"]["gpu_seconds"] > first["gpu_seconds"]
+    assert plan["ladder"]["replicates"] == 27 and rest["gpu_seconds_worst"] > rest["gpu_seconds"]
+    md = (out / "PLAN.md").read_text()
+    assert wording.ORDER_RULE in md and "| first | per-bar, iid/per-bar |" in md and "# stage power" in md
+    capsys.readouterr()
+    assert main(["preregister", "--commands", str(out)]) == 0
+    folders = [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
+    assert folders == [str(out / f) for f in ("per-bar", "controls/iid/per-bar", "ladder", "patch16", "controls/iid/patch16")]
+    assert main(["preregister", "--next", str(out)]) == 0
+    assert capsys.readouterr().out == "per-bar controls/iid/per-bar\n"
+    _run_of(plan, out, "per-bar")  # complete
+    assert preregister.next_runs(out) == ("first", ["controls/iid/per-bar"])
+    run = _run_of(plan, out / "controls" / "iid", "per-bar")
+    write_json(run / "run.json", {"config_hash": plan["arms"][0]["config_hash"], "status": "running",
+                                  "data": "synthetic:iid:0", "trials_per_length": 1})
+    assert preregister.next_runs(out) == ("first", ["controls/iid/per-bar"])  # begun is not complete
+    write_json(run / "run.json", {"config_hash": plan["arms"][0]["config_hash"], "status": "complete",
+                                  "data": "synthetic:iid:0", "trials_per_length": 1})
+    assert preregister.next_runs(out) == ("power", ["ladder"])
+    main(["preregister", "--check", str(out)])
+    text = capsys.readouterr().out
+    assert "2 of 5 planned runs complete; stages complete: 1 of 3 (first); next: stage power, runs ladder" in text
+    assert text.index("| first | iid/per-bar |") < text.index("| power | ladder |") < text.index("| rest | patch16 |")
+    # without stages: one stage, every run in the plan's order
+    plain = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), ARMS)
+    assert [(st["stage"], st["runs"]) for st in plain["order"]] == [("all", ["per-bar", "patch16"])]
+    with pytest.raises(UserError, match="--stage late: 'per-bar' names no planned run left for it"):
+        preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), ARMS,
+                               stages=[("early", ["*"]), ("late", ["per-bar"])])
+    for bad in ("first", "first=", "bad name=per-bar"):
+        assert main(["preregister", "--stage", bad, "--out", str(tmp_path / "x")]) == 2
+        assert "argument --stage: expects NAME=RUN[,RUN...]" in capsys.readouterr().err
+    assert main(["preregister", "--stage", "a=echo/*", "--out", str(tmp_path / "x")]) == 2
+    assert "--stage a: 'echo/*' names no planned run" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    assert main(["preregister", "--next", str(tmp_path / "nowhere")]) == 2

@@ -4,11 +4,13 @@
     tsflash preregister --check reports/third-edition/per-bar      # its departures from the plan (exit 1 if any)
     tsflash preregister --check reports/third-edition              # every planned run: state, departures, answers
     tsflash preregister --commands reports/third-edition           # each planned run's folder and sweep command
+    tsflash preregister --next reports/third-edition               # the runs the next device call runs
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from tsflash.commands import options
@@ -37,6 +39,12 @@ def _seeds_type(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expects distinct non-negative integers separated by commas, e.g. 3,4,5; "
                                          f"got {text!r}")
     return [int(t) for t in seeds]
+
+
+def _stage_type(text: str) -> tuple[str, list[str]]:
+    from tsflash.sweep.preregister import parse_stage
+
+    return options._argument(parse_stage, text, "--stage")
 
 
 def _control_type(text: str) -> tuple[str, str]:
@@ -78,14 +86,21 @@ def register(sub) -> None:
     p.add_argument("--aa-seeds", type=_seeds_type, default=None, metavar="S,S,...",
                    help="add the A/A replicate: every arm's config on the plan's own bars with these seeds (disjoint "
                    "from the arms'), a control named aa (runs go to OUT/controls/aa/<arm>)")
+    p.add_argument("--stage", type=_stage_type, action="append", default=[], metavar="NAME=RUN[,RUN...]",
+                   help="the order the runs go in: a stage and its runs by their --check names (an arm, CONTROL/ARM, "
+                   "ladder) or patterns, e.g. first=per-bar,aa/per-bar,echo/per-bar (repeatable, in order; the runs no "
+                   "stage names go last). If the device time ends first, only complete stages are read")
     p.add_argument("--note", default="", help="a sentence for the plan's head: why this run, what it follows")
     p.add_argument("--out", type=Path, help="the plan's folder (the arms' run folders go inside it)")
     p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder; "
                    "given the plan's folder, every planned run's state, departures, question 1's answer, nesting "
                    "check and A/A reading, as one table")
-    p.add_argument("--commands", type=Path, metavar="PLAN", help="print each planned run of the plan in folder PLAN: "
-                   "its run folder, a tab, the command that runs it (each arm's and control's tsflash sweep, then the "
-                   "ladder's; add --time-budget to slice a sweep)")
+    p.add_argument("--commands", type=Path, metavar="PLAN", help="print each planned run of the plan in folder PLAN, "
+                   "in the plan's order: its run folder, a tab, the command that runs it (an arm's or control's "
+                   "tsflash sweep, or the ladder's; add --time-budget to slice a sweep)")
+    p.add_argument("--next", type=Path, metavar="PLAN", help="print the folders (relative to PLAN) of the runs not "
+                   "complete in the plan's first stage not complete, on one line: what the next device call runs; "
+                   "nothing when every stage is complete")
     p.set_defaults(func=run)
 
 
@@ -94,16 +109,22 @@ def run(args) -> int:
     from tsflash.sweep import preregister
     from tsflash.sweep.plan import SweepOptions
 
+    for flag, folder in (("--commands", args.commands), ("--next", args.next)):
+        if folder is not None and not (folder / preregister.PLAN_JSON).is_file():
+            raise UserError(f"{flag} {folder}: no {preregister.PLAN_JSON} there (write one with --out)")
     if args.commands is not None:
-        plan_path = args.commands / preregister.PLAN_JSON
-        if not plan_path.is_file():
-            raise UserError(f"--commands {args.commands}: no {preregister.PLAN_JSON} there (write one with --out)")
         from tsflash.runfolder import read_json
 
-        plan = read_json(plan_path)
-        ladder = preregister.ladder_run(plan, args.commands)
-        for run_dir, command in preregister.plan_commands(plan, args.commands) + ([ladder] if ladder else []):
+        for _, run_dir, command in preregister.ordered_commands(read_json(args.commands / preregister.PLAN_JSON),
+                                                                args.commands):
             print(f"{run_dir}\t{command}")
+        return 0
+    if args.next is not None:
+        stage, todo = preregister.next_runs(args.next)
+        if stage is None:
+            print("every stage of the plan is complete", file=sys.stderr)
+        else:
+            print(" ".join(todo))
         return 0
     if args.check is not None and (args.check / preregister.PLAN_JSON).is_file():  # the plan's folder: every run
         rows = preregister.plan_state(args.check)
@@ -132,7 +153,8 @@ def run(args) -> int:
                         trials=args.trials, preset="full",
                         overrides=with_symbol(parse_overrides(args.overrides), args.symbol))
     plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note, controls=args.control,
-                                  control_sets=args.control_set, ladder=args.ladder, aa_seeds=args.aa_seeds)
+                                  control_sets=args.control_set, ladder=args.ladder, aa_seeds=args.aa_seeds,
+                                  stages=args.stage)
     plan_json, plan_md = preregister.write_plan(plan, args.out)
     print(f"plan {plan['plan_hash']}: {plan_md}")
     print(f"      {plan_json}")

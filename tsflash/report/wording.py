@@ -277,6 +277,11 @@ LADDER_RULE = ("The one-week echo planted at each strength of the ladder, N=512 
                "\"no\" on question 1 rules out.")
 
 
+ORDER_RULE = ("The runs go stage by stage in this order, a stage's runs side by side. If the device time ends before "
+              "the plan does, the published answer is read from the complete stages only: every run of a stage not "
+              "complete is listed as not run, and no answer is read from part of a stage.")
+
+
 def ladder_sentence(curve: dict | None, strongest: float | None = None, weakest: float | None = None) -> str:
     """What a "no" rules out, from `power_ladder.detection_curve`'s reading: its 80 % point and interval, or
     the ladder's end it lies beyond."""

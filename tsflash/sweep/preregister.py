@@ -26,6 +26,8 @@ reads it and lists every departure from it (`deviations`), and says "none" when 
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
+import importlib.util
 import json
 import shlex
 from dataclasses import replace
@@ -80,6 +82,18 @@ def parse_control_set(text: str) -> tuple[str, str]:
     if not sep or not name or "=" not in item or not item.partition("=")[0]:
         raise UserError(f"--control-set expects NAME=KEY=VALUE (a control's name, then a config setting), got {text!r}")
     return name, item
+
+
+def parse_stage(text: str) -> tuple[str, list[str]]:
+    """"first=per-bar,aa/per-bar,echo/*" -> ("first", [those patterns]): one stage of the plan's order,
+    its runs by their names in `tsflash preregister --check` (an arm, CONTROL/ARM, or ladder), each
+    name or shell pattern matching the runs not in an earlier stage."""
+    name, sep, rest = text.partition("=")
+    patterns = [p for p in rest.split(",") if p]
+    if not sep or not name or not name.replace("-", "").replace("_", "").isalnum() or not patterns:
+        raise UserError(f"--stage expects NAME=RUN[,RUN...] (NAME of letters, digits, - and _; a RUN is a planned "
+                        f"run's name or a pattern such as '*/per-bar'), got {text!r}")
+    return name, patterns
 
 
 # data.start and data.end of a control are its market's range: given to the sweep as --start/--end
@@ -156,14 +170,36 @@ def ladder_command(base: tuple[str, ...], *flags: str) -> str:
     return shlex.join(["python", LADDER_SCRIPT, *flags, *[w for item in base for w in ("--set", item)]])
 
 
+def _ladder_script():
+    """experiments/power_ladder.py of this checkout, loaded as a module (the experiment scripts are not
+    a package): its cost plan prices the ladder from the same calibrated table as the arms."""
+    path = Path(__file__).resolve().parents[2] / LADDER_SCRIPT
+    if not path.is_file():
+        raise UserError(f"--ladder needs {LADDER_SCRIPT} of a tsflash checkout, not found at {path}")
+    spec = importlib.util.spec_from_file_location("power_ladder", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ladder_cost(base: tuple[str, ...], lengths: str) -> dict:
+    """The ladder's H200 seconds (every rung's replicates, expected and with every longest-N cell at its
+    maximum steps) and its replicates, by the script's own `cost_plan` at the plan's overrides."""
+    script = _ladder_script()
+    cost = script.cost_plan(script.parse_args(["--lengths", lengths, *[w for i in base for w in ("--set", i)]]))
+    return {"gpu_seconds": round(cost["ladder_s"]), "gpu_seconds_worst": round(cost["ladder_worst_s"]),
+            "replicates": cost["replicates_planned"]}
+
+
 def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: tuple[str, ...] = (),
                note: str = "", controls: list[tuple[str, str]] = (),
                control_sets: list[tuple[str, str]] = (), ladder: bool = False,
-               aa_seeds: list[int] | None = None) -> dict:
+               aa_seeds: list[int] | None = None, stages: list[tuple[str, list[str]]] = ()) -> dict:
     """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
     `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
     typed for the commands); each arm adds its own items. `aa_seeds`: the A/A replicate, every arm's
-    config on the plan's own bars with these seeds (disjoint from the arms'), a control named "aa"."""
+    config on the plan's own bars with these seeds (disjoint from the arms'), a control named "aa".
+    `stages`: the order the runs go in (`plan_order`)."""
     from tsflash.report import wording
     from tsflash.stats.forecasts import ALPHA
     from tsflash.sweep.provenance import git_commit
@@ -213,7 +249,9 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         # N=512 against the longest N, resumable in slices like the arms
         lengths = f"{min(first['lengths'])},{max(first['lengths'])}"
         plan["ladder"] = {"command": ladder_command(base, "--device", "cuda", "--lengths", lengths, "--time-budget", "400"),
-                          "rule": wording.LADDER_RULE, "cost": ladder_command(base, "--plan")}
+                          "rule": wording.LADDER_RULE, "cost": ladder_command(base, "--plan")} | _ladder_cost(base, lengths)
+    plan["order"] = plan_order(plan, stages)
+    plan["order_rule"] = wording.ORDER_RULE
     plan["plan_hash"] = digest({k: v for k, v in plan.items() if k not in ("created", "git_commit")}, 12)
     return plan
 
@@ -246,6 +284,17 @@ def plan_commands(plan: dict, out: Path) -> list[tuple[Path, str]]:
     arms = {a["name"]: a for a in plan["arms"]}  # the command is built from the arm as planned
     return [(run_dir, sweep_command(plan, arms[resolved["name"]], out, control))
             for _, control, resolved, run_dir in planned_runs(plan, out)]
+
+
+def ordered_commands(plan: dict, out: Path) -> list[tuple[str, Path, str]]:
+    """(stage, run folder, command) of every planned run, the ladder's too, in the plan's order."""
+    by_name = dict(zip(run_names(plan), plan_commands(plan, out) + ([ladder_run(plan, out)] if "ladder" in plan else [])))
+    return [(stage["stage"], *by_name[name]) for stage in plan_order_of(plan) for name in stage["runs"]]
+
+
+def plan_order_of(plan: dict) -> list[dict]:
+    """The plan's order as written (a plan written before stages existed: one stage, every run)."""
+    return plan.get("order") or plan_order(plan)
 
 
 def ladder_run(plan: dict, out: Path) -> tuple[Path, str] | None:
@@ -316,16 +365,27 @@ def render_plan(plan: dict, out: Path) -> str:
     if ladder := plan.get("ladder"):
         lines += ["", "## What \"no\" rules out: the strength ladder", "", ladder["rule"], "",
                   f"Its design is the script's default (rungs and replicates chosen by its design study, "
-                  f"`reports/controls/power/design/`); its H200 time: `{ladder['cost']}`.", ""]
+                  f"`reports/controls/power/design/`): {ladder['replicates']} replicates, "
+                  f"{ladder['gpu_seconds'] / 3600:.1f} h of one H200 expected, {ladder['gpu_seconds_worst'] / 3600:.1f} h "
+                  f"if every longest-N cell runs its maximum steps (`{ladder['cost']}`).", ""]
+    lines += ["", "## The order of the runs", "", plan["order_rule"], "",
+              "| stage | runs | H200 time expected (all cells at max steps) | by its end |", "|---|---|---|---|"]
+    done = done_worst = 0
+    for stage in plan["order"]:
+        done, done_worst = done + stage["gpu_seconds"], done_worst + stage["gpu_seconds_worst"]
+        lines.append(f"| {stage['stage']} | {', '.join(stage['runs'])} | {stage['gpu_seconds'] / 3600:.1f} h "
+                     f"({stage['gpu_seconds_worst'] / 3600:.1f} h) | {done / 3600:.1f} h ({done_worst / 3600:.1f} h) |")
     lines += ["", "## The sentence each outcome will produce", ""]
     for o in plan["outcomes"]:
         lines.append(f"- **{o['outcome']}**: \"{o['sentence']}\"")
-    lines += ["", "## The commands", "", "```bash"]
-    arms = len(plan["arms"])  # the arms' commands come first
-    lines += [command + " --time-budget 400" + ("   # rerun until complete" if i < arms else "")
-              for i, (_, command) in enumerate(plan_commands(plan, out))]
-    if ladder:
-        lines += [f"{ladder_run(plan, out)[1]}   # rerun until complete"]
+    lines += ["", "## The commands", "", "In the plan's order; rerun each until its run is complete (a sweep "
+              "resumes where it stopped).", "", "```bash"]
+    stage = None
+    for name, (this, _, command) in zip([n for st in plan["order"] for n in st["runs"]], ordered_commands(plan, out)):
+        if this != stage:
+            lines += [f"# stage {this}"]
+            stage = this
+        lines.append(command if name == LADDER_RUN else f"{command} --time-budget 400")
     lines += ["```", ""]
     return "\n".join(lines)
 
@@ -440,6 +500,49 @@ def planned_runs(plan: dict, out: Path) -> list[tuple[str, dict | None, dict, Pa
     return runs
 
 
+LADDER_RUN = "ladder"  # the ladder's name among the planned runs (its folder: LADDER_DIR)
+
+
+def run_names(plan: dict) -> list[str]:
+    """Every planned run's name, in `planned_runs` order, the ladder last."""
+    return [name for name, *_ in planned_runs(plan, Path())] + ([LADDER_RUN] if "ladder" in plan else [])
+
+
+def run_folder(plan: dict, out: Path, name: str) -> Path:
+    """A planned run's folder by its name (`run_names`)."""
+    if name == LADDER_RUN:
+        return out / LADDER_DIR
+    return next(run_dir for n, _, _, run_dir in planned_runs(plan, out) if n == name)
+
+
+def plan_order(plan: dict, stages: list[tuple[str, list[str]]] = ()) -> list[dict]:
+    """The order the plan's runs go in: each stage (name, its runs' names or shell patterns) takes the
+    runs it matches that no earlier stage took, with its H200 time; the runs no stage names go last, as
+    a stage "rest" (without stages, one stage "all"). A pattern that takes no run is refused in one line."""
+    names = run_names(plan)
+    seconds = {name: (resolved["gpu_seconds"], resolved["gpu_seconds_worst"])
+               for name, _, resolved, _ in planned_runs(plan, Path())}
+    if "ladder" in plan:
+        seconds[LADDER_RUN] = (plan["ladder"]["gpu_seconds"], plan["ladder"]["gpu_seconds_worst"])
+    if len({n for n, _ in stages}) != len(stages):
+        raise UserError(f"--stage names must differ, got {', '.join(n for n, _ in stages)}")
+    left, order = list(names), []
+    for stage, patterns in [*stages, ("rest" if stages else "all", ["*"])]:
+        taken = []
+        for pattern in patterns:
+            if not (found := [n for n in left if fnmatch.fnmatchcase(n, pattern) and n not in taken]):
+                if pattern == "*":
+                    continue
+                raise UserError(f"--stage {stage}: {pattern!r} names no planned run left for it (the plan's runs: "
+                                f"{', '.join(names)}; not in an earlier stage: {', '.join(left) or 'none'})")
+            taken += found
+        left = [n for n in left if n not in taken]
+        if taken:
+            order.append({"stage": stage, "runs": taken, "gpu_seconds": sum(seconds[n][0] for n in taken),
+                          "gpu_seconds_worst": sum(seconds[n][1] for n in taken)})
+    return order
+
+
 def _planned_cells(plan: dict, resolved: dict) -> int:
     cfg = resolved["config"]
     return len(cfg["lengths"]) * cfg["splits"]["n_folds"] * len(cfg["train"]["seeds"]) * plan["trials_per_n"]
@@ -471,7 +574,21 @@ def plan_state(out: Path) -> list[dict]:
         rows.append(row)
     if "ladder" in plan:
         rows.append(_ladder_state(plan, out / LADDER_DIR))
+    stage_of = {name: stage["stage"] for stage in plan_order_of(plan) for name in stage["runs"]}
+    for row in rows:
+        row["stage"] = stage_of[row["run"]]
     return rows
+
+
+def next_runs(out: Path, rows: list[dict] | None = None) -> tuple[str | None, list[str]]:
+    """(the first stage with a run not complete, its runs not complete: their folders relative to the
+    plan's), or (None, []) when every stage is complete: what the next device call runs."""
+    rows = plan_state(out) if rows is None else rows
+    by_name = {r["run"]: r for r in rows}
+    for stage in plan_order_of(read_json(out / PLAN_JSON)):
+        if todo := [by_name[n]["folder"] for n in stage["runs"] if by_name[n]["state"] != "complete"]:
+            return stage["stage"], todo
+    return None, []
 
 
 def _aa_state(aa: dict) -> str:
@@ -511,12 +628,22 @@ def render_state(rows: list[dict], plan_path: Path) -> str:
     from tsflash.report.markdown import markdown_table
 
     plan = read_json(plan_path)
-    head = ["run", "folder", "state", "departures", "question 1 (over runs)", "nesting check", "A/A", "the plan expects"]
-    body = [[r["run"], r["folder"], r["state"],
+    order = plan_order_of(plan)
+    head = ["stage", "run", "folder", "state", "departures", "question 1 (over runs)", "nesting check", "A/A",
+            "the plan expects"]
+    rank = {name: i for i, name in enumerate(n for st in order for n in st["runs"])}
+    rows = sorted(rows, key=lambda r: rank[r["run"]])  # in the plan's order
+    body = [[r["stage"], r["run"], r["folder"], r["state"],
              len(r["departures"]) or ("" if r["state"] == "not started" else "none"),
              r["question1"], r["nesting"], r["aa"], r["expect"]] for r in rows]
     done = sum(r["state"] == "complete" for r in rows)
+    stage, todo = next_runs(plan_path.parent, rows)
+    names = [st["stage"] for st in order]
+    complete = names[:names.index(stage)] if stage else names
     text = (f"Plan {plan['plan_hash']} ({plan_path.name} of {plan_path.parent}): {done} of {len(rows)} planned runs "
-            f"complete.\n\n" + markdown_table(head, body))
+            f"complete; stages complete: {len(complete)} of {len(order)}"
+            + (f" ({', '.join(complete)})" if complete else "")
+            + (f"; next: stage {stage}, runs {' '.join(todo)} (`tsflash preregister --next`)." if stage else ".")
+            + "\n\n" + markdown_table(head, body))
     departing = [f"- {r['run']}: " + "; ".join(r["departures"]) for r in rows if r["departures"]]
     return text + ("\n\nDepartures from the plan:\n" + "\n".join(departing) if departing else "")
