@@ -1,0 +1,57 @@
+"""experiments/patch_choice.py: the patch arm's recipe by the rule stated before its screen ran, on
+every branch of the rule, and read from recipes summaries as experiments/recipes.py writes them."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import REPO, load_experiment
+
+choice = load_experiment("patch_choice")
+recipes = load_experiment("recipes")
+POOLS = REPO / "reports" / "recipes" / "pools"
+
+
+def _c(name: str, found: int, nesting: float | None = 0.001, runs: int = 15) -> dict:
+    return {"folder": name, "overrides": ["train.short_fraction=0.25", "model.patch=16", "model.dropout=0.2",
+                                          "train.tokens_per_step=524288"],
+            "found": found, "runs": runs, "nesting": nesting}
+
+
+def test_the_rule_as_stated():
+    assert choice.FOUND_BAR == recipes.FOUND_BAR and choice.SHORT == recipes.SHORT
+    more = choice.choose([_c("full", 13), _c("quarter", 14, nesting=0.01)])
+    assert more["verdict"] == "chosen" and more["chosen"]["folder"] == "quarter"  # the most finders, whatever nesting
+    tie = choice.choose([_c("full", 12, nesting=0.002), _c("quarter", 12, nesting=-0.001)])
+    assert tie["chosen"]["folder"] == "quarter" and "smaller nesting value (-0.00100" in tie["sentence"]
+    weak = choice.choose([_c("full", 3), _c("quarter", 7)])
+    assert weak["verdict"] == "chosen, control expected to fail" and weak["chosen"]["folder"] == "quarter"
+    assert "expected to fail" in weak["sentence"]
+    none = choice.choose([_c("full", 0), _c("quarter", 0)])
+    assert none["chosen"] is None and "`model.d_model=128` and `model.patch=4`" in none["sentence"]
+    short = choice.choose([_c("full", 13, runs=14), _c("quarter", 0)])
+    assert short["verdict"] == "undecided" and "full has 14 of its 15" in short["sentence"]
+    untied = choice.choose([_c("full", 5, nesting=None), _c("quarter", 5)])
+    assert untied["verdict"] == "undecided"
+    assert choice.arm_item(more["chosen"]) == "patch16=model.patch=16,model.dropout=0.2,train.tokens_per_step=524288"
+
+
+def test_it_reads_the_summaries_recipes_writes(tmp_path, capsys):
+    # the tenth screen's committed patch pool: 12 of 15 N=32768 runs, none found: undecided until complete
+    full = choice.candidate(POOLS / "unfinished-patch-full-seed0")
+    assert (full["found"], full["runs"], full["nesting"]) == (0, 12, None)
+    assert "train.tokens_per_step=2097152" in full["overrides"] and "train.patience=0" in full["overrides"]
+    assert choice.arm_item(full) == "patch16=model.patch=16,train.tokens_per_step=2097152"  # no screen setting
+    summary = json.loads((POOLS / "unfinished-patch-full-seed0" / "summary.json").read_text())
+    run = summary["runs"][0]
+    run["per_n"]["32768"] |= {"cells": 15, "found": 13}
+    run["nesting"]["32768"] = {"log_loss": {"mean": 0.0004}}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "summary.json").write_text(json.dumps(summary))
+    assert choice.main([str(tmp_path / "a"), str(POOLS / "unfinished-patch-full-seed0")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Undecided:")  # the second has 12 of 15
+    assert choice.main([str(tmp_path / "a")]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"Chosen: {tmp_path / 'a'} (the most finders, 13 of 15; found at N=32768: {tmp_path / 'a'} 13 of 15).",
+        "--arm patch16=model.patch=16,train.tokens_per_step=2097152"]
