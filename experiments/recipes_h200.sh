@@ -58,7 +58,8 @@ pids=()
 for ((i = 0; i < ${#outs[@]}; i++)); do
   read -ra flags <<< "${extras[i]}"  # ARGS split on blanks, never globbed (train.seeds=[0] is a pattern)
   # Two threads each: several processes on 16 cores, none starving the others' data work.
-  OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "${LIMIT_S:-560}" python3 experiments/recipes.py \
+  TSFLASH_GPU_JOBS=${#outs[@]} OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "${LIMIT_S:-560}" \
+    python3 experiments/recipes.py \
     --out "${outs[i]}" --candidates "${candidates[i]}" --sources "${sources[i]}" --device cuda \
     --time-budget "$BUDGET_S" "${flags[@]}" > "$LOGS/recipes-$((i + 1)).log" 2>&1 &
   pids+=("$!")

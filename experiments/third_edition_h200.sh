@@ -66,7 +66,9 @@ for ((i = 0; i < ${#dirs[@]}; i++)); do
     args+=("$1"); shift
   done
   # the last --time-budget wins: this call's slice, also over the ladder's planned 400
-  OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "$LIMIT_S" python3 "${program[@]}" "${args[@]}" \
+  # TSFLASH_GPU_JOBS: each run records that its slice shared the GPU (its report says its cost is shared)
+  TSFLASH_GPU_JOBS=${#dirs[@]} OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "$LIMIT_S" \
+    python3 "${program[@]}" "${args[@]}" \
     --time-budget "$BUDGET_S" > "$LOGS/$((i + 1)).log" 2>&1 &
   pids+=("$!")
 done

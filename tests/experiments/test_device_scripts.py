@@ -33,6 +33,7 @@ def checkout(tmp_path):
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     _stub(bin_, "python3", 'printf "%s\\n" "$@" > "$ARGV_DIR/$$.argv"\n'
+                           'echo "$TSFLASH_GPU_JOBS" > "$ARGV_DIR/$$.jobs"\n'
                            'case "$*" in *"--candidates fail"*) exit 3;; *"--candidates slow"*) exit 124;; esac\n')
     _stub(bin_, "nvidia-smi", "echo stub\n")
     (root / "train.seeds=0").write_text("")  # a file the pattern train.seeds=[0] would glob to
@@ -91,6 +92,7 @@ def test_a_call_of_many_jobs_returns_within_the_devices_eight_files(checkout):
     assert len(returned) <= 8 and "recipes-logs.tgz" in returned
     with tarfile.open(Path(env["OUT"]) / "recipes-logs.tgz") as logs:
         assert sum(name.endswith(".log") for name in logs.getnames()) == 9
+    assert [p.read_text() for p in Path(env["ARGV_DIR"]).glob("*.jobs")] == ["9\n"] * 9  # each says it shared the GPU
 
 
 def test_a_btc_job_without_its_bars_stops_the_call_before_any_job_starts(checkout):
@@ -122,7 +124,8 @@ def planned(tmp_path):
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     _stub(bin_, "python3", f'if [ "$1 $2 $3" = "-m tsflash.cli preregister" ]; then PYTHONPATH={REPO} exec {sys.executable} "$@"; fi\n'
-                           'printf "%s\\n" "$@" > "$ARGV_DIR/$$.argv"\n')
+                           'printf "%s\\n" "$@" > "$ARGV_DIR/$$.argv"\n'
+                           'echo "$TSFLASH_GPU_JOBS" > "$ARGV_DIR/$$.jobs"\n')
     _stub(bin_, "nvidia-smi", "echo stub\n")
     (root / ".carry" / "data" / "btcusdt-1m").mkdir(parents=True)  # the BTC bars as device_env.sh unpacks them
     (root / ".carry" / "data" / "btcusdt-1m" / "btcusdt-1m-2021.parquet").write_bytes(b"")
@@ -152,6 +155,8 @@ def test_the_third_edition_runs_each_named_run_by_its_plans_own_command(planned)
         assert argv[:4] == ["-m", "tsflash.cli", "sweep", "--lengths"] and argv[-2:] == ["--time-budget", "300"]
         data = argv[argv.index("--data") + 1]
         assert data == ("synthetic:iid:0" if "iid" in out else ".carry/data")  # the plan's store is not here
+    # each run records that its slice shared the GPU with the call's other three
+    assert [p.read_text() for p in Path(env["ARGV_DIR"]).glob("*.jobs")] == ["4\n"] * 4
     aa = by_out["reports/third-edition/controls/aa/per-bar"]
     assert aa[aa.index("train.seeds=[3, 4, 5]") - 1] == "--set"  # the plan's quoted word arrives whole
     parts = sorted(Path(env["OUT"]).glob("state-third.tgz.*"))

@@ -112,6 +112,16 @@ def test_report_files_sections_and_self_contained_html(tmp_path):
     assert str(daily.schema.field("day").type) == "date32[day]"
 
 
+def test_cost_measured_beside_other_jobs_on_the_gpu_is_said_to_be_shared(tmp_path):
+    run = make_run(tmp_path, drift=0.0)
+    assert "ran beside other jobs on the same GPU" not in build_report(run)[0].read_text()
+    meta = json.loads((run / "run.json").read_text())
+    write_json(run / "run.json", meta | {"invocations": [{"gpu_jobs": 4}, {}, {"gpu_jobs": 1}, {"gpu_jobs": 2}]})
+    text = build_report(run)[0].read_text()
+    assert ("2 of 4 invocations of this run (its slices) ran beside other jobs on the same GPU (up to 4 jobs side "
+            "by side") in text and "not one N's cost alone" in text
+
+
 def test_selection_uses_the_ledger_and_daily_returns(tmp_path):
     run = make_run(tmp_path, drift=0.0)
     out = run_selection(load_run(run))

@@ -123,10 +123,16 @@ def test_optuna_ledger_holds_trials_folds_and_paths(finished_run):
     assert results["selection"]["n_trials"] == len(done) == 2
 
 
-def test_rerun_same_out_recomputes_nothing(finished_run, data_arg):
+def test_rerun_same_out_recomputes_nothing(finished_run, data_arg, monkeypatch, capsys):
     before = {p: p.stat().st_mtime_ns for p in cell_markers(finished_run)}
+    monkeypatch.setenv("TSFLASH_GPU_JOBS", "3")  # as a device script that starts three jobs side by side says
     assert cli.main(sweep_argv(data_arg, finished_run)) == 0
     assert {p: p.stat().st_mtime_ns for p in cell_markers(finished_run)} == before
+    first, second = json.loads((finished_run / "run.json").read_text())["invocations"]
+    assert "gpu_jobs" not in first and second["gpu_jobs"] == 3  # each slice says whether it shared the GPU
+    monkeypatch.setenv("TSFLASH_GPU_JOBS", "0")
+    assert cli.main(sweep_argv(data_arg, finished_run)) == 2
+    assert "$TSFLASH_GPU_JOBS must be a whole number of jobs >= 1, got '0'" in capsys.readouterr().err
     assert len(json.loads((finished_run / "run.json").read_text())["invocations"]) == 2
 
 

@@ -180,7 +180,21 @@ def job_peak_note(peak: dict | None) -> str | None:
             f"{peak.get('through', 'cells')}: {peak.get('rule', 'the peak resident set')}.")
 
 
-def cost_section(nums: Numbers, figures: dict, interval: str | None = None, job_peak: dict | None = None) -> dict:
+def shared_gpu_note(invocations: list[dict]) -> str | None:
+    """Whether this run's cost figures were shared: its invocations (slices) that a device script
+    started beside other jobs on one GPU (run.json, `tsflash.sweep.provenance.gpu_jobs`); None when none was."""
+    shared = [i["gpu_jobs"] for i in invocations if (i.get("gpu_jobs") or 1) > 1]
+    if not shared:
+        return None
+    return (f"{len(shared)} of {plural(len(invocations), 'invocation')} of this run (its slices) ran beside other "
+            f"jobs on the same GPU (up to {max(shared)} jobs side by side, as the device script started them): the "
+            "epoch, train, validation, tokens/s and TFLOP/s figures are shared, not one N's cost alone; peak memory "
+            "is the CUDA allocator's of this process, which sharing leaves alone. One N's cost alone: `tsflash bench "
+            "train` (docs/benchmarks.md).")
+
+
+def cost_section(nums: Numbers, figures: dict, interval: str | None = None, job_peak: dict | None = None,
+                 invocations: list[dict] = ()) -> dict:
     kind = memory_kind(nums.per_n)
     rows = [[_label(s["series"], interval), fmt(s["batch_size"]), steps_text(s), fmt(s["epoch_seconds"], ".2f"),
              fmt(s["train_seconds"], ".2f"), fmt(s.get("val_seconds"), ".2f"), fmt(s["tokens_per_s"], ",.0f"), fmt(s["peak_memory_bytes"] / 2**20, ",.0f"),
@@ -198,6 +212,8 @@ def cost_section(nums: Numbers, figures: dict, interval: str | None = None, job_
     header = ["configuration (means over folds and seeds)", "batch", "steps (mean, range over cells)", "epoch (s)", "train (s)", "validation (s)", "tokens/s", f"peak memory (MiB, {kind})",
               "kernel forced", "kernel observed", "TFLOP/s", "device"]
     if note := job_peak_note(job_peak):
+        notes.append(note)
+    if note := shared_gpu_note(list(invocations)):
         notes.append(note)
     notes.append("Kernel forced: the fused attention kernel each cell asked for; kernel observed: the kernel the "
                  "profiler saw run on each cell's first training step (\"-\": cells from before it was recorded).")
@@ -330,7 +346,8 @@ def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[st
         "headings": SECTIONS,
         "verdict": verdict_section(rd, words),
         "setup": setup_section(rd, nums),
-        "cost": cost_section(nums, figures, cfg["data"]["interval"], rd.run.get("peak_memory")),
+        "cost": cost_section(nums, figures, cfg["data"]["interval"], rd.run.get("peak_memory"),
+                             rd.run.get("invocations", [])),
         "benefit": benefit_section(nums, figures, cfg["data"]["interval"]),
         "forecast": forecast_section(nums, words, paired),
         "trading": trading_section(nums) | {"figure": figures.get("equity")},

@@ -279,7 +279,9 @@ LADDER_RULE = ("The one-week echo planted at each strength of the ladder, N=512 
 
 ORDER_RULE = ("The runs go stage by stage in this order, a stage's runs side by side. If the device time ends before "
               "the plan does, the published answer is read from the complete stages only: every run of a stage not "
-              "complete is listed as not run, and no answer is read from part of a stage.")
+              "complete is listed as not run, and no answer is read from part of a stage. Runs side by side share "
+              "the GPU: each records it and its report calls its wall-clock and throughput shared; one N's cost "
+              "alone is the benchmark's (`tsflash bench train`).")
 
 
 def ladder_sentence(curve: dict | None, strongest: float | None = None, weakest: float | None = None) -> str:

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from tsflash.device import device_name, process_peak_bytes
+from tsflash.errors import UserError
 from tsflash.sweep.ledger import SEARCH_SPACE_DOC
 from tsflash.sweep.plan import SweepPlan, run_hash
 from tsflash.runfolder import RunFolder, read_json, write_json
@@ -63,6 +64,21 @@ def git_commit(root: Path = PROJECT_ROOT) -> str:
     return "unknown"
 
 
+GPU_JOBS_ENV = "TSFLASH_GPU_JOBS"
+
+
+def gpu_jobs() -> int | None:
+    """$TSFLASH_GPU_JOBS: how many jobs a device script started side by side on this invocation's GPU
+    (experiments/*_h200.sh set it), so that a report can say its wall-clock and throughput were
+    shared; None when nothing says."""
+    text = os.environ.get(GPU_JOBS_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"${GPU_JOBS_ENV} must be a whole number of jobs >= 1, got {text!r}")
+    return int(text)
+
+
 def package_versions() -> dict:
     out = {"python": sys.version.split()[0]}
     for name in PACKAGES:
@@ -84,8 +100,10 @@ def write_run_json(plan: SweepPlan) -> None:
     meta = folder.read_run() if folder.exists() else {}
     opts = plan.options
     commit = git_commit()
+    jobs = gpu_jobs()
     invocations = meta.get("invocations", []) + [{"started": now_utc(), "command": opts.command, "worker": worker_id(),
-                                                 "git_commit": commit}]  # a resumed run may run newer code
+                                                 "git_commit": commit}  # a resumed run may run newer code
+                                                | ({"gpu_jobs": jobs} if jobs else {})]
     meta.update({
         "run_key": plan.run_key,
         "config_hash": meta.get("config_hash", run_hash(plan.cfg)),
