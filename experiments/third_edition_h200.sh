@@ -9,8 +9,9 @@
 #   BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh         # the next stage's runs
 #   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh
 #
-# In: the plan and its runs' state as .carry/state-third.tar (made here from the repository root:
-#   tar cf .carry/state-third.tar reports/third-edition/PLAN.* reports/third-edition/<the runs begun>),
+# In: the plan and its runs' state as .carry/state-third.tar, made here from the repository root by
+#   `python experiments/carry_state.py reports/third-edition [RUN ...]` (default: the next runs; what a
+#   resume and the ladder's summary read, and the whole carry checked against the device's 64 MiB),
 # and the BTC bars as .carry/packed (`tsflash data pack`), read where the plan's bar store has no bars
 # (a store's folder is not a departure from the plan: its bars are fingerprinted in data.json).
 # Out: $OUT/state-third.tgz.* (the plan and the named runs, per-bar cell files and checkpoints left
