@@ -177,6 +177,8 @@ def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, ca
     rows = {r["run"]: r for r in preregister.plan_state(out)}
     assert rows["per-bar"]["state"] == "complete" and rows["per-bar"]["departures"]  # make_run's config is not the plan's
     assert rows["per-bar"]["question1"] == "no better" and rows["per-bar"]["aa"] == ""
+    assert rows["per-bar"]["ranking"] == json.loads((out / "per-bar" / "questions.json").read_text())[
+        "forecast"]["runs"]["ranking"]["verdict"]  # the ranking check's column, from the report
     aa = json.loads((replicate / "results.json").read_text())["aa"]
     assert rows["aa/per-bar"]["aa"] == (f"{aa['differ']} of 8 say \"differ\" (calibrated); question 1 over both seed "
                                         f"sets: {aa['pooled']['answer']}; their nesting check: not measured")

@@ -94,11 +94,13 @@ from tsflash.stats.forecasts import (
 from tsflash.stats.gate import RunSelection, TrialLedger, pbo_informative, select_run
 from tsflash.stats.pbo import CSCV_BLOCKS
 from tsflash.stats.runs import (
+    RankingCheck,
     RunTestInputError,
     Runs,
     min_detectable_difference,
     pbo_null,
     pooled_components,
+    ranking_check,
     run_level_test,
     runs_from_table,
 )
@@ -477,6 +479,7 @@ class RunQuestion:
     seed_sd: dict[str, float] = field(default_factory=dict)  # per score, pooled over the comparisons
     between_sd: dict[str, float] = field(default_factory=dict)
     inference: str = "fold"  # eval.seed_inference: the family's test (tsflash.stats.runs.run_level_test)
+    ranking: RankingCheck | None = None  # each N against the next shorter one, log-loss (three lengths or more)
 
     @property
     def answer(self) -> str | None:
@@ -526,11 +529,12 @@ def run_question(table: dict, primary: list[str], inference: str = "fold") -> Ru
                        for n in primary[1:] for sc in SCORES}
         vs_prior = {(n, PRIOR, sc): run_level_test(_prior_runs(table, sc), runs[(n, sc)], min_seeds_per_fold=1)
                     for n in primary for sc in SCORES} if has_prior else {}
+        ranking = ranking_check([runs[(n, "log_loss")] for n in primary], seeds=inference) if len(primary) > 2 else None
     except RunTestInputError as exc:
         return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}", n_folds=folds,
                            seeds_per_fold=seeds)
     out = RunQuestion(True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds,
-                      inference=inference)
+                      inference=inference, ranking=ranking)
     for sc in SCORES:
         mine = [r for (_, _, score), r in vs_shortest.items() if score == sc]
         out.power[sc], out.seed_sd[sc], out.between_sd[sc] = _power(mine, folds)

@@ -35,6 +35,7 @@ from tsflash.report.wording import (
     fmt,
     label,
     nesting_sentence,
+    ranking_sentence,
     probe_sentence,
     pbo_null_sentence,
     percent,
@@ -260,6 +261,7 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      "configuration's fold-mean log-loss minus the reference's, fold by fold (\"-\": lower loss), "
                      "and the directional hit rate from the pooled confusion matrices; the up-vs-down split of the "
                      "log-loss needs the per-bar forecasts.")
+    ranking = ranking_sentence(fq.runs.ranking)
     nesting = {"sentence": nesting_sentence(fq.nesting), "table": nesting_table(fq.nesting),
                "notes": nesting_notes(fq.nesting)}
     probe = {"sentence": probe_sentence(nums.probe), "table": probe_table(nums.probe),
@@ -269,7 +271,7 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
           "pooled": pooled_sentence(replicate) if replicate else "",
           "pooled_nesting": pooled_nesting_sentence(replicate) if replicate else ""}
     return {"sentence": words["forecast"], "decomposition": decomposition_table(nums), "runs": runs_table(nums),
-            "nesting": nesting, "probe": probe, "aa": aa, "paired": paired_table(nums),
+            "ranking": ranking, "nesting": nesting, "probe": probe, "aa": aa, "paired": paired_table(nums),
             "fold_level": None if fq.available else fold_level_table(nums), "notes": notes, "figure": figure}
 
 
@@ -349,6 +351,10 @@ def runs_results(runs) -> dict:
     if runs.result is None:
         return out
     out["mixed"] = runs.result.mixed
+    if (ranking := runs.ranking) is not None:
+        out["ranking"] = {"verdict": ranking.verdict, "estimates_in_order": ranking.estimates_in_order,
+                          "pairs": [{"series": r.arm_b, "reference": r.arm_a, "estimate": r.estimate, "ci": list(r.ci),
+                                     "p": r.p, "p_holm": r.p_holm, "verdict": r.verdict} for r in ranking.pairs]}
     for key, comps in (("comparisons", runs.result.comparisons), ("skill", runs.result.skill.values())):
         for p in comps:
             r = p.result

@@ -253,7 +253,8 @@ PROBE_RULE = ("A baseline beside question 1, not in its family: the far bars hol
 # "better" is a false positive of the protocol.
 CONTROL_EXPECTATIONS = {
     "long-memory": "better at the lengths that reach the echo; \"no better\" says the protocol misses a far effect of this size",
-    "regime": "better, the longer N the more; \"no better\" says how small a slow effect the protocol cannot find",
+    "regime": "better, the longer N the more (the ranking check \"in order\"); \"no better\" says how small a slow "
+              "effect the protocol cannot find",
     "random-walk": "no better, and no trading pass; \"better\" on the direction score is a false positive",
     "iid": "no better, and no trading pass; \"better\" is a false positive",
     "aa": "the same as the arm's own run: its seeds against these, at each N and score by the primary test, say "
@@ -439,6 +440,31 @@ def nesting_sentence(check) -> str:
              if check.detectable else "")
     return (f"{lead}: passes: no longer N cut to {check.cut} bars forecasts significantly worse than N={check.cut} "
             f"(the largest difference: {_nested(worst)}{_nested_parts(worst)}){power}.")
+
+
+RANKING_RULE = ("Each N against the next shorter one over training runs, on the log-loss, by the primary test, Holm "
+                "over these consecutive pairs: the lengths rank in the order of N (\"in order\") when every longer N "
+                "forecasts significantly better than the next shorter one, \"out of order\" when some forecasts "
+                "significantly worse, else \"not shown\". Where a longer context holds more information (the slow "
+                "regime's design), \"in order\" is the run-level test ranking the lengths by it.")
+
+
+def ranking_sentence(check) -> str:
+    """The ranking check's reading with its numbers (`tsflash.stats.runs.RankingCheck`); "" without one."""
+    if check is None:
+        return ""
+    pairs = "; ".join(f"{label(r.arm_b)} minus {label(r.arm_a)} {signed(r.estimate)} per bar [{signed(r.ci[0])}, "
+                      f"{signed(r.ci[1])}], Holm p {fmt(r.p_holm, '.3g')}" for r in check.pairs)
+    lead = (f"Ranking check (each N against the next shorter one over training runs, log-loss, Holm over "
+            f"{plural(len(check.pairs), 'pair')}): {pairs}")
+    if check.verdict == "in order":
+        return f"{lead}: in order: every longer N forecasts better than the next shorter one."
+    if check.verdict == "out of order":
+        worse = [r for r in check.pairs if r.verdict == "worse"]
+        return f"{lead}: out of order: " + ", ".join(f"{label(r.arm_b)} forecasts worse than {label(r.arm_a)}"
+                                                     for r in worse) + "."
+    return (f"{lead}: not shown: " + ("the estimates fall with N, but not every step is significant."
+                                      if check.estimates_in_order else "the estimates do not fall with N at every step."))
 
 
 PROBE_LEAD = ("Linear information probe (a logistic regression on sums of log returns and log realised volatility over "

@@ -749,6 +749,41 @@ def nesting_verdict(tests: Sequence[NestingTest]) -> str:
     return FAILS if any(t.lost_skill for t in tests) else PASSES
 
 
+IN_ORDER, OUT_OF_ORDER, ORDER_NOT_SHOWN = "in order", "out of order", "not shown"
+
+
+@dataclass(frozen=True)
+class RankingCheck:
+    """The lengths ranked by the run-level test (issue 29, deliverable 5): each N against the next
+    shorter one (B = the longer), Holm over these consecutive pairs. IN_ORDER when every longer N
+    forecasts significantly better than the next shorter one, the order of the information a longer
+    context holds where it holds more (the slow regime's design); OUT_OF_ORDER when some longer N is
+    significantly worse than the next shorter one; ORDER_NOT_SHOWN otherwise."""
+
+    pairs: tuple[RunTestResult, ...]
+
+    @property
+    def verdict(self) -> str:
+        if all(r.verdict == "better" for r in self.pairs):
+            return IN_ORDER
+        return OUT_OF_ORDER if any(r.verdict == "worse" for r in self.pairs) else ORDER_NOT_SHOWN
+
+    @property
+    def estimates_in_order(self) -> bool:
+        """Every longer N's estimate below the next shorter one's (significant or not)."""
+        return all(r.estimate < 0 for r in self.pairs)
+
+
+def ranking_check(runs: Sequence[Runs], *, seeds: str = "fold", alpha: float = ALPHA) -> RankingCheck:
+    """`RankingCheck` of one arm's runs at three or more lengths, given in increasing N, each pair
+    by `run_level_test` with `seeds` (the family's eval.seed_inference)."""
+    if len(runs) < 3:
+        raise RunTestInputError(f"the ranking check needs at least three lengths (two are question 1's comparison), "
+                                f"got {len(runs)}: {', '.join(r.label for r in runs)}")
+    pairs = [run_level_test(a, b, seeds=seeds, alpha=alpha) for a, b in zip(runs, runs[1:])]
+    return RankingCheck(tuple(holm_adjust(pairs, alpha)))
+
+
 def pooled_components(results: Sequence[RunTestResult]) -> VarianceComponents | None:
     """The variance components of several run-level tests pooled (the mean of each variance; df
     summed) for a power statement; None when none has a finite seed variance."""

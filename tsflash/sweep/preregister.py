@@ -50,6 +50,7 @@ PLAN_JSON, PLAN_MD = "PLAN.json", "PLAN.md"
 PLAN_DEVICE = "cuda"  # a plan is for the full config on a GPU, whatever machine writes it
 AA_CONTROL = "aa"  # the A/A replicate's control name (`--aa-seeds`): runs in OUT/controls/aa/<arm>
 LADDER_DIR = "ladder"  # the ladder's replicates and summary: OUT/ladder (its command's --runs in PLAN.md)
+LADDER_RUN = "ladder"  # the ladder's name among the planned runs (--check, --stage, PLAN.json's order)
 
 
 def parse_arm(text: str) -> tuple[str, list[str]]:
@@ -231,6 +232,7 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
                     "shortest on the log-loss and the direction score, per arm",
                     "rule": wording.RUN_ANSWER_RULE},
         "nesting": {"cut": min(first["lengths"]), "rule": wording.NESTING_RULE},
+        "ranking": {"rule": wording.RANKING_RULE} if len(first["lengths"]) > 2 else None,
         "probe": {"arms": [a["name"] for a in resolved if a["config"]["eval"].get("probe", False)],
                   "rule": wording.PROBE_RULE},
         "trading": {"min_dsr": first["selection"]["min_dsr"], "max_pbo": first["selection"]["max_pbo"],
@@ -343,6 +345,8 @@ def render_plan(plan: dict, out: Path) -> str:
     for a in plan["arms"]:
         if a["nesting_unmeasured"]:
             lines += [f"- {a['name']}: {a['nesting_unmeasured']}.", ""]
+    if plan.get("ranking"):
+        lines += [f"**Ranking check**: {plan['ranking']['rule']}", ""]
     probe = plan.get("probe", {"arms": []})
     lines += [f"**Linear information probe** (`eval.probe`, per N): "
               + (f"on in {', '.join(probe['arms'])}. {probe['rule']}" if probe["arms"] else "off in every arm."), ""]
@@ -381,11 +385,11 @@ def render_plan(plan: dict, out: Path) -> str:
     lines += ["", "## The commands", "", "In the plan's order; rerun each until its run is complete (a sweep "
               "resumes where it stopped).", "", "```bash"]
     stage = None
-    for name, (this, _, command) in zip([n for st in plan["order"] for n in st["runs"]], ordered_commands(plan, out)):
+    for this, run_dir, command in ordered_commands(plan, out):
         if this != stage:
             lines += [f"# stage {this}"]
             stage = this
-        lines.append(command if name == LADDER_RUN else f"{command} --time-budget 400")
+        lines.append(command if run_dir == out / LADDER_DIR else f"{command} --time-budget 400")  # the ladder's has one
     lines += ["```", ""]
     return "\n".join(lines)
 
@@ -500,19 +504,9 @@ def planned_runs(plan: dict, out: Path) -> list[tuple[str, dict | None, dict, Pa
     return runs
 
 
-LADDER_RUN = "ladder"  # the ladder's name among the planned runs (its folder: LADDER_DIR)
-
-
 def run_names(plan: dict) -> list[str]:
     """Every planned run's name, in `planned_runs` order, the ladder last."""
     return [name for name, *_ in planned_runs(plan, Path())] + ([LADDER_RUN] if "ladder" in plan else [])
-
-
-def run_folder(plan: dict, out: Path, name: str) -> Path:
-    """A planned run's folder by its name (`run_names`)."""
-    if name == LADDER_RUN:
-        return out / LADDER_DIR
-    return next(run_dir for n, _, _, run_dir in planned_runs(plan, out) if n == name)
 
 
 def plan_order(plan: dict, stages: list[tuple[str, list[str]]] = ()) -> list[dict]:
@@ -569,6 +563,7 @@ def plan_state(out: Path) -> list[dict]:
             runs = forecast.get("runs", {})
             row["question1"] = runs.get("answer") or f"no answer ({runs.get('reason') or forecast.get('source')})"
             row["nesting"] = forecast.get("nesting", {}).get("verdict", "")
+            row["ranking"] = (runs.get("ranking") or {}).get("verdict", "")
         if (results := run_dir / "results.json").exists() and (aa := read_json(results).get("aa")):
             row["aa"] = _aa_state(aa)
         rows.append(row)
@@ -605,7 +600,7 @@ def _aa_state(aa: dict) -> str:
 def _state_row(run: str, folder: str, expect: str) -> dict:
     """A row of `plan_state` before anything is read: not started."""
     return {"run": run, "folder": folder, "expect": expect, "state": "not started", "departures": [],
-            "question1": "", "nesting": "", "aa": ""}
+            "question1": "", "nesting": "", "ranking": "", "aa": ""}
 
 
 def _ladder_state(plan: dict, runs: Path) -> dict:
@@ -613,7 +608,7 @@ def _ladder_state(plan: dict, runs: Path) -> dict:
     log-loss (`wording.ladder_sentence`) once its summary.json is there."""
     from tsflash.report import wording
 
-    row = _state_row("ladder", LADDER_DIR, "what a \"no\" on question 1 rules out")
+    row = _state_row(LADDER_RUN, LADDER_DIR, "what a \"no\" on question 1 rules out")
     if (path := runs / "summary.json").exists():
         s = read_json(path)
         row["state"] = "complete" if s["complete"] else f"{s['replicates_done']} of {s['replicates_planned']} replicates"
@@ -629,13 +624,13 @@ def render_state(rows: list[dict], plan_path: Path) -> str:
 
     plan = read_json(plan_path)
     order = plan_order_of(plan)
-    head = ["stage", "run", "folder", "state", "departures", "question 1 (over runs)", "nesting check", "A/A",
-            "the plan expects"]
+    head = ["stage", "run", "folder", "state", "departures", "question 1 (over runs)", "nesting check", "ranking check",
+            "A/A", "the plan expects"]
     rank = {name: i for i, name in enumerate(n for st in order for n in st["runs"])}
     rows = sorted(rows, key=lambda r: rank[r["run"]])  # in the plan's order
     body = [[r["stage"], r["run"], r["folder"], r["state"],
              len(r["departures"]) or ("" if r["state"] == "not started" else "none"),
-             r["question1"], r["nesting"], r["aa"], r["expect"]] for r in rows]
+             r["question1"], r["nesting"], r["ranking"], r["aa"], r["expect"]] for r in rows]
     done = sum(r["state"] == "complete" for r in rows)
     stage, todo = next_runs(plan_path.parent, rows)
     names = [st["stage"] for st in order]
