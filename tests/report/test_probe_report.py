@@ -58,3 +58,18 @@ def test_sentence_says_found_or_not_and_names_the_transformer():
     assert probe_sentence(ProbeCheck()) == "" and "no longer N" in probe_sentence(ProbeCheck([base]))
     one = fold_difference([0.01])
     assert one.folds == 1 and math.isnan(one.p) and not one.significant
+
+
+def test_the_probe_steps_are_each_n_against_the_next_shorter_one():
+    short, mid, far = [1.00, 1.02, 0.98], [0.99, 1.011, 0.969], [0.9899, 1.0111, 0.9688]
+    check = probe_check(_run({512: short, 4096: mid, 32768: far}), [], None)
+    assert [(t.shorter, t.longer) for t in check.steps] == [(512, 4096), (4096, 32768)]
+    first, second = check.steps
+    assert first.difference.mean == pytest.approx(np.mean(np.subtract(mid, short)))
+    assert second.difference.mean == pytest.approx(np.mean(np.subtract(far, mid)))
+    assert sorted(t.p_holm for t in check.steps) == pytest.approx(
+        sorted(np.minimum(1, [2 * min(first.difference.p, second.difference.p),
+                              max(2 * min(first.difference.p, second.difference.p),
+                                  max(first.difference.p, second.difference.p))])))
+    assert first.reads_more and not second.reads_more  # 4096 adds information, 32768 adds none
+    assert check.to_dict()["steps"][0]["reads_more"] is True

@@ -20,12 +20,12 @@ LENGTHS = (512, 4096, 32768)
 
 
 def three(rng, shifts, n_folds: int = 5, n_seeds: int = 3, seed_sd: float = 0.0027, fold_sd: float = 0.05):
-    """One arm's runs at three lengths: a fold's market shared by every N, a run's own noise (the second
-    edition's seed sd), N's true shift of the mean loss per bar."""
+    """One arm's runs at three lengths, labelled by their trial keys ("n512"): a fold's market shared by
+    every N, a run's own noise (the second edition's seed sd), N's true shift of the mean loss per bar."""
     fold = np.repeat(np.arange(n_folds), n_seeds)
     seed = np.tile(np.arange(n_seeds), n_folds)
     market = rng.normal(0, fold_sd, n_folds)[fold]
-    return [runs_from_means(f"N={n}", fold, seed, 1.0 + market + shift + rng.normal(0, seed_sd, fold.size),
+    return [runs_from_means(f"n{n}", fold, seed, 1.0 + market + shift + rng.normal(0, seed_sd, fold.size),
                             np.full(fold.size, 1e5)) for n, shift in zip(LENGTHS, shifts)]
 
 
@@ -34,7 +34,7 @@ def test_the_three_readings(seeds):
     rng = np.random.default_rng(0)
     ordered = ranking_check(three(rng, (0.0, -0.01, -0.02)), seeds=seeds)
     assert ordered.verdict == IN_ORDER and ordered.estimates_in_order
-    assert [(r.arm_a, r.arm_b) for r in ordered.pairs] == [("N=512", "N=4096"), ("N=4096", "N=32768")]
+    assert [(r.arm_a, r.arm_b) for r in ordered.pairs] == [("n512", "n4096"), ("n4096", "n32768")]
     assert all(r.p_holm >= r.p for r in ordered.pairs)  # one Holm family
     reversed_ = ranking_check(three(rng, (0.0, -0.01, 0.01)), seeds=seeds)
     assert reversed_.verdict == OUT_OF_ORDER and not reversed_.estimates_in_order
@@ -53,5 +53,5 @@ def test_in_order_is_rare_when_no_length_differs_and_found_when_each_step_is_lar
 
 def test_it_needs_three_lengths():
     a, b, _ = three(np.random.default_rng(2), (0.0, 0.0, 0.0))
-    with pytest.raises(RunTestInputError, match="needs at least three lengths .* got 2: N=512, N=4096"):
+    with pytest.raises(RunTestInputError, match="needs at least three lengths .* got 2: n512, n4096"):
         ranking_check([a, b])

@@ -75,7 +75,7 @@ import numpy as np
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.scoring.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.report.nesting import NestingCheck, nesting_check
-from tsflash.report.probe import ProbeCheck, probe_check
+from tsflash.report.probe import ProbeCheck, information_order, probe_check
 from tsflash.report.rundata import RunData, seed_inference
 from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
 from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
@@ -704,6 +704,7 @@ class Numbers:
     pbo_null: dict | None = None  # PBO's null distribution for the run's candidates and days
     probe: ProbeCheck = field(default_factory=ProbeCheck)  # the linear information probe per N (eval.probe)
     replicate: object = None  # a pre-registered A/A replicate's reading (tsflash.report.replicate.AACheck)
+    information_order: str | None = None  # the ranking check against the probe's steps (probe.information_order)
 
     def candidate_row(self, key: str | None) -> dict | None:
         return next((r for r in self.selection.candidates if r["key"] == key), None)
@@ -729,5 +730,7 @@ def compute(rd: RunData) -> Numbers:
     forecast = forecast_question(rd, [s["series"] for s in primary])
     from tsflash.report.replicate import replicate_check  # it reads this module's loss tables
 
+    probe = probe_check(rd, primary, forecast.runs)
     return Numbers(rows, per_n, baselines, primary, selection, stats, forecast, trading_question(rd, selection),
-                   pbo_null_summary(selection), probe_check(rd, primary, forecast.runs), replicate_check(rd))
+                   pbo_null_summary(selection), probe, replicate_check(rd),
+                   information_order(forecast.runs.ranking, probe, [s["n"] for s in primary]))

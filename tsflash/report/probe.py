@@ -65,9 +65,25 @@ class ProbeRow:
         return d is not None and d.mean < 0 and self.p_holm < ALPHA
 
 
+@dataclass(frozen=True)
+class ProbeStep:
+    """The probe at N against the next shorter N (log-loss, fold t; Holm over the steps): whether the
+    longer windows add information a linear reader finds, the order the ranking check is held to."""
+
+    shorter: int
+    longer: int
+    difference: Difference  # the probe at `longer` minus at `shorter`
+    p_holm: float
+
+    @property
+    def reads_more(self) -> bool:
+        return self.difference.mean < 0 and self.p_holm < ALPHA
+
+
 @dataclass
 class ProbeCheck:
     rows: list[ProbeRow] = field(default_factory=list)
+    steps: list[ProbeStep] = field(default_factory=list)  # each N against the next shorter one
 
     @property
     def available(self) -> bool:
@@ -87,7 +103,10 @@ class ProbeCheck:
         def diff(d: Difference) -> dict:
             return {"mean": d.mean, "ci": [d.lo, d.hi], "p": d.p, "folds": d.folds}
 
-        return {"shortest": self.shortest, "rows": [
+        return {"shortest": self.shortest,
+                "steps": [{"shorter": t.shorter, "longer": t.longer, **diff(t.difference), "p_holm": t.p_holm,
+                           "reads_more": t.reads_more} for t in self.steps],
+                "rows": [
             {"n": r.n, "series": r.series, "means": r.means, "vs_shortest": {m: diff(d) for m, d in r.vs_shortest.items()},
              "p_holm": r.p_holm, "reads_more": r.reads_more,
              "transformer": None if r.transformer is None else {"estimate": r.transformer.estimate,
@@ -128,4 +147,31 @@ def probe_check(rd: RunData, primary: list[dict], runs) -> ProbeCheck:
     longer = [r for r in rows[1:] if math.isfinite(r.vs_shortest["log_loss"].p)]
     for r, p in zip(longer, holm([r.vs_shortest["log_loss"].p for r in longer]) if longer else ()):
         r.p_holm = float(p)
-    return ProbeCheck(rows)
+    return ProbeCheck(rows, _steps([(n, folds[series]["log_loss"]) for n, series in names]))
+
+
+def _steps(per_n: list[tuple[int, dict[int, float]]]) -> list[ProbeStep]:
+    """Each N's probe against the next shorter N's on their common folds, Holm over the steps."""
+    diffs = [(a, b, fold_difference([vb[f] - va[f] for f in sorted(set(va) & set(vb))]))
+             for (a, va), (b, vb) in zip(per_n, per_n[1:])]
+    diffs = [d for d in diffs if math.isfinite(d[2].p)]
+    adjusted = holm([d.p for _, _, d in diffs]) if diffs else []
+    return [ProbeStep(a, b, d, float(q)) for (a, b, d), q in zip(diffs, adjusted)]
+
+
+FOLLOWS, DOES_NOT_FOLLOW, NO_ORDER = "follows the information", "does not follow the information", "no information order"
+
+
+def information_order(ranking, probe: ProbeCheck, lengths: list[int]) -> str | None:
+    """The ranking check held to the order of the information the lengths hold, as the linear probe
+    measures it (`ProbeCheck.steps`): FOLLOWS when, at every step, the transformer is significantly
+    better where the probe reads more and not significantly worse where it does not (and the probe
+    reads more at some step); DOES_NOT_FOLLOW otherwise; NO_ORDER when the probe reads more at no
+    step (nothing to rank by). `lengths`: the ranking's N in order. None without both, or when the
+    probe's steps are not the ranking's pairs."""
+    if ranking is None or [(t.shorter, t.longer) for t in probe.steps] != list(zip(lengths, lengths[1:])):
+        return None
+    if not any(t.reads_more for t in probe.steps):
+        return NO_ORDER
+    ok = all(r.verdict == "better" if t.reads_more else r.verdict != "worse" for t, r in zip(probe.steps, ranking.pairs))
+    return FOLLOWS if ok else DOES_NOT_FOLLOW

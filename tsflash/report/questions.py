@@ -261,7 +261,7 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      "configuration's fold-mean log-loss minus the reference's, fold by fold (\"-\": lower loss), "
                      "and the directional hit rate from the pooled confusion matrices; the up-vs-down split of the "
                      "log-loss needs the per-bar forecasts.")
-    ranking = ranking_sentence(fq.runs.ranking)
+    ranking = ranking_sentence(fq.runs.ranking, nums.probe.steps, nums.information_order)
     nesting = {"sentence": nesting_sentence(fq.nesting), "table": nesting_table(fq.nesting),
                "notes": nesting_notes(fq.nesting)}
     probe = {"sentence": probe_sentence(nums.probe), "table": probe_table(nums.probe),
@@ -311,7 +311,8 @@ def results(nums: Numbers, words: dict) -> dict:
     d = s.deflation
     return {
         "forecast": {"answer": fq.answer, "mixed": fq.mixed, "available": fq.available, "source": fq.source,
-                     "sentence": words["forecast"], "shortest": fq.shortest, "runs": runs_results(fq.runs),
+                     "sentence": words["forecast"], "shortest": fq.shortest,
+                     "runs": runs_results(fq.runs, nums.information_order),
                      "dm_answer": fq.dm_answer, "dm_mixed": fq.dm_mixed,
                      "comparisons": [{k: getattr(p, k) for k in p.__dataclass_fields__} | {"counts": fq.counts(p)}
                                      for p in fq.comparisons],
@@ -342,8 +343,9 @@ def _annual(sr: float | None) -> float | None:
     return None if sr is None else sr * math.sqrt(PERIODS_PER_YEAR)
 
 
-def runs_results(runs) -> dict:
-    """questions.json's run-level part: the answer, why none, each test and the power."""
+def runs_results(runs, information: str | None = None) -> dict:
+    """questions.json's run-level part: the answer, why none, each test and the power; `information`:
+    the ranking check against the probe's order (`tsflash.report.probe.information_order`)."""
     out = {"available": runs.available, "reason": runs.reason, "answer": runs.answer, "n_folds": runs.n_folds,
            "seeds_per_fold": runs.seeds_per_fold, "power_80": {sc: {str(k): v for k, v in m.items()}
                                                                for sc, m in runs.power.items()},
@@ -353,6 +355,7 @@ def runs_results(runs) -> dict:
     out["mixed"] = runs.result.mixed
     if (ranking := runs.ranking) is not None:
         out["ranking"] = {"verdict": ranking.verdict, "estimates_in_order": ranking.estimates_in_order,
+                          "information_order": information,
                           "pairs": [{"series": r.arm_b, "reference": r.arm_a, "estimate": r.estimate, "ci": list(r.ci),
                                      "p": r.p, "p_holm": r.p_holm, "verdict": r.verdict} for r in ranking.pairs]}
     for key, comps in (("comparisons", runs.result.comparisons), ("skill", runs.result.skill.values())):

@@ -253,8 +253,8 @@ PROBE_RULE = ("A baseline beside question 1, not in its family: the far bars hol
 # "better" is a false positive of the protocol.
 CONTROL_EXPECTATIONS = {
     "long-memory": "better at the lengths that reach the echo; \"no better\" says the protocol misses a far effect of this size",
-    "regime": "better, the longer N the more (the ranking check \"in order\"); \"no better\" says how small a slow "
-              "effect the protocol cannot find",
+    "regime": "better, ranked as the information the lengths hold (the ranking check \"follows the information\", "
+              "the linear probe's order); \"no better\" says how small a slow effect the protocol cannot find",
     "random-walk": "no better, and no trading pass; \"better\" on the direction score is a false positive",
     "iid": "no better, and no trading pass; \"better\" is a false positive",
     "aa": "the same as the arm's own run: its seeds against these, at each N and score by the primary test, say "
@@ -445,14 +445,32 @@ def nesting_sentence(check) -> str:
 RANKING_RULE = ("Each N against the next shorter one over training runs, on the log-loss, by the primary test, Holm "
                 "over these consecutive pairs: the lengths rank in the order of N (\"in order\") when every longer N "
                 "forecasts significantly better than the next shorter one, \"out of order\" when some forecasts "
-                "significantly worse, else \"not shown\". Where a longer context holds more information (the slow "
-                "regime's design), \"in order\" is the run-level test ranking the lengths by it.")
+                "significantly worse, else \"not shown\". With the linear probe, the ranking is held to the order of "
+                "the information the lengths hold as the probe reads it (each N's probe against the next shorter "
+                "one's, t over folds, Holm over the steps): it \"follows the information\" when at every step the "
+                "transformer is significantly better where the probe reads more and not significantly worse where "
+                "it does not, and the probe reads more at some step.")
 
 
-def ranking_sentence(check) -> str:
-    """The ranking check's reading with its numbers (`tsflash.stats.runs.RankingCheck`); "" without one."""
+def ranking_sentence(check, steps=(), information: str | None = None) -> str:
+    """The ranking check's reading with its numbers (`tsflash.stats.runs.RankingCheck`), and with the
+    linear probe's steps (`tsflash.report.probe.ProbeStep`) the order of the information it is held to
+    (`information_order`); "" without a check."""
     if check is None:
         return ""
+    return _ranking_reading(check) + (_information_reading(steps, information) if information else "")
+
+
+def _information_reading(steps, information: str) -> str:
+    each = "; ".join(f"N={t.longer} {'reads more' if t.reads_more else 'no more shown'} than N={t.shorter} "
+                     f"({signed(t.difference.mean)} per bar, Holm p {fmt(t.p_holm, '.3g')})" for t in steps)
+    tail = ("no order to hold the ranking to (the probe finds no longer N holding more)"
+            if information == "no information order" else f"the ranking {information}")
+    return (f" Against the information the lengths hold, as the linear probe reads it (each N against the next "
+            f"shorter one, t over folds, Holm over the steps: {each}): {tail}.")
+
+
+def _ranking_reading(check) -> str:
     pairs = "; ".join(f"{label(r.arm_b)} minus {label(r.arm_a)} {signed(r.estimate)} per bar [{signed(r.ci[0])}, "
                       f"{signed(r.ci[1])}], Holm p {fmt(r.p_holm, '.3g')}" for r in check.pairs)
     lead = (f"Ranking check (each N against the next shorter one over training runs, log-loss, Holm over "

@@ -563,7 +563,8 @@ def plan_state(out: Path) -> list[dict]:
             runs = forecast.get("runs", {})
             row["question1"] = runs.get("answer") or f"no answer ({runs.get('reason') or forecast.get('source')})"
             row["nesting"] = forecast.get("nesting", {}).get("verdict", "")
-            row["ranking"] = (runs.get("ranking") or {}).get("verdict", "")
+            ranking = runs.get("ranking") or {}
+            row["ranking"] = "; ".join(x for x in (ranking.get("verdict"), ranking.get("information_order")) if x)
         if (results := run_dir / "results.json").exists() and (aa := read_json(results).get("aa")):
             row["aa"] = _aa_state(aa)
         rows.append(row)
