@@ -17,9 +17,11 @@ import numpy as np
 
 from tsflash.intervals import bars_as_time
 from tsflash.report.compute import PRIOR
+from tsflash.report.probe import NO_ORDER
 from tsflash.runfolder import BASELINE_PREFIX, decode_trial_key, is_baseline, probe_n
 from tsflash.stats.forecasts import ALPHA, winner
 from tsflash.stats.gate import Reason, Verdict
+from tsflash.stats.runs import IN_ORDER, OUT_OF_ORDER
 
 NA = "n/a"
 
@@ -465,7 +467,7 @@ def _information_reading(steps, information: str) -> str:
     each = "; ".join(f"N={t.longer} {'reads more' if t.reads_more else 'no more shown'} than N={t.shorter} "
                      f"({signed(t.difference.mean)} per bar, Holm p {fmt(t.p_holm, '.3g')})" for t in steps)
     tail = ("no order to hold the ranking to (the probe finds no longer N holding more)"
-            if information == "no information order" else f"the ranking {information}")
+            if information == NO_ORDER else f"the ranking {information}")
     return (f" Against the information the lengths hold, as the linear probe reads it (each N against the next "
             f"shorter one, t over folds, Holm over the steps: {each}): {tail}.")
 
@@ -475,9 +477,9 @@ def _ranking_reading(check) -> str:
                       f"{signed(r.ci[1])}], Holm p {fmt(r.p_holm, '.3g')}" for r in check.pairs)
     lead = (f"Ranking check (each N against the next shorter one over training runs, log-loss, Holm over "
             f"{plural(len(check.pairs), 'pair')}): {pairs}")
-    if check.verdict == "in order":
+    if check.verdict == IN_ORDER:
         return f"{lead}: in order: every longer N forecasts better than the next shorter one."
-    if check.verdict == "out of order":
+    if check.verdict == OUT_OF_ORDER:
         worse = [r for r in check.pairs if r.verdict == "worse"]
         return f"{lead}: out of order: " + ", ".join(f"{label(r.arm_b)} forecasts worse than {label(r.arm_a)}"
                                                      for r in worse) + "."
