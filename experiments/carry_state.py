@@ -34,27 +34,24 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
 from tsflash.errors import UserError  # noqa: E402
-from tsflash.runfolder import RECORD_SKIP, RunFolder, read_json  # noqa: E402
+from tsflash.runfolder import RunFolder, left_out_of_record, read_json  # noqa: E402
 from tsflash.sweep import preregister  # noqa: E402
 
 log = logging.getLogger("carry_state")
 
-LIMIT_MIB = 64.0  # the device's carry: the checkout and the ignored paths it carries (/work/.library/device)
+LIMIT_MIB = 64.0  # the device's carry: the checkout and the ignored paths it carries (the device tool's README)
 CARRIED = (".whl", ".carry")  # the ignored paths a device call carries
-HEAVY = ("checkpoints", "artifacts")  # never carried: a cut cell trains again
 READ_ONLY = ("run.json", "config.json", "data.json", "cells", "forecasts")  # a complete run, to skip and read it
 
 
 def run_files(root: Path) -> list[Path]:
     """The files of one run folder to carry (module doc): a resume's, or a complete run's reading set."""
-    folder = RunFolder(root)
-    complete = folder.is_complete()
+    complete = RunFolder(root).is_complete()
     out = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        top = path.relative_to(root).parts[0]
-        if top in HEAVY or (path.suffix == ".npz" and top == "cells"):
-            continue
-        if (complete and top not in READ_ONLY) or (not complete and top in RECORD_SKIP):
+        parts = path.relative_to(root).parts
+        # an unfinished run as its kept record (what a resume reads); a finished one: READ_ONLY of that
+        if left_out_of_record(parts, complete=False) or (complete and parts[0] not in READ_ONLY):
             continue
         out.append(path)
     return out

@@ -382,16 +382,10 @@ class RunFolder:
         dest = Path(dest)
         self.check_record_copy(dest)
         complete = self.is_complete()
-        top = set(RECORD_SKIP) | (set(RESUME_FILES) if complete else set())
 
         def ignore(folder: str, names: list[str]) -> set[str]:
-            here = Path(folder)
-            skip = {n for n in names if n in ("checkpoints", "artifacts")}
-            if here == self.root:
-                skip |= top & set(names)
-            if here == self.cells_dir or self.cells_dir in here.parents:
-                skip |= {n for n in names if n.endswith(".npz")}
-            return skip
+            here = Path(folder).relative_to(self.root)
+            return {n for n in names if left_out_of_record((here / n).parts, complete)}
 
         partial = dest.with_name(f".{dest.name}.partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -412,6 +406,15 @@ class RunFolder:
         if not self.is_complete():
             raise UserError(f"{what}: the run in {self.root} is not finished (run.json status "
                             f"{self.read_run().get('status')!r}); resume it with the same `tsflash sweep` command")
+
+
+def left_out_of_record(parts: tuple[str, ...], complete: bool) -> bool:
+    """Whether `RunFolder.copy_record` leaves out the path `parts` (relative to the run folder): any
+    checkpoints or uploaded artifacts, the per-bar cell files, what lies in RECORD_SKIP at the top,
+    and of a finished run in RESUME_FILES too."""
+    top = set(RECORD_SKIP) | (set(RESUME_FILES) if complete else set())
+    return (any(p in ("checkpoints", "artifacts") for p in parts) or parts[0] in top
+            or (len(parts) > 1 and parts[0] == "cells" and parts[-1].endswith(".npz")))
 
 
 def _marker(stem: Path) -> Path:
