@@ -222,9 +222,10 @@ def device_option() -> argparse.ArgumentParser:
     return p
 
 
-def data_option() -> argparse.ArgumentParser:
+def data_option(default: str | None = "data") -> argparse.ArgumentParser:
+    """--data; a string default is checked like a given value (argparse converts it), None is not."""
     p = _parent()
-    p.add_argument("--data", type=data_type, default="data",
+    p.add_argument("--data", type=data_type, default=default,
                    help="bar store folder (default: data), or synthetic:random-walk[:SEED] for the noise control")
     return p
 

@@ -66,7 +66,7 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[
             options.lengths_option(None, "comma-separated context lengths, powers of two (default: the config's)"),
-            options.data_option(),
+            options.data_option(default=None),  # read only when a plan is written: --check and the rest need none
             options.set_option("override a config field for every arm, e.g. --set train.ema_decay=0.995 (repeatable)"),
             options.design_options(),
         ],
@@ -101,6 +101,9 @@ def register(sub) -> None:
     p.add_argument("--next", type=Path, metavar="PLAN", help="print the folders (relative to PLAN) of the runs not "
                    "complete in the plan's first stage not complete, on one line: what the next device call runs; "
                    "nothing when every stage is complete")
+    p.add_argument("--summary", type=Path, metavar="PLAN", help="write SUMMARY.md and summary.json into PLAN: every "
+                   "figure of the plan's complete stages, per arm and N, and each control against the rule the plan "
+                   "stated for it, read from the runs' reports")
     p.set_defaults(func=run)
 
 
@@ -112,6 +115,14 @@ def run(args) -> int:
     for flag, folder in (("--commands", args.commands), ("--next", args.next)):
         if folder is not None and not (folder / preregister.PLAN_JSON).is_file():
             raise UserError(f"{flag} {folder}: no {preregister.PLAN_JSON} there (write one with --out)")
+    if args.summary is not None:
+        from tsflash.report.edition import write_summary
+
+        md, js, summary = write_summary(args.summary)
+        done = sum(st["complete"] for st in summary["stages"])
+        print(f"{md}\n{js}\n{done} of {len(summary['stages'])} stages read"
+              + (f"; not run: {', '.join(summary['not_run'])}" if summary["not_run"] else ""))
+        return 0
     if args.commands is not None:
         from tsflash.runfolder import read_json
 
@@ -149,7 +160,13 @@ def run(args) -> int:
         return 1 if found or arm is None else 0
     if args.out is None:
         raise UserError("preregister: give --out FOLDER to write a plan, or --check RUN to check a run against one")
-    opts = SweepOptions(lengths=args.lengths, config=args.config, data=args.data, start=args.start, end=args.end,
+    data = args.data
+    if data is None:  # the default store, checked here: --check and the other readers need none
+        try:
+            data = options.data_type("data")
+        except argparse.ArgumentTypeError as exc:
+            raise UserError(f"argument --data: {exc}") from None
+    opts = SweepOptions(lengths=args.lengths, config=args.config, data=data, start=args.start, end=args.end,
                         trials=args.trials, preset="full",
                         overrides=with_symbol(parse_overrides(args.overrides), args.symbol))
     plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note, controls=args.control,

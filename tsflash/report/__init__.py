@@ -28,7 +28,8 @@ days; with fewer common days than `selection.cscv_blocks` the block count is red
 report says so).
 
 Layout: rundata (loading), rescore (fees at scoring time), compute (numbers), nesting (the nesting
-check: each long N cut to the shortest N against it, over training runs), wording (sentences and
+check: each long N cut to the shortest N against it, over training runs), edition (a pre-registered
+plan's answer, collated from its runs' reports: `tsflash preregister --summary`), wording (sentences and
 units), figures, context (the one template context), render (jinja2), outputs (results.json,
 Parquet).
 """

@@ -113,9 +113,11 @@ def _control(name: str, source: str, items: list[str], arms: list[tuple[str, lis
     bars with other seeds); with items of its own, each arm's config resolved again with them (its
     hash, folds and cost are then the control's)."""
     from tsflash.report import wording
+    from tsflash.report.edition import CONTROL_RULES
 
     kind = kind or parse_source(source)[0]
-    control = {"name": name, "source": source, "kind": kind, "expect": wording.CONTROL_EXPECTATIONS[kind]}
+    control = {"name": name, "source": source, "kind": kind, "expect": wording.CONTROL_EXPECTATIONS[kind],
+               "rule": CONTROL_RULES[kind]}
     if items:
         from tsflash.commands.options import parse_overrides
 
@@ -361,10 +363,10 @@ def render_plan(plan: dict, out: Path) -> str:
                   f"Every arm's config on each synthetic market, unchanged but for a control's own settings "
                   f"(runs in `{CONTROLS_DIR}/<control>/<arm>`); their reports list their departures from the plan "
                   "like the arms'.", "",
-                  "| control | source | its own settings | the answer it should give | H200 time, all arms (all cells at max steps) |",
-                  "|---|---|---|---|---|"]
+                  "| control | source | its own settings | the answer it should give | read as | H200 time, all arms (all cells at max steps) |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {c['name']} | `{c['source']}` | {' '.join(f'`{o}`' for o in c.get('overrides', [])) or '-'} "
-                  f"| {c['expect']} | {c['gpu_seconds'] / 60:.0f} min ({c['gpu_seconds_worst'] / 60:.0f} min) |"
+                  f"| {c['expect']} | {c.get('rule', '-')} | {c['gpu_seconds'] / 60:.0f} min ({c['gpu_seconds_worst'] / 60:.0f} min) |"
                   for c in controls]
     if ladder := plan.get("ladder"):
         lines += ["", "## What \"no\" rules out: the strength ladder", "", ladder["rule"], "",

@@ -1,0 +1,122 @@
+"""A plan's answer from its runs' reports (issue 33, deliverable 4): `tsflash preregister --summary`
+reads only the complete stages, lists the rest as not run, copies every figure from the reports
+(nothing recomputed), and reads each control against the rule the plan stated for it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from tsflash.cli import main
+from tsflash.report import edition
+from tsflash.report.probe import DOES_NOT_FOLLOW, FOLLOWS
+from tsflash.sweep import preregister
+
+# A tiny plan that runs in seconds on the CPU: the sweep tests' tiny design (tests/sweep/test_sweep.py)
+# with two seeds, the context cut the nesting check needs and the linear probe.
+TINY = ['data.start="2024-01-01"', 'data.end="2024-01-08"', "splits.test_days=2", "splits.n_folds=2",
+        "splits.val_days=0", "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=3",
+        "train.tokens_per_step=256", "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096",
+        "selection.cscv_blocks=4", "train.seeds=[0,1]", "eval.context_cuts=[16]", "eval.probe=true"]
+
+
+@pytest.fixture(scope="module")
+def plan_dir(tmp_path_factory):
+    """The plan's first two stages run (the arm with its A/A replicate; the iid null), the regime
+    control's stage and the ladder's not: what a device time cut short leaves."""
+    out = tmp_path_factory.mktemp("edition") / "plan"
+    argv = ["preregister", "--lengths", "16,32", "--data", "synthetic:random-walk:0", "--aa-seeds", "2,3",
+            "--control", "iid=synthetic:iid:0", "--control", "regime=synthetic:regime:0", "--ladder",
+            "--stage", "first=per-bar,aa/per-bar", "--stage", "second=iid/per-bar", "--out", str(out)]
+    for item in TINY:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    plan = json.loads((out / preregister.PLAN_JSON).read_text())
+    for stage, run_dir, command in preregister.ordered_commands(plan, out):
+        if stage in ("first", "second"):
+            assert main(shlex.split(command.replace("--device cuda", "--device cpu"))[1:]) == 0, command
+    return out
+
+
+def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir, capsys):
+    assert main(["preregister", "--summary", str(plan_dir)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "2 of 3 stages read; not run: regime/per-bar, ladder"
+    s = json.loads((plan_dir / edition.SUMMARY_JSON).read_text())
+    assert [st["complete"] for st in s["stages"]] == [True, True, False]
+    assert s["not_run"] == ["regime/per-bar", "ladder"] and s["ladder"] == {"read": False, "state": "not started",
+                                                                          "sentence": ""}
+    (arm,) = s["arms"]
+    assert arm["arm"] == "per-bar" and [r["n"] for r in arm["lengths"]] == [16, 32]
+    # every figure is the report's own
+    questions = json.loads((plan_dir / "per-bar" / "questions.json").read_text())
+    results = json.loads((plan_dir / "per-bar" / "results.json").read_text())
+    long = arm["lengths"][1]
+    (comparison,) = [c for c in questions["forecast"]["runs"]["comparisons"]
+                     if (c["series"], c["score"]) == ("n32", "log_loss")]
+    assert long["question1"]["log_loss"] == {"estimate": comparison["estimate"], "ci": comparison["ci"],
+                                             "p": comparison["p_holm"]}
+    (test,) = questions["forecast"]["nesting"]["tests"]
+    assert set(long["nesting"]) == {"log_loss", "move", "direction"}  # both parts measured
+    assert long["nesting"]["move"]["estimate"] == test["cut_minus_shortest"]["move"]["estimate"]
+    probe = results["probe"]["rows"][1]["vs_shortest"]["log_loss"]
+    assert long["probe"] == {"estimate": probe["mean"], "ci": probe["ci"], "p": probe["p"]}
+    assert arm["gate"]["dsr"] == results["verdict"]["dsr"] and arm["gate"]["n_trials"] == results["verdict"]["n_trials"]
+    assert arm["gate"]["pbo_null"] == [questions["trading"]["pbo_null"]["q05"], questions["trading"]["pbo_null"]["q95"]]
+    assert arm["lengths"][0]["question1"] == {"log_loss": None, "direction": None}  # the reference
+    assert arm["sentence"] == questions["forecast"]["sentence"] and arm["cell_seconds"] > 0
+    # the controls, each against its rule
+    controls = {c["run"]: c for c in s["controls"]}
+    assert set(controls) == {"aa/per-bar", "iid/per-bar"}
+    iid = controls["iid/per-bar"]
+    assert iid["rule"] == edition.CONTROL_RULES["iid"]
+    assert iid["met"] == (iid["question1"] != "better" and not iid["trading_passed"])
+    aa = controls["aa/per-bar"]
+    assert aa["aa_differ"][1] > 0 and aa["met"] == aa["aa_calibrated"]
+    md = (plan_dir / edition.SUMMARY_MD).read_text()
+    assert "**Not run** (their stage is not complete): regime/per-bar, ladder." in md
+    assert "| N=32 | 3 (3..3) |" in md and "Not run: the strength ladder's stage is not complete (not started)." in md
+    assert f"| iid | per-bar | {iid['question1']} |" in md and "- A/A (aa/per-bar): " in md
+
+
+def test_the_plan_states_how_each_control_is_read(plan_dir):
+    plan = json.loads((plan_dir / preregister.PLAN_JSON).read_text())
+    assert {c["name"]: c["rule"] for c in plan["controls"]} == {
+        "iid": edition.CONTROL_RULES["iid"], "regime": edition.CONTROL_RULES["regime"],
+        "aa": edition.CONTROL_RULES["aa"]}
+    assert f"| {edition.CONTROL_RULES['regime']} |" in (plan_dir / preregister.PLAN_MD).read_text()
+
+
+@pytest.mark.parametrize("kind, reading, met", [
+    ("long-memory", {"question1": "better"}, True),
+    ("long-memory", {"question1": "no better"}, False),
+    ("long-memory", {"question1": ""}, None),
+    ("regime", {"information_order": FOLLOWS}, True),
+    ("regime", {"information_order": DOES_NOT_FOLLOW}, False),
+    ("regime", {"information_order": ""}, None),  # no ranking: fewer than three lengths
+    ("iid", {"question1": "no better", "trading_passed": False}, True),
+    ("iid", {"question1": "better", "trading_passed": False}, False),
+    ("random-walk", {"question1": "worse", "trading_passed": True}, False),
+    ("random-walk", {"question1": "no better", "trading_passed": None}, None),
+    ("aa", {"aa_calibrated": True}, True),
+    ("aa", {"aa_calibrated": False}, False),
+    ("aa", {"aa_calibrated": None}, None),
+])
+def test_each_control_rule_reads_met_not_met_or_no_reading(kind, reading, met):
+    assert edition.control_met(kind, reading) is met
+
+
+def test_no_summary_without_a_plan_or_before_a_stage_is_complete(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no data/ here: reading a plan needs no bar store
+    assert main(["preregister", "--summary", str(tmp_path / "nowhere")]) == 2
+    assert "--summary" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
+    out = tmp_path / "plan"
+    assert main(["preregister", "--lengths", "16,32", "--data", "synthetic:random-walk:0", "--out", str(out)]) == 0
+    assert main(["preregister", "--check", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["preregister", "--summary", str(out)]) == 2
+    assert "no stage of plan" in capsys.readouterr().err
+    assert not (out / edition.SUMMARY_MD).exists() and not (out / edition.SUMMARY_JSON).exists()
+    assert main(["preregister", "--lengths", "16", "--out", str(tmp_path / "x")]) == 2  # the default store: none here
+    assert "argument --data: bar store folder not found: data" in capsys.readouterr().err
