@@ -4,6 +4,7 @@ first screen's caveats (issue 31)."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -161,3 +162,40 @@ def test_the_crossed_test_decides_the_family_when_the_config_says_so():
         assert p.result.p == pytest.approx(run_level_test(*runs[p.score], seeds="crossed").p, rel=1e-12)
     assert all(p.p_holm <= 0.05 for p in fold.result.comparisons) and fold.answer == "worse"
     assert all(p.p_holm > 0.3 for p in crossed.result.comparisons) and crossed.answer == "no better"
+
+
+def test_a_run_the_ledger_does_not_list_adds_its_own_configurations():
+    """A run on a ledger period whose config hash the period lists nowhere (a new configuration
+    nobody added) counts its own trials on top of the period's, never fewer; a listed run, an A/A
+    replicate listed as not counted, or a run without a hash counts the period's."""
+    ledger = TrialLedger.read()
+    fingerprint = "4b38b3911d705c098c3185407ff8ee1f9873f8b73f373608c179e31ac54ae67d"
+    days = np.arange(np.datetime64("2023-01-02"), np.datetime64("2025-07-01"))
+    new = ledger.count_for(fingerprint, days, "0badc0de", own=3)
+    assert new.n_trials == 10 and "which it does not list" in new.source
+    assert new.entries[-1] == "this run's 3 configurations (config hash 0badc0de, not in the ledger)"
+    for listed in ("a28c6cfb", "163333fd", None):  # the second edition; its A/A replicate; an older caller
+        assert ledger.count_for(fingerprint, days, listed, own=3).n_trials == 7
+    from tsflash.stats.gate import select_run
+
+    rng = np.random.default_rng(2)
+    series = {f"n{k}": (days, rng.normal(0, 0.01, len(days))) for k in (1, 2, 3)}
+    trials = [{"state": "COMPLETE", "value": float(v), "slot": f"n{i}/0"} for i, v in enumerate([0.01, -0.02, 0.0])]
+    assert select_run(series, trials, ledger=ledger, fingerprint=fingerprint, config_hash="0badc0de").n_trials == 10
+
+
+def test_each_ledger_entry_names_the_config_hash_of_its_committed_run():
+    """The hash is what a report matches on: every entry whose run folder is committed carries that
+    run's config hash (run.json)."""
+    from tests.conftest import REPO
+
+    checked = 0
+    for period in TrialLedger.read().periods:
+        for entry in [*period.get("trial", []), *period.get("not_counted", [])]:
+            run = REPO / entry["run"] / "run.json"
+            if run.is_file():
+                assert entry.get("config_hash") == json.loads(run.read_text())["config_hash"], entry["run"]
+                checked += 1
+    # the first edition's 4 configurations, the second's 3 and its A/A replicate; the echo control's 3,
+    # its sensitivity arm, its rerun and its A/A replicate
+    assert checked == 4 + 3 + 1 + 3 + 1 + 1 + 1

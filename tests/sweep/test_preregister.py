@@ -332,3 +332,32 @@ def test_stages_fix_the_order_the_runs_go_in_and_what_a_plan_cut_short_says(tmp_
     assert "--stage a: 'echo/*' names no planned run" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     assert main(["preregister", "--next", str(tmp_path / "nowhere")]) == 2
+
+
+def test_the_plan_gives_the_ledger_lines_its_runs_will_be_counted_by(tmp_path):
+    """PLAN.md's TOML lines, pasted into the period of the plan's bars, make each arm's run count the
+    period's trials with the plan's configurations (the plan's "with this plan" figure), and the A/A
+    replicate's runs count them as not new."""
+    import tomllib
+
+    import numpy as np
+
+    from tsflash.stats.gate import TRIALS_FILE, TrialLedger
+
+    plan = preregister.build_plan(SweepOptions(lengths=[512, 4096, 32768], preset="full"), ARMS, aa_seeds=[3, 4, 5])
+    _, md = preregister.write_plan(plan, tmp_path / "plan")
+    block = md.read_text().split("```toml\n")[1].split("```")[0]
+    trial = [line.rstrip(",") for line in block.splitlines() if "# not_counted" not in line]
+    skipped = [line.split("},")[0] + "}" for line in block.splitlines() if "# not_counted" in line]
+    assert len(trial) == 6 and len(skipped) == 2
+    ledger = TrialLedger.read(TRIALS_FILE)
+    period = dict(ledger.periods[0])
+    added = tomllib.loads("a = [" + ",".join(trial) + "]\nb = [" + ",".join(skipped) + "]")
+    period["trial"] = [*period["trial"], *added["a"]]
+    period["not_counted"] = [*period.get("not_counted", []), *added["b"]]
+    grown = TrialLedger((period,), TRIALS_FILE)
+    days = np.arange(np.datetime64(period["first_day"]), np.datetime64(period["last_day"]) + 1)
+    (row,) = plan["ledger"]
+    for arm in [*plan["arms"], *plan["controls"][0]["arms"]]:  # the arms, then the A/A replicate's
+        count = grown.count_for(period["fingerprint"], days, arm["config_hash"], own=3)
+        assert count.n_trials == row["with_plan"] == 13, arm["name"]

@@ -181,7 +181,8 @@ def run_selection(rd: RunData) -> RunSelection:
     series = {k: (rd.series[k].days, rd.series[k].net) for k in rd.trial_keys}
     return select_run(series, rd.ledger.get("trials", []), min_dsr=cfg["min_dsr"], max_pbo=cfg["max_pbo"],
                       n_blocks=int(cfg.get("cscv_blocks", CSCV_BLOCKS)), periods_per_year=PERIODS_PER_YEAR,
-                      ledger=TrialLedger.read(), fingerprint=(getattr(rd, "data", None) or {}).get("fingerprint", {}).get("sha256"))
+                      ledger=TrialLedger.read(), fingerprint=(getattr(rd, "data", None) or {}).get("fingerprint", {}).get("sha256"),
+                      config_hash=(getattr(rd, "run", None) or {}).get("config_hash"))
 
 
 PBO_NULL_REPLICATES = 200  # enough for the quantiles a sentence gives; seeded, so the report is reproducible

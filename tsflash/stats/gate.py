@@ -337,19 +337,30 @@ class TrialLedger:
             raise SelectionInputError(f"the trial ledger {path} cannot be read: {exc}") from None
         return cls(tuple(periods), path)
 
-    def count_for(self, fingerprint: str | None, days: np.ndarray) -> TrialCount | None:
+    def count_for(self, fingerprint: str | None, days: np.ndarray, config_hash: str | None = None,
+                  own: int = 0) -> TrialCount | None:
         """The count of the period whose fingerprint, first and last day and number of days match
-        the run's common test days; None when none does."""
+        the run's common test days; None when none does. A run whose config hash (run.json's
+        `config_hash`) the period lists nowhere, as a trial or as not counted, scored its `own`
+        configurations on these bars too: they are added, so a run left out of the ledger is never
+        counted against fewer trials than it makes."""
         if fingerprint is None or not len(days):
             return None
         first, last = str(np.datetime64(days[0], "D")), str(np.datetime64(days[-1], "D"))
         for p in self.periods:
             if (p["fingerprint"], str(p["first_day"]), str(p["last_day"]), int(p["n_days"])) == (
                     fingerprint, first, last, len(days)):
-                trials = p.get("trial", [])
-                return TrialCount(len(trials), f"the trial ledger {self.path.name}, period \"{p['key']}\"", p["key"],
-                                  tuple(f"{t['run']} {t['config']} ({t['note']})" for t in trials),
-                                  tuple(f"{t['run']} ({t['note']})" for t in p.get("not_counted", [])))
+                trials, skipped = p.get("trial", []), p.get("not_counted", [])
+                entries = tuple(f"{t['run']} {t['config']} ({t['note']})" for t in trials)
+                source = f"the trial ledger {self.path.name}, period \"{p['key']}\""
+                listed = {t.get("config_hash") for t in (*trials, *skipped)}
+                if config_hash is not None and own and config_hash not in listed:
+                    entries += (f"this run's {own} configuration{'s' if own != 1 else ''} (config hash "
+                                f"{config_hash}, not in the ledger)",)
+                    return TrialCount(len(trials) + own, f"{source} and this run, which it does not list", p["key"],
+                                      entries, tuple(f"{t['run']} ({t['note']})" for t in skipped))
+                return TrialCount(len(trials), source, p["key"], entries,
+                                  tuple(f"{t['run']} ({t['note']})" for t in skipped))
         return None
 
 
@@ -412,7 +423,8 @@ def _no_gate(reason: Reason, rows: list[dict], selected: str | None, n_trials: i
 
 def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONFIDENCE, max_pbo: float = MAX_PBO,
                n_blocks: int = CSCV_BLOCKS, periods_per_year: float = PERIODS_PER_YEAR,
-               ledger: TrialLedger | None = None, fingerprint: str | None = None) -> RunSelection:
+               ledger: TrialLedger | None = None, fingerprint: str | None = None,
+               config_hash: str | None = None) -> RunSelection:
     """The selection of one sweep: the candidates' daily statistics, the DSR against the trial
     ledger and the gates (DSR of the highest-Sharpe candidate, PBO of the set).
 
@@ -426,6 +438,8 @@ def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONF
     ledger, fingerprint : the trial ledger across runs and the data's fingerprint; where a period
         of it matches the common days, n_trials is at least its count (`out.trial_count` says
         which); V[SR] stays the study's trials' variance.
+    config_hash : the run's (run.json); a run the ledger's period does not list adds its own trials
+        to the period's (`TrialLedger.count_for`).
     """
     complete = complete_trials(trials)
     keys = list(series)
@@ -439,7 +453,7 @@ def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONF
         out.verdict = _no_gate(Reason.NO_CANDIDATE, [], None, n_trials, min_dsr, max_pbo)
         return out
     out.days, mat = _aligned(series)
-    across = ledger.count_for(fingerprint, out.days) if ledger is not None else None
+    across = ledger.count_for(fingerprint, out.days, config_hash, n_trials) if ledger is not None else None
     if across is not None and across.n_trials >= n_trials:
         n_trials = out.n_trials = across.n_trials
         out.trial_count = across

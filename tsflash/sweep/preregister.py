@@ -165,6 +165,35 @@ def _ledger(symbol: str, added: int) -> list[dict]:
             for p in TrialLedger.read().periods if str(p["key"]).startswith(symbol)]
 
 
+def _ledger_entries(plan: dict) -> list[dict]:
+    """The trial ledger's entries the plan's runs on its own bars will need (trials.toml): each arm's
+    configurations as trials, the A/A replicate's runs as not counted (the same configurations, other
+    seeds), each with the config hash its run.json will carry (`TrialLedger.count_for` matches on it)."""
+    entries = [{"arm": a["name"], "config_hash": a["config_hash"], "counted": True,
+                "configs": [f"n{n}" for n in a["lengths"]] if plan["trials_per_n"] == 1 else []}
+               for a in plan["arms"]]
+    for c in plan["controls"]:
+        if c["kind"] == AA_CONTROL:
+            entries += [{"arm": f"{CONTROLS_DIR}/{AA_CONTROL}/{a['name']}", "config_hash": a["config_hash"],
+                         "counted": False, "configs": []} for a in c["arms"]]
+    return entries
+
+
+def ledger_lines(plan: dict, out: Path) -> list[str]:
+    """`_ledger_entries` as the TOML lines to paste into the period of the plan's bars."""
+    lines = []
+    for e in plan.get("ledger_entries", []):
+        run = (Path(out) / e["arm"]).as_posix()
+        if not e["counted"]:
+            lines.append(f'  {{ run = "{run}", config_hash = "{e["config_hash"]}", note = "plan {plan["plan_hash"]}: '
+                         'an A/A replicate of its arm, no new configuration" },  # not_counted')
+            continue
+        for config in e["configs"] or ["<each trial key of its ledger.json>"]:
+            lines.append(f'  {{ run = "{run}", config_hash = "{e["config_hash"]}", config = "{config}", '
+                         f'note = "plan {plan["plan_hash"]}, arm {e["arm"]}" }},')
+    return lines
+
+
 LADDER_SCRIPT = "experiments/power_ladder.py"  # the strength ladder (what a "no" rules out)
 
 
@@ -254,6 +283,7 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         lengths = f"{min(first['lengths'])},{max(first['lengths'])}"
         plan["ladder"] = {"command": ladder_command(base, "--device", "cuda", "--lengths", lengths, "--time-budget", "400"),
                           "rule": wording.LADDER_RULE, "cost": ladder_command(base, "--plan")} | _ladder_cost(base, lengths)
+    plan["ledger_entries"] = _ledger_entries(plan)
     plan["order"] = plan_order(plan, stages)
     plan["order_rule"] = wording.ORDER_RULE
     plan["plan_hash"] = digest({k: v for k, v in plan.items() if k not in ("created", "git_commit")}, 12)
@@ -358,6 +388,10 @@ def render_plan(plan: dict, out: Path) -> str:
         lines.append(f"- Trial ledger, period \"{row['period']}\": {plural(row['now'], 'trial')} now, "
                      f"{row['with_plan']} with this plan's configurations (add them to `tsflash/stats/trials.toml` "
                      "before the first report).")
+    if entries := ledger_lines(plan, out):
+        lines += ["", "The lines to add to that period in `tsflash/stats/trials.toml` (its `trial` list; a line marked "
+                  "not_counted to its `not_counted` list). A run whose config hash the period does not list counts its "
+                  "own configurations on top of the period's, never fewer:", "", "```toml", *entries, "```"]
     if controls:
         lines += ["", "## Controls", "",
                   f"Every arm's config on each synthetic market, unchanged but for a control's own settings "
