@@ -75,6 +75,7 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     aa = controls["aa/per-bar"]
     assert aa["aa_differ"][1] > 0 and aa["met"] == aa["aa_calibrated"]
     md = (plan_dir / edition.SUMMARY_MD).read_text()
+    assert (plan_dir / edition.SUMMARY_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({edition.SUMMARY_PNG})" in md
     assert "**Not run** (their stage is not complete): regime/per-bar, ladder." in md
     assert "| N=32 | 3 (3..3) |" in md and "Not run: the strength ladder's stage is not complete (not started)." in md
     assert f"| iid | per-bar | {iid['question1']} |" in md and "- A/A (aa/per-bar): " in md

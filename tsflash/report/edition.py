@@ -6,7 +6,8 @@ collects every figure an edition's README paragraph and closing note give (per a
 the steps kept, question 1 over training runs, the nesting check and its two parts, the linear probe,
 the trading figures and gates, the cost), each control's reading against the rule the plan stated
 for it (`CONTROL_RULES`, met or not), the A/A reading and what "no" rules out, into SUMMARY.md and
-summary.json beside PLAN.md. Nothing is recomputed: every number is one its run's report wrote
+summary.json beside PLAN.md, with summary.png: per arm, the transformer, the same model cut to the
+shortest N and the linear probe against N (`figures.plot_edition`). Nothing is recomputed: every number is one its run's report wrote
 (questions.json, results.json), so the summary cannot say what the reports do not. Read under the
 plan's order rule (`wording.ORDER_RULE`): only complete stages are read, and every run of a stage not
 complete is listed as not run, whatever part of it has finished.
@@ -25,7 +26,7 @@ from tsflash.runfolder import RunFolder, read_json
 from tsflash.sweep.preregister import (AA_CONTROL, LADDER_RUN, PLAN_JSON, plan_order_of, plan_state,
                                        planned_runs)
 
-SUMMARY_MD, SUMMARY_JSON = "SUMMARY.md", "summary.json"
+SUMMARY_MD, SUMMARY_JSON, SUMMARY_PNG = "SUMMARY.md", "summary.json", "summary.png"
 NO_FALSE_POSITIVE = ("met when question 1 over training runs does not say \"better\" and no length passes "
                      "the trading gates")
 # How each control's expectation (wording.CONTROL_EXPECTATIONS) is read as met or not: stated in the
@@ -215,6 +216,9 @@ def render_summary(s: dict) -> str:
              f"Stages complete: {len(done)} of {len(s['stages'])} ({', '.join(done)}). {ORDER_RULE}", ""]
     if s["not_run"]:
         lines += [f"**Not run** (their stage is not complete): {', '.join(s['not_run'])}.", ""]
+    if s["arms"]:
+        lines += [f"![Each longer N minus the shortest, per arm: the transformer, the same model cut to the shortest N, "
+                  f"the linear probe]({SUMMARY_PNG})", ""]
     for a in s["arms"]:
         lines += _arm_markdown(a, s["controls"])
     if s["controls"]:
@@ -239,9 +243,14 @@ def render_summary(s: dict) -> str:
 
 
 def write_summary(out: Path) -> tuple[Path, Path, dict]:
-    """SUMMARY.md and summary.json into the plan's folder (each written whole, then renamed)."""
+    """SUMMARY.md, summary.json and (with an arm read) summary.png into the plan's folder (each
+    written whole, then renamed)."""
+    from tsflash.report.figures import plot_edition
+
     s = edition_summary(out)
     out = Path(out)
+    if s["arms"]:
+        plot_edition(s["arms"], out / SUMMARY_PNG)
     write_json(out / SUMMARY_JSON, s, strict=True, end="\n")
     write_text(out / SUMMARY_MD, render_summary(s))
     return out / SUMMARY_MD, out / SUMMARY_JSON, s
