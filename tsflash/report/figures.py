@@ -156,6 +156,23 @@ def plot_pbo(pbo, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _interval(ax, x, tests: list[tuple[float, float, float]], name: str, fmt: str) -> None:
+    """Estimates with their intervals, (estimate, low, high) each, at positions x."""
+    y = np.array([t[0] for t in tests])
+    err = np.array([[t[0] - t[1] for t in tests], [t[2] - t[0] for t in tests]])
+    ax.errorbar(x, y, yerr=err, fmt=fmt, capsize=4, label=name)
+
+
+def _difference_axes(ax, ns, ylabel: str, title: str) -> None:
+    """A panel of differences against N: the zero line, labels, the log2 N axis, the legend."""
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if ns:
+        _log2_axis(ax, ns)
+    ax.legend(fontsize=8)
+
+
 def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
     """Question 1: each N's per-bar loss difference (N minus reference) with its 95 % interval,
     one panel per score, one line per reference; below 0 the longer context forecasts better.
@@ -172,15 +189,8 @@ def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
             if not ps:
                 continue
             x = np.array([n_of[p.series] for p in ps], dtype=float) * 2 ** (0.08 * (i - (len(refs) - 1) / 2))
-            y = np.array([p.mean_diff for p in ps])
-            err = np.array([[p.mean_diff - p.lo for p in ps], [p.hi - p.mean_diff for p in ps]])
-            ax.errorbar(x, y, yerr=err, fmt="o-", capsize=4, label=f"minus {label(ref)}")
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_ylabel(f"Δ {title} per bar")
-        ax.set_title(f"{title}: N minus reference (< 0: N better)")
-        if ns:
-            _log2_axis(ax, ns)
-        ax.legend(fontsize=8)
+            _interval(ax, x, [(p.mean_diff, p.lo, p.hi) for p in ps], f"minus {label(ref)}", "o-")
+        _difference_axes(ax, ns, f"Δ {title} per bar", f"{title}: N minus reference (< 0: N better)")
     fig.suptitle("Paired differences of the seed-ensemble forecasts, 95 % intervals (Diebold-Mariano, daily HAC)")
     fig.tight_layout()
     return _save(fig, path)
@@ -209,15 +219,9 @@ def plot_edition(arms: list[dict], path: Path) -> Path:
             if not tests:
                 continue
             x = np.array([n for n, _ in tests], dtype=float) * 2 ** (0.1 * (i - 1))
-            y = np.array([t["estimate"] for _, t in tests])
-            err = np.array([[t["estimate"] - t["ci"][0] for _, t in tests], [t["ci"][1] - t["estimate"] for _, t in tests]])
-            ax.errorbar(x, y, yerr=err, fmt="o", capsize=4, label=name)
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_ylabel(f"Δ log-loss per bar vs {label(arm['lengths'][0]['series'])}" if arm["lengths"] else "Δ log-loss")
-        ax.set_title(f"{arm['arm']}: longer N minus the shortest (< 0: better)")
-        if ns:
-            _log2_axis(ax, ns)
-        ax.legend(fontsize=8)
+            _interval(ax, x, [(t["estimate"], *t["ci"]) for _, t in tests], name, "o")
+        _difference_axes(ax, ns, f"Δ log-loss per bar vs {label(arm['lengths'][0]['series'])}" if arm["lengths"]
+                         else "Δ log-loss", f"{arm['arm']}: longer N minus the shortest (< 0: better)")
     fig.suptitle("Over training runs, 95 % intervals (the probe: over folds)")
     fig.tight_layout()
     return _save(fig, path)
