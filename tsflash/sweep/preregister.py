@@ -179,6 +179,20 @@ def _ledger_entries(plan: dict) -> list[dict]:
     return entries
 
 
+def _ledger_markdown(plan: dict, out: Path) -> list[str]:
+    """PLAN.md's trial ledger: each period's count now and with the plan, and the lines to add."""
+    from tsflash.report.wording import plural
+
+    lines = [f"- Trial ledger, period \"{row['period']}\": {plural(row['now'], 'trial')} now, "
+             f"{row['with_plan']} with this plan's configurations (add them to `tsflash/stats/trials.toml` "
+             "before the first report)." for row in plan["ledger"]]
+    if entries := ledger_lines(plan, out):
+        lines += ["", "The lines to add to that period in `tsflash/stats/trials.toml` (its `trial` list; a line marked "
+                  "not_counted to its `not_counted` list). A run whose config hash the period does not list counts its "
+                  "own configurations on top of the period's, never fewer:", "", "```toml", *entries, "```"]
+    return lines
+
+
 def ledger_lines(plan: dict, out: Path) -> list[str]:
     """`_ledger_entries` as the TOML lines to paste into the period of the plan's bars."""
     lines = []
@@ -384,14 +398,7 @@ def render_plan(plan: dict, out: Path) -> str:
               + (f"on in {', '.join(probe['arms'])}. {probe['rule']}" if probe["arms"] else "off in every arm."), ""]
     lines += [f"**Question 2 (trading)**: at {t['fee_bps']:g} bps, the selected length must reach DSR >= "
               f"{t['min_dsr']} and PBO <= {t['max_pbo']}.", ""]
-    for row in plan["ledger"]:
-        lines.append(f"- Trial ledger, period \"{row['period']}\": {plural(row['now'], 'trial')} now, "
-                     f"{row['with_plan']} with this plan's configurations (add them to `tsflash/stats/trials.toml` "
-                     "before the first report).")
-    if entries := ledger_lines(plan, out):
-        lines += ["", "The lines to add to that period in `tsflash/stats/trials.toml` (its `trial` list; a line marked "
-                  "not_counted to its `not_counted` list). A run whose config hash the period does not list counts its "
-                  "own configurations on top of the period's, never fewer:", "", "```toml", *entries, "```"]
+    lines += _ledger_markdown(plan, out)
     if controls:
         lines += ["", "## Controls", "",
                   f"Every arm's config on each synthetic market, unchanged but for a control's own settings "
