@@ -15,9 +15,12 @@
 # and the BTC bars as .carry/packed (`tsflash data pack`), read where the plan's bar store has no bars
 # (a store's folder is not a departure from the plan: its bars are fingerprinted in data.json).
 # Out: $OUT/state-third.tgz.* (the plan and the named runs, per-bar cell files and checkpoints left
-# behind: an interrupted cell trains again) and $OUT/third-logs.tgz. Back here, from the repository
-# root: `cat <files_at>/state-third.tgz.* | tar xzf -`, then `tsflash preregister --check
+# behind: an interrupted cell trains again; and this call's record, $PLAN/calls/<start>.json: its
+# start, wall-clock seconds, runs and their exit codes, the GPU, which `tsflash preregister
+# --summary` adds up as the device time the plan used) and $OUT/third-logs.tgz. Back here, from the
+# repository root: `cat <files_at>/state-third.tgz.* | tar xzf -`, then `tsflash preregister --check
 # reports/third-edition`.
+CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source experiments/device_env.sh
 PLAN=${PLAN:-reports/third-edition}
 BUDGET_S=${BUDGET_S:-520}
@@ -73,19 +76,26 @@ for ((i = 0; i < ${#dirs[@]}; i++)); do
     --time-budget "$BUDGET_S" > "$LOGS/$((i + 1)).log" 2>&1 &
   pids+=("$!")
 done
-rc=0
+rc=0; exits=()
 for ((i = 0; i < ${#pids[@]}; i++)); do
-  wait "${pids[i]}"; job_rc=$?
+  wait "${pids[i]}"; job_rc=$?; exits+=("$job_rc")
   echo "run $((i + 1)) (${dirs[i]}) exit: $job_rc"
   tail -n 2 "$LOGS/$((i + 1)).log"
   # 124: stopped at LIMIT_S (resumable, its state comes back); anything else is a failure
   [ "$job_rc" -ne 0 ] && [ "$job_rc" -ne 124 ] && rc=$job_rc
 done
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+# this call's record (run folders are plain paths, so no JSON escaping is needed)
+gpu=$(head -n 1 "$OUT/gpu.txt" 2>/dev/null | cut -d, -f1 | tr -d '"')
+runs_json=$(printf '"%s",' "${dirs[@]#"$PLAN"/}"); exits_json=$(printf '%s,' "${exits[@]}")
+mkdir -p "$PLAN/calls"
+printf '{"started": "%s", "seconds": %d, "runs": [%s], "exit_codes": [%s], "budget_s": %d, "limit_s": %d, "gpu": "%s"}\n' \
+  "$CALL_START" "$((SECONDS - CALL_T0))" "${runs_json%,}" "${exits_json%,}" "$BUDGET_S" "$LIMIT_S" "$gpu" \
+  > "$PLAN/calls/${CALL_START//:/}.json"
 tar czf "$OUT/third-logs.tgz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"
 existing=()
 for dir in "${dirs[@]}"; do [ -d "$dir" ] && existing+=("$dir"); done
 tar czf - --exclude='*/checkpoints' --exclude='*/artifacts' --exclude='*/cells/*/*.npz' \
-  "$PLAN/PLAN.json" "$PLAN/PLAN.md" "${existing[@]}" | split -b 15m - "$OUT/state-third.tgz."
+  "$PLAN/PLAN.json" "$PLAN/PLAN.md" "$PLAN/calls" "${existing[@]}" | split -b 15m - "$OUT/state-third.tgz."
 ls -la "$OUT"
 exit $rc

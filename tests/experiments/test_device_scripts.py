@@ -7,6 +7,7 @@ call before any starts."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -164,6 +165,13 @@ def test_the_third_edition_runs_each_named_run_by_its_plans_own_command(planned)
         whole.write(b"".join(p.read_bytes() for p in parts))
     with tarfile.open(root / "state.tgz") as state:
         assert {"reports/third-edition/PLAN.json", "reports/third-edition/PLAN.md"} <= set(state.getnames())
+        (record,) = [n for n in state.getnames() if n.startswith("reports/third-edition/calls/")
+                     and n.endswith(".json")]
+        call = json.loads(state.extractfile(record).read())
+    # the call's record: what ran, how each ended, for how long, on which GPU (the summary adds them up)
+    assert call["runs"] == ["per-bar", "controls/aa/per-bar", "controls/iid/per-bar", "ladder"]
+    assert call["exit_codes"] == [0, 0, 0, 0] and call["budget_s"] == 300 and call["gpu"] == "stub"
+    assert 0 <= call["seconds"] < 120 and call["started"].endswith("Z")
 
 
 def test_a_run_not_in_the_plan_stops_the_call_before_any_starts(planned):

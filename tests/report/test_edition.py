@@ -41,6 +41,12 @@ def plan_dir(tmp_path_factory):
 
 
 def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir, capsys):
+    calls = plan_dir / edition.CALLS_DIR  # two device calls' records, as experiments/third_edition_h200.sh writes them
+    calls.mkdir()
+    for i, seconds in enumerate((540, 312)):
+        (calls / f"2026-12-0{i + 6}T010000Z.json").write_text(json.dumps(
+            {"started": f"2026-12-0{i + 6}T01:00:00Z", "seconds": seconds, "runs": ["per-bar"], "exit_codes": [124],
+             "budget_s": 520, "limit_s": 570, "gpu": "NVIDIA H200"}))
     assert main(["preregister", "--summary", str(plan_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 of 3 stages read; not run: regime/per-bar, ladder"
     s = json.loads((plan_dir / edition.SUMMARY_JSON).read_text())
@@ -79,6 +85,8 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     assert "**Not run** (their stage is not complete): regime/per-bar, ladder." in md
     assert "| N=32 | 3 (3..3) |" in md and "Not run: the strength ladder's stage is not complete (not started)." in md
     assert f"| iid | per-bar | {iid['question1']} |" in md and "- A/A (aa/per-bar): " in md
+    assert s["device_calls"] == {"calls": 2, "seconds": 852, "gpus": ["NVIDIA H200"]}
+    assert "Device calls recorded in `calls/`: 2, 0.24 h of their scripts' wall-clock (NVIDIA H200;" in md
 
 
 def test_the_plan_states_how_each_control_is_read(plan_dir):

@@ -10,7 +10,8 @@ summary.json beside PLAN.md, with summary.png: per arm, the transformer, the sam
 shortest N and the linear probe against N (`figures.plot_edition`). Nothing is recomputed: every number is one its run's report wrote
 (questions.json, results.json), so the summary cannot say what the reports do not. Read under the
 plan's order rule (`wording.ORDER_RULE`): only complete stages are read, and every run of a stage not
-complete is listed as not run, whatever part of it has finished.
+complete is listed as not run, whatever part of it has finished. The device time the plan used is
+the sum of its calls' records (calls/*.json, one per `experiments/third_edition_h200.sh` call).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tsflash.sweep.preregister import (AA_CONTROL, LADDER_RUN, PLAN_JSON, plan_o
                                        planned_runs)
 
 SUMMARY_MD, SUMMARY_JSON, SUMMARY_PNG = "SUMMARY.md", "summary.json", "summary.png"
+CALLS_DIR = "calls"  # one record per device call (experiments/third_edition_h200.sh): the device time used
 NO_FALSE_POSITIVE = ("met when question 1 over training runs does not say \"better\" and no length passes "
                      "the trading gates")
 # How each control's expectation (wording.CONTROL_EXPECTATIONS) is read as met or not: stated in the
@@ -151,7 +153,10 @@ def edition_summary(out: Path) -> dict:
     if LADDER_RUN in rows:
         ladder = {"read": LADDER_RUN in read, "state": rows[LADDER_RUN]["state"],
                   "sentence": rows[LADDER_RUN]["question1"] if LADDER_RUN in read else ""}
+    calls = [read_json(p) for p in sorted((out / CALLS_DIR).glob("*.json"))]
     return {"plan_hash": plan["plan_hash"], "data": plan["data"], "range": plan["range"], "stages": stages,
+            "device_calls": {"calls": len(calls), "seconds": sum(c["seconds"] for c in calls),
+                             "gpus": sorted({c.get("gpu") or "unknown" for c in calls})},
             "not_run": [n for st in stages if not st["complete"] for n in st["runs"]],
             "arms": arms, "controls": controls, "ladder": ladder,
             "cell_seconds": sum(r["cell_seconds"] for r in [*arms, *controls])}
@@ -236,9 +241,12 @@ def render_summary(s: dict) -> str:
         lines += ["## What \"no\" rules out", "",
                   s["ladder"]["sentence"] if s["ladder"]["read"] else
                   f"Not run: the strength ladder's stage is not complete ({s['ladder']['state']}).", ""]
-    total = s["cell_seconds"]
+    total, calls = s["cell_seconds"], s["device_calls"]
     lines += ["## Time", "", f"Cells' measured time over every run read: {total / 3600:.2f} h (training, validation "
-              "passes and scoring; a device call's own start and transfers are not in it).", ""]
+              "passes and scoring).",
+              f"Device calls recorded in `{CALLS_DIR}/`: {calls['calls']}, {calls['seconds'] / 3600:.2f} h of their "
+              f"scripts' wall-clock ({', '.join(calls['gpus']) or 'no GPU named'}; every call of the plan, complete stages "
+              "or not; a machine's start and the transfers are not in it).", ""]
     return "\n".join(lines)
 
 
