@@ -67,7 +67,9 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     assert set(long["nesting"]) == {"log_loss", "move", "direction"}  # both parts measured
     assert long["nesting"]["move"]["estimate"] == test["cut_minus_shortest"]["move"]["estimate"]
     probe = results["probe"]["rows"][1]["vs_shortest"]["log_loss"]
-    assert long["probe"] == {"estimate": probe["mean"], "ci": probe["ci"], "p": probe["p"]}
+    row = results["probe"]["rows"][1]
+    assert long["probe"] == {"estimate": probe["mean"], "ci": probe["ci"], "p": probe["p"], "p_holm": row["p_holm"],
+                             "reads_more": row["reads_more"]}
     assert arm["gate"]["dsr"] == results["verdict"]["dsr"] and arm["gate"]["n_trials"] == results["verdict"]["n_trials"]
     assert arm["gate"]["pbo_null"] == [questions["trading"]["pbo_null"]["q05"], questions["trading"]["pbo_null"]["q95"]]
     assert arm["lengths"][0]["question1"] == {"log_loss": None, "direction": None}  # the reference
@@ -87,6 +89,15 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     assert f"| iid | per-bar | {iid['question1']} |" in md and "- A/A (aa/per-bar): " in md
     assert s["device_calls"] == {"calls": 2, "seconds": 852, "gpus": ["NVIDIA H200"]}
     assert "Device calls recorded in `calls/`: 2, 0.24 h of their scripts' wall-clock (NVIDIA H200;" in md
+    # the answer in brief, a paragraph per question for the README, from the same figures
+    brief = md.split("## The answer in brief\n\n")[1].split("\n\n")[0].splitlines()
+    assert [line.split("**")[1] for line in brief] == ["Forecasting", "Trading", "What \"no\" rules out",
+                                                        "Controls", "Cost"]
+    assert brief[0].startswith(f"1. **Forecasting**: per-bar: {arm['question1']} (smallest Holm p: N=")
+    assert f"nesting check {arm['nesting']} (N=32 cut to the shortest N " in brief[0]
+    assert "not measured: the strength ladder's stage is not complete." in brief[2]
+    assert "as expected" in brief[3] or "not as expected" in brief[3]
+    assert brief[4].startswith("5. **Cost**: 0.2 h of device calls (2)")
 
 
 def test_the_plan_states_how_each_control_is_read(plan_dir):

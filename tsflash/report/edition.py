@@ -7,7 +7,8 @@ the steps kept, question 1 over training runs, the nesting check and its two par
 the trading figures and gates, the cost), each control's reading against the rule the plan stated
 for it (`CONTROL_RULES`, met or not), the A/A reading and what "no" rules out, into SUMMARY.md and
 summary.json beside PLAN.md, with summary.png: per arm, the transformer, the same model cut to the
-shortest N and the linear probe against N (`figures.plot_edition`). Nothing is recomputed: every number is one its run's report wrote
+shortest N and the linear probe against N (`figures.plot_edition`), and at its head the answer in brief,
+one paragraph per question as the README gives them (`answer_brief`). Nothing is recomputed: every number is one its run's report wrote
 (questions.json, results.json), so the summary cannot say what the reports do not. Read under the
 plan's order rule (`wording.ORDER_RULE`): only complete stages are read, and every run of a stage not
 complete is listed as not run, whatever part of it has finished. The device time the plan used is
@@ -106,7 +107,8 @@ def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
             "steps_max": row.get("steps_max"),
             "question1": {score: _test(comparisons.get((key, score))) for score in SCORE_NAMES},
             "nesting": {part: _test(test.get(part)) for part in NESTING_PART_NAMES},
-            "probe": _test(step, "p") if step else None,
+            "probe": _test(step, "p") | {"p_holm": probe[n].get("p_holm"), "reads_more": probe[n].get("reads_more")}
+            if step else None,
             "break_even_fee_bps": fees.get(key), "sharpe_annual": cand.get("sharpe_annual"), "dsr": cand.get("dsr"),
             "mean_daily_net": cand.get("mean_daily_net"), "train_seconds": row.get("train_seconds"),
             "peak_memory_bytes": row.get("peak_memory_bytes"), "tokens_per_s": row.get("tokens_per_s")})
@@ -210,6 +212,68 @@ def _arm_markdown(a: dict, controls: list[dict]) -> list[str]:
     return lines
 
 
+def _smallest_p(a: dict) -> tuple[dict, str, dict] | None:
+    """(length row, score, test) of the arm's question-1 comparison with the smallest Holm p."""
+    tests = [(r, score, t) for r in a["lengths"] for score, t in r["question1"].items() if t]
+    return min(tests, key=lambda x: x[2]["p"] if x[2]["p"] is not None else 2.0, default=None)
+
+
+def _forecast_brief(a: dict) -> str:
+    """"per-bar: no better (smallest Holm p: N=32768 on the log-loss, +0.0015 [...]); nesting check
+    fails (N=32768 cut to N=512 +0.0054 [...]; flat-vs-move +0.003, up-vs-down +0.002); the probe
+    reads more at N=4096"."""
+    text = f"{a['arm']}: {a['question1'] or 'no answer over runs'}"
+    if low := _smallest_p(a):
+        r, score, t = low
+        text += f" (smallest Holm p: {label(r['series'])} on the {SCORE_NAMES[score]}, {_ci(t)})"
+    longest = a["lengths"][-1] if len(a["lengths"]) > 1 else None
+    nest = longest["nesting"] if longest else {}
+    text += f"; nesting check {a['nesting'] or NA}"
+    if nest.get("log_loss"):
+        parts = ", ".join(f"{NESTING_PART_NAMES[p]} {signed(nest[p]['estimate'])}" for p in ("move", "direction")
+                          if nest.get(p))
+        text += f" ({label(longest['series'])} cut to the shortest N {_ci(nest['log_loss'])}{'; ' + parts if parts else ''})"
+    probe = [r for r in a["lengths"][1:] if r["probe"]]
+    if probe:
+        more = [label(r["series"]) for r in probe if r["probe"]["reads_more"]]  # the report's rule (report.probe)
+        text += f"; the linear probe reads more at {', '.join(more)}" if more else "; the linear probe reads no more at any longer N"
+    return text + "."
+
+
+def _trading_brief(a: dict) -> str:
+    g, fees = a["gate"], [r["break_even_fee_bps"] for r in a["lengths"] if r["break_even_fee_bps"] is not None]
+    null = g["pbo_null"]
+    return (f"{a['arm']}: {'passes' if g['passed'] else 'no length passes'}; DSR {fmt(g['dsr'], '.3f')} over "
+            f"{plural(g['n_trials'] or 0, 'trial')}, PBO {fmt(g['pbo'], '.2f')}"
+            + (f" ({'informative' if g['pbo_informative'] else 'not informative'}: noise alone reaches "
+               f"{fmt(null[0], '.2f')} to {fmt(null[1], '.2f')})" if null else "")
+            + (f"; break-even fees {bps(min(fees))} to {bps(max(fees))}" if fees else "") + ".")
+
+
+def answer_brief(s: dict) -> list[str]:
+    """The README's answer, one short paragraph per question, from the summary's own figures."""
+    by_met = {True: [], False: [], None: []}
+    for c in s["controls"]:
+        by_met[c["met"]].append(f"{c['control']} ({c['arm']})")
+    controls = "; ".join(f"{what}: {', '.join(names)}" for what, names in
+                         (("as expected", by_met[True]), ("**not as expected**", by_met[False]),
+                          ("no reading", by_met[None])) if names) or "none read"
+    ladder = s["ladder"]
+    rules_out = (ladder["sentence"] if ladder and ladder["read"] else
+                 "not measured: the strength ladder's stage is not complete." if ladder else "no ladder in the plan.")
+    memory = sorted(f"{r['peak_memory_bytes'] / 2**30:.1f}" for a in s["arms"] for r in a["lengths"]
+                    if r["peak_memory_bytes"])
+    calls = s["device_calls"]
+    cost = (f"{calls['seconds'] / 3600:.1f} h of device calls ({calls['calls']})" if calls["calls"] else
+            "no device call recorded") + (f"; peak memory {memory[0]}-{memory[-1]} GiB over every N and arm"
+                                          if memory else "")
+    return [f"1. **Forecasting**: " + " ".join(_forecast_brief(a) for a in s["arms"]),
+            f"2. **Trading**: " + " ".join(_trading_brief(a) for a in s["arms"]),
+            f"3. **What \"no\" rules out**: {rules_out}",
+            f"4. **Controls**, each against the rule the plan stated: {controls}.",
+            f"5. **Cost**: {cost}."]
+
+
 def render_summary(s: dict) -> str:
     """`edition_summary` as Markdown (SUMMARY.md)."""
     from tsflash.report.wording import ORDER_RULE
@@ -221,6 +285,7 @@ def render_summary(s: dict) -> str:
              f"Stages complete: {len(done)} of {len(s['stages'])} ({', '.join(done)}). {ORDER_RULE}", ""]
     if s["not_run"]:
         lines += [f"**Not run** (their stage is not complete): {', '.join(s['not_run'])}.", ""]
+    lines += ["## The answer in brief", "", *answer_brief(s), ""]
     if s["arms"]:
         lines += [f"![Each longer N minus the shortest, per arm: the transformer, the same model cut to the shortest N, "
                   f"the linear probe]({SUMMARY_PNG})", ""]
