@@ -6,10 +6,11 @@ collects every figure an edition's README paragraph and closing note give (per a
 the steps kept, question 1 over training runs, the nesting check and its two parts, the linear probe,
 the trading figures and gates, the cost), each control's reading against the rule the plan stated
 for it (`CONTROL_RULES`, met or not), the A/A reading and what "no" rules out, into SUMMARY.md and
-summary.json beside PLAN.md, with summary.png: per arm, the transformer, the same model cut to the
-shortest N and the linear probe against N (`figures.plot_edition`), and at its head the answer in brief,
-one paragraph per question as the README gives them (`answer_brief`). Nothing is recomputed: every number is one its run's report wrote
-(questions.json, results.json), so the summary cannot say what the reports do not. Read under the
+summary.json beside PLAN.md, with summary.png (per arm, the transformer, the same model cut to the
+shortest N and the linear probe against N: `figures.plot_edition`) and, at its head, the answer in
+brief, one paragraph per question as the README gives them (`answer_brief`). Nothing is recomputed:
+every number is one its run's report wrote (questions.json, results.json), so the summary cannot
+say what the reports do not. Read under the
 plan's order rule (`wording.ORDER_RULE`): only complete stages are read, and every run of a stage not
 complete is listed as not run, whatever part of it has finished. The device time the plan used is
 the sum of its calls' records (calls/*.json, one per `experiments/third_edition_h200.sh` call).
