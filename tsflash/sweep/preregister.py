@@ -186,14 +186,14 @@ def _ledger_markdown(plan: dict, out: Path) -> list[str]:
     lines = [f"- Trial ledger, period \"{row['period']}\": {plural(row['now'], 'trial')} now, "
              f"{row['with_plan']} with this plan's configurations (add them to `tsflash/stats/trials.toml` "
              "before the first report)." for row in plan["ledger"]]
-    if entries := ledger_lines(plan, out):
+    if entries := _ledger_lines(plan, out):
         lines += ["", "The lines to add to that period in `tsflash/stats/trials.toml` (its `trial` list; a line marked "
                   "not_counted to its `not_counted` list). A run whose config hash the period does not list counts its "
                   "own configurations on top of the period's, never fewer:", "", "```toml", *entries, "```"]
     return lines
 
 
-def ledger_lines(plan: dict, out: Path) -> list[str]:
+def _ledger_lines(plan: dict, out: Path) -> list[str]:
     """`_ledger_entries` as the TOML lines to paste into the period of the plan's bars."""
     lines = []
     for e in plan.get("ledger_entries", []):
