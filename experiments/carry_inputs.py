@@ -3,9 +3,9 @@
     python experiments/carry_inputs.py --data PATH/TO/STORE      # default: data, the project's bar store
 
 * `.whl/`: optuna and the four packages it needs that the lent machine lacks (alembic, mako,
-  colorlog, sqlalchemy; ../shared/docs/gpu.md), as wheels for the device's Python 3.12 on x86-64
-  Linux, at the versions installed here, so the device schedules cells with the optuna the tests
-  ran (`experiments/device_env.sh` installs them there);
+  colorlog, sqlalchemy; the lent machine's notes, gpu.md), as wheels for the device's Python 3.12
+  on x86-64 Linux, at the versions installed here, so the device schedules cells with the optuna
+  the tests ran (`experiments/device_env.sh` installs them there);
 * `.carry/packed/`: the BTCUSDT 1-minute years the sweeps need (2021-2025), packed by
   `tsflash data pack` (35 MB; the store's own files would not fit the 64 MiB carry).
 
@@ -49,7 +49,7 @@ def missing_wheels(folder: Path) -> list[str]:
 
 def wheel_command(pins: list[str], dest: Path) -> list[str]:
     """pip download of `pins` as wheels for the device's Python and platform, without dependencies
-    (the machine has the rest: ../shared/docs/gpu.md)."""
+    (the machine has the rest: its notes, gpu.md)."""
     platforms = [arg for platform in DEVICE_PLATFORMS for arg in ("--platform", platform)]
     return [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--no-deps",
             "--python-version", DEVICE_PYTHON, "--implementation", "cp", *platforms, "--dest", str(dest), *pins]

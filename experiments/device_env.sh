@@ -22,3 +22,6 @@ for state in .carry/state*.tar; do
   [ -f "$state" ] && [ ! -e "$state.unpacked" ] && tar xf "$state" && touch "$state.unpacked"
 done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+# Whether a job's exit status fails the call: 124 is a job stopped at the call's limit (resumable, its
+# state comes back), not a failure; anything else but 0 is.
+job_failed() { [ "$1" -ne 0 ] && [ "$1" -ne 124 ]; }

@@ -14,7 +14,7 @@
 # Inputs carried into the checkout (git-ignored): .whl/ (optuna and its 4 dependencies, Python 3.12
 # wheels) and .carry/data/btcusdt-1m/*.parquet (the years the sweep needs), or instead .carry/packed/
 # (device_env.sh unpacks it into .carry/data; 2021..2025 are 35 MB packed, 54 MB as store files),
-# prepared here with: tsflash data pack --root ../shared/data --out .carry/packed --start 2021 --end 2025
+# prepared here with: python experiments/carry_inputs.py --data STORE (the wheels too; STORE: the bar store)
 # A previous run's state comes back in as .carry/state-<run>.tar (what a run returns as $OUT/state-<run>.tar). Outputs go to $OUT (the device tool's return folder) when set.
 #
 # The sweep writes to the git-ignored runs/ (RUN, default runs/h200-btcusdt-1m); publishing is a

@@ -5,7 +5,7 @@ probe baselines `probe-<N>` fitted as `tsflash sweep` fits them under `eval.prob
 baselines (cell files, summaries, daily series), and the report built from that copy into OUT.
 Nothing of the published folder changes; the model cells are the run's own.
 
-    python experiments/probe_rereport.py reports/h200-btcusdt-1m-second-edition --root ../shared/data \
+    python experiments/probe_rereport.py reports/h200-btcusdt-1m-second-edition --root data \
         --out reports/h200-btcusdt-1m-second-edition/rereport-2026-12-probe
     python experiments/probe_rereport.py reports/controls/protocol/long-memory --out runs/probe-rereport-echo
 

@@ -46,7 +46,7 @@ for ((i = 0; i < ${#outs[@]}; i++)); do
   for ((k = 0; k < ${#flags[@]}; k++)); do [ "${flags[k]}" = "--btc-data" ] && store=${flags[k + 1]:-}; done
   if [ ! -d "$store" ]; then
     echo "job $((i + 1)) (${outs[i]}) reads BTC bars from $store, which is not there: carry .carry/packed" \
-         "(tsflash data pack --root ../shared/data --out .carry/packed --start 2021 --end 2025)" >&2
+         "(python experiments/carry_inputs.py --data STORE)" >&2
     exit 2
   fi
 done
@@ -69,8 +69,7 @@ for ((i = 0; i < ${#pids[@]}; i++)); do
   wait "${pids[i]}"; job_rc=$?
   echo "job $((i + 1)) (${candidates[i]} in ${outs[i]}) exit: $job_rc"
   grep -E '"complete"|Error|error:' "$LOGS/recipes-$((i + 1)).log" | tail -2
-  # 124: stopped at LIMIT_S (resumable, its state comes back); anything else is a failure
-  [ "$job_rc" -ne 0 ] && [ "$job_rc" -ne 124 ] && rc=$job_rc
+  job_failed "$job_rc" && rc=$job_rc  # device_env.sh: 124, stopped at LIMIT_S, is resumable
 done
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 tar czf "$OUT/recipes-logs.tgz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"

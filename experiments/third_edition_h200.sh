@@ -81,8 +81,7 @@ for ((i = 0; i < ${#pids[@]}; i++)); do
   wait "${pids[i]}"; job_rc=$?; exits+=("$job_rc")
   echo "run $((i + 1)) (${dirs[i]}) exit: $job_rc"
   tail -n 2 "$LOGS/$((i + 1)).log"
-  # 124: stopped at LIMIT_S (resumable, its state comes back); anything else is a failure
-  [ "$job_rc" -ne 0 ] && [ "$job_rc" -ne 124 ] && rc=$job_rc
+  job_failed "$job_rc" && rc=$job_rc  # device_env.sh: 124, stopped at LIMIT_S, is resumable
 done
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 # this call's record (run folders are plain paths, so no JSON escaping is needed)
