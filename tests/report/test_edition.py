@@ -108,6 +108,28 @@ def test_the_plan_states_how_each_control_is_read(plan_dir):
     assert f"| {edition.CONTROL_RULES['regime']} |" in (plan_dir / preregister.PLAN_MD).read_text()
 
 
+def test_a_complete_ladder_stage_is_read_before_the_arms(tmp_path, capsys):
+    """A plan whose ladder stage is complete and whose arm's is not: the summary reads what "no"
+    rules out from the ladder's summary.json in the report's own words, and says the arm is not run."""
+    from tsflash.report import wording
+    from tsflash.runfolder import write_json
+
+    out = tmp_path / "plan"
+    assert main(["preregister", "--lengths", "512,4096", "--data", "synthetic:random-walk:0", "--ladder",
+                 "--stage", "power=ladder", "--out", str(out)]) == 0
+    curve = {"effect": 0.0123, "ci": [0.005, 0.04], "how": "within the ladder"}
+    write_json(out / preregister.LADDER_DIR / "summary.json", {
+        "complete": True, "replicates_done": 27, "replicates_planned": 27, "curve_80": {"log_loss": curve},
+        "rungs": [{"strength": 0.05, "oracle_gain": 0.002}, {"strength": 0.2, "oracle_gain": 0.03}]})
+    assert main(["preregister", "--summary", str(out)]) == 0
+    s = json.loads((out / edition.SUMMARY_JSON).read_text())
+    assert s["ladder"] == {"read": True, "state": "complete", "sentence": wording.ladder_sentence(curve, 0.03, 0.002)}
+    assert s["not_run"] == ["per-bar"] and s["arms"] == [] and not (out / edition.SUMMARY_PNG).exists()
+    brief = (out / edition.SUMMARY_MD).read_text().split("## The answer in brief\n\n")[1].split("\n\n")[0]
+    assert "1. **Forecasting**: not read: no arm's stage is complete." in brief
+    assert f"3. **What \"no\" rules out**: {s['ladder']['sentence']}" in brief
+
+
 @pytest.mark.parametrize("kind, reading, met", [
     ("long-memory", {"question1": "better"}, True),
     ("long-memory", {"question1": "no better"}, False),

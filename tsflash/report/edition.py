@@ -268,8 +268,9 @@ def answer_brief(s: dict) -> list[str]:
     cost = (f"{calls['seconds'] / 3600:.1f} h of device calls ({calls['calls']})" if calls["calls"] else
             "no device call recorded") + (f"; peak memory {memory[0]}-{memory[-1]} GiB over every N and arm"
                                           if memory else "")
-    return [f"1. **Forecasting**: " + " ".join(_forecast_brief(a) for a in s["arms"]),
-            f"2. **Trading**: " + " ".join(_trading_brief(a) for a in s["arms"]),
+    unread = "not read: no arm's stage is complete."
+    return [f"1. **Forecasting**: " + (" ".join(_forecast_brief(a) for a in s["arms"]) or unread),
+            f"2. **Trading**: " + (" ".join(_trading_brief(a) for a in s["arms"]) or unread),
             f"3. **What \"no\" rules out**: {rules_out}",
             f"4. **Controls**, each against the rule the plan stated: {controls}.",
             f"5. **Cost**: {cost}."]
