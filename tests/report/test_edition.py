@@ -8,18 +8,16 @@ import json
 import shlex
 
 import pytest
+from tests.sweep.test_sweep import TINY
 
 from tsflash.cli import main
 from tsflash.report import edition
 from tsflash.report.probe import DOES_NOT_FOLLOW, FOLLOWS
 from tsflash.sweep import preregister
 
-# A tiny plan that runs in seconds on the CPU: the sweep tests' tiny design (tests/sweep/test_sweep.py)
-# with two seeds, the context cut the nesting check needs and the linear probe.
-TINY = ['data.start="2024-01-01"', 'data.end="2024-01-08"', "splits.test_days=2", "splits.n_folds=2",
-        "splits.val_days=0", "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=3",
-        "train.tokens_per_step=256", "train.warmup_steps=1", "eval.baseline_lags=2", "eval.batch_tokens=4096",
-        "selection.cscv_blocks=4", "train.seeds=[0,1]", "eval.context_cuts=[16]", "eval.probe=true"]
+# A tiny plan that runs in seconds on the CPU: the sweep tests' tiny design with two seeds, the
+# context cut the nesting check needs and the linear probe.
+TINY_PLAN = [*TINY, "train.seeds=[0,1]", "eval.context_cuts=[16]", "eval.probe=true"]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +28,7 @@ def plan_dir(tmp_path_factory):
     argv = ["preregister", "--lengths", "16,32", "--data", "synthetic:random-walk:0", "--aa-seeds", "2,3",
             "--control", "iid=synthetic:iid:0", "--control", "regime=synthetic:regime:0", "--ladder",
             "--stage", "first=per-bar,aa/per-bar", "--stage", "second=iid/per-bar", "--out", str(out)]
-    for item in TINY:
+    for item in TINY_PLAN:
         argv += ["--set", item]
     assert main(argv) == 0
     plan = json.loads((out / preregister.PLAN_JSON).read_text())
