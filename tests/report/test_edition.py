@@ -64,6 +64,7 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     (test,) = questions["forecast"]["nesting"]["tests"]
     assert set(long["nesting"]) == {"log_loss", "move", "direction"}  # both parts measured
     assert long["nesting"]["move"]["estimate"] == test["cut_minus_shortest"]["move"]["estimate"]
+    assert long["lost_skill"] == test["lost_skill"]
     probe = results["probe"]["rows"][1]["vs_shortest"]["log_loss"]
     row = results["probe"]["rows"][1]
     assert long["probe"] == {"estimate": probe["mean"], "ci": probe["ci"], "p": probe["p"], "p_holm": row["p_holm"],

@@ -108,6 +108,7 @@ def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
             "steps_max": row.get("steps_max"),
             "question1": {score: _test(comparisons.get((key, score))) for score in SCORE_NAMES},
             "nesting": {part: _test(test.get(part)) for part in NESTING_PART_NAMES},
+            "lost_skill": tests.get(n, {}).get("lost_skill"),  # the nesting check fails at this N
             "probe": _test(step, "p") | {"p_holm": probe[n].get("p_holm"), "reads_more": probe[n].get("reads_more")}
             if step else None,
             "break_even_fee_bps": fees.get(key), "sharpe_annual": cand.get("sharpe_annual"), "dsr": cand.get("dsr"),
@@ -201,7 +202,8 @@ def _arm_markdown(a: dict, controls: list[dict]) -> list[str]:
                  f"{'informative' if g['pbo_informative'] else 'not informative'})" if null else "")
               + f"; {'passes' if g['passed'] else 'no length passes'}.",
               f"- Nesting check: {a['nesting'] or NA}. Ranking check: "
-              + ("; ".join(x for x in (a["ranking"], a["information_order"]) if x) or "not read (fewer than three lengths)")
+              + ("; ".join(x for x in (a["ranking"], a["information_order"]) if x)
+                 or "not in this run's report")
               + "."]
     for c in controls:
         if c["kind"] == AA_CONTROL and c["arm"] == a["arm"] and c["aa_differ"]:
@@ -227,13 +229,18 @@ def _forecast_brief(a: dict) -> str:
     if low := _smallest_p(a):
         r, score, t = low
         text += f" (smallest Holm p: {label(r['series'])} on the {SCORE_NAMES[score]}, {_ci(t)})"
-    longest = a["lengths"][-1] if len(a["lengths"]) > 1 else None
-    nest = longest["nesting"] if longest else {}
     text += f"; nesting check {a['nesting'] or NA}"
-    if nest.get("log_loss"):
-        parts = ", ".join(f"{NESTING_PART_NAMES[p]} {signed(nest[p]['estimate'])}" for p in ("move", "direction")
-                          if nest.get(p))
-        text += f" ({label(longest['series'])} cut to the shortest N {_ci(nest['log_loss'])}{'; ' + parts if parts else ''})"
+    # the lengths that failed it, else the longest: where a long context lost the most short-range skill
+    shown = ([r for r in a["lengths"] if r["lost_skill"]] or a["lengths"][-1:]) if len(a["lengths"]) > 1 else []
+    tested = []
+    for r in shown:
+        nest = r["nesting"]
+        if nest.get("log_loss"):
+            parts = ", ".join(f"{NESTING_PART_NAMES[p]} {signed(nest[p]['estimate'])}" for p in ("move", "direction")
+                              if nest.get(p))
+            tested.append(f"{label(r['series'])} cut to the shortest N {_ci(nest['log_loss'])}"
+                          + (f", {parts}" if parts else ""))
+    text += f" ({'; '.join(tested)})" if tested else ""
     probe = [r for r in a["lengths"][1:] if r["probe"]]
     if probe:
         more = [label(r["series"]) for r in probe if r["probe"]["reads_more"]]  # the report's rule (report.probe)
