@@ -62,7 +62,8 @@ def register(sub) -> None:
         "config hashes and run keys, seeds, folds, the primary test and its level, the nesting check, the trading "
         "gates, the trial count, the sentence each outcome will produce, the expected GPU time and the sweep "
         "commands (each arm into OUT/<arm>). A plan is written once. With --check RUN, list the run's departures "
-        "from the PLAN.json in its parent folder (the report lists them too).",
+        "from the PLAN.json in its parent folder (the report lists them too); with --summary PLAN, write the plan's "
+        "answer from its complete stages' reports (SUMMARY.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[
             options.lengths_option(None, "comma-separated context lengths, powers of two (default: the config's)"),
