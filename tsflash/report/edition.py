@@ -60,10 +60,13 @@ def control_met(kind: str, reading: dict) -> bool | None:
     return None
 
 
-def _reading(run_dir: Path) -> dict:
-    """What the control rules read from a finished run's report."""
-    questions = read_json(run_dir / QUESTIONS_FILE)
-    results = read_json(run_dir / "results.json")
+def _report(run_dir: Path) -> tuple[dict, dict]:
+    """(questions.json, results.json) of a finished run."""
+    return read_json(run_dir / QUESTIONS_FILE), read_json(run_dir / "results.json")
+
+
+def _reading(questions: dict, results: dict) -> dict:
+    """What the control rules read from a finished run's report (and an arm's summary shares)."""
     runs = questions["forecast"].get("runs", {})
     ranking = runs.get("ranking") or {}
     aa = results.get("aa") or {}
@@ -89,7 +92,8 @@ def _cell_seconds(run_dir: Path) -> float:
 
 def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
     """One arm's figures per N, its gates, sentences and cost, from its report."""
-    questions, results = read_json(run_dir / QUESTIONS_FILE), read_json(run_dir / "results.json")
+    questions, results = _report(run_dir)
+    reading = _reading(questions, results)
     forecast, trading = questions["forecast"], questions["trading"]
     comparisons = {(c["series"], c["score"]): c for c in forecast.get("runs", {}).get("comparisons", [])}
     nesting = forecast.get("nesting") or {}
@@ -115,13 +119,11 @@ def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
             "mean_daily_net": cand.get("mean_daily_net"), "train_seconds": row.get("train_seconds"),
             "peak_memory_bytes": row.get("peak_memory_bytes"), "tokens_per_s": row.get("tokens_per_s")})
     verdict, pbo_null = results.get("verdict", {}), trading.get("pbo_null") or {}
-    runs = forecast.get("runs", {})
     jobs = max((i.get("gpu_jobs") or 1 for i in read_json(run_dir / "run.json").get("invocations", [])), default=1)
     return {"arm": name, "folder": run_dir.relative_to(out).as_posix(), "lengths": lengths,
-            "question1": runs.get("answer") or "", "sentence": forecast.get("sentence", ""),
+            "question1": reading["question1"], "sentence": forecast.get("sentence", ""),
             "trading_sentence": trading.get("sentence", ""), "nesting": nesting.get("verdict", ""),
-            "ranking": (runs.get("ranking") or {}).get("verdict") or "",
-            "information_order": (runs.get("ranking") or {}).get("information_order") or "",
+            "ranking": reading["ranking"], "information_order": reading["information_order"],
             "gate": {"selected": verdict.get("selected"), "dsr": verdict.get("dsr"), "n_trials": verdict.get("n_trials"),
                      "n_trials_source": trading.get("n_trials_source"), "pbo": verdict.get("pbo"),
                      "pbo_null": [pbo_null.get("q05"), pbo_null.get("q95")] if pbo_null else None,
@@ -149,9 +151,9 @@ def edition_summary(out: Path) -> dict:
         if control is None:
             arms.append(_arm_summary(name, run_dir, out))
             continue
-        reading = _reading(run_dir)
+        reading = _reading(*_report(run_dir))
         controls.append({"run": name, "control": control["name"], "kind": control["kind"],
-                         "arm": run_dir.name, "expect": control["expect"], "rule": CONTROL_RULES.get(control["kind"], ""),
+                         "arm": run_dir.name, "expect": control["expect"], "rule": control.get("rule", ""),  # as planned
                          "met": control_met(control["kind"], reading), "cell_seconds": _cell_seconds(run_dir)} | reading)
     ladder = None
     if LADDER_RUN in rows:

@@ -352,15 +352,12 @@ class TrialLedger:
                     fingerprint, first, last, len(days)):
                 trials, skipped = p.get("trial", []), p.get("not_counted", [])
                 entries = tuple(f"{t['run']} {t['config']} ({t['note']})" for t in trials)
-                source = f"the trial ledger {self.path.name}, period \"{p['key']}\""
-                listed = {t.get("config_hash") for t in (*trials, *skipped)}
-                if config_hash is not None and own and config_hash not in listed:
+                source, count = f"the trial ledger {self.path.name}, period \"{p['key']}\"", len(trials)
+                if config_hash is not None and own and config_hash not in {t.get("config_hash") for t in (*trials, *skipped)}:
                     entries += (f"this run's {own} configuration{'s' if own != 1 else ''} (config hash "
                                 f"{config_hash}, not in the ledger)",)
-                    return TrialCount(len(trials) + own, f"{source} and this run, which it does not list", p["key"],
-                                      entries, tuple(f"{t['run']} ({t['note']})" for t in skipped))
-                return TrialCount(len(trials), source, p["key"], entries,
-                                  tuple(f"{t['run']} ({t['note']})" for t in skipped))
+                    source, count = f"{source} and this run, which it does not list", count + own
+                return TrialCount(count, source, p["key"], entries, tuple(f"{t['run']} ({t['note']})" for t in skipped))
         return None
 
 
