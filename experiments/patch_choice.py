@@ -11,7 +11,12 @@ of the patch model on the echo control. The rule:
   still takes the better one into the third edition, and the plan says its positive control is
   expected to fail;
 * if none finds it at all, nothing is chosen: the next candidates are a smaller patch model
-  (`model.d_model=128`) and patches of 4 bars.
+  (`model.d_model=128`) and patches of 4 bars;
+* `--final` (the round of those next candidates, read with every earlier round's candidates; stated
+  before it ran, 2026-12-05): if none finds it then either, the arm takes the candidate with the
+  smallest nesting value into the third edition and the plan says its positive control is expected
+  to fail. The screens stop there: patch tokens as screened read no far context on the echo, and
+  the answer for them says so.
 
 A candidate with fewer than 15 N=32768 runs decides nothing yet (one line says which).
 
@@ -31,7 +36,7 @@ FOUND_BAR = (12, 15)  # recipes.FOUND_BAR: found in at least 12 of the 15 N=3276
 LONGEST, SHORT = 32768, 512
 SOURCE = "long-memory"  # the echo control
 NEXT_CANDIDATES = ("model.d_model=128", "model.patch=4")
-ARM = "patch16"  # the plan's patch arm
+ARM = "patch"  # the plan's patch arm, named with its patch size: patch16, patch4
 ARM_KEYS = ("model.", "train.tokens_per_step=")  # a candidate's own settings; the rest is the plan's rule or the screen's
 
 
@@ -51,14 +56,24 @@ def candidate(folder: Path) -> dict:
             "found": longest.get("found") or 0, "runs": longest.get("cells", 0), "nesting": nesting}
 
 
-def choose(candidates: list[dict], need: tuple[int, int] = FOUND_BAR) -> dict:
-    """The stated rule over `candidate` readings: {"verdict", "chosen" (a candidate or None), "sentence"}."""
+def choose(candidates: list[dict], need: tuple[int, int] = FOUND_BAR, final: bool = False) -> dict:
+    """The stated rule over `candidate` readings: {"verdict", "chosen" (a candidate or None), "sentence"};
+    `final`: the last round, where none found still chooses (the smallest nesting value)."""
     bar, runs = need
     tally = ", ".join(f"{c['folder']} {c['found']} of {c['runs']}" for c in candidates)
     if short := [c for c in candidates if c["runs"] < runs]:
         return {"verdict": "undecided", "chosen": None,
                 "sentence": f"Undecided: {short[0]['folder']} has {short[0]['runs']} of its {runs} N={LONGEST} runs "
                             f"(found at N={LONGEST}: {tally})."}
+    if all(c["found"] == 0 for c in candidates) and final:
+        if any(c["nesting"] is None for c in candidates):
+            return {"verdict": "undecided", "chosen": None,
+                    "sentence": f"Undecided: none found, and not every candidate has its nesting value ({tally})."}
+        chosen = min(candidates, key=lambda c: c["nesting"])
+        return {"verdict": "chosen, control expected to fail", "chosen": chosen,
+                "sentence": f"Chosen: {chosen['folder']} (no candidate finds the echo at N={LONGEST}, the last round: "
+                            f"the smallest nesting value, {chosen['nesting']:+.5f} nats per bar; found: {tally}): the plan "
+                            "says the patch arm's positive control is expected to fail."}
     if all(c["found"] == 0 for c in candidates):
         return {"verdict": "none found", "chosen": None,
                 "sentence": f"No candidate finds the echo at N={LONGEST} ({tally}): nothing is chosen; the next "
@@ -82,14 +97,17 @@ def choose(candidates: list[dict], need: tuple[int, int] = FOUND_BAR) -> dict:
 def arm_item(chosen: dict) -> str:
     """The `tsflash preregister --arm` item of the chosen candidate: its own settings (the plan's shared
     --set items carry the rule; a screen's stopping override stays in the screen)."""
-    return f"{ARM}=" + ",".join(o for o in chosen["overrides"] if o.startswith(ARM_KEYS))
+    own = [o for o in chosen["overrides"] if o.startswith(ARM_KEYS)]
+    patch = next(o.split("=", 1)[1] for o in own if o.startswith("model.patch="))
+    return f"{ARM}{patch}=" + ",".join(own)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", type=Path, nargs="+", help="each candidate's recipes output folder (its summary.json)")
+    ap.add_argument("--final", action="store_true", help="the last round: none found still chooses (smallest nesting)")
     args = ap.parse_args(argv)
-    result = choose([candidate(f) for f in args.folders])
+    result = choose([candidate(f) for f in args.folders], final=args.final)
     print(result["sentence"])
     if result["chosen"] is not None:
         print(f"--arm {arm_item(result['chosen'])}")

@@ -13,21 +13,20 @@
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
 # The default jobs are the next measurements after reports/recipes/ (its README, "What remains"): the
-# rule's last BTC validation cell (seed 1, N=512 fold 4), resumed from
-# reports/recipes/pools/unfinished-rule-btc-seed1 (README item 2; BTC needs its packed bars in
-# .carry/packed, `tsflash data pack`), and the patch tokens' regularised screen on the echo, seeds 0-2:
-# residual dropout 0.2 at 2.1 M bars a step and at a quarter of that (the tenth screen found patch
-# tokens memorising their training bars after step ~100). One call of BUDGET_S=530 LIMIT_S=575: the
-# BTC cell needs a slice of at least 215 s (its N=512 cells took up to that with five jobs sharing).
-RULE="--set train.restarts=4 --set train.restart_screen=400"
-PATCH="--set model.patch=16 --set model.dropout=0.2"
-RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-rule-btc1|short-mix-ema-fast|btc|--set train.seeds=[1] $RULE --btc-data .carry/data
-runs/recipes-patch-drop-s0|short-mix-ema-fast|long-memory|--set train.seeds=[0] $PATCH --set train.tokens_per_step=2097152
-runs/recipes-patch-drop-s1|short-mix-ema-fast|long-memory|--set train.seeds=[1] $PATCH --set train.tokens_per_step=2097152
-runs/recipes-patch-drop-s2|short-mix-ema-fast|long-memory|--set train.seeds=[2] $PATCH --set train.tokens_per_step=2097152
-runs/recipes-patch-drop-q-s0|short-mix-ema-fast|long-memory|--set train.seeds=[0] $PATCH --set train.tokens_per_step=524288
-runs/recipes-patch-drop-q-s1|short-mix-ema-fast|long-memory|--set train.seeds=[1] $PATCH --set train.tokens_per_step=524288
-runs/recipes-patch-drop-q-s2|short-mix-ema-fast|long-memory|--set train.seeds=[2] $PATCH --set train.tokens_per_step=524288"}
+# patch tokens' last round on the echo, seeds 0-2 (the eleventh screen found residual dropout alone
+# finds the echo in none of 30 N=32768 runs): a smaller patch model (d_model 128, patches of 16 bars,
+# 2.1 M bars a step) and patches of 4 bars (at 524,288 bars a step: the per-bar model's labels a
+# step), dropout 0.2 in both. Read with `experiments/patch_choice.py --final`. One or two calls of
+# BUDGET_S=480 LIMIT_S=525 (the patches of 4 bars cost about four times a patch-16 cell).
+PATCH="--set model.dropout=0.2"
+D128="$PATCH --set model.patch=16 --set model.d_model=128 --set train.tokens_per_step=2097152"
+P4="$PATCH --set model.patch=4 --set train.tokens_per_step=524288"
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-patch-d128-s0|short-mix-ema-fast|long-memory|--set train.seeds=[0] $D128
+runs/recipes-patch-d128-s1|short-mix-ema-fast|long-memory|--set train.seeds=[1] $D128
+runs/recipes-patch-d128-s2|short-mix-ema-fast|long-memory|--set train.seeds=[2] $D128
+runs/recipes-patch4-s0|short-mix-ema-fast|long-memory|--set train.seeds=[0] $P4
+runs/recipes-patch4-s1|short-mix-ema-fast|long-memory|--set train.seeds=[1] $P4
+runs/recipes-patch4-s2|short-mix-ema-fast|long-memory|--set train.seeds=[2] $P4"}
 
 # The job lines, parsed once: line k (from 0, job k + 1 in messages) is outs[k], candidates[k],
 # sources[k] and its ARGS in extras[k].

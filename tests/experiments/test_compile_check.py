@@ -34,3 +34,17 @@ def test_both_sweeps_run_the_rule_on_one_cell_and_the_summary_says_what_compilin
     before = (tmp_path / "summary.md").read_text()
     assert check.main(argv) == 0  # complete sweeps are not run again; the summary is the same
     assert (tmp_path / "summary.md").read_text() == before
+
+
+def test_the_committed_h200_check_recomputes_and_compiling_does_not_pay_at_the_longest_n():
+    """reports/recipes/compile-check: the H200's two sweeps (2026-12-05). Compiling halves an N=512
+    cell (0.54) and makes an N=32768 cell 1.22 times as long, compiling included; the plan's hours
+    are at N=32768, so the third edition trains eager (reports/recipes/README.md, eleventh screen)."""
+    from tests.conftest import REPO
+
+    kept = REPO / "reports/recipes/compile-check"
+    summary = check.summarize(kept)
+    assert check.render(summary) == (kept / "summary.md").read_text()
+    ratios = {n: round(row["cell_ratio"], 2) for n, row in summary["rows"].items()}
+    assert ratios == {512: 0.54, 32768: 1.22}
+    assert all(row["compiled"]["compiled"] for row in summary["rows"].values())

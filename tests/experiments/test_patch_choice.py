@@ -55,3 +55,27 @@ def test_it_reads_the_summaries_recipes_writes(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == [
         f"Chosen: {tmp_path / 'a'} (the most finders, 13 of 15; found at N=32768: {tmp_path / 'a'} 13 of 15).",
         "--arm patch16=model.patch=16,train.tokens_per_step=2097152"]
+
+
+def test_the_last_round_chooses_the_smallest_nesting_value_when_none_finds_the_echo():
+    """`--final` (stated before the round of `model.d_model=128` and `model.patch=4` ran): none found
+    still puts an arm in the plan, the one with the smallest nesting value, its control expected to fail."""
+    rounds = [_c("drop", 0, nesting=0.0006), _c("d128", 0, nesting=-0.0002), _c("p4", 0, nesting=0.0001)]
+    assert choice.choose(rounds)["chosen"] is None  # not the last round: the next candidates
+    last = choice.choose(rounds, final=True)
+    assert last["verdict"] == "chosen, control expected to fail" and last["chosen"]["folder"] == "d128"
+    assert "smallest nesting value, -0.00020" in last["sentence"] and "expected to fail" in last["sentence"]
+    assert choice.choose([*rounds[:2], _c("p4", 0, nesting=None)], final=True)["verdict"] == "undecided"
+    assert choice.choose([_c("p4", 2), _c("d128", 0)], final=True)["chosen"]["folder"] == "p4"  # a finder still wins
+    four = {**_c("p4", 0), "overrides": ["train.short_fraction=0.25", "model.patch=4", "model.dropout=0.2",
+                                         "train.tokens_per_step=524288"]}
+    assert choice.arm_item(four) == "patch4=model.patch=4,model.dropout=0.2,train.tokens_per_step=524288"
+
+
+def test_the_eleventh_screen_finds_nothing_with_residual_dropout(capsys):
+    """reports/recipes/pools/patch-drop-*: dropout 0.2 at 2.1 M and 524,288 bars a step, 15 N=32768
+    runs each, the echo found in none: nothing chosen, the next round's candidates named."""
+    drop, quarter = (choice.candidate(POOLS / f"patch-drop{q}-seed0") for q in ("", "-q"))
+    assert (drop["runs"], drop["found"], quarter["runs"], quarter["found"]) == (15, 0, 15, 0)
+    assert choice.main([str(POOLS / "patch-drop-seed0"), str(POOLS / "patch-drop-q-seed0")]) == 0
+    assert "nothing is chosen; the next candidates are `model.d_model=128` and `model.patch=4`" in capsys.readouterr().out
