@@ -18,7 +18,9 @@ of the patch model on the echo control. The rule:
   to fail. The screens stop there: patch tokens as screened read no far context on the echo, and
   the answer for them says so.
 
-A candidate with fewer than 15 N=32768 runs decides nothing yet (one line says which).
+A candidate with fewer than 15 N=32768 runs decides nothing yet (one line says which), unless no
+outcome of the missing runs can change the choice or its verdict (`settled`: one candidate's finders
+already exceed what any other could reach, and it has reached the bar or cannot).
 
     python experiments/patch_choice.py reports/recipes/pools/patch-drop-seed0 reports/recipes/pools/patch-drop-q-seed0
 
@@ -56,12 +58,23 @@ def candidate(folder: Path) -> dict:
             "found": longest.get("found") or 0, "runs": longest.get("cells", 0), "nesting": nesting}
 
 
+def settled(candidates: list[dict], need: tuple[int, int] = FOUND_BAR) -> bool:
+    """Whether the missing runs (fewer than `need`'s runs) cannot change the choice or its verdict: one
+    candidate's finders exceed every other's most (its finders plus its missing runs, all found), and
+    that candidate has reached the bar already or cannot reach it with its own missing runs."""
+    bar, runs = need
+    most = {c["folder"]: c["found"] + max(runs - c["runs"], 0) for c in candidates}
+    leader = max(candidates, key=lambda c: c["found"])
+    beats_all = all(leader["found"] > most[c["folder"]] for c in candidates if c is not leader)
+    return leader["found"] > 0 and beats_all and (leader["found"] >= bar or most[leader["folder"]] < bar)
+
+
 def choose(candidates: list[dict], need: tuple[int, int] = FOUND_BAR, final: bool = False) -> dict:
     """The stated rule over `candidate` readings: {"verdict", "chosen" (a candidate or None), "sentence"};
     `final`: the last round, where none found still chooses (the smallest nesting value)."""
     bar, runs = need
     tally = ", ".join(f"{c['folder']} {c['found']} of {c['runs']}" for c in candidates)
-    if short := [c for c in candidates if c["runs"] < runs]:
+    if (short := [c for c in candidates if c["runs"] < runs]) and not settled(candidates, need):
         return {"verdict": "undecided", "chosen": None,
                 "sentence": f"Undecided: {short[0]['folder']} has {short[0]['runs']} of its {runs} N={LONGEST} runs "
                             f"(found at N={LONGEST}: {tally})."}
@@ -84,8 +97,11 @@ def choose(candidates: list[dict], need: tuple[int, int] = FOUND_BAR, final: boo
         return {"verdict": "undecided", "chosen": None,
                 "sentence": f"Undecided: a tie at {most} of {runs} without every nesting value ({tally})."}
     chosen = min(tied, key=lambda c: c["nesting"]) if len(tied) > 1 else tied[0]
-    why = (f"the most finders, {most} of {runs}" if len(tied) == 1 else
+    why = (f"the most finders, {most} of {tied[0]['runs']}" if len(tied) == 1 else
            f"a tie at {most} of {runs}, the smaller nesting value ({chosen['nesting']:+.5f} nats per bar)")
+    if short:
+        why += (f"; settled with {sum(runs - c['runs'] for c in short)} N={LONGEST} run(s) missing, which no "
+                "outcome of can change")
     if most >= bar:
         return {"verdict": "chosen", "chosen": chosen,
                 "sentence": f"Chosen: {chosen['folder']} ({why}; found at N={LONGEST}: {tally})."}

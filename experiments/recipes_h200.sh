@@ -13,18 +13,13 @@
 source experiments/device_env.sh
 BUDGET_S=${BUDGET_S:-420}
 # The default jobs are the next measurements after reports/recipes/ (its README, "What remains"): the
-# patch tokens' last round on the echo, seeds 0-2 (the eleventh screen found residual dropout alone
-# finds the echo in none of 30 N=32768 runs): a smaller patch model (d_model 128, patches of 16 bars,
-# 2.1 M bars a step) and patches of 4 bars (at 524,288 bars a step: the per-bar model's labels a
-# step), dropout 0.2 in both. Read with `experiments/patch_choice.py --final`. One or two calls of
-# BUDGET_S=480 LIMIT_S=525 (the patches of 4 bars cost about four times a patch-16 cell).
-PATCH="--set model.dropout=0.2"
-D128="$PATCH --set model.patch=16 --set model.d_model=128 --set train.tokens_per_step=2097152"
-P4="$PATCH --set model.patch=4 --set train.tokens_per_step=524288"
-RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-patch-d128-s0|short-mix-ema-fast|long-memory|--set train.seeds=[0] $D128
-runs/recipes-patch-d128-s1|short-mix-ema-fast|long-memory|--set train.seeds=[1] $D128
-runs/recipes-patch-d128-s2|short-mix-ema-fast|long-memory|--set train.seeds=[2] $D128
-runs/recipes-patch4-s0|short-mix-ema-fast|long-memory|--set train.seeds=[0] $P4
+# rest of the patch tokens' last round on the echo (patches of 4 bars at 524,288 bars a step, dropout
+# 0.2, seeds 0-2: one N=32768 cell and eight N=512 cells left), resumed from
+# reports/recipes/pools/unfinished-patch4-seed0|1|2 (README item 2 says how). Its choice is settled
+# already (experiments/patch_choice.py --final): these cells complete the screen's record, nothing
+# more. One call of BUDGET_S=200 LIMIT_S=240, or beside other work.
+P4="--set model.dropout=0.2 --set model.patch=4 --set train.tokens_per_step=524288"
+RECIPES_JOBS=${RECIPES_JOBS:-"runs/recipes-patch4-s0|short-mix-ema-fast|long-memory|--set train.seeds=[0] $P4
 runs/recipes-patch4-s1|short-mix-ema-fast|long-memory|--set train.seeds=[1] $P4
 runs/recipes-patch4-s2|short-mix-ema-fast|long-memory|--set train.seeds=[2] $P4"}
 

@@ -581,3 +581,10 @@ def test_the_eleventh_screen_recomputes_from_its_committed_runs(monkeypatch):
         per_n = summary["runs"][0]["per_n"]
         assert per_n[32768]["cells"] == 15 and per_n[32768]["found"] == 0
         assert abs(per_n[32768]["test_log_loss"] - per_n[512]["test_log_loss"]) < 5e-4
+    # the last round (What remains, item 5): a smaller patch model finds nothing either; patches of 4
+    # bars find it in 4 of the 14 N=32768 runs so far (its N=512 cells are half done)
+    for name, runs, found in (("patch-d128-seed", 15, 0), ("unfinished-patch4-seed", 14, 4)):
+        summary = recipes.summarize(pools / f"{name}0", ("short-mix-ema-fast",), ("long-memory",),
+                                    pools=(pools / f"{name}1", pools / f"{name}2")) | {"short": 512}
+        assert recipes.render(summary) == (pools / f"{name}0" / "summary.md").read_text()
+        assert (summary["runs"][0]["per_n"][32768]["cells"], summary["runs"][0]["per_n"][32768]["found"]) == (runs, found)

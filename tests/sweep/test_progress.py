@@ -147,7 +147,7 @@ def test_a_patch_cell_is_priced_by_its_measured_seconds_a_step():
         per_bar = replace(cfg, train=replace(cfg.train, tokens_per_step=row.tokens_per_step))
         patched = replace(per_bar, model=replace(cfg.model, patch=row.patch))
         work, per_bar_work = model_work(patched, row.n, p), model_work(per_bar, row.n, p)
-        assert work.units == per_bar_work.units and (work.patch, work.tokens_per_step) == (16, row.tokens_per_step)
+        assert work.units == per_bar_work.units and (work.patch, work.tokens_per_step) == (row.patch, row.tokens_per_step)
         per_bar_step = _log_interp(row.n, calibration.lengths, calibration.step_seconds) * row.tokens_per_step / 131072
         assert calibration.patch_factor(work) * per_bar_step == pytest.approx(row.step_seconds)
         assert cuda.seconds(work) == pytest.approx(cuda.seconds(per_bar_work) * calibration.patch_factor(work))
@@ -156,7 +156,7 @@ def test_a_patch_cell_is_priced_by_its_measured_seconds_a_step():
     factor = {t: calibration.patch_factor(model_work(replace(patched, train=replace(cfg.train, tokens_per_step=t)), 32768, p))
               for t in (65536, 131072, 524288, 2097152, 8388608)}
     assert factor[65536] == factor[131072] > factor[524288] > factor[2097152] == factor[8388608]
-    other = replace(cfg, model=replace(cfg.model, patch=4))
+    other = replace(cfg, model=replace(cfg.model, patch=8))  # a patch size nobody measured: the per-bar price
     assert calibration.patch_factor(model_work(other, 32768, p)) == 1.0
     assert prior_rates("cpu").patch_factor(model_work(patched, 32768, p)) == 1.0
     p16 = n_params(patched)

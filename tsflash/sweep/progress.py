@@ -145,7 +145,11 @@ _H200_PATCH16 = ("reports/recipes/pools/patch16/baseline/long-memory/cells/n*/*-
                  "recipe jobs, 2026-12-02)")
 _H200_PATCH16_LABELS = ("reports/recipes/pools/patch16-labels/baseline/long-memory/cells/n*/*-seed?.json (H200, "
                         "shared by three recipe jobs, 2026-12-02)")
+_H200_PATCH4 = ("reports/recipes/pools/unfinished-patch4-seed?/short-mix-ema-fast/long-memory/cells/n*/*-seed?.json "
+                "(H200, shared by six recipe jobs, 2026-12-05)")
 CALIBRATION_PATCH = (
+    MeasuredPatch("cuda", 4, 512, 524288, 7, 0.10076, _H200_PATCH4),
+    MeasuredPatch("cuda", 4, 32768, 524288, 14, 0.23041, _H200_PATCH4),
     MeasuredPatch("cuda", 16, 512, 131072, 5, 0.01719, _H200_PATCH16),
     MeasuredPatch("cuda", 16, 32768, 131072, 5, 0.01832, _H200_PATCH16),
     MeasuredPatch("cuda", 16, 512, 2097152, 15, 0.06742, _H200_PATCH16_LABELS),
