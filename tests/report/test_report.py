@@ -264,7 +264,7 @@ def test_the_published_run_rebuilds_the_same_numbers(tmp_path):
     rebuilt = dict(_numbers(json.loads((run / "results.json").read_text())))
     assert len(committed) > 25000  # the PBO logits and ranks are in there
     variance = committed[("selection", "sr_variance")]
-    first_edition, ledger = 4, 7  # the first edition's own study; the ledger's period for these test days
+    first_edition, ledger = 4, 13  # the first edition's own study; the ledger's period for these test days
     fingerprint = json.loads((PUBLISHED / "data.json").read_text())["fingerprint"]["sha256"]
     days = pq.read_table(PUBLISHED / "daily_returns.parquet").column("day").to_numpy()
     assert TrialLedger.read().count_for(fingerprint, np.unique(days)).n_trials == ledger
@@ -275,7 +275,7 @@ def test_the_published_run_rebuilds_the_same_numbers(tmp_path):
     for path in counted:
         was, now = expected[path[-1]]
         assert committed[path] == pytest.approx(was, rel=1e-12) and rebuilt[path] == pytest.approx(now, rel=1e-12), path
-    assert rebuilt[("verdict", "dsr")] == committed[("verdict", "dsr")] == 0.0  # DSR stays 0 with 7 trials
+    assert rebuilt[("verdict", "dsr")] == committed[("verdict", "dsr")] == 0.0  # DSR stays 0 with 13 trials
     for path, value in committed.items():
         assert path in rebuilt, path
         if path[-1] in TRIAL_COUNTED:
@@ -300,12 +300,35 @@ LATEST_REREPORT = SECOND_EDITION / "rereport-2026-12-nesting"  # made by `tsflas
 
 
 @pytest.mark.slow  # about 8 s on 2 cores: a 9 MB copy and a whole report
-def test_the_published_second_edition_rebuilds_its_latest_rereport(tmp_path):
+def ledger_before(plan: str, tmp_path: Path, monkeypatch) -> Path:
+    """The trial ledger as it stood before `plan`'s entries were added (its lines taken out of
+    trials.toml), read by every report built after this: a committed report rebuilds as it was
+    written, where the ledger has grown since only by a later plan's configurations."""
+    from tsflash.stats import gate
+
+    lines = gate.TRIALS_FILE.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if f"plan {plan}" not in line]
+    assert len(lines) - len(kept) == 8, "the plan's six trials and two not-counted replicates"
+    path = tmp_path / "trials-before.toml"
+    path.write_text("".join(kept))
+    read = gate.TrialLedger.read.__func__
+    monkeypatch.setattr(gate.TrialLedger, "read", classmethod(lambda cls, p=path: read(cls, p)))
+    return path
+
+
+def test_the_published_second_edition_rebuilds_its_latest_rereport(tmp_path, monkeypatch):
     """`tsflash report` on a copy of the second edition, written elsewhere as its committed
     re-report was: every number of that re-report's results.json and questions.json, and its
-    Parquet tables, as committed; only sentences may change."""
+    Parquet tables, as committed; only sentences may change. The re-report counted 7 trials on its
+    test days; the third edition's plan has since added 6 (13 now, which only the trial-count
+    figures follow): the rebuild reads the ledger as it stood."""
     if not any(SECOND_EDITION.glob("cells/n32768/*.cell.json")):
         pytest.skip("the second edition's cell summaries are absent")
+    fingerprint = "4b38b3911d705c098c3185407ff8ee1f9873f8b73f373608c179e31ac54ae67d"  # BTC 2021-2025, its 911 test days
+    days = np.arange(np.datetime64("2023-01-02"), np.datetime64("2025-07-01"))
+    assert TrialLedger.read().count_for(fingerprint, days).n_trials == 13
+    ledger_before("2983a47e5e3c", tmp_path, monkeypatch)
+    assert TrialLedger.read().count_for(fingerprint, days).n_trials == 7
     run, out = tmp_path / "second", tmp_path / "again"
     shutil.copytree(SECOND_EDITION, run, ignore=shutil.ignore_patterns("rereport-*"))
     assert cli.main(["report", str(run), "--out", str(out)]) == 0
