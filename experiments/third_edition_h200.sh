@@ -9,6 +9,13 @@
 #   BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh         # the next stage's runs
 #   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh
 #
+# Two runs a call until each has measured its longest-N cell (then its own measurement gates its
+# cells): a fresh run's first cell starts on a guessed time (the longest N first), and the guess is
+# the cost table's, for a cell alone. Measured on the H200 (reports/recipes/README.md, eleventh
+# screen): an N=32768 BTC cell of the rule takes 118 s alone, 360-363 s with two or three jobs
+# sharing and 427-533 s with four, so four fresh runs' first cells can outlast LIMIT_S=570 and be
+# cut, losing all their training; with two they end near 400 s. For the first stage:
+#   RUNS="per-bar controls/aa/per-bar" ..., then RUNS="controls/echo/per-bar controls/iid/per-bar" ...
 # In: the plan and its runs' state as .carry/state-third.tar, made here from the repository root by
 #   `python experiments/carry_state.py reports/third-edition [RUN ...]` (default: the next runs; what a
 #   resume and the ladder's summary read, and the whole carry checked against the device's 64 MiB),
