@@ -9,13 +9,13 @@
 #   BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh         # the next stage's runs
 #   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh
 #
-# Two runs a call until each has measured its longest-N cell (then its own measurement gates its
-# cells): a fresh run's first cell starts on a guessed time (the longest N first), and the guess is
-# the cost table's, for a cell alone. Measured on the H200 (reports/recipes/README.md, eleventh
-# screen): an N=32768 BTC cell of the rule takes 118 s alone, 360-363 s with two or three jobs
-# sharing and 427-533 s with four, so four fresh runs' first cells can outlast LIMIT_S=570 and be
-# cut, losing all their training; with two they end near 400 s. For the first stage:
-#   RUNS="per-bar controls/aa/per-bar" ..., then RUNS="controls/echo/per-bar controls/iid/per-bar" ...
+# At most RUNS_MAX (default 2) runs a call when RUNS is not given: the stage's first runs not
+# complete, the rest in later calls (the log says which). Runs side by side gain no throughput on one
+# H200 (an N=32768 BTC cell of the rule took 118 s alone and 427-533 s with four jobs sharing, an
+# N=512 cell 38 s alone and 155-191 s with four: reports/recipes/README.md, ninth to eleventh screens),
+# and they add a risk: a fresh run's first cell starts on the cost table's guess for a cell alone (the
+# longest N first), so four fresh runs' first cells can outlast LIMIT_S=570 and be cut, losing all
+# their training; two take about twice the 118 s by the same figures.
 # In: the plan and its runs' state as .carry/state-third.tar, made here from the repository root by
 #   `python experiments/carry_state.py reports/third-edition [RUN ...]` (default: the next runs; what a
 #   resume and the ladder's summary read, and the whole carry checked against the device's 64 MiB),
@@ -42,6 +42,12 @@ if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not compl
     echo "every stage of $PLAN/PLAN.json is complete: nothing to run" >&2
     exit 0
   fi
+  read -ra next <<< "$RUNS"
+  if [ ${#next[@]} -gt "${RUNS_MAX:-2}" ]; then
+    echo "held for a later call (RUNS_MAX=${RUNS_MAX:-2} runs a call): ${next[*]:${RUNS_MAX:-2}}"
+  fi
+  kept=("${next[@]:0:${RUNS_MAX:-2}}")
+  RUNS="${kept[*]}"
   echo "the plan's next runs: $RUNS"
 fi
 planned=$(python3 -m tsflash.cli preregister --commands "$PLAN") || exit 2

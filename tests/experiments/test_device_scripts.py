@@ -189,3 +189,17 @@ def test_without_runs_named_the_call_runs_the_plans_next_stage(planned):
     argvs = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
     assert sorted(a[a.index("--out") + 1] for a in argvs) == ["reports/third-edition/controls/aa/per-bar",
                                                            "reports/third-edition/per-bar"]
+
+
+def test_without_runs_named_a_call_takes_at_most_runs_max_of_the_stage(planned):
+    """Runs side by side gain no throughput on one H200 and risk a fresh run's first long cell
+    (the script's head): by default two a call, the stage's first ones not complete, the rest held
+    and named in the log."""
+    root, env = planned
+    done = _third(root, env, BUDGET_S="300", RUNS_MAX="1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "held for a later call (RUNS_MAX=1 runs a call): controls/aa/per-bar" in done.stdout
+    assert "the plan's next runs: per-bar\n" in done.stdout
+    argvs = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
+    assert [a[a.index("--out") + 1] for a in argvs] == ["reports/third-edition/per-bar"]
+    assert [p.read_text() for p in Path(env["ARGV_DIR"]).glob("*.jobs")] == ["1\n"]
