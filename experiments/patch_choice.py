@@ -78,16 +78,16 @@ def choose(candidates: list[dict], need: tuple[int, int] = FOUND_BAR, final: boo
         return {"verdict": "undecided", "chosen": None,
                 "sentence": f"Undecided: {short[0]['folder']} has {short[0]['runs']} of its {runs} N={LONGEST} runs "
                             f"(found at N={LONGEST}: {tally})."}
-    if all(c["found"] == 0 for c in candidates) and final:
-        if any(c["nesting"] is None for c in candidates):
-            return {"verdict": "undecided", "chosen": None,
-                    "sentence": f"Undecided: none found, and not every candidate has its nesting value ({tally})."}
-        chosen = min(candidates, key=lambda c: c["nesting"])
-        return {"verdict": "chosen, control expected to fail", "chosen": chosen,
-                "sentence": f"Chosen: {chosen['folder']} (no candidate finds the echo at N={LONGEST}, the last round: "
-                            f"the smallest nesting value, {chosen['nesting']:+.5f} nats per bar; found: {tally}): the plan "
-                            "says the patch arm's positive control is expected to fail."}
     if all(c["found"] == 0 for c in candidates):
+        if final:
+            if any(c["nesting"] is None for c in candidates):
+                return {"verdict": "undecided", "chosen": None,
+                        "sentence": f"Undecided: none found, and not every candidate has its nesting value ({tally})."}
+            chosen = min(candidates, key=lambda c: c["nesting"])
+            return {"verdict": "chosen, control expected to fail", "chosen": chosen,
+                    "sentence": f"Chosen: {chosen['folder']} (no candidate finds the echo at N={LONGEST}, the last "
+                                f"round: the smallest nesting value, {chosen['nesting']:+.5f} nats per bar; found: "
+                                f"{tally}): the plan says the patch arm's positive control is expected to fail."}
         return {"verdict": "none found", "chosen": None,
                 "sentence": f"No candidate finds the echo at N={LONGEST} ({tally}): nothing is chosen; the next "
                             f"candidates are {' and '.join(f'`{c}`' for c in NEXT_CANDIDATES)}."}

@@ -32,6 +32,7 @@ source experiments/device_env.sh
 PLAN=${PLAN:-reports/third-edition}
 BUDGET_S=${BUDGET_S:-520}
 LIMIT_S=${LIMIT_S:-570}
+RUNS_MAX=${RUNS_MAX:-2}  # the stage's runs a call when RUNS is not named (the head says why)
 if [ ! -f "$PLAN/PLAN.json" ]; then
   echo "no $PLAN/PLAN.json: carry the plan in .carry/state-third.tar" >&2
   exit 2
@@ -43,11 +44,10 @@ if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not compl
     exit 0
   fi
   read -ra next <<< "$RUNS"
-  if [ ${#next[@]} -gt "${RUNS_MAX:-2}" ]; then
-    echo "held for a later call (RUNS_MAX=${RUNS_MAX:-2} runs a call): ${next[*]:${RUNS_MAX:-2}}"
+  if [ ${#next[@]} -gt "$RUNS_MAX" ]; then
+    echo "held for a later call (RUNS_MAX=$RUNS_MAX runs a call): ${next[*]:$RUNS_MAX}"
   fi
-  kept=("${next[@]:0:${RUNS_MAX:-2}}")
-  RUNS="${kept[*]}"
+  RUNS="${next[*]:0:$RUNS_MAX}"
   echo "the plan's next runs: $RUNS"
 fi
 planned=$(python3 -m tsflash.cli preregister --commands "$PLAN") || exit 2

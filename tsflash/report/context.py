@@ -180,6 +180,12 @@ def job_peak_note(peak: dict | None) -> str | None:
             f"{peak.get('through', 'cells')}: {peak.get('rule', 'the peak resident set')}.")
 
 
+def most_gpu_jobs(invocations: list[dict]) -> int:
+    """The most jobs any invocation (slice) of a run shared its GPU with, itself included (run.json,
+    `tsflash.sweep.provenance.gpu_jobs`); 1 when it always had the GPU alone."""
+    return max((i.get("gpu_jobs") or 1 for i in invocations), default=1)
+
+
 def shared_gpu_note(invocations: list[dict]) -> str | None:
     """Whether this run's cost figures were shared: its invocations (slices) that a device script
     started beside other jobs on one GPU (run.json, `tsflash.sweep.provenance.gpu_jobs`); None when none was."""
@@ -187,7 +193,7 @@ def shared_gpu_note(invocations: list[dict]) -> str | None:
     if not shared:
         return None
     return (f"{len(shared)} of {plural(len(invocations), 'invocation')} of this run (its slices) ran beside other "
-            f"jobs on the same GPU (up to {max(shared)} jobs side by side, as the device script started them): the "
+            f"jobs on the same GPU (up to {most_gpu_jobs(invocations)} jobs side by side, as the device script started them): the "
             "epoch, train, validation, tokens/s and TFLOP/s figures are shared, not one N's cost alone; peak memory "
             "is the CUDA allocator's of this process, which sharing leaves alone. One N's cost alone: `tsflash bench "
             "train` (docs/benchmarks.md).")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tsflash.atomic import write_json, write_text
 from tsflash.errors import UserError
+from tsflash.report.context import most_gpu_jobs
 from tsflash.report.probe import FOLLOWS
 from tsflash.report.questions import RESULTS_FILE as QUESTIONS_FILE
 from tsflash.report.wording import NA, NESTING_PART_NAMES, SCORE_NAMES, bps, fmt, label, plural, signed
@@ -119,7 +120,7 @@ def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
             "mean_daily_net": cand.get("mean_daily_net"), "train_seconds": row.get("train_seconds"),
             "peak_memory_bytes": row.get("peak_memory_bytes"), "tokens_per_s": row.get("tokens_per_s")})
     verdict, pbo_null = results.get("verdict", {}), trading.get("pbo_null") or {}
-    jobs = max((i.get("gpu_jobs") or 1 for i in read_json(run_dir / "run.json").get("invocations", [])), default=1)
+    jobs = most_gpu_jobs(read_json(run_dir / "run.json").get("invocations", []))
     return {"arm": name, "folder": run_dir.relative_to(out).as_posix(), "lengths": lengths,
             "question1": reading["question1"], "sentence": forecast.get("sentence", ""),
             "trading_sentence": trading.get("sentence", ""), "nesting": nesting.get("verdict", ""),
