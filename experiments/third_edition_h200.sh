@@ -9,13 +9,16 @@
 #   BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh         # the next stage's runs
 #   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=570 bash experiments/third_edition_h200.sh
 #
-# At most RUNS_MAX (default 2) runs a call when RUNS is not given: the stage's first runs not
+# At most RUNS_MAX (default 1) runs a call when RUNS is not given: the stage's first run not
 # complete, the rest in later calls (the log says which). Runs side by side gain no throughput on one
 # H200 (an N=32768 BTC cell of the rule took 118 s alone and 427-533 s with four jobs sharing, an
-# N=512 cell 38 s alone and 155-191 s with four: reports/recipes/README.md, ninth to eleventh screens),
-# and they add a risk: a fresh run's first cell starts on the cost table's guess for a cell alone (the
-# longest N first), so four fresh runs' first cells can outlast LIMIT_S=570 and be cut, losing all
-# their training; two take about twice the 118 s by the same figures.
+# N=512 cell 38 s alone and 155-191 s with four: reports/recipes/README.md, ninth to eleventh screens;
+# 215-282 s with two, the third edition's first calls), and sharing costs whole folds: a sliced run
+# starts a cell only when the rest of its fold fits the slice too (tsflash.sweep.workers.CellQueue:
+# a fold is scored from its seeds' per-bar files together, and those stay behind on the device), and
+# three N=32768 seeds at two runs' pace (about 750 s) never fit a 520 s slice, where alone (about
+# 354 s) they do. The first three calls ran two runs side by side: their model cells' per-bar files
+# stayed behind before any fold was whole, and those cells are trained again.
 # In: the plan and its runs' state as .carry/state-third.tar, made here from the repository root by
 #   `python experiments/carry_state.py reports/third-edition [RUN ...]` (default: the next runs; what a
 #   resume and the ladder's summary read, and the whole carry checked against the device's 64 MiB),
@@ -32,7 +35,7 @@ source experiments/device_env.sh
 PLAN=${PLAN:-reports/third-edition}
 BUDGET_S=${BUDGET_S:-520}
 LIMIT_S=${LIMIT_S:-570}
-RUNS_MAX=${RUNS_MAX:-2}  # the stage's runs a call when RUNS is not named (the head says why)
+RUNS_MAX=${RUNS_MAX:-1}  # the stage's runs a call when RUNS is not named (the head says why)
 if [ ! -f "$PLAN/PLAN.json" ]; then
   echo "no $PLAN/PLAN.json: carry the plan in .carry/state-third.tar" >&2
   exit 2

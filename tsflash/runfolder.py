@@ -305,8 +305,10 @@ class RunFolder:
         return self.cells_dir / BASELINE_DIR / f"fold{fold}{CELL_SUFFIX}"
 
     def n_finished_cells(self) -> int:
-        """Finished cells of any kind (model cells and per-fold baseline cells)."""
-        return sum(1 for _ in self.cells_dir.rglob(f"*{CELL_SUFFIX}")) if self.cells_dir.is_dir() else 0
+        """Finished cells of any kind: saved model cells (`saved_cell_keys`) and per-fold baseline cells."""
+        if not self.cells_dir.is_dir():
+            return 0
+        return len(self.saved_cell_keys()) + sum(1 for _ in (self.cells_dir / BASELINE_DIR).glob(f"*{CELL_SUFFIX}"))
 
     def cell_summaries(self) -> tuple[list[dict], list[dict]]:
         """(model cell summaries, baseline summaries), in path order."""

@@ -115,6 +115,25 @@ def test_a_fold_is_scored_once_all_its_seeds_are_saved(uninterrupted, interrupte
     assert folder.saved_cell_keys() == [key, key]
 
 
+def test_a_cell_whose_files_were_left_behind_before_its_fold_was_scored_counts_nowhere(interrupted):
+    """Fold 1's seed 0 has its summary but neither its arrays nor its fold's scores: it is trained
+    again, so it is neither a finished cell (`tsflash runs`, the bench tables) nor a measurement
+    of the cell time a resumed slice plans with (it may have shared its GPU with another run)."""
+    stopped, key = interrupted
+    folder = RunFolder(stopped)
+    cfg = config_from_dict(json.loads(folder.config_json.read_text()))
+    assert folder.n_finished_cells() == N_FOLDS + 2  # the baselines' folds and fold 0's two seeds
+    observed = []
+
+    class Cost:
+        def observe(self, work, seconds):
+            observed.append((work.n, seconds))
+
+    sweep._observe_saved_cells(Cost(), folder, cfg, model_params=1000)
+    summaries = {(c["fold"], c["seed"]): c["seconds"] for c in folder.cell_summaries()[0]}
+    assert len(summaries) == 3 and sorted(observed) == sorted((int(key[1:]), summaries[0, s]) for s in SEEDS)
+
+
 def test_the_fold_scores_are_what_the_cells_score(uninterrupted):
     """The trial's series and loss table joined from fold files equal those scored from the
     per-bar cells in one go (how every trial was scored before fold files), bit for bit."""

@@ -151,7 +151,7 @@ class FakeRun:
     """Cells saved in a set instead of files; a real SQLite ledger, and the baselines and the
     precision check queued as `tsflash.sweep.run` queues them."""
 
-    def __init__(self, tmp_path: Path, lengths=(64, 128), folds=2, baselines=True, precision=True):
+    def __init__(self, tmp_path: Path, lengths=(64, 128), folds=2, baselines=True, precision=True, seeds=1):
         slots = plan_slots(list(lengths), 1, 1e-3, 0.1)
         self.url = f"sqlite:///{tmp_path / 'optuna.db'}"
         self.ledger = Ledger.open("s", self.url, slots)
@@ -159,8 +159,8 @@ class FakeRun:
         for name, wanted in (("baselines", baselines), ("precision", precision)):
             if wanted:
                 self.ledger.enqueue_cell(name, {})
-        self.lengths, self.folds = list(lengths), folds
-        self.saved: set = set()
+        self.lengths, self.folds, self.seeds = list(lengths), folds, seeds
+        self.saved: set = set()  # (key, fold, seed)
 
     def queue(self, **kw) -> CellQueue:
         return CellQueue(self.ledger, cells=self.cells, params_of=self.params_of, **kw)
@@ -172,7 +172,7 @@ class FakeRun:
         return other
 
     def cells(self, key: str):
-        return [(k, 0, (key, k) in self.saved) for k in range(self.folds)]
+        return [(k, s, (key, k, s) in self.saved) for k in range(self.folds) for s in range(self.seeds)]
 
     def params_of(self, trial):
         params = suggest_params(trial, self.lengths, 1e-3, 0.1, False)
@@ -182,8 +182,8 @@ class FakeRun:
 
     def run(self, job) -> str:
         if job.kind == "cell":
-            self.saved.add((job.key, job.fold))
-            return f"{job.key}/{job.fold}"
+            self.saved.add((job.key, job.fold, job.seed))
+            return f"{job.key}/{job.fold}" + (f"/{job.seed}" if self.seeds > 1 else "")
         if job.kind == "score":  # recorded on the trial, then told, as tsflash.sweep.run scores
             self.ledger.complete(job.config, 1.0, lambda trial: trial.set_user_attr("daily_returns_path", job.key))
             return f"score {job.key}"
@@ -208,7 +208,7 @@ def test_after_the_deadline_only_scoring_runs(tmp_path):
     next(jobs)  # n128/1, popped and left: the loop ends before it is run
     jobs.close()
     assert [t.state for t in run.ledger.cells.trials][-2:] == [TrialState.FAIL, TrialState.WAITING]  # queued again
-    run.saved.add(("n128", 1))  # another worker finished it
+    run.saved.add(("n128", 1, 0))  # another worker finished it
     late = run.queue(deadline=time.monotonic() - 1)
     assert [run.run(job) for job in late] == ["score n128"] and late.out_of_time
 
@@ -238,11 +238,41 @@ def test_a_cell_measured_longer_than_the_whole_slice_never_starts(tmp_path, capl
         queue = run.queue(deadline=time.monotonic() + 390, estimate=measured)
         assert [run.run(job) for job in queue] == ["n64/0", "n64/1", "score n64"]
     assert queue.out_of_time and queue.cells_started == 2
-    assert "N=128 took 480 s" in caplog.text
+    assert "a fold at N=128 take 480 s" in caplog.text
     assert len(run.ledger.trials(TrialState.WAITING, study=run.ledger.cells)) == 2  # both n128 cells left
     # a slice long enough runs them
     longer = run.queue(deadline=time.monotonic() + 1000, estimate=measured)
     assert [run.run(job) for job in longer] == ["n128/0", "n128/1", "score n128"]
+
+
+def test_under_a_deadline_a_fold_starts_only_when_all_its_cells_left_fit(tmp_path, caplog):
+    """A fold is scored from its seeds' per-bar files together, and a state carried between slices
+    leaves those behind: a sliced run must not leave a fold half done. With three seeds of 100 s
+    measured and 250 s left, one seed alone would fit but the fold does not: the slice goes to the
+    smaller N; with 350 s the whole fold runs, its seeds one after another."""
+    run = FakeRun(tmp_path, folds=1, seeds=3, baselines=False, precision=False)
+    measured = lambda n: CellTime(100.0 if n == 128 else 1.0, measured=True)  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="tsflash.sweep.workers"):
+        queue = run.queue(deadline=time.monotonic() + 250, estimate=measured)
+        assert [run.run(job) for job in queue] == ["n64/0/0", "n64/0/1", "n64/0/2", "score n64"]
+        assert queue.out_of_time and "a fold at N=128 take 300 s" in caplog.text and "slice (250 s)" in caplog.text
+        caplog.clear()
+        nxt = run.queue(deadline=time.monotonic() + 350, estimate=measured)
+        assert [run.run(job) for job in nxt] == ["n128/0/0", "n128/0/1", "n128/0/2", "score n128"]
+    assert not caplog.text
+
+
+def test_a_fold_half_done_counts_only_its_cells_left_and_a_cell_queued_again_comes_back_to_its_fold(tmp_path):
+    """Two of three seeds saved: the third fits where the whole fold would not. A cell queued again
+    (its files left behind) runs with its own fold's seeds, not after the other folds' cells."""
+    run = FakeRun(tmp_path, lengths=(64,), folds=2, seeds=3, baselines=False, precision=False)
+    run.saved |= {("n64", 0, 1), ("n64", 0, 2)}
+    measured = lambda n: CellTime(100.0, measured=True)  # noqa: E731
+    queue = run.queue(deadline=time.monotonic() + 150, estimate=measured)
+    assert [run.run(job) for job in queue] == ["n64/0/0"]
+    run.saved.discard(("n64", 0, 0))  # its per-bar files were left behind before the fold was scored
+    run.saved |= {("n64", 1, 0)}
+    assert [run.run(job) for job in run.queue()] == ["n64/0/0", "n64/1/1", "n64/1/2", "score n64"]
 
 
 def test_a_configuration_popped_but_not_yet_drawn_by_another_worker_queues_cells_with_their_n(tmp_path):

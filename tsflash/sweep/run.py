@@ -345,9 +345,13 @@ def _cell_time(cost: CostModel, cfg: ExperimentConfig, model_params: int, n: int
 
 
 def _observe_saved_cells(cost: CostModel, folder: RunFolder, cfg: ExperimentConfig, model_params: int) -> None:
-    """Cells finished by earlier invocations refine the estimate before any cell runs here."""
+    """Cells saved by earlier invocations refine the estimate before any cell runs here (not those
+    whose per-bar files a state archive left behind before their fold was scored: they are trained
+    again, and their time may have been measured on a GPU shared with another run)."""
     cells, _ = folder.cell_summaries()
     for c in cells:
+        if "key" in c and not folder.cell_saved(c["key"], c["fold"], c["seed"]):
+            continue
         seconds = c.get("seconds") or c["cost"].get("train_seconds", 0.0) + c["cost"].get("eval_seconds", 0.0)
         if seconds > 0:
             cost.observe(model_work(cfg, c["n"], model_params), seconds)

@@ -14,8 +14,9 @@ pop opens the next configuration (its cells are queued) or, while other workers'
 waits so that it can take over theirs if they die; it stops when none is left.
 
 Order: scoring of configurations whose cells are saved, then the baselines, then model cells
-(largest N first), then a newly opened configuration, then the precision check: the big cells
-start first and the tail of a run is made of small ones.
+(largest N first, a fold's seeds together), then a newly opened configuration, then the precision
+check: the big cells start first and the tail of a run is made of small ones. Under a time budget a
+cell starts only when the rest of its fold fits too (`CellQueue`: a fold is scored whole).
 
 Results equal a one-device run of the same seeds: a cell depends only on (configuration, fold,
 seed), never on the worker or the order (bit-identical on CPU at one thread per process,
@@ -97,12 +98,18 @@ class CellQueue:
     params_of(trial) -> (params, key) : the configuration's parameters (drawn once, when opened).
     deadline : time.monotonic() after which no new cell, baselines or precision job starts
         (scoring a finished configuration still does).
-    estimate(n) -> CellTime : a model cell's expected time at N; with a deadline, a cell expected to
-        end after it does not start either (a sliced run stops between cells instead of being cut
-        inside one), except this queue's first model cell when its time is a guess (no cell of the
-        run has finished at that N), so that every slice makes progress; a cell that took longer
-        than the whole slice in this run never starts (a hard limit around the slice would cut it
-        and lose its training): the log says how long a slice it needs.
+    estimate(n) -> CellTime : a model cell's expected time at N; with a deadline, a cell starts only
+        when its fold's cells not yet saved (itself among them) are expected to end before it: a
+        sliced run stops between folds, not inside a cell or a fold. A fold is scored from its seeds'
+        per-bar cell files together, and a state carried between slices leaves those files behind
+        (a lent GPU's 64 MiB), so a fold left half done in one slice is trained again whole in a
+        later one. Except this queue's first model cell when its time is a guess (no cell of the
+        run has finished at that N), so that every slice makes progress; a fold whose cells left
+        took longer than the whole slice in this run never starts (a hard limit around the slice
+        would cut it and lose its training): the log says how long a slice it needs.
+
+    Model cells come largest N first, then by configuration, fold and seed: a fold's seeds one after
+    another, whatever order they were queued in (a cell queued again comes back to its fold).
     """
 
     def __init__(self, ledger: Ledger, *, cells: Callable[[str], list[tuple[int, int, bool]]],
@@ -116,6 +123,7 @@ class CellQueue:
         self._measured_too_long: dict[int, float] = {}  # N -> a measured cell time longer than the slice
         self._opened_at = time.monotonic()
         self._opened: dict[int, tuple[dict, str]] = {}  # configuration number -> (params, key)
+        self._cells_now: dict[str, list[tuple[int, int, bool]]] = {}
 
     def __iter__(self) -> Iterator[Job]:
         """Each popped job, heart-beaten while the loop body runs it, then COMPLETE; a body that
@@ -139,6 +147,7 @@ class CellQueue:
             self._queue_open_configs()
             late = self._late()
             self._too_long = False
+            self._cells_now = {}  # key -> cells(key), looked at once a pop
             if (cell := self.ledger.pop_cell(functools.partial(self._order, late))) is not None:
                 if not self._done_already(job := self._job(cell)):
                     self.cells_started += job.kind == "cell"
@@ -155,9 +164,9 @@ class CellQueue:
                 log.info("time budget: the cells left are expected to end after it; none started")
                 if self._measured_too_long:
                     n, seconds = max(self._measured_too_long.items())
-                    log.warning("time budget: a cell at N=%d took %.0f s in this run, longer than this whole "
-                                "slice (%.0f s); give a slice at least that long to finish it", n, seconds,
-                                self.deadline - self._opened_at)
+                    log.warning("time budget: the cells left of a fold at N=%d take %.0f s at this run's "
+                                "measured pace, longer than this whole slice (%.0f s); give a slice at least "
+                                "that long to finish them", n, seconds, self.deadline - self._opened_at)
             if late or self._too_long or not running:
                 return None
             log.debug("nothing to pop; waiting on %d cell(s) of other workers", len(running))
@@ -180,20 +189,28 @@ class CellQueue:
         kind = kind_of(cell)
         if (late and kind != "score") or (kind == "precision" and self.ledger.trials(TrialState.WAITING)):
             return None
-        n = int(cell.system_attrs.get("fixed_params", {}).get("n", 0))
-        if kind == "cell" and not self._fits(n):
+        fixed = cell.system_attrs.get("fixed_params", {})
+        n, fold, seed = (int(fixed.get(name, -1)) for name in ("n", "fold", "seed"))
+        if kind == "cell" and not self._fits(n, lambda: self._left_in_fold(cell.user_attrs.get("key", ""), fold)):
             self._too_long = True
             return None
-        return _RANK[kind], -n, cell.number
+        return _RANK[kind], -n, int(cell.user_attrs.get("config", -1)), fold, seed, cell.number
 
-    def _fits(self, n: int) -> bool:
+    def _left_in_fold(self, key: str, fold: int) -> int:
+        """The cells of configuration `key`'s fold not saved yet (one popped now among them)."""
+        if key not in self._cells_now:
+            self._cells_now[key] = self.cells(key)
+        return max(1, sum(1 for k, _, done in self._cells_now[key] if k == fold and not done))
+
+    def _fits(self, n: int, cells_left: Callable[[], int]) -> bool:
         """A cell at N may start: no deadline or estimate, this queue's first cell on a guessed time,
-        or expected to end in time."""
+        or its fold's `cells_left()` cells expected to end in time."""
         if self.deadline is None or self.estimate is None:
             return True
         seconds, measured = self.estimate(n)
         if self.cells_started == 0 and not measured:
             return True
+        seconds *= cells_left()
         if measured and seconds > self.deadline - self._opened_at:
             self._measured_too_long[n] = seconds
         return time.monotonic() + seconds <= self.deadline
