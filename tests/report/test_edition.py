@@ -45,6 +45,8 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
         (calls / f"2026-12-0{i + 6}T010000Z.json").write_text(json.dumps(
             {"started": f"2026-12-0{i + 6}T01:00:00Z", "seconds": seconds, "runs": ["per-bar"], "exit_codes": [124],
              "budget_s": 520, "limit_s": 570, "gpu": "NVIDIA H200"}))
+    assert main(["preregister", "--check", str(plan_dir)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("; device calls so far: 2, 852 s of wall-clock (calls/).")
     assert main(["preregister", "--summary", str(plan_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 of 3 stages read; not run: regime/per-bar, ladder"
     s = json.loads((plan_dir / edition.SUMMARY_JSON).read_text())

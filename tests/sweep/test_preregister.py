@@ -14,7 +14,7 @@ from tsflash.cli import main
 from tsflash.config import config_from_dict
 from tsflash.errors import UserError
 from tsflash.report import build_report, wording
-from tsflash.runfolder import write_json
+from tsflash.runfolder import RunFolder, write_json
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions, resolve_config, run_hash
 
@@ -361,3 +361,20 @@ def test_the_plan_gives_the_ledger_lines_its_runs_will_be_counted_by(tmp_path):
     for arm in [*plan["arms"], *plan["controls"][0]["arms"]]:  # the arms, then the A/A replicate's
         count = grown.count_for(period["fingerprint"], days, arm["config_hash"], own=3)
         assert count.n_trials == row["with_plan"] == row["now"] + 6, arm["name"]  # 7 + 6 before the third edition's
+
+
+def test_an_unfinished_runs_state_counts_cells_whose_files_stayed_behind_apart(tmp_path):
+    """A cell with its summary but neither its per-bar file nor its fold's scores (a device's state
+    archive left the file behind) is trained again: not saved, and said so."""
+    folder = RunFolder(tmp_path / "run")
+    for seed, npz in ((0, True), (1, False)):
+        stem = folder.cell_stem("n16", 0, seed)
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        folder.cell_marker("n16", 0, seed).write_text("{}")
+        if npz:
+            folder.cell_npz(stem).write_bytes(b"")
+    assert preregister._cells_state(folder, 4) == (
+        "1 of 4 cells saved (1 more trained but lost: their per-bar files stayed on the device before their fold "
+        "was scored; trained again)")
+    folder.cell_npz(folder.cell_stem("n16", 0, 1)).write_bytes(b"")
+    assert preregister._cells_state(folder, 4) == "2 of 4 cells saved"

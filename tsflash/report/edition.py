@@ -27,11 +27,10 @@ from tsflash.report.probe import FOLLOWS
 from tsflash.report.questions import RESULTS_FILE as QUESTIONS_FILE
 from tsflash.report.wording import NA, NESTING_PART_NAMES, SCORE_NAMES, bps, fmt, label, plural, signed
 from tsflash.runfolder import RunFolder, read_json
-from tsflash.sweep.preregister import (AA_CONTROL, LADDER_RUN, PLAN_JSON, plan_order_of, plan_state,
-                                       planned_runs)
+from tsflash.sweep.preregister import (AA_CONTROL, CALLS_DIR, LADDER_RUN, PLAN_JSON, device_calls, plan_order_of,
+                                       plan_state, planned_runs)
 
 SUMMARY_MD, SUMMARY_JSON, SUMMARY_PNG = "SUMMARY.md", "summary.json", "summary.png"
-CALLS_DIR = "calls"  # one record per device call (experiments/third_edition_h200.sh): the device time used
 NO_FALSE_POSITIVE = ("met when question 1 over training runs does not say \"better\" and no length passes "
                      "the trading gates")
 # How each control's expectation (wording.CONTROL_EXPECTATIONS) is read as met or not: stated in the
@@ -160,10 +159,8 @@ def edition_summary(out: Path) -> dict:
     if LADDER_RUN in rows:
         ladder = {"read": LADDER_RUN in read, "state": rows[LADDER_RUN]["state"],
                   "sentence": rows[LADDER_RUN]["question1"] if LADDER_RUN in read else ""}
-    calls = [read_json(p) for p in sorted((out / CALLS_DIR).glob("*.json"))]
     return {"plan_hash": plan["plan_hash"], "data": plan["data"], "range": plan["range"], "stages": stages,
-            "device_calls": {"calls": len(calls), "seconds": sum(c["seconds"] for c in calls),
-                             "gpus": sorted({c.get("gpu") or "unknown" for c in calls})},
+            "device_calls": device_calls(out),
             "not_run": [n for st in stages if not st["complete"] for n in st["runs"]],
             "arms": arms, "controls": controls, "ladder": ladder,
             "cell_seconds": sum(r["cell_seconds"] for r in [*arms, *controls])}

@@ -39,7 +39,7 @@ from tsflash.config import config_from_dict, recipe_words
 from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
 from tsflash.identity import digest
-from tsflash.runfolder import RunFolder, read_json
+from tsflash.runfolder import CELL_SUFFIX, RunFolder, read_json
 
 if TYPE_CHECKING:
     from tsflash.sweep.plan import SweepOptions
@@ -51,6 +51,7 @@ PLAN_DEVICE = "cuda"  # a plan is for the full config on a GPU, whatever machine
 AA_CONTROL = "aa"  # the A/A replicate's control name (`--aa-seeds`): runs in OUT/controls/aa/<arm>
 LADDER_DIR = "ladder"  # the ladder's replicates and summary: OUT/ladder (its command's --runs in PLAN.md)
 LADDER_RUN = "ladder"  # the ladder's name among the planned runs (--check, --stage, PLAN.json's order)
+CALLS_DIR = "calls"  # one record per device call (experiments/third_edition_h200.sh): the device time used
 
 
 def parse_arm(text: str) -> tuple[str, list[str]]:
@@ -599,8 +600,7 @@ def plan_state(out: Path) -> list[dict]:
         row = _state_row(name, str(run_dir.relative_to(out)), control["expect"] if control else "")
         if folder.run_json.exists():
             row["departures"] = deviations(plan, run_dir)[1]
-            saved, planned = len(folder.saved_cell_keys()), _planned_cells(plan, resolved)
-            row["state"] = "complete" if folder.is_complete() else f"{saved} of {planned} cells saved"
+            row["state"] = "complete" if folder.is_complete() else _cells_state(folder, _planned_cells(plan, resolved))
         if (run_dir / RESULTS_FILE).exists():  # the report, written when the run completes
             forecast = read_json(run_dir / RESULTS_FILE)["forecast"]
             runs = forecast.get("runs", {})
@@ -619,6 +619,14 @@ def plan_state(out: Path) -> list[dict]:
     return rows
 
 
+def device_calls(out: Path) -> dict:
+    """The plan's device calls so far, from their records (`CALLS_DIR`): how many, their seconds of
+    wall-clock in all, and the GPUs named."""
+    calls = [read_json(p) for p in sorted((out / CALLS_DIR).glob("*.json"))]
+    return {"calls": len(calls), "seconds": sum(c["seconds"] for c in calls),
+            "gpus": sorted({c.get("gpu") or "unknown" for c in calls})}
+
+
 def next_runs(out: Path, rows: list[dict] | None = None) -> tuple[str | None, list[str]]:
     """(the first stage with a run not complete, its runs not complete: their folders relative to the
     plan's), or (None, []) when every stage is complete: what the next device call runs."""
@@ -628,6 +636,17 @@ def next_runs(out: Path, rows: list[dict] | None = None) -> tuple[str | None, li
         if todo := [by_name[n]["folder"] for n in stage["runs"] if by_name[n]["state"] != "complete"]:
             return stage["stage"], todo
     return None, []
+
+
+def _cells_state(folder: RunFolder, planned: int) -> str:
+    """An unfinished run's state: its model cells saved of those planned, and those trained whose
+    per-bar files stayed behind (a device's state archive) before their fold was scored, which
+    are trained again (`RunFolder.cell_saved`)."""
+    saved = len(folder.saved_cell_keys())
+    trained = sum(1 for _ in folder.cells_dir.glob(f"n*/fold*-seed*{CELL_SUFFIX}")) if folder.cells_dir.is_dir() else 0
+    again = f" ({trained - saved} more trained but lost: their per-bar files stayed on the device before their " \
+            "fold was scored; trained again)" if trained > saved else ""
+    return f"{saved} of {planned} cells saved{again}"
 
 
 def _aa_state(aa: dict) -> str:
@@ -682,7 +701,9 @@ def render_state(rows: list[dict], plan_path: Path) -> str:
     text = (f"Plan {plan['plan_hash']} ({plan_path.name} of {plan_path.parent}): {done} of {len(rows)} planned runs "
             f"complete; stages complete: {len(complete)} of {len(order)}"
             + (f" ({', '.join(complete)})" if complete else "")
-            + (f"; next: stage {stage}, runs {' '.join(todo)} (`tsflash preregister --next`)." if stage else ".")
+            + (f"; next: stage {stage}, runs {' '.join(todo)} (`tsflash preregister --next`)" if stage else "")
+            + (f"; device calls so far: {calls['calls']}, {calls['seconds']:,.0f} s of wall-clock ({CALLS_DIR}/)."
+               if (calls := device_calls(plan_path.parent))["calls"] else ".")
             + "\n\n" + markdown_table(head, body))
     departing = [f"- {r['run']}: " + "; ".join(r["departures"]) for r in rows if r["departures"]]
     return text + ("\n\nDepartures from the plan:\n" + "\n".join(departing) if departing else "")
