@@ -61,6 +61,18 @@ def test_eta_is_weighted_by_cost_and_refined_by_finished_cells(caplog):
     assert eta_of(caplog) == "1m 00s"
 
 
+def test_a_time_budget_plans_with_the_longest_cell_measured_at_each_n():
+    """The ETA takes the mean of an N's finished cells; a sliced run's budget check the longest
+    (tsflash.sweep.run._cell_time): early stopping makes cells of one N differ twofold, and a fold
+    cut at a call's hard limit loses all its cells. Before any cell finishes, both are the prior."""
+    cost = CostModel({"model": 2.0})
+    assert cost.longest(SMALL) == cost.seconds(SMALL) == 2.0
+    for seconds in (60.0, 140.0, 100.0):
+        cost.observe(SMALL, seconds)
+    assert cost.seconds(SMALL) == pytest.approx(100.0) and cost.longest(SMALL) == 140.0
+    assert cost.longest(LARGE) == pytest.approx(cost.seconds(LARGE))  # no N=64 cell yet: the prior at this speed
+
+
 def test_progress_within_a_cell(caplog):
     """The ETA moves within the first cell: its step rate (from the end of its first step) sets the
     speed of every cell of its kind until one finishes. Step lines are DEBUG, not INFO."""

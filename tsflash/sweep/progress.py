@@ -381,6 +381,10 @@ class CostModel:
         """Whether `seconds(work)` is a measurement (finished work of its group), not a calibrated guess."""
         return bool(self.group_seconds.get(work.group))
 
+    def longest(self, work: Work) -> float:
+        """The longest finished cell of work's group, else `seconds(work)`."""
+        return max(self.group_seconds.get(work.group) or [self.seconds(work)])
+
     def seconds(self, work: Work) -> float:
         measured = self.group_seconds.get(work.group)
         if measured:

@@ -340,8 +340,11 @@ def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], mod
 
 
 def _cell_time(cost: CostModel, cfg: ExperimentConfig, model_params: int, n: int) -> CellTime:
+    """What a time budget plans a cell at N with: the longest cell of this run measured at N, not
+    their mean (early stopping makes cells of one N differ twofold, and a fold that outlasts a
+    call's hard limit loses all its cells), else the calibrated guess."""
     work = model_work(cfg, n, model_params)
-    return CellTime(cost.seconds(work), cost.measured(work))
+    return CellTime(cost.longest(work), cost.measured(work))
 
 
 def _observe_saved_cells(cost: CostModel, folder: RunFolder, cfg: ExperimentConfig, model_params: int) -> None:
