@@ -164,8 +164,8 @@ class CellQueue:
                 log.info("time budget: the cells left are expected to end after it; none started")
                 if self._measured_too_long:
                     n, seconds = max(self._measured_too_long.items())
-                    log.warning("time budget: the cells left of a fold at N=%d take %.0f s at this run's "
-                                "measured pace, longer than this whole slice (%.0f s); give a slice at least "
+                    log.warning("time budget: the cells left of a fold at N=%d take %.0f s at the longest cell this run "
+                                "measured, longer than this whole slice (%.0f s); give a slice at least "
                                 "that long to finish them", n, seconds, self.deadline - self._opened_at)
             if late or self._too_long or not running:
                 return None
