@@ -44,7 +44,7 @@ def run_row(folder: RunFolder) -> list[str]:
     meta, cfg = _read(folder.run_json), _read(folder.config_json)
     name = cfg.get("name", "?")
     status = meta.get("status", "?")
-    status = "finished" if status == "complete" else f"unfinished ({folder.n_finished_cells()} cells saved)"
+    status = "finished" if status == "complete" else f"unfinished ({folder.n_finished_cells()} cells trained)"
     created = str(meta.get("created", "?")).replace("T", " ")[:16]
     lengths = ",".join(map(str, meta.get("lengths", []))) or "?"
     return [folder.root.name, created, name, lengths, status, answer_line(folder)]
