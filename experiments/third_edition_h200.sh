@@ -13,12 +13,13 @@
 # complete, the rest in later calls (the log says which). Runs side by side gain no throughput on one
 # H200 (an N=32768 BTC cell of the rule took 118 s alone and 427-533 s with four jobs sharing, an
 # N=512 cell 38 s alone and 155-191 s with four: reports/recipes/README.md, ninth to eleventh screens;
-# 215-282 s with two, the third edition's first calls), and sharing costs whole folds: a sliced run
+# 129-282 s with two, the third edition's first calls), and sharing costs whole folds: a sliced run
 # starts a cell only when the rest of its fold fits the slice too (tsflash.sweep.workers.CellQueue:
-# a fold is scored from its seeds' per-bar files together, and those stay behind on the device), and
-# three N=32768 seeds at two runs' pace (about 750 s) never fit a 520 s slice, where alone (about
-# 354 s) they do. The first three calls ran two runs side by side: their model cells' per-bar files
-# stayed behind before any fold was whole, and those cells are trained again.
+# a fold is scored from its seeds' per-bar files together, and those stay behind on the device), at
+# the longest cell the run has measured at that N; three N=32768 seeds at two runs' pace (up to
+# 846 s) never fit a 520 s slice, where alone (354 s at 118 s a cell) they do. The first three calls
+# ran two runs side by side: their model cells' per-bar files stayed behind before any fold was
+# whole, and those cells are trained again.
 # In: the plan and its runs' state as .carry/state-third.tar, made here from the repository root by
 #   `python experiments/carry_state.py reports/third-edition [RUN ...]` (default: the next runs; what a
 #   resume and the ladder's summary read, and the whole carry checked against the device's 64 MiB),
