@@ -260,10 +260,14 @@ class RunFolder:
         stem = self.cell_stem(key, fold, seed)
         return _marker(stem).exists() and self.cell_npz(stem).exists()
 
+    def model_cell_markers(self) -> list[Path]:
+        """The summary of every model cell trained (saved or not: `cell_saved`), in path order."""
+        return sorted(self.cells_dir.glob(f"n*/fold*-seed*{CELL_SUFFIX}")) if self.cells_dir.is_dir() else []
+
     def saved_cell_keys(self) -> list[str]:
         """The trial key of every saved model cell (`cell_saved`), one entry a cell."""
         keys = []
-        for p in sorted(self.cells_dir.glob(f"n*/fold*-seed*{CELL_SUFFIX}")) if self.cells_dir.is_dir() else []:
+        for p in self.model_cell_markers():
             fold, seed = map(int, re.fullmatch(r"fold(\d+)-seed(\d+)", p.name.removesuffix(CELL_SUFFIX)).groups())
             if self.cell_saved(p.parent.name, fold, seed):
                 keys.append(p.parent.name)

@@ -39,7 +39,7 @@ from tsflash.config import config_from_dict, recipe_words
 from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
 from tsflash.identity import digest
-from tsflash.runfolder import CELL_SUFFIX, RunFolder, read_json
+from tsflash.runfolder import RunFolder, read_json
 
 if TYPE_CHECKING:
     from tsflash.sweep.plan import SweepOptions
@@ -642,8 +642,7 @@ def _cells_state(folder: RunFolder, planned: int) -> str:
     """An unfinished run's state: its model cells saved of those planned, and those trained whose
     per-bar files stayed behind (a device's state archive) before their fold was scored, which
     are trained again (`RunFolder.cell_saved`)."""
-    saved = len(folder.saved_cell_keys())
-    trained = sum(1 for _ in folder.cells_dir.glob(f"n*/fold*-seed*{CELL_SUFFIX}")) if folder.cells_dir.is_dir() else 0
+    saved, trained = len(folder.saved_cell_keys()), len(folder.model_cell_markers())
     again = f" ({trained - saved} more trained but lost: their per-bar files stayed on the device before their " \
             "fold was scored; trained again)" if trained > saved else ""
     return f"{saved} of {planned} cells saved{again}"

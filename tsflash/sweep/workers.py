@@ -191,7 +191,7 @@ class CellQueue:
             return None
         fixed = cell.system_attrs.get("fixed_params", {})
         n, fold, seed = (int(fixed.get(name, -1)) for name in ("n", "fold", "seed"))
-        if kind == "cell" and not self._fits(n, lambda: self._left_in_fold(cell.user_attrs.get("key", ""), fold)):
+        if kind == "cell" and not self._fits(n, cell.user_attrs.get("key", ""), fold):
             self._too_long = True
             return None
         return _RANK[kind], -n, int(cell.user_attrs.get("config", -1)), fold, seed, cell.number
@@ -202,15 +202,16 @@ class CellQueue:
             self._cells_now[key] = self.cells(key)
         return max(1, sum(1 for k, _, done in self._cells_now[key] if k == fold and not done))
 
-    def _fits(self, n: int, cells_left: Callable[[], int]) -> bool:
-        """A cell at N may start: no deadline or estimate, this queue's first cell on a guessed time,
-        or its fold's `cells_left()` cells expected to end in time."""
+    def _fits(self, n: int, key: str, fold: int) -> bool:
+        """A cell at N of configuration `key`'s fold may start: no deadline or estimate, this queue's
+        first cell on a guessed time, or the fold's cells left (`_left_in_fold`, read only here)
+        expected to end in time."""
         if self.deadline is None or self.estimate is None:
             return True
         seconds, measured = self.estimate(n)
         if self.cells_started == 0 and not measured:
             return True
-        seconds *= cells_left()
+        seconds *= self._left_in_fold(key, fold)
         if measured and seconds > self.deadline - self._opened_at:
             self._measured_too_long[n] = seconds
         return time.monotonic() + seconds <= self.deadline
