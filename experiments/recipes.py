@@ -914,7 +914,8 @@ def cost_plan(candidates=tuple(CANDIDATES), n_sources: int = len(DEFAULT_SOURCES
             raise SystemExit("no calibrated H200 cells for this length: lengths must be among 512, 4096, 32768")
         return sum(r.seconds for r in rows) / len(rows)
 
-    cell = {n: mean_of(r for r in CALIBRATION if r.device == "cuda" and r.preset == "full" and r.n == n)
+    cell = {n: mean_of(r for r in CALIBRATION if r.device == "cuda" and r.preset == "full" and not r.overrides
+                       and r.n == n)  # the default protocol's rows
             for n in lengths}
     other = {k: mean_of(r for r in CALIBRATION_OTHER if r.device == "cuda" and r.kind == k)
              for k in ("baseline", "report")}

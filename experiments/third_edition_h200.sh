@@ -27,8 +27,8 @@
 # (a store's folder is not a departure from the plan: its bars are fingerprinted in data.json).
 # Out: $OUT/state-third.tgz.* (the plan and the named runs, per-bar cell files and checkpoints left
 # behind: an interrupted cell trains again; and this call's record, $PLAN/calls/<start>.json: its
-# start, wall-clock seconds, runs and their exit codes, the GPU, which `tsflash preregister
-# --summary` adds up as the device time the plan used) and $OUT/third-logs.tgz. Back here, from the
+# start, wall-clock seconds, runs and their exit codes, the GPU and how many, which `tsflash
+# preregister --summary` adds up as the device time the plan used) and $OUT/third-logs.tgz. Back here, from the
 # repository root: `cat <files_at>/state-third.tgz.* | tar xzf -`, then `tsflash preregister --check
 # reports/third-edition`.
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
@@ -70,6 +70,12 @@ for run in $RUNS; do
   dirs+=("$PLAN/$run"); commands+=("$command")
 done
 
+# Every GPU of the machine: on several, a sweep takes one worker each (`--devices all` for the plan's
+# `--device cuda`: the same run key, a cell depends only on its configuration, fold and seed), so a
+# machine of eight GPUs runs a stage's run about eight times as fast; the ladder's script runs on one.
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+[ "$GPUS" -ge 1 ] 2>/dev/null || GPUS=1
+
 LOGS=$(mktemp -d)/third-logs  # fresh each call: no log of an earlier call comes back
 mkdir -p "$LOGS"
 pids=()
@@ -83,6 +89,9 @@ for ((i = 0; i < ${#dirs[@]}; i++)); do
     if [ "$1" = "--data" ] && [[ "$2" != synthetic:* ]] && ! ls "$2"/*/*.parquet >/dev/null 2>&1 \
        && ls .carry/data/*/*.parquet >/dev/null 2>&1; then
       args+=(--data .carry/data); shift 2; continue
+    fi
+    if [ "$1" = "--device" ] && [ "$2" = "cuda" ] && [ "$GPUS" -gt 1 ] && [ "${program[*]}" = "-m tsflash.cli" ]; then
+      args+=(--devices all); shift 2; continue
     fi
     args+=("$1"); shift
   done
@@ -105,8 +114,8 @@ nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 gpu=$(head -n 1 "$OUT/gpu.txt" 2>/dev/null | cut -d, -f1 | tr -d '"')
 runs_json=$(printf '"%s",' "${dirs[@]#"$PLAN"/}"); exits_json=$(printf '%s,' "${exits[@]}")
 mkdir -p "$PLAN/calls"
-printf '{"started": "%s", "seconds": %d, "runs": [%s], "exit_codes": [%s], "budget_s": %d, "limit_s": %d, "gpu": "%s"}\n' \
-  "$CALL_START" "$((SECONDS - CALL_T0))" "${runs_json%,}" "${exits_json%,}" "$BUDGET_S" "$LIMIT_S" "$gpu" \
+printf '{"started": "%s", "seconds": %d, "runs": [%s], "exit_codes": [%s], "budget_s": %d, "limit_s": %d, "gpu": "%s", "gpu_count": %d}\n' \
+  "$CALL_START" "$((SECONDS - CALL_T0))" "${runs_json%,}" "${exits_json%,}" "$BUDGET_S" "$LIMIT_S" "$gpu" "$GPUS" \
   > "$PLAN/calls/${CALL_START//:/}.json"
 tar czf "$OUT/third-logs.tgz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"
 existing=()

@@ -203,3 +203,36 @@ def test_without_runs_named_a_call_takes_at_most_runs_max_of_the_stage(planned):
     argvs = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
     assert [a[a.index("--out") + 1] for a in argvs] == ["reports/third-edition/per-bar"]
     assert [p.read_text() for p in Path(env["ARGV_DIR"]).glob("*.jobs")] == ["1\n"]
+
+
+def test_on_a_machine_of_several_gpus_each_sweep_takes_a_worker_a_gpu(planned):
+    """Where nvidia-smi lists several GPUs (an eight-GPU kind, when lent), the plan's `--device cuda`
+    becomes `--devices all` for a sweep (one worker a GPU, the same run key), the ladder's script keeps
+    its one GPU, and the call's record says how many GPUs it had; on one GPU nothing changes."""
+    root, env = planned
+    bin_ = Path(env["PATH"].split(":")[0])
+    _stub(bin_, "nvidia-smi", 'if [ "$1" = "-L" ]; then for i in 0 1 2 3 4 5 6 7; do '
+                              'echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; done; else echo stub; fi\n')
+    done = _third(root, env, RUNS="per-bar ladder", BUDGET_S="300")
+    assert done.returncode == 0, done.stdout + done.stderr
+    argvs = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
+    (ladder,) = [a for a in argvs if a[0] == "experiments/power_ladder.py"]
+    (sweep,) = [a for a in argvs if a is not ladder]
+    assert sweep[sweep.index("--devices") + 1] == "all" and "--device" not in sweep
+    assert ladder[ladder.index("--device") + 1] == "cuda" and "--devices" not in ladder
+    parts = sorted(Path(env["OUT"]).glob("state-third.tgz.*"))
+    subprocess.run(["tar", "xzf", "-"], input=b"".join(p.read_bytes() for p in parts), cwd=root, check=True)
+    (record,) = (root / "reports/third-edition/calls").glob("*.json")
+    call = json.loads(record.read_text())
+    assert call["gpu_count"] == 8
+    from tsflash.sweep.preregister import device_calls
+
+    record.write_text(json.dumps(call | {"seconds": 10}))  # the stubbed call took no time: 10 s, read back
+    assert device_calls(root / "reports/third-edition") | {"gpus": []} == {"calls": 1, "seconds": 10, "gpu_seconds": 80,
+                                                                         "gpus": []}
+    for p in Path(env["ARGV_DIR"]).glob("*"):
+        p.unlink()
+    _stub(bin_, "nvidia-smi", "echo stub\n")  # one GPU (or none listed): the plan's own words
+    assert _third(root, env, RUNS="per-bar", BUDGET_S="300").returncode == 0
+    (sweep,) = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
+    assert sweep[sweep.index("--device") + 1] == "cuda" and "--devices" not in sweep

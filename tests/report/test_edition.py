@@ -46,7 +46,7 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
             {"started": f"2026-12-0{i + 6}T01:00:00Z", "seconds": seconds, "runs": ["per-bar"], "exit_codes": [124],
              "budget_s": 520, "limit_s": 570, "gpu": "NVIDIA H200"}))
     assert main(["preregister", "--check", str(plan_dir)]) == 0
-    assert capsys.readouterr().out.splitlines()[0].endswith("; device calls so far: 2, 852 s of wall-clock (calls/).")
+    assert "; device calls so far: 2, 852 s of wall-clock (calls/); left: about " in capsys.readouterr().out.splitlines()[0]
     assert main(["preregister", "--summary", str(plan_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 of 3 stages read; not run: regime/per-bar, ladder"
     s = json.loads((plan_dir / edition.SUMMARY_JSON).read_text())
@@ -88,7 +88,7 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     assert "**Not run** (their stage is not complete): regime/per-bar, ladder." in md
     assert "| N=32 | 3 (3..3) |" in md and "Not run: the strength ladder's stage is not complete (not started)." in md
     assert f"| iid | per-bar | {iid['question1']} |" in md and "- A/A (aa/per-bar): " in md
-    assert s["device_calls"] == {"calls": 2, "seconds": 852, "gpus": ["NVIDIA H200"]}
+    assert s["device_calls"] == {"calls": 2, "seconds": 852, "gpu_seconds": 852, "gpus": ["NVIDIA H200"]}
     assert "Device calls recorded in `calls/`: 2, 0.24 h of their scripts' wall-clock (NVIDIA H200;" in md
     # the answer in brief, a paragraph per question for the README, from the same figures
     brief = md.split("## The answer in brief\n\n")[1].split("\n\n")[0].splitlines()

@@ -378,3 +378,45 @@ def test_an_unfinished_runs_state_counts_cells_whose_files_stayed_behind_apart(t
         "was scored; trained again)")
     folder.cell_npz(folder.cell_stem("n16", 0, 1)).write_bytes(b"")
     assert preregister._cells_state(folder, 4) == "2 of 4 cells saved"
+
+
+def test_check_prices_what_is_left_at_todays_table_and_the_runs_saved_cells(tmp_path, capsys):
+    """--check says how much device time the runs not complete still need, priced as a sweep would
+    price them now: a plan just written at today's table needs what it says; a run's saved cell counts
+    no more, and its measured seconds against its price scale the rest of that run's GPU work (a sweep
+    reads the machine's speed so); a complete run needs nothing."""
+    from tsflash.sweep.progress import CostModel, format_seconds, fresh_works, model_work, n_params, prior_rates
+
+    out = tmp_path / "plan"
+    opts = SweepOptions(lengths=[512, 4096], preset="full")
+    plan = preregister.build_plan(opts, [("per-bar", [])], aa_seeds=[3, 4, 5])
+    preregister.write_plan(plan, out)
+    arm, aa = plan["arms"][0], plan["controls"][0]["arms"][0]
+    expected, worst = preregister.time_left(out, preregister.plan_state(out))
+    assert expected == pytest.approx(arm["gpu_seconds"] + aa["gpu_seconds"], abs=1.0)
+    assert worst == pytest.approx(arm["gpu_seconds_worst"] + aa["gpu_seconds_worst"], abs=1.0)
+    main(["preregister", "--check", str(out)])
+    assert (f"left: about {format_seconds(expected)} of one H200 expected ({format_seconds(worst)} if every model cell "
+            "runs its most steps)") in capsys.readouterr().out
+
+    cfg = config_from_dict(arm["config"])
+    cost = CostModel(prior_rates("cuda"))
+    price = cost.seconds(model_work(cfg, 512, n_params(cfg)))
+    baselines = sum(cost.seconds(w) for w in fresh_works(cfg) if w.kind == "baseline")
+    run = _run_of(plan, out, "per-bar")  # the arm begun: one N=512 cell saved
+    write_json(run / "run.json", {"config_hash": arm["config_hash"], "status": "running", "data": plan["data"],
+                                  "trials_per_length": 1})
+    folder = RunFolder(run)
+    folder.cell_stem("n512", 0, 0).parent.mkdir(parents=True)
+    folder.cell_npz(folder.cell_stem("n512", 0, 0)).write_bytes(b"")
+    for speed in (1.0, 2.0):
+        write_json(folder.cell_marker("n512", 0, 0), {"key": "n512", "n": 512, "fold": 0, "seed": 0,
+                                                      "seconds": speed * price, "cost": {}})
+        begun, _ = preregister.time_left(out, preregister.plan_state(out))
+        # (PLAN.json's seconds are whole: up to half a second off each, doubled at twice the speed)
+        assert begun - aa["gpu_seconds"] == pytest.approx(baselines + speed * (arm["gpu_seconds"] - baselines - price),
+                                                          abs=2.0)
+    write_json(run / "run.json", {"config_hash": arm["config_hash"], "status": "complete", "data": plan["data"],
+                                  "trials_per_length": 1})
+    done, _ = preregister.time_left(out, preregister.plan_state(out))
+    assert done == pytest.approx(aa["gpu_seconds"], abs=1.0)

@@ -3,6 +3,7 @@ the warning before a run this machine cannot finish in reasonable time."""
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import re
@@ -34,6 +35,8 @@ class FakeClock:
 
 
 SMALL, LARGE = Work("model", "n32", 1.0), Work("model", "n64", 4.0)  # the N=64 cell costs 4 times more
+# the third edition's training rule (reports/third-edition/PLAN.md)
+RULE = ("train.short_fraction=0.25", "train.ema_decay=0.98", "train.restarts=4", "train.restart_screen=400")
 
 
 def eta_of(caplog) -> str:
@@ -177,7 +180,6 @@ def test_a_patch_cell_is_priced_by_its_measured_seconds_a_step():
 
 
 def test_the_patch_calibration_recomputes_from_its_committed_cells(monkeypatch):
-    import glob
     import json
 
     from tests.conftest import REPO
@@ -193,19 +195,72 @@ def test_the_patch_calibration_recomputes_from_its_committed_cells(monkeypatch):
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_the_prior_is_the_calibration_tables_measured_cells(device):
-    """At a measured N the prior of a cell of the measured config is the mean measured cell
-    (pooled over the table's rows); between two measured N it lies between them."""
+    """At a measured N the prior of a cell of a measured config is the mean measured cell of its
+    training protocol (pooled over that protocol's rows); between two measured N it lies between them."""
     cost = CostModel(prior_rates(device))
     rows = [r for r in CALIBRATION if r.device == device]
     assert rows and all(r.source for r in rows)
-    for n in sorted({r.n for r in rows}):
-        at_n = [r for r in rows if r.n == n]
-        cfg = preset_config(at_n[0].preset)
-        mean = sum(r.cells * r.seconds for r in at_n) / sum(r.cells for r in at_n)
-        assert cost.seconds(model_work(cfg, n, n_params(cfg))) == pytest.approx(mean)
+    for overrides in {r.overrides for r in rows}:
+        for n in sorted({r.n for r in rows if r.overrides == overrides}):
+            at_n = [r for r in rows if r.n == n and r.overrides == overrides]
+            cfg = preset_config(at_n[0].preset, overrides=overrides)
+            mean = sum(r.cells * r.seconds for r in at_n) / sum(r.cells for r in at_n)
+            assert cost.seconds(model_work(cfg, n, n_params(cfg))) == pytest.approx(mean)
     cfg = preset_config(rows[0].preset)
     between = cost.seconds(model_work(cfg, 1024, n_params(cfg)))
     assert cost.seconds(model_work(cfg, 512, n_params(cfg))) * 0.5 < between < cost.seconds(model_work(cfg, 4096, n_params(cfg)))
+
+
+def test_a_cell_is_priced_by_rows_of_its_own_training_protocol():
+    """The third edition's rule (screened restarts, which run nearly all of their screening steps)
+    measured alone on the H200 cost 1.3-1.6 times the default protocol's price for its units: a rule
+    cell is priced from the rule's rows, its worst case from the rule's share of steps run; a protocol
+    nobody measured (two restarts, no screen) keeps the default's rows, and so does the CPU."""
+    from dataclasses import replace
+
+    rule = preset_config("full", overrides=RULE)
+    two = preset_config("full", overrides=("train.restarts=2",))
+    calibration = prior_rates("cuda")
+    default = CostModel(Calibration("cuda", rows=[r for r in CALIBRATION if not r.overrides]))  # the table before
+    cost = CostModel(calibration)
+    for n in (512, 4096, 32768):
+        work = model_work(rule, n, n_params(rule))
+        assert work.protocol == (4, 400, 0.25, 0.98) != model_work(two, n, n_params(two)).protocol
+        assert 1.3 < cost.seconds(work) / default.seconds(work) < 1.7
+        assert calibration.cell_shape(work)[0] > 0.7 > calibration.cell_shape(model_work(two, n, n_params(two)))[0]
+        assert cost.seconds(model_work(two, n, n_params(two))) == default.seconds(model_work(two, n, n_params(two)))
+    assert cost.seconds(model_work(rule, 512, n_params(rule))) < cost.seconds(model_work(rule, 4096, n_params(rule))) \
+        < cost.seconds(model_work(rule, 32768, n_params(rule)))
+    patched = replace(rule, model=replace(rule.model, patch=4))  # a patch cell: the rule's price times its factor
+    work = model_work(patched, 32768, n_params(rule))  # the same parameters: the same units
+    assert cost.seconds(work) == pytest.approx(cost.seconds(model_work(rule, 32768, n_params(rule)))
+                                               * calibration.patch_factor(work))
+    cpu = prior_rates("cpu")
+    assert cpu.curves_of(model_work(rule, 512, n_params(rule))) is cpu.default
+
+
+def test_the_rule_calibration_recomputes_from_its_committed_cells(monkeypatch):
+    """Each rule row is its committed cell: the whole cell's seconds (its summary), the training
+    seconds of every restart, and the steps run: the screened restarts' steps and the kept one's."""
+    import json
+
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    rows = [r for r in CALIBRATION if r.overrides]
+    assert {r.n for r in rows} == {512, 32768} and all(r.overrides == RULE and r.cells == 1 for r in rows)
+    for row in rows:
+        (marker,) = glob.glob(row.source.split(" ")[0].replace("n*", f"n{row.n}"))
+        cell = json.loads(Path(marker).read_text())
+        cost, restarts = cell["cost"], cell["cost"]["restarts"]
+        screened = sum(s for r, s in enumerate(restarts["steps"]) if r != restarts["kept"])
+        assert cell["n"] == row.n and cell["seconds"] == pytest.approx(row.seconds, abs=0.005)
+        assert cost["train_seconds"] == pytest.approx(row.train_seconds, abs=0.005)
+        assert screened + cost["steps"] == row.steps
+        config = json.loads((Path(marker).parents[2] / "config.json").read_text())["train"]
+        assert row.max_steps == (config["restarts"] - 1) * config["restart_screen"] + config["steps"]
+        assert [f"train.{k}={config[k]}" for k in ("short_fraction", "ema_decay", "restarts", "restart_screen")] \
+            == list(RULE)
 
 
 def test_a_run_this_machine_cannot_finish_gets_a_warning(caplog):

@@ -319,7 +319,9 @@ def render_summary(s: dict) -> str:
     lines += ["## Time", "", f"Cells' measured time over every run read: {total / 3600:.2f} h (training, validation "
               "passes and scoring).",
               f"Device calls recorded in `{CALLS_DIR}/`: {calls['calls']}, {calls['seconds'] / 3600:.2f} h of their "
-              f"scripts' wall-clock ({', '.join(calls['gpus']) or 'no GPU named'}; every call of the plan, complete stages "
+              f"scripts' wall-clock" + (f" ({calls['gpu_seconds'] / 3600:.2f} GPU-hours)"
+                                        if calls["gpu_seconds"] != calls["seconds"] else "")
+              + f" ({', '.join(calls['gpus']) or 'no GPU named'}; every call of the plan, complete stages "
               "or not; a machine's start and the transfers are not in it).", ""]
     return "\n".join(lines)
 

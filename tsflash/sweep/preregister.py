@@ -621,10 +621,42 @@ def plan_state(out: Path) -> list[dict]:
 
 def device_calls(out: Path) -> dict:
     """The plan's device calls so far, from their records (`CALLS_DIR`): how many, their seconds of
-    wall-clock in all, and the GPUs named."""
+    wall-clock in all, those times the GPUs each call had (a record without a count had one), and the
+    GPUs named."""
     calls = [read_json(p) for p in sorted((out / CALLS_DIR).glob("*.json"))]
     return {"calls": len(calls), "seconds": sum(c["seconds"] for c in calls),
+            "gpu_seconds": sum(c["seconds"] * c.get("gpu_count", 1) for c in calls),
             "gpus": sorted({c.get("gpu") or "unknown" for c in calls})}
+
+
+def time_left(out: Path, rows: list[dict]) -> tuple[float, float]:
+    """Seconds of one H200 (expected; every model cell at its most steps) that the runs not complete
+    (`rows`, `plan_state`) still need, priced as a sweep would price them now: the calibrated table of
+    `tsflash.sweep.progress` as it stands (PLAN.json keeps the prices it was written with) and each
+    run's own saved cells (`tsflash.sweep.run.work_left`); the ladder's replicates not done at its
+    script's price."""
+    from tsflash.config import config_from_dict
+    from tsflash.sweep.progress import CostModel, prior_rates
+    from tsflash.sweep.run import work_left
+
+    plan, done = read_json(out / PLAN_JSON), {r["run"]: r for r in rows}
+    calibration = prior_rates(PLAN_DEVICE)
+    expected = worst = 0.0
+    for name, _, resolved, run_dir in planned_runs(plan, out):
+        if done[name]["state"] == "complete":
+            continue
+        cost = CostModel(calibration)
+        for work in work_left(RunFolder(run_dir), config_from_dict(resolved["config"]), plan["trials_per_n"], cost):
+            seconds = cost.seconds(work)
+            expected += seconds
+            worst += seconds + (calibration.extra_at_max_steps(work, seconds) if work.kind == "model" else 0.0)
+    if "ladder" in plan and done[LADDER_RUN]["state"] != "complete":
+        lengths = plan["arms"][0]["lengths"]  # the ladder's: the first arm's shortest and longest (`build_plan`)
+        ladder = _ladder_cost(tuple(plan["base_overrides"]), f"{min(lengths)},{max(lengths)}")
+        summary = out / LADDER_DIR / "summary.json"
+        left = 1 - (read_json(summary)["replicates_done"] / ladder["replicates"] if summary.exists() else 0)
+        expected, worst = expected + left * ladder["gpu_seconds"], worst + left * ladder["gpu_seconds_worst"]
+    return expected, worst
 
 
 def next_runs(out: Path, rows: list[dict] | None = None) -> tuple[str | None, list[str]]:
@@ -680,6 +712,17 @@ def _ladder_state(plan: dict, runs: Path) -> dict:
     return row
 
 
+def _time_left_words(out: Path, rows: list[dict], order: list[dict]) -> str:
+    """`render_state`'s words for `time_left`, beside what PLAN.json priced the whole plan at."""
+    from tsflash.sweep.progress import format_seconds
+
+    expected, worst = time_left(out, rows)
+    planned, planned_worst = (sum(st[k] for st in order) for k in ("gpu_seconds", "gpu_seconds_worst"))
+    return (f"; left: about {format_seconds(expected)} of one H200 expected ({format_seconds(worst)} if every model "
+            f"cell runs its most steps) at today's calibrated prices and the runs' saved cells; PLAN.json priced the "
+            f"whole plan at {format_seconds(planned)} ({format_seconds(planned_worst)})")
+
+
 def render_state(rows: list[dict], plan_path: Path) -> str:
     """`plan_state` as Markdown: a line naming the plan, then a table of the planned runs."""
     from tsflash.report.markdown import markdown_table
@@ -701,8 +744,10 @@ def render_state(rows: list[dict], plan_path: Path) -> str:
             f"complete; stages complete: {len(complete)} of {len(order)}"
             + (f" ({', '.join(complete)})" if complete else "")
             + (f"; next: stage {stage}, runs {' '.join(todo)} (`tsflash preregister --next`)" if stage else "")
-            + (f"; device calls so far: {calls['calls']}, {calls['seconds']:,.0f} s of wall-clock ({CALLS_DIR}/)."
-               if (calls := device_calls(plan_path.parent))["calls"] else ".")
-            + "\n\n" + markdown_table(head, body))
+            + (f"; device calls so far: {calls['calls']}, {calls['seconds']:,.0f} s of wall-clock"
+               + (f", {calls['gpu_seconds']:,.0f} GPU-seconds" if calls["gpu_seconds"] != calls["seconds"] else "")
+               + f" ({CALLS_DIR}/)" if (calls := device_calls(plan_path.parent))["calls"] else "")
+            + (_time_left_words(plan_path.parent, rows, order) if stage else "")
+            + ".\n\n" + markdown_table(head, body))
     departing = [f"- {r['run']}: " + "; ".join(r["departures"]) for r in rows if r["departures"]]
     return text + ("\n\nDepartures from the plan:\n" + "\n".join(departing) if departing else "")

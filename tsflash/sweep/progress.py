@@ -11,10 +11,13 @@ a CALIBRATED prior, corrected by what this run measures:
 
 The prior rate is seconds per unit of cells measured on a machine class (`CALIBRATION`, each row
 naming where its figures come from: published H200 sweeps, the CPU preset timed on 2 x86_64
-cores), interpolated in log N between the measured lengths. The speed of this machine is 1 until
-it is measured: the ratio of measured to prior seconds of the finished cells of that kind (of the
-model cells for the precision check and the report), and before any cell finished, the current
-cell's own step rate against the rate its calibration row implies. So the ETA moves within the
+cores, the third edition's rule alone on the H200), interpolated in log N between the measured
+lengths, from the rows of the cell's training protocol where the table has them
+(`training_protocol`: validated restarts screened at a step run nearly all of their screening
+steps, so their cells cost more per unit than early stopping leaves of a default cell). The speed
+of this machine is 1 until it is measured: the ratio of measured to prior seconds of the finished
+cells of that kind (of the model cells for the precision check and the report), and before any
+cell finished, the current cell's own step rate against the rate its calibration row implies. So the ETA moves within the
 first cell (after its second step), and a machine unlike the table's is corrected there.
 FLOPs are counted by the one rule of `tsflash.model.flops`.
 
@@ -78,6 +81,7 @@ class Measured:
     steps: float
     max_steps: int
     source: str
+    overrides: tuple[str, ...] = ()  # --set items on top of `preset` the cells ran (another training protocol)
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,13 @@ _H200_AA = "runs/device-logs/aa-call1.log + aa-call2.log, not committed (H200, s
 _CPU_2 = ("reports/bench/estimate-cpu/ (cells/*/*.cell.json, precision.json, sweep.log) of `tsflash sweep --lengths "
           "512,4096,32768`, 8 min 41.5 s wall-clock on 2 idle x86_64 cores, torch 2.13.0+cpu, 2026-12-02; "
           "docs/benchmarks.md")
+# The rule of the third edition (4 validated restarts screened at step 400, a weight average, a quarter
+# of each long batch as 512-bar windows), one cell at each N alone on the H200: its screening restarts
+# run nearly all of their 400 steps, where a default cell stops at about half of its 600
+# (`training_protocol`). Recomputed by tests/sweep/test_progress.py.
+_RULE = ("train.short_fraction=0.25", "train.ema_decay=0.98", "train.restarts=4", "train.restart_screen=400")
+_H200_RULE = ("reports/recipes/compile-check/eager/cells/n*/fold0-seed0.cell.json (H200, each sweep alone, "
+              "2026-12-05)")
 CALIBRATION = (
     Measured("cuda", "full", 512, 15, 8.61, 7.55, 273.3, 600, _H200_SE),
     Measured("cuda", "full", 4096, 15, 9.81, 8.30, 237.3, 600, _H200_SE),
@@ -106,6 +117,8 @@ CALIBRATION = (
     Measured("cuda", "full", 512, 15, 7.63, 6.51, 245.3, 600, _H200_AA),
     Measured("cuda", "full", 4096, 15, 11.55, 9.95, 297.3, 600, _H200_AA),
     Measured("cuda", "full", 32768, 15, 34.42, 31.79, 337.3, 600, _H200_AA),
+    Measured("cuda", "full", 512, 1, 38.40, 35.10, 1360.0, 1800, _H200_RULE, _RULE),
+    Measured("cuda", "full", 32768, 1, 126.35, 118.44, 1480.0, 1800, _H200_RULE, _RULE),
     Measured("cpu", "cpu", 512, 6, 4.55, 2.96, 12.0, 12, _CPU_2),
     Measured("cpu", "cpu", 4096, 6, 10.56, 6.78, 12.0, 12, _CPU_2),
     Measured("cpu", "cpu", 32768, 6, 59.88, 38.47, 12.0, 12, _CPU_2),
@@ -175,6 +188,17 @@ class Work:
     train_share: float = 1.0
     patch: int = 1  # a model cell's bars per token (model.patch)
     tokens_per_step: int = 0  # a model cell's bars a step (train.tokens_per_step)
+    protocol: tuple = ()  # a model cell's `training_protocol`; () the default's
+
+
+def training_protocol(train) -> tuple:
+    """The training settings that change a cell's cost beyond its units (`model_work` counts its most
+    steps): how many of them early stopping leaves run and what a step costs beside its FLOPs.
+    Screened restarts run nearly all of their screening steps, where one default training stops at
+    about half of its most, so a cell of the third edition's rule took 1.3 to 1.6 times the default
+    protocol's price alone on the H200 (`_H200_RULE`): a cell is priced from rows of its own
+    protocol where the table has them."""
+    return (train.restarts, train.restart_screen, train.short_fraction, train.ema_decay)
 
 
 def n_params(cfg: ExperimentConfig, n_features: int = len(FEATURE_NAMES)) -> int:
@@ -203,7 +227,8 @@ def model_work(cfg: ExperimentConfig, n: int, params: int) -> Work:
     scored = 1 if cfg.train.restart_screen else cfg.train.restarts  # screened: the kept restart alone is scored
     evaluate = (2 * test_bars + n) * fpt / FWD_BWD * scored  # forward only
     return Work("model", f"n{n}", train + evaluate, n=n, train_share=train / (train + evaluate),
-                patch=cfg.model.patch, tokens_per_step=cfg.train.tokens_per_step)
+                patch=cfg.model.patch, tokens_per_step=cfg.train.tokens_per_step,
+                protocol=training_protocol(cfg.train))
 
 
 def baseline_work(cfg: ExperimentConfig, fold: int, n_bars: int, n_features: int = len(FEATURE_NAMES)) -> Work:
@@ -232,22 +257,30 @@ def report_work() -> Work:
 
 
 @functools.cache
-def preset_config(preset: str, lengths: tuple[int, ...] = (512, 4096, 32768)) -> ExperimentConfig:
-    """The default config as a calibration row ran it: "full" or with the reduced CPU preset."""
+def preset_config(preset: str, lengths: tuple[int, ...] = (512, 4096, 32768),
+                  overrides: tuple[str, ...] = ()) -> ExperimentConfig:
+    """The default config as a calibration row ran it: "full" or with the reduced CPU preset, and the
+    row's --set items."""
+    from tsflash.commands.options import parse_overrides
     from tsflash.sweep.plan import SweepOptions, resolve_config
 
-    return resolve_config(SweepOptions(lengths=list(lengths), preset=preset), "cpu")[0]
+    opts = SweepOptions(lengths=list(lengths), preset=preset, overrides=parse_overrides(list(overrides)))
+    return resolve_config(opts, "cpu")[0]
 
 
 def _row_work(row: Measured | MeasuredOnce) -> Work:
     if isinstance(row, Measured):
-        cfg = preset_config(row.preset)
+        cfg = preset_config(row.preset, overrides=row.overrides)
         return model_work(cfg, row.n, n_params(cfg))
     cfg = preset_config(row.preset, row.lengths or (512, 4096, 32768))
     if row.kind == "baseline":  # the mean over the folds of the row
         works = [baseline_work(cfg, k, _bars_of(cfg)) for k in range(cfg.splits.n_folds)]
         return Work("baseline", "baselines", sum(w.units for w in works) / len(works))
     return precision_work(cfg) if row.kind == "precision" else report_work()
+
+
+def _row_protocol(row: Measured) -> tuple:
+    return training_protocol(preset_config(row.preset, overrides=row.overrides).train)
 
 
 def _bars_of(cfg: ExperimentConfig) -> int:
@@ -267,29 +300,50 @@ def _log_interp(x: float, xs: list[float], ys: list[float]) -> float:
     return math.exp(math.log(ys[i - 1]) + t * (math.log(ys[i]) - math.log(ys[i - 1])))
 
 
+@dataclass(frozen=True)
+class _Curves:
+    """One training protocol's model cells by N (pooled over its rows, means over cells): seconds per
+    unit, the share of the most steps run, training's share of a cell's seconds, per-bar seconds a
+    step at the rows' own bars a step."""
+
+    lengths: list[int]
+    model_rate: list[float]
+    step_share: list[float]
+    train_fraction: list[float]
+    step_seconds: list[float]
+
+    @classmethod
+    def of(cls, rows: list[Measured]) -> _Curves:
+        by_n: dict[int, list[Measured]] = defaultdict(list)
+        for r in rows:
+            by_n[r.n].append(r)
+        lengths = sorted(by_n)
+
+        def pooled(value: Callable[[Measured], float]) -> list[float]:  # mean over cells, at each N
+            return [sum(r.cells * value(r) for r in by_n[n]) / sum(r.cells for r in by_n[n]) for n in lengths]
+
+        return cls(lengths, pooled(lambda r: r.seconds / _row_work(r).units), pooled(lambda r: r.steps / r.max_steps),
+                   pooled(lambda r: r.train_seconds / r.seconds), pooled(lambda r: r.train_seconds / r.steps))
+
+
 class Calibration:
     """The prior of one device type from `CALIBRATION`: seconds per unit of each kind of work, a
-    model cell's by N; and the shape of a model cell (training steps run, training's share of its
+    model cell's by N and training protocol (its own rows where the table has them, else the
+    default's); and the shape of a model cell (training steps run, training's share of its
     seconds), for reading the current cell's step rate."""
 
     def __init__(self, device_type: str, rows=CALIBRATION, other=CALIBRATION_OTHER, patch_rows=CALIBRATION_PATCH):
         rows = [r for r in rows if r.device == device_type]
         if not rows:
             raise ValueError(f"no calibration for device type {device_type!r}")
-        by_n: dict[int, list[Measured]] = defaultdict(list)
+        by_protocol: dict[tuple, list[Measured]] = defaultdict(list)
         for r in rows:
-            by_n[r.n].append(r)
-        self.lengths = sorted(by_n)
-
-        def pooled(n: int, value: Callable[[Measured], float]) -> float:  # mean over cells
-            return sum(r.cells * value(r) for r in by_n[n]) / sum(r.cells for r in by_n[n])
-
-        self.model_rate = [pooled(n, lambda r: r.seconds / _row_work(r).units) for n in self.lengths]
-        self.step_share = [pooled(n, lambda r: r.steps / r.max_steps) for n in self.lengths]
-        self.train_fraction = [pooled(n, lambda r: r.train_seconds / r.seconds) for n in self.lengths]
-        # per-bar seconds a step at the rows' own bars a step (every row ran the default's)
-        self.step_seconds = [pooled(n, lambda r: r.train_seconds / r.steps) for n in self.lengths]
-        self.row_tokens = preset_config(rows[0].preset).train.tokens_per_step
+            by_protocol[_row_protocol(r)].append(r)
+        self.curves = {protocol: _Curves.of(rs) for protocol, rs in by_protocol.items()}
+        plain = next((r for r in rows if not r.overrides), rows[0])
+        self.default = self.curves[_row_protocol(plain)]  # a protocol nobody measured is priced as the preset's
+        self.lengths, self.step_seconds = self.default.lengths, self.default.step_seconds
+        self.row_tokens = preset_config(plain.preset).train.tokens_per_step
         # patch -> {bars a step: (lengths, measured over per-bar seconds a step at those bars)}
         self.patch_factors: dict[int, dict[int, tuple[list[int], list[float]]]] = defaultdict(dict)
         for row in sorted((r for r in patch_rows if r.device == device_type), key=lambda r: r.n):
@@ -302,10 +356,15 @@ class Calibration:
             measured = [r for r in other if r.device == device_type and r.kind == kind]
             self.rates[kind] = sum(r.seconds / _row_work(r).units for r in measured) / max(len(measured), 1)
 
+    def curves_of(self, work: Work) -> _Curves:
+        """The rows that price a model cell: those of its training protocol, else the default's."""
+        return self.curves.get(work.protocol, self.default)
+
     def rate(self, work: Work) -> float:
         """Prior seconds per unit of `work`; a patch cell's, the per-bar rate times `patch_factor`."""
         if work.kind == "model":
-            return _log_interp(work.n, self.lengths, self.model_rate) * self.patch_factor(work)
+            curves = self.curves_of(work)
+            return _log_interp(work.n, curves.lengths, curves.model_rate) * self.patch_factor(work)
         return self.rates[work.kind]
 
     def patch_factor(self, work: Work) -> float:
@@ -322,8 +381,9 @@ class Calibration:
 
     def cell_shape(self, work: Work) -> tuple[float, float]:
         """(share of the maximum steps a cell runs, share of its seconds that is training) at N."""
-        return (_log_interp(work.n, self.lengths, self.step_share),
-                _log_interp(work.n, self.lengths, self.train_fraction))
+        curves = self.curves_of(work)
+        return (_log_interp(work.n, curves.lengths, curves.step_share),
+                _log_interp(work.n, curves.lengths, curves.train_fraction))
 
     def extra_at_max_steps(self, work: Work, seconds: float) -> float:
         """The seconds a cell estimated at `seconds` adds when it runs all its maximum steps (no early

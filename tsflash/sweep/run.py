@@ -339,6 +339,16 @@ def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], mod
     return todo, total - len(todo)
 
 
+def work_left(folder: RunFolder, cfg: ExperimentConfig, trials: int, cost: CostModel) -> list[Work]:
+    """What resuming `folder` at `cfg` still runs, as the sweep prices it (`tsflash preregister --check`
+    adds these up over a plan): `cost` first learns the run's saved cells, then the baselines and model
+    cells not saved, the precision check unless saved, and the report."""
+    model_params = n_params(cfg)
+    _observe_saved_cells(cost, folder, cfg, model_params)
+    todo, _ = _todo(folder, cfg, [n for n in cfg.lengths for _ in range(trials)], model_params)
+    return todo + ([] if folder.precision_json.exists() else [precision_work(cfg)]) + [report_work()]
+
+
 def _cell_time(cost: CostModel, cfg: ExperimentConfig, model_params: int, n: int) -> CellTime:
     """What a time budget plans a cell at N with: the longest cell of this run measured at N, not
     their mean (early stopping makes cells of one N differ twofold, and a fold that outlasts a
