@@ -48,9 +48,11 @@ GPU cost plan (one H200; `--plan` prints it from the calibrated cost table,
 A/A sweeps): one replicate at the default protocol (6 cells at N=512 of about 8 s, 6 at N=32768 of
 about 32 s, 3 folds' baselines of about 8 s) is estimated at 269 s, 447 s when every N=32768 cell
 runs its 600 steps; at the recipes' rule (`--set train.short_fraction=0.25 --set
-train.ema_decay=0.98 --set train.restarts=4 --set train.restart_screen=400`) 747 s (1,282 s), so
-the default ladder (9 rungs x 3 replicates) is about 5.6 h of one H200 (9.6 h in the worst case)
-and runs over sessions: each call resumes where the last stopped (`--time-budget 400` in a
+train.ema_decay=0.98 --set train.restarts=4 --set train.restart_screen=400`) 1,016 s (1,180 s),
+priced from the rule's own cells measured alone on the H200 (the cost table's rows of its training
+protocol), so the default ladder (9 rungs x 3 replicates) is about 7.6 h of one H200 (8.8 h in the
+worst case; 5.6 h and 9.6 h before those rows, as the third edition's plan states it) and runs
+over sessions: each call resumes where the last stopped (`--time-budget 400` in a
 10-minute call: no new cell after 400 s, nor one expected to end after it). Compiled training
 (train.compile) is left off: it is not calibrated, and it must not change the conclusions.
 
