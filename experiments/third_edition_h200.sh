@@ -28,9 +28,9 @@
 # Out: $OUT/state-third.tgz.* (the plan and the named runs, per-bar cell files and checkpoints left
 # behind: an interrupted cell trains again; and this call's record, $PLAN/calls/<start>.json: its
 # start, wall-clock seconds, runs and their exit codes, the GPU and how many, which `tsflash
-# preregister --summary` adds up as the device time the plan used) and $OUT/third-logs.tgz. Back here, from the
-# repository root: `cat <files_at>/state-third.tgz.* | tar xzf -`, then `tsflash preregister --check
-# reports/third-edition`.
+# preregister --summary` adds up as the device time the plan used) and $OUT/third-logs.tgz. Back
+# here, from the repository root: `cat <files_at>/state-third.tgz.* | tar xzf -`, then `tsflash
+# preregister --check reports/third-edition`.
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source experiments/device_env.sh
 PLAN=${PLAN:-reports/third-edition}

@@ -420,3 +420,15 @@ def test_check_prices_what_is_left_at_todays_table_and_the_runs_saved_cells(tmp_
                                   "trials_per_length": 1})
     done, _ = preregister.time_left(out, preregister.plan_state(out))
     assert done == pytest.approx(aa["gpu_seconds"], abs=1.0)
+
+
+def test_the_ladders_time_left_is_its_replicates_not_done_at_its_scripts_price(tmp_path):
+    out = tmp_path / "plan"
+    plan = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), [("per-bar", [])], ladder=True)
+    preregister.write_plan(plan, out)
+    _run_of(plan, out, "per-bar")  # the arm complete: what is left is the ladder's
+    fresh, fresh_worst = preregister.time_left(out, preregister.plan_state(out))
+    assert (fresh, fresh_worst) == (plan["ladder"]["gpu_seconds"], plan["ladder"]["gpu_seconds_worst"])
+    write_json(out / preregister.LADDER_DIR / "summary.json", {"complete": False, "replicates_done": 9,
+                                                                "replicates_planned": 27, "rungs": []})
+    assert preregister.time_left(out, preregister.plan_state(out)) == pytest.approx((fresh * 2 / 3, fresh_worst * 2 / 3))

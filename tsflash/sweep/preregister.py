@@ -653,8 +653,8 @@ def time_left(out: Path, rows: list[dict]) -> tuple[float, float]:
     if "ladder" in plan and done[LADDER_RUN]["state"] != "complete":
         lengths = plan["arms"][0]["lengths"]  # the ladder's: the first arm's shortest and longest (`build_plan`)
         ladder = _ladder_cost(tuple(plan["base_overrides"]), f"{min(lengths)},{max(lengths)}")
-        summary = out / LADDER_DIR / "summary.json"
-        left = 1 - (read_json(summary)["replicates_done"] / ladder["replicates"] if summary.exists() else 0)
+        summary = read_json(path) if (path := out / LADDER_DIR / "summary.json").exists() else None
+        left = 1 - summary["replicates_done"] / summary["replicates_planned"] if summary else 1.0
         expected, worst = expected + left * ladder["gpu_seconds"], worst + left * ladder["gpu_seconds_worst"]
     return expected, worst
 
@@ -712,6 +712,14 @@ def _ladder_state(plan: dict, runs: Path) -> dict:
     return row
 
 
+def _calls_words(calls: dict) -> str:
+    """`render_state`'s words for `device_calls`: none when there was no call."""
+    if not calls["calls"]:
+        return ""
+    gpus = f", {calls['gpu_seconds']:,.0f} GPU-seconds" if calls["gpu_seconds"] != calls["seconds"] else ""
+    return f"; device calls so far: {calls['calls']}, {calls['seconds']:,.0f} s of wall-clock{gpus} ({CALLS_DIR}/)"
+
+
 def _time_left_words(out: Path, rows: list[dict], order: list[dict]) -> str:
     """`render_state`'s words for `time_left`, beside what PLAN.json priced the whole plan at."""
     from tsflash.sweep.progress import format_seconds
@@ -744,9 +752,7 @@ def render_state(rows: list[dict], plan_path: Path) -> str:
             f"complete; stages complete: {len(complete)} of {len(order)}"
             + (f" ({', '.join(complete)})" if complete else "")
             + (f"; next: stage {stage}, runs {' '.join(todo)} (`tsflash preregister --next`)" if stage else "")
-            + (f"; device calls so far: {calls['calls']}, {calls['seconds']:,.0f} s of wall-clock"
-               + (f", {calls['gpu_seconds']:,.0f} GPU-seconds" if calls["gpu_seconds"] != calls["seconds"] else "")
-               + f" ({CALLS_DIR}/)" if (calls := device_calls(plan_path.parent))["calls"] else "")
+            + _calls_words(device_calls(plan_path.parent))
             + (_time_left_words(plan_path.parent, rows, order) if stage else "")
             + ".\n\n" + markdown_table(head, body))
     departing = [f"- {r['run']}: " + "; ".join(r["departures"]) for r in rows if r["departures"]]
