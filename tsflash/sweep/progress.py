@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tsflash import engine
-from tsflash.config import ExperimentConfig
+from tsflash.config import ExperimentConfig, TrainConfig
 from tsflash.device import device_name
 from tsflash.dataset.features import FEATURE_NAMES
 from tsflash.dataset.probe import probe_windows
@@ -191,7 +191,7 @@ class Work:
     protocol: tuple = ()  # a model cell's `training_protocol`; () the default's
 
 
-def training_protocol(train) -> tuple:
+def training_protocol(train: TrainConfig) -> tuple:
     """The training settings that change a cell's cost beyond its units (`model_work` counts its most
     steps): how many of them early stopping leaves run and what a step costs beside its FLOPs.
     Screened restarts run nearly all of their screening steps, where one default training stops at
