@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 # `import tsflash` (the package, imported before anything here) already set KINETO_LOG_LEVEL,
@@ -57,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             datefmt="%H:%M:%S",
         )
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader that left shows here, in the handler below, not at the interpreter's exit
+        return code
     except UsageError as exc:
         print(_one_line(exc), file=sys.stderr)
         return 2
@@ -67,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tsflash: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout left (`tsflash ... | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush would raise again
+        return 141  # 128 + SIGPIPE, a shell's code for a writer whose pipe closed
 
 
 if __name__ == "__main__":

@@ -392,12 +392,14 @@ def test_check_prices_what_is_left_at_todays_table_and_the_runs_saved_cells(tmp_
     plan = preregister.build_plan(opts, [("per-bar", [])], aa_seeds=[3, 4, 5])
     preregister.write_plan(plan, out)
     arm, aa = plan["arms"][0], plan["controls"][0]["arms"][0]
-    expected, worst = preregister.time_left(out, preregister.plan_state(out))
+    left = preregister.time_left(out, preregister.plan_state(out))
+    assert set(left) == {"per-bar", "aa/per-bar"}
+    expected, worst = (sum(v[i] for v in left.values()) for i in (0, 1))
     assert expected == pytest.approx(arm["gpu_seconds"] + aa["gpu_seconds"], abs=1.0)
     assert worst == pytest.approx(arm["gpu_seconds_worst"] + aa["gpu_seconds_worst"], abs=1.0)
     main(["preregister", "--check", str(out)])
     assert (f"left: about {format_seconds(expected)} of one H200 expected ({format_seconds(worst)} if every model cell "
-            "runs its most steps)") in capsys.readouterr().out
+            f"runs its most steps), {format_seconds(expected)} of it stage all's") in capsys.readouterr().out
 
     cfg = config_from_dict(arm["config"])
     cost = CostModel(prior_rates("cuda"))
@@ -412,14 +414,12 @@ def test_check_prices_what_is_left_at_todays_table_and_the_runs_saved_cells(tmp_
     for speed in (1.0, 2.0):
         write_json(folder.cell_marker("n512", 0, 0), {"key": "n512", "n": 512, "fold": 0, "seed": 0,
                                                       "seconds": speed * price, "cost": {}})
-        begun, _ = preregister.time_left(out, preregister.plan_state(out))
-        # (PLAN.json's seconds are whole: up to half a second off each, doubled at twice the speed)
-        assert begun - aa["gpu_seconds"] == pytest.approx(baselines + speed * (arm["gpu_seconds"] - baselines - price),
-                                                          abs=2.0)
+        begun, _ = preregister.time_left(out, preregister.plan_state(out))["per-bar"]
+        # (PLAN.json's seconds are whole: up to half a second off, doubled at twice the speed)
+        assert begun == pytest.approx(baselines + speed * (arm["gpu_seconds"] - baselines - price), abs=2.0)
     write_json(run / "run.json", {"config_hash": arm["config_hash"], "status": "complete", "data": plan["data"],
                                   "trials_per_length": 1})
-    done, _ = preregister.time_left(out, preregister.plan_state(out))
-    assert done == pytest.approx(aa["gpu_seconds"], abs=1.0)
+    assert set(preregister.time_left(out, preregister.plan_state(out))) == {"aa/per-bar"}
 
 
 def test_the_ladders_time_left_is_its_replicates_not_done_at_its_scripts_price(tmp_path):
@@ -427,8 +427,10 @@ def test_the_ladders_time_left_is_its_replicates_not_done_at_its_scripts_price(t
     plan = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), [("per-bar", [])], ladder=True)
     preregister.write_plan(plan, out)
     _run_of(plan, out, "per-bar")  # the arm complete: what is left is the ladder's
-    fresh, fresh_worst = preregister.time_left(out, preregister.plan_state(out))
-    assert (fresh, fresh_worst) == (plan["ladder"]["gpu_seconds"], plan["ladder"]["gpu_seconds_worst"])
+    left = preregister.time_left(out, preregister.plan_state(out))
+    assert left == {"ladder": (plan["ladder"]["gpu_seconds"], plan["ladder"]["gpu_seconds_worst"])}
+    fresh, fresh_worst = left["ladder"]
     write_json(out / preregister.LADDER_DIR / "summary.json", {"complete": False, "replicates_done": 9,
                                                                 "replicates_planned": 27, "rungs": []})
-    assert preregister.time_left(out, preregister.plan_state(out)) == pytest.approx((fresh * 2 / 3, fresh_worst * 2 / 3))
+    left = preregister.time_left(out, preregister.plan_state(out))["ladder"]
+    assert left == pytest.approx((fresh * 2 / 3, fresh_worst * 2 / 3))

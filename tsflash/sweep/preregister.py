@@ -629,11 +629,11 @@ def device_calls(out: Path) -> dict:
             "gpus": sorted({c.get("gpu") or "unknown" for c in calls})}
 
 
-def time_left(out: Path, rows: list[dict]) -> tuple[float, float]:
-    """Seconds of one H200 (expected; every model cell at its most steps) that the runs not complete
-    (`rows`, `plan_state`) still need, priced as a sweep would price them now: the calibrated table of
-    `tsflash.sweep.progress` as it stands (PLAN.json keeps the prices it was written with) and each
-    run's own saved cells (`tsflash.sweep.run.work_left`); the ladder's replicates not done at its
+def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
+    """Seconds of one H200 (expected; every model cell at its most steps) that each run not complete
+    (`rows`, `plan_state`) still needs, by name, priced as a sweep would price it now: the calibrated
+    table of `tsflash.sweep.progress` as it stands (PLAN.json keeps the prices it was written with) and
+    the run's own saved cells (`tsflash.sweep.run.work_left`); the ladder's replicates not done at its
     script's price."""
     from tsflash.config import config_from_dict
     from tsflash.sweep.progress import CostModel, prior_rates
@@ -641,22 +641,24 @@ def time_left(out: Path, rows: list[dict]) -> tuple[float, float]:
 
     plan, done = read_json(out / PLAN_JSON), {r["run"]: r for r in rows}
     calibration = prior_rates(PLAN_DEVICE)
-    expected = worst = 0.0
+    left: dict[str, tuple[float, float]] = {}
     for name, _, resolved, run_dir in planned_runs(plan, out):
         if done[name]["state"] == "complete":
             continue
         cost = CostModel(calibration)
+        expected = worst = 0.0
         for work in work_left(RunFolder(run_dir), config_from_dict(resolved["config"]), plan["trials_per_n"], cost):
             seconds = cost.seconds(work)
             expected += seconds
             worst += seconds + (calibration.extra_at_max_steps(work, seconds) if work.kind == "model" else 0.0)
+        left[name] = (expected, worst)
     if "ladder" in plan and done[LADDER_RUN]["state"] != "complete":
         lengths = plan["arms"][0]["lengths"]  # the ladder's: the first arm's shortest and longest (`build_plan`)
         ladder = _ladder_cost(tuple(plan["base_overrides"]), f"{min(lengths)},{max(lengths)}")
         summary = read_json(path) if (path := out / LADDER_DIR / "summary.json").exists() else None
-        left = 1 - summary["replicates_done"] / summary["replicates_planned"] if summary else 1.0
-        expected, worst = expected + left * ladder["gpu_seconds"], worst + left * ladder["gpu_seconds_worst"]
-    return expected, worst
+        share = 1 - summary["replicates_done"] / summary["replicates_planned"] if summary else 1.0
+        left[LADDER_RUN] = (share * ladder["gpu_seconds"], share * ladder["gpu_seconds_worst"])
+    return left
 
 
 def next_runs(out: Path, rows: list[dict] | None = None) -> tuple[str | None, list[str]]:
@@ -720,15 +722,19 @@ def _calls_words(calls: dict) -> str:
     return f"; device calls so far: {calls['calls']}, {calls['seconds']:,.0f} s of wall-clock{gpus} ({CALLS_DIR}/)"
 
 
-def _time_left_words(out: Path, rows: list[dict], order: list[dict]) -> str:
-    """`render_state`'s words for `time_left`, beside what PLAN.json priced the whole plan at."""
-    from tsflash.sweep.progress import format_seconds
+def _time_left_words(out: Path, rows: list[dict], order: list[dict], stage: str) -> str:
+    """`render_state`'s words for `time_left`: the plan's and the next stage's, beside what PLAN.json
+    priced the whole plan at."""
+    from tsflash.sweep.progress import format_seconds as f
 
-    expected, worst = time_left(out, rows)
+    left = time_left(out, rows)
+    expected, worst = (sum(v[i] for v in left.values()) for i in (0, 1))
+    runs = next(st["runs"] for st in order if st["stage"] == stage)
+    nxt = sum(left[n][0] for n in runs if n in left)
     planned, planned_worst = (sum(st[k] for st in order) for k in ("gpu_seconds", "gpu_seconds_worst"))
-    return (f"; left: about {format_seconds(expected)} of one H200 expected ({format_seconds(worst)} if every model "
-            f"cell runs its most steps) at today's calibrated prices and the runs' saved cells; PLAN.json priced the "
-            f"whole plan at {format_seconds(planned)} ({format_seconds(planned_worst)})")
+    return (f"; left: about {f(expected)} of one H200 expected ({f(worst)} if every model cell runs its most steps), "
+            f"{f(nxt)} of it stage {stage}'s, at today's calibrated prices and the runs' saved cells; PLAN.json "
+            f"priced the whole plan at {f(planned)} ({f(planned_worst)})")
 
 
 def render_state(rows: list[dict], plan_path: Path) -> str:
@@ -753,7 +759,7 @@ def render_state(rows: list[dict], plan_path: Path) -> str:
             + (f" ({', '.join(complete)})" if complete else "")
             + (f"; next: stage {stage}, runs {' '.join(todo)} (`tsflash preregister --next`)" if stage else "")
             + _calls_words(device_calls(plan_path.parent))
-            + (_time_left_words(plan_path.parent, rows, order) if stage else "")
+            + (_time_left_words(plan_path.parent, rows, order, stage) if stage else "")
             + ".\n\n" + markdown_table(head, body))
     departing = [f"- {r['run']}: " + "; ".join(r["departures"]) for r in rows if r["departures"]]
     return text + ("\n\nDepartures from the plan:\n" + "\n".join(departing) if departing else "")
