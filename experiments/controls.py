@@ -339,8 +339,11 @@ def data_arg(source: str, args) -> str:
 
 
 def sweep_argv(source: str, args, budget: float | None) -> list[str]:
+    # --device all (or a comma list) is one sweep worker a device: the sweep's --devices
+    several = args.device == "all" or "," in args.device
     argv = ["sweep", "--data", data_arg(source, args), "--lengths", args.lengths, "--out",
-            str(args.out / source), "--device", args.device, "--preset", args.preset, "--config", args.config,
+            str(args.out / source), "--devices" if several else "--device", args.device, "--preset", args.preset,
+            "--config", args.config,
             "--no-precision"]  # the precision oracle checks the kernels, not the markets: the real run has it
     for item in args.overrides:
         argv += ["--set", item]
@@ -363,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic bars (default 0)")
     ap.add_argument("--long-memory", default="", metavar="KEY=VALUE,...",
                     help="parameters of the long-memory market, e.g. strength=0.1 (default: tsflash.data.synthetic.LongMemory)")
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:K; all or cuda:0,cuda:1: one sweep worker each")
     ap.add_argument("--preset", default="full", help="sweep preset (default full: the config as written)")
     ap.add_argument("--config", default="default", help="sweep config, a preset name or .toml path (default: default)")
     ap.add_argument("--order", default=",".join(SOURCES), type=_order,

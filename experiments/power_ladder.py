@@ -596,7 +596,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--lengths", default=DEFAULT_LENGTHS, help=f"the short and the long N (default {DEFAULT_LENGTHS})")
     ap.add_argument("--seed", type=int, default=FIRST_MARKET_SEED,
                     help=f"market seed of replicate 0 (replicate k: seed + k; default {FIRST_MARKET_SEED})")
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:K; all or cuda:0,cuda:1: one sweep worker each")
     ap.add_argument("--preset", default="full")
     ap.add_argument("--config", default="default")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (repeatable)")

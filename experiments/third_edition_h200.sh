@@ -71,8 +71,9 @@ for run in $RUNS; do
 done
 
 # Every GPU of the machine: on several, a sweep takes one worker each (`--devices all` for the plan's
-# `--device cuda`: the same run key, a cell depends only on its configuration, fold and seed), so a
-# machine of eight GPUs runs a stage's run about eight times as fast; the ladder's script runs on one.
+# `--device cuda`; the ladder's script `--device all`, its replicates' sweeps likewise: the same run
+# key, a cell depends only on its configuration, fold and seed), so a machine of eight GPUs runs a
+# stage about eight times as fast.
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "$GPUS" -ge 1 ] 2>/dev/null || GPUS=1
 
@@ -90,8 +91,9 @@ for ((i = 0; i < ${#dirs[@]}; i++)); do
        && ls .carry/data/*/*.parquet >/dev/null 2>&1; then
       args+=(--data .carry/data); shift 2; continue
     fi
-    if [ "$1" = "--device" ] && [ "$2" = "cuda" ] && [ "$GPUS" -gt 1 ] && [ "${program[*]}" = "-m tsflash.cli" ]; then
-      args+=(--devices all); shift 2; continue
+    if [ "$1" = "--device" ] && [ "$2" = "cuda" ] && [ "$GPUS" -gt 1 ]; then
+      if [ "${program[*]}" = "-m tsflash.cli" ]; then args+=(--devices all); else args+=(--device all); fi
+      shift 2; continue
     fi
     args+=("$1"); shift
   done

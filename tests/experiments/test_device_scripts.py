@@ -207,8 +207,9 @@ def test_without_runs_named_a_call_takes_at_most_runs_max_of_the_stage(planned):
 
 def test_on_a_machine_of_several_gpus_each_sweep_takes_a_worker_a_gpu(planned):
     """Where nvidia-smi lists several GPUs (an eight-GPU kind, when lent), the plan's `--device cuda`
-    becomes `--devices all` for a sweep (one worker a GPU, the same run key), the ladder's script keeps
-    its one GPU, and the call's record says how many GPUs it had; on one GPU nothing changes."""
+    becomes `--devices all` for a sweep (one worker a GPU, the same run key) and `--device all` for the
+    ladder's script (its replicates' sweeps likewise), and the call's record says how many GPUs it had;
+    on one GPU nothing changes."""
     root, env = planned
     bin_ = Path(env["PATH"].split(":")[0])
     _stub(bin_, "nvidia-smi", 'if [ "$1" = "-L" ]; then for i in 0 1 2 3 4 5 6 7; do '
@@ -219,7 +220,7 @@ def test_on_a_machine_of_several_gpus_each_sweep_takes_a_worker_a_gpu(planned):
     (ladder,) = [a for a in argvs if a[0] == "experiments/power_ladder.py"]
     (sweep,) = [a for a in argvs if a is not ladder]
     assert sweep[sweep.index("--devices") + 1] == "all" and "--device" not in sweep
-    assert ladder[ladder.index("--device") + 1] == "cuda" and "--devices" not in ladder
+    assert ladder[ladder.index("--device") + 1] == "all" and "--devices" not in ladder
     parts = sorted(Path(env["OUT"]).glob("state-third.tgz.*"))
     subprocess.run(["tar", "xzf", "-"], input=b"".join(p.read_bytes() for p in parts), cwd=root, check=True)
     (record,) = (root / "reports/third-edition/calls").glob("*.json")

@@ -96,6 +96,13 @@ def test_schedule_is_replicate_major_with_the_null_last(ladder, tmp_path):
     assert own[-2:] == ["--set", "train.seeds=[2, 3]"]
     null = ladder.controls.sweep_argv("iid", ladder.replicate_args(args, ladder.Rung(None), 0), None)
     assert null[2] == "synthetic:iid:3"
+    # --device all (a machine of several GPUs): each replicate's sweep takes one worker a GPU
+    for device in ("all", "cuda:0,cuda:1"):
+        several = ladder.replicate_args(ladder.argparse.Namespace(**{**vars(args), "device": device}), ladder.Rung(0.2), 1)
+        argv = ladder.controls.sweep_argv("long-memory", several, None)
+        assert argv[argv.index("--devices") + 1] == device and "--device" not in argv
+    one = ladder.controls.sweep_argv("long-memory", rep, None)  # one device (cpu): the sweep's --device
+    assert one[one.index("--device") + 1] == "cpu" and "--devices" not in one
 
 
 def test_the_cost_plan_reads_the_calibrated_table(ladder):
