@@ -229,6 +229,11 @@ def _ladder_script():
     return module
 
 
+def _ladder_lengths(arm: dict) -> str:
+    """The ladder's --lengths: the shortest and the longest N of the plan's first arm."""
+    return f"{min(arm['lengths'])},{max(arm['lengths'])}"
+
+
 def _ladder_cost(base: tuple[str, ...], lengths: str) -> dict:
     """The ladder's H200 seconds (every rung's replicates, expected and with every longest-N cell at its
     maximum steps) and its replicates, by the script's own `cost_plan` at the plan's overrides."""
@@ -295,7 +300,7 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         plan["primary"]["pooled"] = wording.POOLED_RULE  # ... and more seeds for question 1
     if ladder:  # its design (rungs, replicates) is the script's own default, chosen by its design study
         # N=512 against the longest N, resumable in slices like the arms
-        lengths = f"{min(first['lengths'])},{max(first['lengths'])}"
+        lengths = _ladder_lengths(first)
         plan["ladder"] = {"command": ladder_command(base, "--device", "cuda", "--lengths", lengths, "--time-budget", "400"),
                           "rule": wording.LADDER_RULE, "cost": ladder_command(base, "--plan")} | _ladder_cost(base, lengths)
     plan["ledger_entries"] = _ledger_entries(plan)
@@ -639,11 +644,11 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
     from tsflash.sweep.progress import CostModel, prior_rates
     from tsflash.sweep.run import work_left
 
-    plan, done = read_json(out / PLAN_JSON), {r["run"]: r for r in rows}
+    plan, state = read_json(out / PLAN_JSON), {r["run"]: r["state"] for r in rows}
     calibration = prior_rates(PLAN_DEVICE)
     left: dict[str, tuple[float, float]] = {}
     for name, _, resolved, run_dir in planned_runs(plan, out):
-        if done[name]["state"] == "complete":
+        if state[name] == "complete":
             continue
         cost = CostModel(calibration)
         expected = worst = 0.0
@@ -652,9 +657,8 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
             expected += seconds
             worst += seconds + (calibration.extra_at_max_steps(work, seconds) if work.kind == "model" else 0.0)
         left[name] = (expected, worst)
-    if "ladder" in plan and done[LADDER_RUN]["state"] != "complete":
-        lengths = plan["arms"][0]["lengths"]  # the ladder's: the first arm's shortest and longest (`build_plan`)
-        ladder = _ladder_cost(tuple(plan["base_overrides"]), f"{min(lengths)},{max(lengths)}")
+    if "ladder" in plan and state[LADDER_RUN] != "complete":
+        ladder = _ladder_cost(tuple(plan["base_overrides"]), _ladder_lengths(plan["arms"][0]))
         summary = read_json(path) if (path := out / LADDER_DIR / "summary.json").exists() else None
         share = 1 - summary["replicates_done"] / summary["replicates_planned"] if summary else 1.0
         left[LADDER_RUN] = (share * ladder["gpu_seconds"], share * ladder["gpu_seconds_worst"])
