@@ -41,6 +41,10 @@ if [ ! -f "$PLAN/PLAN.json" ]; then
   echo "no $PLAN/PLAN.json: carry the plan in .carry/state-third.tar" >&2
   exit 2
 fi
+# On a warm machine an earlier call's state is newer than the checkout's (which comes back only after
+# the call): restore it, per-bar files of a fold not yet scored included, so no trained cell is lost.
+KEEP=/tmp/tsflash-keep/$PLAN
+if [ -d "$KEEP" ]; then cp -a "$KEEP/." "$PLAN/" && echo "restored the state an earlier call left in $KEEP"; fi
 if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not complete
   RUNS=$(python3 -m tsflash.cli preregister --next "$PLAN") || exit 2
   if [ -z "$RUNS" ]; then
@@ -119,6 +123,7 @@ mkdir -p "$PLAN/calls"
 printf '{"started": "%s", "seconds": %d, "runs": [%s], "exit_codes": [%s], "budget_s": %d, "limit_s": %d, "gpu": "%s", "gpu_count": %d}\n' \
   "$CALL_START" "$((SECONDS - CALL_T0))" "${runs_json%,}" "${exits_json%,}" "$BUDGET_S" "$LIMIT_S" "$gpu" "$GPUS" \
   > "$PLAN/calls/${CALL_START//:/}.json"
+mkdir -p "$KEEP" && cp -a "$PLAN/." "$KEEP/"  # for the next call on this machine (above)
 tar czf "$OUT/third-logs.tgz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"
 existing=()
 for dir in "${dirs[@]}"; do [ -d "$dir" ] && existing+=("$dir"); done
