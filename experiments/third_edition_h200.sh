@@ -20,7 +20,8 @@
 # 846 s) never fit a 520 s slice, where alone (354 s at 118 s a cell) they do. The first three calls
 # ran two runs side by side: their model cells' per-bar files stayed behind before any fold was
 # whole, and those cells are trained again.
-# In: the plan and its runs' state as .carry/state-third.tar, made here from the repository root by
+# In: the plan, its amendments (AMENDMENT.md, ...: --next and --commands read the plan as amended) and
+# its runs' state as .carry/state-third.tar, made here from the repository root by
 #   `python experiments/carry_state.py reports/third-edition [RUN ...]` (default: the next runs; what a
 #   resume and the ladder's summary read, and the whole carry checked against the device's 64 MiB),
 # and the BTC bars as .carry/packed (`tsflash data pack`), read where the plan's bar store has no bars
