@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         planned = {str(f.relative_to(args.plan)) for _, f, _ in preregister.ordered_commands(
             preregister.amended_plan(args.plan), args.plan)}
         if unknown := [r for r in runs if r not in planned]:
-            raise UserError(f"run {unknown[0]} is not in {args.plan / preregister.PLAN_JSON}; its runs: "
+            files = [p.name for p in preregister.amendment_files(args.plan)]
+            amended = f" as amended ({', '.join(files)})" if files else ""
+            raise UserError(f"run {unknown[0]} is not in {args.plan / preregister.PLAN_JSON}{amended}; its runs: "
                             f"{' '.join(sorted(planned))}")
         files = state_files(args.plan, runs)
         partial = write_partial(files, args.out, Path.cwd())
