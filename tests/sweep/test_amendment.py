@@ -218,6 +218,10 @@ def test_an_amended_small_plan_runs_its_order_and_its_added_control_at_its_own_l
                                                    "data": plan["data"], "trials_per_length": 1})
     assert main(["preregister", "--check", str(plan_dir / "patch16")]) == 1
     assert "run patch16: not run in this edition (AMENDMENT.md: too dear), yet it ran" in capsys.readouterr().out
+    assert main(["preregister", "--check", str(plan_dir)]) == 1  # and so in the plan's table
+    text = capsys.readouterr().out
+    assert "| - | patch16 | patch16 | not run in this edition: too dear | 1 |" in text
+    assert "- patch16: run patch16: not run in this edition (AMENDMENT.md: too dear), yet it ran" in text
 
 
 def test_a_later_amendment_applies_over_the_earlier_and_check_names_both(plan_dir, capsys):

@@ -21,6 +21,11 @@ configs, hashes and cost are then resolved per arm with it. The arms' runs go to
 so a run folder's parent holds its plan: the report of a run whose parent folder has a PLAN.json
 reads it and lists every departure from it (`deviations`), and says "none" when there is none.
 `tsflash preregister --check RUN` prints the same list (exit status 1 when there is any).
+
+A plan is changed only by a dated amendment beside it (AMENDMENT.md, then AMENDMENT-2.md, ...): its
+last section, a fenced json block, replaces the order, adds controls, or takes runs out of the
+edition with their reasons (`read_amendments`, `amended_plan`). PLAN.json and its hash stay as
+registered; every reader here takes the plan as amended.
 """
 
 from __future__ import annotations
@@ -876,8 +881,11 @@ def plan_state(out: Path) -> list[dict]:
     for name, control, resolved, run_dir in planned_runs(plan, out):
         folder = RunFolder(run_dir)
         row = _state_row(name, str(run_dir.relative_to(out)), control["expect"] if control else "")
-        if name in not_run:  # an amendment took it out of the order: nothing of it is read
-            rows.append(row | {"state": f"{NOT_RUN}: {not_run[name]}"})
+        if name in not_run:  # an amendment took it out of the order: nothing of it is read, but that it ran
+            row["state"] = f"{NOT_RUN}: {not_run[name]}"
+            if folder.run_json.exists():
+                row["departures"] = deviations(plan, run_dir)[1]
+            rows.append(row)
             continue
         if folder.run_json.exists():
             row["departures"] = deviations(plan, run_dir)[1]
