@@ -4,7 +4,8 @@
     python experiments/carry_state.py reports/third-edition                  # the plan's next runs
     python experiments/carry_state.py reports/third-edition per-bar controls/aa/per-bar
 
-writes .carry/state-third.tar (gzip-compressed; `tar xf` reads it) with the plan and the named runs
+writes .carry/state-third.tar (gzip-compressed; `tar xf` reads it) with the plan, its amendments
+(AMENDMENT.md, ...: the device reads the plan as amended) and the named runs
 (default: `tsflash preregister --next`, the runs the device script runs by default):
 
 * a run not complete: what a resume reads back (cell summaries, fold scores, daily series, loss
@@ -34,7 +35,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
 from tsflash.errors import UserError  # noqa: E402
-from tsflash.runfolder import RunFolder, left_out_of_record, read_json  # noqa: E402
+from tsflash.runfolder import RunFolder, left_out_of_record  # noqa: E402
 from tsflash.sweep import preregister  # noqa: E402
 
 log = logging.getLogger("carry_state")
@@ -58,8 +59,10 @@ def run_files(root: Path) -> list[Path]:
 
 
 def state_files(plan_dir: Path, runs: list[str]) -> list[Path]:
-    """The plan and every run folder under each named run (a sweep's, or the ladder's replicates)."""
-    files = [plan_dir / preregister.PLAN_JSON, plan_dir / preregister.PLAN_MD]
+    """The plan, its amendments (the device reads the plan as amended) and every run folder under each
+    named run (a sweep's, or the ladder's replicates)."""
+    files = [plan_dir / preregister.PLAN_JSON, plan_dir / preregister.PLAN_MD,
+             *preregister.amendment_files(plan_dir)]
     for run in runs:
         folder = plan_dir / run
         found = sorted({p.parent for p in folder.rglob("run.json")}) if folder.is_dir() else []
@@ -117,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         if not runs:
             raise UserError(f"{args.plan}: every stage of the plan is complete; nothing to carry")
         planned = {str(f.relative_to(args.plan)) for _, f, _ in preregister.ordered_commands(
-            read_json(args.plan / preregister.PLAN_JSON), args.plan)}
+            preregister.amended_plan(args.plan), args.plan)}
         if unknown := [r for r in runs if r not in planned]:
-            raise UserError(f"run {unknown[0]} is not in {args.plan / preregister.PLAN_JSON}; its runs: "
+            files = [p.name for p in preregister.amendment_files(args.plan)]
+            amended = f" as amended ({', '.join(files)})" if files else ""
+            raise UserError(f"run {unknown[0]} is not in {args.plan / preregister.PLAN_JSON}{amended}; its runs: "
                             f"{' '.join(sorted(planned))}")
         files = state_files(args.plan, runs)
         partial = write_partial(files, args.out, Path.cwd())

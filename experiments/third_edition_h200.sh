@@ -20,7 +20,8 @@
 # 846 s) never fit a 520 s slice, where alone (354 s at 118 s a cell) they do. The first three calls
 # ran two runs side by side: their model cells' per-bar files stayed behind before any fold was
 # whole, and those cells are trained again.
-# In: the plan and its runs' state as .carry/state-third.tar, made here from the repository root by
+# In: the plan, its amendments (AMENDMENT.md, ...: --next and --commands read the plan as amended) and
+# its runs' state as .carry/state-third.tar, made here from the repository root by
 #   `python experiments/carry_state.py reports/third-edition [RUN ...]` (default: the next runs; what a
 #   resume and the ladder's summary read, and the whole carry checked against the device's 64 MiB),
 # and the BTC bars as .carry/packed (`tsflash data pack`), read where the plan's bar store has no bars
@@ -43,7 +44,7 @@ if [ ! -f "$PLAN/PLAN.json" ]; then
 fi
 # On a warm machine an earlier call's state is newer than the checkout's (which comes back only after
 # the call): restore it, per-bar files of a fold not yet scored included, so no trained cell is lost.
-KEEP=/tmp/tsflash-keep/$PLAN
+KEEP=${KEEP:-/tmp/tsflash-keep/$PLAN}  # the tests give each call a folder of its own
 if [ -d "$KEEP" ]; then cp -a "$KEEP/." "$PLAN/" && echo "restored the state an earlier call left in $KEEP"; fi
 if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not complete
   RUNS=$(python3 -m tsflash.cli preregister --next "$PLAN") || exit 2
@@ -68,7 +69,8 @@ for run in $RUNS; do
     [ "$dir" = "$PLAN/$run" ] && command=$line
   done <<< "$planned"
   if [ -z "$command" ]; then
-    echo "run $run is not in $PLAN/PLAN.json; its runs: $(cut -f1 <<< "$planned" | sed "s#^$PLAN/##" | tr '\n' ' ')" >&2
+    amended=$(cd "$PLAN" && ls AMENDMENT*.md 2>/dev/null | tr '\n' ' ')
+    echo "run $run is not in $PLAN/PLAN.json${amended:+ as amended (${amended% })}; its runs: $(cut -f1 <<< "$planned" | sed "s#^$PLAN/##" | tr '\n' ' ')" >&2
     exit 2
   fi
   dirs+=("$PLAN/$run"); commands+=("$command")

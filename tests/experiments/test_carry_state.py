@@ -3,6 +3,7 @@ no more, and a carry over the device's limit is refused before the call with the
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tarfile
 
@@ -84,3 +85,21 @@ def test_a_carry_over_the_limit_or_a_run_not_planned_is_refused_and_the_old_stat
                                                  "rungs": []})
     assert carry.main(["reports/third-edition"]) == 2
     assert "every stage of the plan is complete" in capsys.readouterr().err
+
+
+def test_the_state_carries_the_plans_amendments_and_names_the_runs_as_amended(repo, capsys):
+    """The device reads the plan as amended: AMENDMENT.md travels with PLAN.json, and the runs named
+    are those of the amended plan (the ladder taken out of the edition is refused)."""
+    out = repo / "reports" / "third-edition"
+    plan = json.loads((out / "PLAN.json").read_text())
+    block = {"amendment": 1, "date": "2026-12-06", "plan_hash": plan["plan_hash"],
+             "order": [{"stage": "all", "runs": ["per-bar"]}], "not_run": {"ladder": "too dear"}}
+    (out / "AMENDMENT.md").write_text(f"# Amendment 1\n\n```json\n{json.dumps(block)}\n```\n")
+    assert carry.main(["reports/third-edition"]) == 0
+    assert "files of per-bar," in capsys.readouterr().out  # the next runs as amended: the arm alone
+    with tarfile.open(repo / ".carry" / "state-third.tar") as tar:
+        names = set(tar.getnames())
+    assert "reports/third-edition/AMENDMENT.md" in names and not any("/ladder/" in n for n in names)
+    assert carry.main(["reports/third-edition", "ladder"]) == 2
+    assert capsys.readouterr().err == ("error: run ladder is not in reports/third-edition/PLAN.json as amended "
+                                       "(AMENDMENT.md); its runs: per-bar\n")

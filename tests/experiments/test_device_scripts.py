@@ -131,8 +131,9 @@ def planned(tmp_path):
     (root / ".carry" / "data" / "btcusdt-1m").mkdir(parents=True)  # the BTC bars as device_env.sh unpacks them
     (root / ".carry" / "data" / "btcusdt-1m" / "btcusdt-1m-2021.parquet").write_bytes(b"")
     (tmp_path / "argv").mkdir()
+    # KEEP: a warm machine's state between calls, here the test's own (not /tmp/tsflash-keep, shared by every run)
     return root, {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
-                  "ARGV_DIR": str(tmp_path / "argv")}
+                  "ARGV_DIR": str(tmp_path / "argv"), "KEEP": str(tmp_path / "keep")}
 
 
 def _third(root: Path, env: dict, **extra: str) -> subprocess.CompletedProcess:
@@ -237,3 +238,38 @@ def test_on_a_machine_of_several_gpus_each_sweep_takes_a_worker_a_gpu(planned):
     assert _third(root, env, RUNS="per-bar", BUDGET_S="300").returncode == 0
     (sweep,) = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
     assert sweep[sweep.index("--device") + 1] == "cuda" and "--devices" not in sweep
+
+
+def test_the_call_runs_the_plan_as_amended(planned):
+    """With an AMENDMENT.md beside the plan (carried with it), --next and --commands read the plan as
+    amended: once the first stage is complete, the call runs the amendment's added control at its own
+    lengths and market, and a run it takes out of the edition is not in the plan's runs."""
+    from tsflash.config import config_from_dict
+    from tsflash.sweep.plan import run_hash
+
+    root, env = planned
+    out = root / "reports" / "third-edition"
+    plan = json.loads((out / "PLAN.json").read_text())
+    block = {"amendment": 1, "date": "2026-12-06", "plan_hash": plan["plan_hash"],
+             "order": [{"stage": "first", "runs": ["per-bar", "aa/per-bar"]},
+                       {"stage": "bracket", "runs": ["bracket/per-bar"]}],
+             "add_controls": [{"name": "bracket", "source": "synthetic:long-memory:1:strength=0.1", "arms": ["per-bar"],
+                               "lengths": [512], "oracle_gain": 0.026}],
+             "not_run": {"iid/per-bar": "not needed", "ladder": "too dear"}}
+    (out / "AMENDMENT.md").write_text(f"# Amendment 1\n\n```json\n{json.dumps(block)}\n```\n")
+    for folder, resolved in ((out / "per-bar", plan["arms"][0]), (out / "controls" / "aa" / "per-bar",
+                                                                  plan["controls"][-1]["arms"][0])):
+        cfg = config_from_dict(resolved["config"])
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
+        (folder / "run.json").write_text(json.dumps({"config_hash": run_hash(cfg), "status": "complete",
+                                                     "data": plan["data"], "trials_per_length": 1}))
+    done = _third(root, env, BUDGET_S="300")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the plan's next runs: controls/bracket/per-bar\n" in done.stdout
+    (sweep,) = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
+    assert sweep[sweep.index("--out") + 1] == "reports/third-edition/controls/bracket/per-bar"
+    assert sweep[sweep.index("--lengths") + 1] == "512"
+    assert sweep[sweep.index("--data") + 1] == "synthetic:long-memory:1:strength=0.1"
+    typo = _third(root, env, RUNS="ladder", BUDGET_S="300")
+    assert typo.returncode == 2 and "run ladder is not in reports/third-edition/PLAN.json as amended (AMENDMENT.md); its runs:" in typo.stderr

@@ -131,6 +131,44 @@ def test_a_complete_ladder_stage_is_read_before_the_arms(tmp_path, capsys):
     assert f"3. **What \"no\" rules out**: {s['ladder']['sentence']}" in brief
 
 
+def test_the_summary_of_an_amended_plan_names_the_amendment_and_the_runs_not_run(plan_dir, tmp_path, capsys):
+    """An amendment that keeps the two stages run and takes the rest out of the edition: the summary
+    reads both stages, names the amendment, and lists each run not run with its reason; a power
+    bracket's rung (an amendment's control with an oracle gain) reads found or missed, apart from
+    the controls' rules."""
+    import shutil
+
+    out = tmp_path / "plan"
+    shutil.copytree(plan_dir, out)
+    plan = json.loads((out / preregister.PLAN_JSON).read_text())
+    block = {"amendment": 1, "date": "2026-12-06", "plan_hash": plan["plan_hash"],
+             "order": [{"stage": "first", "runs": ["per-bar", "aa/per-bar"]}, {"stage": "second", "runs": ["iid/per-bar"]}],
+             "not_run": {"regime/per-bar": "5 h of one H200", "ladder": "8 h of one H200; a bracket stands in"}}
+    (out / "AMENDMENT.md").write_text(f"# Amendment 1\n\n## Machine-read\n\n```json\n{json.dumps(block)}\n```\n")
+    assert main(["preregister", "--summary", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "2 of 2 stages read; not run in this edition: regime/per-bar, ladder"
+    s = json.loads((out / edition.SUMMARY_JSON).read_text())
+    assert s["not_run"] == [] and s["not_run_in_edition"] == block["not_run"]
+    assert [a["file"] for a in s["amendments"]] == ["AMENDMENT.md"] and s["amended"] == "amended 2026-12-06 (AMENDMENT.md)"
+    assert s["ladder"]["state"] == "not run in this edition: 8 h of one H200; a bracket stands in"
+    md = (out / edition.SUMMARY_MD).read_text()
+    assert "**Amended**: [AMENDMENT.md](AMENDMENT.md) of 2026-12-06." in md
+    assert ("**Not run in this edition** (by the amendment), each with its reason:\n\n- regime/per-bar: 5 h of one "
+            "H200\n- ladder: 8 h of one H200; a bracket stands in\n") in md
+    assert ("3. **What \"no\" rules out**: not measured: the strength ladder is not run in this edition: 8 h of one "
+            "H200; a bracket stands in.") in md
+    # a bracket's rung: the iid run read as if it were one (its reading is the report's own)
+    iid = next(c for c in s["controls"] if c["control"] == "iid")
+    rung = iid | {"control": "bracket-0.1", "oracle_gain": 0.026, "met": iid["question1"] == "better"}
+    text = edition.render_summary(s | {"controls": [*s["controls"], rung]})
+    found = "found" if rung["met"] else "missed"
+    assert (f"Power bracket: bracket-0.1 (per-bar, oracle gain 0.026 nats per moved bar) {found}. One run a strength "
+            "says found or missed at this design; it is not a detection rate.") in text
+    assert text.count("bracket-0.1 (per-bar") == 2  # in the brief's item 3 and its section, not among the controls' rules
+    assert f"| bracket-0.1 | per-bar | {iid['question1']} " in text and f"| {found} |" in text
+
+
 @pytest.mark.parametrize("kind, reading, met", [
     ("long-memory", {"question1": "better"}, True),
     ("long-memory", {"question1": "no better"}, False),

@@ -264,7 +264,7 @@ def test_the_published_run_rebuilds_the_same_numbers(tmp_path):
     rebuilt = dict(_numbers(json.loads((run / "results.json").read_text())))
     assert len(committed) > 25000  # the PBO logits and ranks are in there
     variance = committed[("selection", "sr_variance")]
-    first_edition, ledger = 4, 13  # the first edition's own study; the ledger's period for these test days
+    first_edition, ledger = 4, 10  # the first edition's own study; the ledger's period for these test days
     fingerprint = json.loads((PUBLISHED / "data.json").read_text())["fingerprint"]["sha256"]
     days = pq.read_table(PUBLISHED / "daily_returns.parquet").column("day").to_numpy()
     assert TrialLedger.read().count_for(fingerprint, np.unique(days)).n_trials == ledger
@@ -275,7 +275,7 @@ def test_the_published_run_rebuilds_the_same_numbers(tmp_path):
     for path in counted:
         was, now = expected[path[-1]]
         assert committed[path] == pytest.approx(was, rel=1e-12) and rebuilt[path] == pytest.approx(now, rel=1e-12), path
-    assert rebuilt[("verdict", "dsr")] == committed[("verdict", "dsr")] == 0.0  # DSR stays 0 with 13 trials
+    assert rebuilt[("verdict", "dsr")] == committed[("verdict", "dsr")] == 0.0  # DSR stays 0 with 10 trials
     for path, value in committed.items():
         assert path in rebuilt, path
         if path[-1] in TRIAL_COUNTED:
@@ -308,7 +308,8 @@ def ledger_before(plan: str, tmp_path: Path, monkeypatch) -> Path:
 
     lines = gate.TRIALS_FILE.read_text().splitlines(keepends=True)
     kept = [line for line in lines if f"plan {plan}" not in line]
-    assert len(lines) - len(kept) == 8, "the plan's six trials and two not-counted replicates"
+    # the per-bar arm's three trials and its A/A replicate (patch4's left with the plan's amendment)
+    assert len(lines) - len(kept) == 4, "the plan's three trials that run and one not-counted replicate"
     path = tmp_path / "trials-before.toml"
     path.write_text("".join(kept))
     read = gate.TrialLedger.read.__func__
@@ -320,13 +321,13 @@ def test_the_published_second_edition_rebuilds_its_latest_rereport(tmp_path, mon
     """`tsflash report` on a copy of the second edition, written elsewhere as its committed
     re-report was: every number of that re-report's results.json and questions.json, and its
     Parquet tables, as committed; only sentences may change. The re-report counted 7 trials on its
-    test days; the third edition's plan has since added 6 (13 now, which only the trial-count
-    figures follow): the rebuild reads the ledger as it stood."""
+    test days; the third edition's plan, as amended, has since added 3 (10 now, which only the
+    trial-count figures follow): the rebuild reads the ledger as it stood."""
     if not any(SECOND_EDITION.glob("cells/n32768/*.cell.json")):
         pytest.skip("the second edition's cell summaries are absent")
     fingerprint = "4b38b3911d705c098c3185407ff8ee1f9873f8b73f373608c179e31ac54ae67d"  # BTC 2021-2025, its 911 test days
     days = np.arange(np.datetime64("2023-01-02"), np.datetime64("2025-07-01"))
-    assert TrialLedger.read().count_for(fingerprint, days).n_trials == 13
+    assert TrialLedger.read().count_for(fingerprint, days).n_trials == 10
     ledger_before("2983a47e5e3c", tmp_path, monkeypatch)
     assert TrialLedger.read().count_for(fingerprint, days).n_trials == 7
     run, out = tmp_path / "second", tmp_path / "again"

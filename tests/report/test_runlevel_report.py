@@ -88,7 +88,7 @@ def test_the_ledger_counts_a_run_whose_test_days_match_and_no_other():
     days = np.arange(np.datetime64("2023-01-02"), np.datetime64("2025-07-01"))
     assert len(days) == 911
     count = ledger.count_for(fingerprint, days)
-    assert count.n_trials == 13 and "trials.toml" in count.source and len(count.entries) == 13  # three editions
+    assert count.n_trials == 10 and "trials.toml" in count.source and len(count.entries) == 10  # three editions
     assert ledger.count_for(fingerprint, days[1:]) is None  # other test days
     assert ledger.count_for("0" * 64, days) is None  # other bars
 
@@ -103,7 +103,7 @@ def test_select_run_reads_the_ledger_only_for_matching_days():
     fp = "4b38b3911d705c098c3185407ff8ee1f9873f8b73f373608c179e31ac54ae67d"
     matched = select_run(series, trials, ledger=TrialLedger.read(), fingerprint=fp)
     own = select_run(series, trials, ledger=TrialLedger.read(), fingerprint="f" * 64)
-    assert (matched.n_trials, matched.verdict.n_trials, own.n_trials) == (13, 13, 3)
+    assert (matched.n_trials, matched.verdict.n_trials, own.n_trials) == (10, 10, 3)
     assert own.trial_count.period is None and "own study" in own.trial_count.source
     d = matched.deflation  # the pass line with the null variance, and 80 % power above each line
     assert d.power_sharpe > d.min_sharpe and d.power_sharpe_null > d.min_sharpe_null
@@ -172,17 +172,17 @@ def test_a_run_the_ledger_does_not_list_adds_its_own_configurations():
     fingerprint = "4b38b3911d705c098c3185407ff8ee1f9873f8b73f373608c179e31ac54ae67d"
     days = np.arange(np.datetime64("2023-01-02"), np.datetime64("2025-07-01"))
     new = ledger.count_for(fingerprint, days, "0badc0de", own=3)
-    assert new.n_trials == 16 and "which it does not list" in new.source
+    assert new.n_trials == 13 and "which it does not list" in new.source
     assert new.entries[-1] == "this run's 3 configurations (config hash 0badc0de, not in the ledger)"
     # the second edition; its A/A replicate; the third edition's per-bar arm and its A/A replicate; an older caller
     for listed in ("a28c6cfb", "163333fd", "722795cd", "f13c0970", None):
-        assert ledger.count_for(fingerprint, days, listed, own=3).n_trials == 13
+        assert ledger.count_for(fingerprint, days, listed, own=3).n_trials == 10
     from tsflash.stats.gate import select_run
 
     rng = np.random.default_rng(2)
     series = {f"n{k}": (days, rng.normal(0, 0.01, len(days))) for k in (1, 2, 3)}
     trials = [{"state": "COMPLETE", "value": float(v), "slot": f"n{i}/0"} for i, v in enumerate([0.01, -0.02, 0.0])]
-    assert select_run(series, trials, ledger=ledger, fingerprint=fingerprint, config_hash="0badc0de").n_trials == 16
+    assert select_run(series, trials, ledger=ledger, fingerprint=fingerprint, config_hash="0badc0de").n_trials == 13
 
 
 def test_each_ledger_entry_names_the_config_hash_of_its_committed_run():
@@ -203,19 +203,29 @@ def test_each_ledger_entry_names_the_config_hash_of_its_committed_run():
     assert checked == 4 + 3 + 1 + 3 + 1 + 1 + 1 + 3 + 1
 
 
-def test_the_third_editions_plan_is_in_the_ledger_before_its_first_report():
-    """reports/third-edition/PLAN.md's TOML lines are in trials.toml, as the plan says they must be
-    before the first report: its six configurations as trials of BTC's period (13 with the two
-    earlier editions', the plan's "with this plan" figure), its A/A replicates as not counted."""
+def test_the_third_editions_plan_as_amended_is_in_the_ledger_before_its_first_report():
+    """reports/third-edition/PLAN.md's TOML lines, less those its amendment removes (AMENDMENT.md: the
+    ledger enters only configurations that run), are in trials.toml before the first report: the
+    per-bar arm's three configurations as trials of BTC's period (10 with the two earlier editions',
+    the amended plan's "with this plan" figure), its A/A replicate as not counted; the patch4 arm's
+    lines are not."""
+    from pathlib import Path
+
     from tests.conftest import REPO
+    from tsflash.sweep import preregister
 
     plan_md = (REPO / "reports/third-edition/PLAN.md").read_text()
-    lines = plan_md.split("```toml\n", 1)[1].split("```", 1)[0].splitlines()
+    registered = plan_md.split("```toml\n", 1)[1].split("```", 1)[0].splitlines()
+    plan = preregister.amended_plan(REPO / "reports/third-edition", resolve=False)
+    kept = preregister._ledger_lines(plan, Path("reports/third-edition"))
+    assert len(registered) == 8 and len(kept) == 4 and set(kept) < set(registered)
     ledger_text = (REPO / "tsflash/stats/trials.toml").read_text()
-    assert len(lines) == 8 and all(line.split("  # not_counted")[0] in ledger_text for line in lines)
-    plan = json.loads((REPO / "reports/third-edition/PLAN.json").read_text())
+    assert all(line.split("  # not_counted")[0] in ledger_text for line in kept)
+    assert not any(line.split("  # not_counted")[0] in ledger_text for line in set(registered) - set(kept))
     (row,) = plan["ledger"]
     period = next(p for p in TrialLedger.read().periods if p["key"] == row["period"])
-    assert len(period["trial"]) == row["with_plan"] == 13
+    assert len(period["trial"]) == row["with_plan"] == 10 and row["now"] == 7
     hashes = {t["config_hash"] for t in period["trial"]}
-    assert {arm["config_hash"] for arm in plan["arms"]} <= hashes
+    per_bar, patch4 = plan["arms"]
+    assert per_bar["config_hash"] in hashes and patch4["config_hash"] not in hashes
+    assert plan["amendments"][0]["ledger_removed"] == ["patch4", "aa/patch4"]

@@ -5,6 +5,9 @@
     tsflash preregister --check reports/third-edition              # every planned run: state, departures, answers
     tsflash preregister --commands reports/third-edition           # each planned run's folder and sweep command
     tsflash preregister --next reports/third-edition               # the runs the next device call runs
+
+Every reader takes the plan as amended: PLAN.json with AMENDMENT.md (then AMENDMENT-2.md, ...) beside
+it applied (`tsflash.sweep.preregister.amended_plan`).
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ def register(sub) -> None:
         "trained or read but the presets and the trial ledger) and write PLAN.json and PLAN.md into --out: the "
         "config hashes and run keys, seeds, folds, the primary test and its level, the nesting check, the trading "
         "gates, the trial count, the sentence each outcome will produce, the expected GPU time and the sweep "
-        "commands (each arm into OUT/<arm>). A plan is written once. With --check RUN, list the run's departures "
+        "commands (each arm into OUT/<arm>). A plan is written once; a dated AMENDMENT.md beside it changes its "
+        "order, adds controls or takes runs out, and every reader below applies it. With --check RUN, list the run's departures "
         "from the PLAN.json in its parent folder (the report lists them too); with --summary PLAN, write the plan's "
         "answer from its complete stages' reports (SUMMARY.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -122,12 +126,12 @@ def run(args) -> int:
         md, js, summary = write_summary(args.summary)
         done = sum(st["complete"] for st in summary["stages"])
         print(f"{md}\n{js}\n{done} of {len(summary['stages'])} stages read"
-              + (f"; not run: {', '.join(summary['not_run'])}" if summary["not_run"] else ""))
+              + (f"; not run: {', '.join(summary['not_run'])}" if summary["not_run"] else "")
+              + (f"; {preregister.NOT_RUN}: {', '.join(summary['not_run_in_edition'])}"
+                 if summary["not_run_in_edition"] else ""))
         return 0
-    if args.commands is not None:
-        from tsflash.runfolder import read_json
-
-        for _, run_dir, command in preregister.ordered_commands(read_json(args.commands / preregister.PLAN_JSON),
+    if args.commands is not None:  # the plan as amended (AMENDMENT.md beside PLAN.json), in its order
+        for _, run_dir, command in preregister.ordered_commands(preregister.amended_plan(args.commands),
                                                                 args.commands):
             print(f"{run_dir}\t{command}")
         return 0

@@ -14,6 +14,9 @@ say what the reports do not. Read under the
 plan's order rule (`wording.ORDER_RULE`): only complete stages are read, and every run of a stage not
 complete is listed as not run, whatever part of it has finished. The device time the plan used is
 the sum of its calls' records (calls/*.json, one per `experiments/third_edition_h200.sh` call).
+The plan is read as amended (`amended_plan`): the summary names each amendment, lists the runs it
+takes out of this edition with their reasons, and reads a power bracket's rungs (an amendment's
+controls with an oracle gain) as found or missed, one run a strength.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from tsflash.report.probe import FOLLOWS
 from tsflash.report.questions import RESULTS_FILE as QUESTIONS_FILE
 from tsflash.report.wording import NA, NESTING_PART_NAMES, SCORE_NAMES, bps, fmt, label, plural, signed
 from tsflash.runfolder import RunFolder, read_json
-from tsflash.sweep.preregister import (AA_CONTROL, CALLS_DIR, LADDER_RUN, PLAN_JSON, device_calls, plan_order_of,
-                                       plan_state, planned_runs)
+from tsflash.sweep.preregister import (AA_CONTROL, CALLS_DIR, LADDER_RUN, NOT_RUN, PLAN_JSON, amended_plan,
+                                       amended_words, device_calls, plan_order_of, plan_state, planned_runs)
 
 SUMMARY_MD, SUMMARY_JSON, SUMMARY_PNG = "SUMMARY.md", "summary.json", "summary.png"
 NO_FALSE_POSITIVE = ("met when question 1 over training runs does not say \"better\" and no length passes "
@@ -136,7 +139,7 @@ def edition_summary(out: Path) -> dict:
     out = Path(out)
     if not (out / PLAN_JSON).is_file():
         raise UserError(f"--summary {out}: no {PLAN_JSON} there (write one with --out)")
-    plan = read_json(out / PLAN_JSON)
+    plan = amended_plan(out)
     rows = {r["run"]: r for r in plan_state(out)}
     stages = [{"stage": st["stage"], "runs": list(st["runs"]),
                "complete": all(rows[n]["state"] == "complete" for n in st["runs"])} for st in plan_order_of(plan)]
@@ -154,14 +157,18 @@ def edition_summary(out: Path) -> dict:
         reading = _reading(*_report(run_dir))
         controls.append({"run": name, "control": control["name"], "kind": control["kind"],
                          "arm": run_dir.name, "expect": control["expect"], "rule": control.get("rule", ""),  # as planned
-                         "met": control_met(control["kind"], reading), "cell_seconds": _cell_seconds(run_dir)} | reading)
+                         "met": control_met(control["kind"], reading), "cell_seconds": _cell_seconds(run_dir),
+                         # a power bracket's rung (an amendment's): found or missed, not met or not
+                         "oracle_gain": control.get("oracle_gain"), "amendment": control.get("amendment")} | reading)
     ladder = None
     if LADDER_RUN in rows:
         ladder = {"read": LADDER_RUN in read, "state": rows[LADDER_RUN]["state"],
                   "sentence": rows[LADDER_RUN]["question1"] if LADDER_RUN in read else ""}
     return {"plan_hash": plan["plan_hash"], "data": plan["data"], "range": plan["range"], "stages": stages,
+            "amendments": plan.get("amendments", []), "amended": amended_words(plan),
             "device_calls": device_calls(out),
             "not_run": [n for st in stages if not st["complete"] for n in st["runs"]],
+            "not_run_in_edition": dict(plan.get("not_run", {})),
             "arms": arms, "controls": controls, "ladder": ladder,
             "cell_seconds": sum(r["cell_seconds"] for r in [*arms, *controls])}
 
@@ -258,17 +265,37 @@ def _trading_brief(a: dict) -> str:
             + (f"; break-even fees {bps(min(fees))} to {bps(max(fees))}" if fees else "") + ".")
 
 
+def _not_run(state: str) -> bool:
+    return state.startswith(NOT_RUN)
+
+
+def _bracket_words(s: dict) -> str:
+    """The power bracket's reading (an amendment's controls with an oracle gain): each rung found or
+    missed, one run a strength; "" without one."""
+    rungs = [c for c in s["controls"] if c.get("oracle_gain") is not None]
+    if not rungs:
+        return ""
+    words = {True: "found", False: "missed", None: "not read"}
+    return ("Power bracket: " + "; ".join(f"{c['control']} ({c['arm']}, oracle gain {fmt(c['oracle_gain'], '.2g')} "
+                                          f"nats per moved bar) {words[c['met']]}" for c in rungs)
+            + ". One run a strength says found or missed at this design; it is not a detection rate.")
+
+
 def answer_brief(s: dict) -> list[str]:
     """The README's answer, one short paragraph per question, from the summary's own figures."""
     by_met = {True: [], False: [], None: []}
     for c in s["controls"]:
-        by_met[c["met"]].append(f"{c['control']} ({c['arm']})")
+        if c.get("oracle_gain") is None:  # a bracket's rung is read in item 3
+            by_met[c["met"]].append(f"{c['control']} ({c['arm']})")
     controls = "; ".join(f"{what}: {', '.join(names)}" for what, names in
                          (("as expected", by_met[True]), ("**not as expected**", by_met[False]),
                           ("no reading", by_met[None])) if names) or "none read"
     ladder = s["ladder"]
     rules_out = (ladder["sentence"] if ladder and ladder["read"] else
+                 f"not measured: the strength ladder is {ladder['state']}." if ladder and _not_run(ladder["state"]) else
                  "not measured: the strength ladder's stage is not complete." if ladder else "no ladder in the plan.")
+    if bracket := _bracket_words(s):
+        rules_out += f" {bracket}"
     memory = sorted(f"{r['peak_memory_bytes'] / 2**30:.1f}" for a in s["arms"] for r in a["lengths"]
                     if r["peak_memory_bytes"])
     calls = s["device_calls"]
@@ -292,8 +319,14 @@ def render_summary(s: dict) -> str:
              f"Written by `tsflash preregister --summary` from the reports of the plan's runs ([PLAN.md](PLAN.md)); "
              f"every figure is one a report wrote. Data: `{s['data']}`, {s['range'][0]} .. {s['range'][1]}.", "",
              f"Stages complete: {len(done)} of {len(s['stages'])} ({', '.join(done)}). {ORDER_RULE}", ""]
+    if s.get("amendments"):
+        links = ", ".join(f"[{a['file']}]({a['file']}) of {a['date']}" for a in s["amendments"])
+        lines += [f"**Amended**: {links}. The stages above are the amended order; PLAN.json stays as registered.", ""]
     if s["not_run"]:
         lines += [f"**Not run** (their stage is not complete): {', '.join(s['not_run'])}.", ""]
+    if s.get("not_run_in_edition"):
+        lines += [f"**{NOT_RUN[0].upper()}{NOT_RUN[1:]}** (by the amendment), each with its reason:", "",
+                  *(f"- {run}: {reason}" for run, reason in s["not_run_in_edition"].items()), ""]
     lines += ["## The answer in brief", "", *answer_brief(s), ""]
     if s["arms"]:
         lines += [f"![Each longer N minus the shortest, per arm: the transformer, the same model cut to the shortest N, "
@@ -307,14 +340,20 @@ def render_summary(s: dict) -> str:
         for c in s["controls"]:
             ranking = "; ".join(x for x in (c["ranking"], c["information_order"]) if x) or "-"
             aa = f"{c['aa_differ'][0]} of {c['aa_differ'][1]} differ" if c["aa_differ"] else "-"
-            met = {True: "yes", False: "**no**", None: "not read"}[c["met"]]
+            met = ({True: "found", False: "missed", None: "not read"} if c.get("oracle_gain") is not None else
+                   {True: "yes", False: "**no**", None: "not read"})[c["met"]]
             lines.append(f"| {c['control']} | {c['arm']} | {c['question1'] or NA}{' (mixed)' if c['mixed'] else ''} "
                          f"| {ranking} | {fmt(c['trading_passed'])} | {aa} | {c['expect']} | {c['rule']} | {met} |")
         lines.append("")
-    if s["ladder"] is not None:
-        lines += ["## What \"no\" rules out", "",
-                  s["ladder"]["sentence"] if s["ladder"]["read"] else
-                  f"Not run: the strength ladder's stage is not complete ({s['ladder']['state']}).", ""]
+    if s["ladder"] is not None or _bracket_words(s):
+        ladder = s["ladder"]
+        lines += ["## What \"no\" rules out", ""]
+        if ladder is not None:
+            lines += [ladder["sentence"] if ladder["read"] else
+                      f"The strength ladder is {ladder['state']}." if _not_run(ladder["state"]) else
+                      f"Not run: the strength ladder's stage is not complete ({ladder['state']}).", ""]
+        if bracket := _bracket_words(s):
+            lines += [bracket, ""]
     total, calls = s["cell_seconds"], s["device_calls"]
     lines += ["## Time", "", f"Cells' measured time over every run read: {total / 3600:.2f} h (training, validation "
               "passes and scoring).",

@@ -21,14 +21,21 @@ configs, hashes and cost are then resolved per arm with it. The arms' runs go to
 so a run folder's parent holds its plan: the report of a run whose parent folder has a PLAN.json
 reads it and lists every departure from it (`deviations`), and says "none" when there is none.
 `tsflash preregister --check RUN` prints the same list (exit status 1 when there is any).
+
+A plan is changed only by a dated amendment beside it (AMENDMENT.md, then AMENDMENT-2.md, ...): its
+last section, a fenced json block, replaces the order, adds controls, or takes runs out of the
+edition with their reasons (`read_amendments`, `amended_plan`). PLAN.json and its hash stay as
+registered; every reader here takes the plan as amended.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import functools
 import importlib.util
 import json
+import re
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -321,7 +328,8 @@ def sweep_command(plan: dict, arm: dict, out: Path, control: dict | None = None)
     data = plan["data"] if control is None else control["source"]
     own = control_arm(control, arm["name"]) if control else None
     start, end = own["range"] if own else plan["range"]
-    words = ["tsflash", "sweep", "--lengths", ",".join(map(str, arm["lengths"])), "--device", "cuda",
+    lengths = own.get("lengths", arm["lengths"]) if own else arm["lengths"]  # an amendment's control: its own
+    words = ["tsflash", "sweep", "--lengths", ",".join(map(str, lengths)), "--device", "cuda",
              "--preset", "full", "--data", data, "--start", start, "--end", end,
              "--out", str(run_dir_of(out, arm["name"], control))]
     if plan["trials_per_n"] != 1:
@@ -478,7 +486,7 @@ def replicated_run(run_dir: Path) -> Path | None:
     """For the run of a plan's A/A replicate (OUT/controls/aa/<arm>), the arm's own run folder it is
     read against (OUT/<arm>); None for any other run."""
     plan_path = plan_for(run_dir)
-    control = control_of(read_json(plan_path), run_dir) if plan_path else None
+    control = control_of(amended_plan(plan_path.parent, resolve=False), run_dir) if plan_path else None
     if control is None or control["kind"] != AA_CONTROL:
         return None
     return run_dir_of(plan_path.parent, Path(run_dir).resolve().name)
@@ -503,6 +511,10 @@ def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
 
     control = control_of(plan, run_dir)
     own = control_arm(control, arm["name"]) if control else None
+    name = arm["name"] if control is None else f"{control['name']}/{arm['name']}"
+    if name in plan.get("not_run", {}):
+        file = plan["amendments"][-1]["file"]
+        found.append(f"run {name}: {NOT_RUN} ({file}: {plan['not_run'][name]}), yet it ran")
     planned, ran = (flat_overrides(json.loads(json.dumps(c, default=str)))
                     for c in ((own or arm)["config"], cfg.to_dict()))
     for key in sorted(planned.keys() | ran.keys()):
@@ -520,9 +532,12 @@ def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
 
 
 def check_run(plan_path: Path, run_dir: Path) -> tuple[str | None, list[str], str]:
-    """(arm, departures, the report's line): which plan, which arm, and its departures ("none"). A
-    run still in progress is no departure (the sweep writes its report before it marks the run complete)."""
-    plan = read_json(plan_path)
+    """(arm, departures, the report's line): which plan (as amended), which arm, and its departures
+    ("none"). A run still in progress is no departure (the sweep writes its report before it marks the
+    run complete). Only the run of a control an amendment added needs that control resolved (torch)."""
+    run = Path(run_dir).resolve()
+    added = {c["name"] for a in read_amendments(plan_path.parent) for c in a.get("add_controls", [])}
+    plan = amended_plan(plan_path.parent, resolve=run.parents[1].name == CONTROLS_DIR and run.parent.name in added)
     arm, found = deviations(plan, run_dir)
     return arm, found, _sentence(plan, plan_path, arm, found)
 
@@ -533,10 +548,275 @@ def deviations_sentence(plan_path: Path, run_dir: Path) -> str:
 
 
 def _sentence(plan: dict, plan_path: Path, arm: str | None, found: list[str]) -> str:
-    head = f"Pre-registered: plan {plan.get('plan_hash')} ({plan_path.name} of this run's plan folder)"
+    amended = f", {amended_words(plan)}" if plan.get("amendments") else ""
+    head = f"Pre-registered: plan {plan.get('plan_hash')} ({plan_path.name} of this run's plan folder{amended})"
     if arm is None:
         return f"{head}; {found[0]}."
     return f"{head}, arm {arm}; deviations from it: " + ("; ".join(found) if found else "none") + "."
+
+
+# ---------------------------------------------------------------------------------------------
+# Amendments: a dated change to a registered plan, written before the runs it changes. PLAN.json
+# stays as registered (and its hash with it); every reader applies the amendments over it.
+
+AMENDMENT_MD = "AMENDMENT.md"  # the first amendment; later ones are AMENDMENT-2.md, AMENDMENT-3.md, ...
+NOT_RUN = "not run in this edition"  # a not-run row's state: "not run in this edition: <reason>"
+_AMENDMENT_KEYS = ("amendment", "date", "plan_hash", "written_at_commit", "order", "add_controls", "not_run",
+                   "ledger_removed")
+_REQUIRED_KEYS = ("amendment", "date", "plan_hash")
+_ADDED_CONTROL_KEYS = ("name", "source", "arms", "lengths", "expect", "oracle_gain")
+# the last fenced json block of the file: the amendment's machine-read part
+_JSON_BLOCK = re.compile(r"^```json[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def amendment_files(plan_folder: Path) -> list[Path]:
+    """The plan folder's amendments in the order they apply: AMENDMENT.md, AMENDMENT-2.md, ...
+    A file named otherwise (AMENDMENT-x.md), or a number with none before it, is refused in one line."""
+    folder = Path(plan_folder)
+    numbered = {1: folder / AMENDMENT_MD} if (folder / AMENDMENT_MD).is_file() else {}
+    for path in sorted(folder.glob("AMENDMENT-*.md")):
+        k = path.stem.partition("-")[2]
+        if not k.isdigit() or int(k) < 2:
+            raise UserError(f"{path}: an amendment's file is {AMENDMENT_MD}, then AMENDMENT-2.md, AMENDMENT-3.md, ...")
+        numbered[int(k)] = path
+    for k in sorted(numbered):
+        if k > 1 and k - 1 not in numbered:
+            before = AMENDMENT_MD if k == 2 else f"AMENDMENT-{k - 1}.md"
+            raise UserError(f"{numbered[k]}: amendment {k} has no {before} before it")
+    return [numbered[k] for k in sorted(numbered)]
+
+
+def _json_block(path: Path) -> dict:
+    """The amendment's last fenced json block, parsed."""
+    blocks = _JSON_BLOCK.findall(path.read_text(encoding="utf-8"))
+    if not blocks:
+        raise UserError(f"{path}: no ```json block (an amendment's machine-read part, its last section)")
+    try:
+        block = json.loads(blocks[-1])
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: its ```json block is not JSON: {exc} (lines counted from the block's first)") from None
+    if not isinstance(block, dict):
+        raise UserError(f"{path}: its ```json block must be an object {{...}}, got {type(block).__name__}")
+    return block
+
+
+def _need(ok: bool, path: Path, problem: str) -> None:
+    """One clear line naming the amendment's file and the problem."""
+    if not ok:
+        raise UserError(f"{path}: {problem}")
+
+
+def _is_name(text) -> bool:
+    return isinstance(text, str) and bool(text) and text.replace("-", "").replace("_", "").replace(".", "").isalnum()
+
+
+def _check_added_control(c, path: Path, plan: dict) -> None:
+    """One entry of add_controls: its keys and types, a new name, a synthetic source, planned arms, lengths."""
+    _need(isinstance(c, dict), path, f"each add_controls entry must be an object, got {c!r}")
+    name = c.get("name")
+    _need(not (extra := sorted(c.keys() - set(_ADDED_CONTROL_KEYS))), path,
+          f"add_controls {name!r}: unknown key {extra[0] if extra else ''!r} (known: {', '.join(_ADDED_CONTROL_KEYS)})")
+    _need(_is_name(name), path, f"add_controls: a control's name is letters, digits, '.', '-' and '_', got {name!r}")
+    taken = [x["name"] for x in plan.get("controls", [])]
+    _need(name not in taken, path, f"add_controls {name!r}: the plan already has a control of that name "
+                                   f"({', '.join(taken)})")
+    source = c.get("source")
+    try:
+        synthetic = isinstance(source, str) and parse_source(source) is not None
+    except UserError as exc:
+        raise UserError(f"{path}: add_controls {name!r}: {exc}") from None
+    _need(synthetic, path, f"add_controls {name!r}: source must be a synthetic market "
+                           f"(synthetic:KIND[:SEED][:k=v,...]), got {source!r}")
+    arms = [a["name"] for a in plan["arms"]]
+    given = c.get("arms")
+    _need(isinstance(given, list) and bool(given) and all(a in arms for a in given) and len(set(given)) == len(given),
+          path, f"add_controls {name!r}: arms must name distinct arms of the plan ({', '.join(arms)}), got {given!r}")
+    lengths = c.get("lengths")
+    _need(isinstance(lengths, list) and bool(lengths) and len(set(lengths)) == len(lengths)
+          and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths), path,
+          f"add_controls {name!r}: lengths must be distinct positive integers, got {lengths!r}")
+    _need(isinstance(c.get("expect", ""), str), path, f"add_controls {name!r}: expect must be a sentence")
+
+
+def _check_amendment(block: dict, path: Path, number: int, plan: dict) -> None:
+    """Refuse, in one line naming the file, an amendment that is not to this plan or names what it lacks."""
+    _need(not (extra := sorted(block.keys() - set(_AMENDMENT_KEYS))), path,
+          f"unknown key {extra[0] if extra else ''!r} in its JSON block (known: {', '.join(_AMENDMENT_KEYS)})")
+    _need(not (missing := [k for k in _REQUIRED_KEYS if k not in block]), path,
+          f"its JSON block lacks {', '.join(missing)}")
+    _need(block["amendment"] == number, path, f"\"amendment\": {block['amendment']!r}, but the file is amendment {number}")
+    try:
+        dt.date.fromisoformat(str(block["date"]))
+    except ValueError:
+        raise UserError(f"{path}: \"date\" must be YYYY-MM-DD, got {block['date']!r}") from None
+    _need(block["plan_hash"] == plan["plan_hash"], path, f"plan_hash {block['plan_hash']!r} is not the plan's: "
+                                                         f"{PLAN_JSON} beside it is plan {plan['plan_hash']}")
+    added = block.get("add_controls", [])
+    _need(isinstance(added, list), path, "add_controls must be a list of controls")
+    for c in added:
+        _check_added_control(c, path, plan)
+    _need(len({c["name"] for c in added}) == len(added), path, "add_controls: the controls' names must differ")
+    known = run_names(plan) + [f"{c['name']}/{a}" for c in added for a in c["arms"]]
+
+    def _known(run, where: str) -> None:
+        _need(run in known, path, f"{where} names run {run!r}, which is neither in plan {plan['plan_hash']} nor in "
+                                  f"its add_controls (runs: {', '.join(known)})")
+
+    order = block.get("order")
+    if order is not None:
+        _need(isinstance(order, list) and bool(order), path, "order must be a non-empty list of stages")
+        seen: list[str] = []
+        for stage in order:
+            _need(isinstance(stage, dict) and set(stage) == {"stage", "runs"} and _is_name(stage["stage"])
+                  and isinstance(stage["runs"], list) and bool(stage["runs"]), path,
+                  f"each stage of order is {{\"stage\": NAME, \"runs\": [RUN, ...]}}, got {stage!r}")
+            for run in stage["runs"]:
+                _known(run, f"order, stage {stage['stage']},")
+                _need(run not in seen, path, f"order names run {run!r} twice")
+                seen.append(run)
+        stages = [st["stage"] for st in order]
+        _need(len(set(stages)) == len(stages), path, f"order's stage names must differ, got {', '.join(stages)}")
+    not_run = block.get("not_run", {})
+    _need(isinstance(not_run, dict), path, "not_run must be an object {RUN: REASON, ...}")
+    for run, reason in not_run.items():
+        _known(run, "not_run")
+        _need(isinstance(reason, str) and bool(reason.strip()), path, f"not_run {run!r}: give its reason, not {reason!r}")
+        _need(run not in [r for st in order or () for r in st["runs"]], path,
+              f"run {run!r} is both in order and in not_run")
+    removed = block.get("ledger_removed", [])
+    _need(isinstance(removed, list), path, "ledger_removed must be a list of runs")
+    entries = [e["arm"] for e in plan.get("ledger_entries", [])]
+    for run in removed:
+        _known(run, "ledger_removed")
+        _need(_ledger_arm(run) in entries, path, f"ledger_removed names run {run!r}, which has no entry in the plan's "
+                                                 f"trial ledger lines ({', '.join(entries) or 'none'})")
+
+
+def _ledger_arm(run: str) -> str:
+    """A run's name ("patch4", "aa/patch4") as its trial ledger entry names it ("patch4", "controls/aa/patch4")."""
+    return run if "/" not in run else f"{CONTROLS_DIR}/{run}"
+
+
+def read_amendments(plan_folder: Path) -> list[dict]:
+    """Each amendment of the plan in `plan_folder`, in order: its JSON block (AMENDMENT.md's last
+    section) with "file" added, checked against PLAN.json as amended by those before it; refused in
+    one line naming the file and the problem. A plan without amendments: []."""
+    return [a for a, _ in _amend(Path(plan_folder), resolve=False)]
+
+
+def amended_plan(plan_folder: Path, *, resolve: bool = True) -> dict:
+    """PLAN.json with each amendment applied (module doc of `read_amendments`): its order replaced (each
+    stage's H200 seconds summed again), its added controls present as controls resolved per arm at
+    their own lengths and source (`_arm`'s machinery: torch, no GPU), its not-run runs in "not_run"
+    (name -> reason) and out of the order, the ledger entries it removed gone, and "amendments" listing
+    them. The plan hash stays the registered one. `resolve=False` leaves the added controls' configs
+    and prices out (no torch): enough to read their names, folders and commands, not their cells."""
+    return _amend(Path(plan_folder), resolve=resolve)[-1][1] if amendment_files(plan_folder) else \
+        read_json(Path(plan_folder) / PLAN_JSON)
+
+
+def _amend(folder: Path, resolve: bool) -> list[tuple[dict, dict]]:
+    """(amendment, the plan as amended up to it) for each amendment of the folder's plan, in order."""
+    plan = read_json(folder / PLAN_JSON)
+    out = []
+    for number, path in enumerate(amendment_files(folder), start=1):
+        block = _json_block(path)
+        _check_amendment(block, path, number, plan)
+        plan = _apply_amendment(plan, block, path.name, resolve)
+        uncovered = [n for n in run_names(plan) if n not in plan["not_run"]
+                     and n not in {r for st in plan["order"] for r in st["runs"]}]
+        _need(not uncovered, path, f"run {uncovered[0] if uncovered else ''!r} is neither in the amended order nor "
+                                   "in not_run: an amendment says where every run goes")
+        out.append((block | {"file": path.name}, plan))
+    return out
+
+
+def _apply_amendment(plan: dict, block: dict, file: str, resolve: bool) -> dict:
+    """The plan with one checked amendment applied (`amended_plan`)."""
+    plan = json.loads(json.dumps(plan))  # a copy: the plan as it stood stays as it was
+    plan["controls"] = [*plan.get("controls", []),
+                        *(_added_control(plan, c, file, resolve) for c in block.get("add_controls", []))]
+    not_run = {n: r for n, r in plan.get("not_run", {}).items()}
+    if block.get("order") is not None:
+        ordered = {r for st in block["order"] for r in st["runs"]}
+        not_run = {n: r for n, r in not_run.items() if n not in ordered}  # a run ordered again is run
+        stages = block["order"]
+    else:
+        stages = [{"stage": st["stage"], "runs": [r for r in st["runs"] if r not in block.get("not_run", {})]}
+                  for st in plan_order_of(plan)]
+    plan["not_run"] = not_run | block.get("not_run", {})
+    seconds = _run_seconds(plan) if resolve else {}
+    plan["order"] = [{"stage": st["stage"], "runs": list(st["runs"])}
+                     | ({"gpu_seconds": sum(seconds[n][0] for n in st["runs"]),
+                         "gpu_seconds_worst": sum(seconds[n][1] for n in st["runs"])} if resolve else {})
+                     for st in stages if st["runs"]]
+    removed = {_ledger_arm(r) for r in block.get("ledger_removed", [])}
+    if removed:
+        arms = {a["name"]: a for a in plan["arms"]}
+        fewer = sum(len(arms[e["arm"]]["lengths"]) * plan["trials_per_n"]
+                    for e in plan.get("ledger_entries", []) if e["arm"] in removed and e["counted"])
+        plan["ledger_entries"] = [e for e in plan.get("ledger_entries", []) if e["arm"] not in removed]
+        plan["ledger"] = [row | {"with_plan": row["with_plan"] - fewer} for row in plan.get("ledger", [])]
+    plan["amendments"] = [*plan.get("amendments", []),
+                          {"file": file, "amendment": block["amendment"], "date": block["date"],
+                           "written_at_commit": block.get("written_at_commit"),
+                           "ledger_removed": list(block.get("ledger_removed", []))}]
+    return plan
+
+
+def _added_control(plan: dict, c: dict, file: str, resolve: bool) -> dict:
+    """A control an amendment adds, as a plan's control: on its arms only, resolved per arm at its own
+    lengths on its market (`resolve`), else with only each arm's name, lengths and range."""
+    from tsflash.report import wording
+    from tsflash.report.edition import CONTROL_RULES
+
+    kind = parse_source(c["source"])[0]
+    control = {"name": c["name"], "source": c["source"], "kind": kind,
+               "expect": c.get("expect") or wording.CONTROL_EXPECTATIONS[kind], "rule": CONTROL_RULES[kind],
+               "lengths": list(c["lengths"]), "amendment": file}
+    if c.get("oracle_gain") is not None:
+        control["oracle_gain"] = c["oracle_gain"]
+    arms = {a["name"]: a for a in plan["arms"]}
+    if not resolve:
+        return control | {"arms": [{"name": a, "lengths": list(c["lengths"]), "range": list(plan["range"])}
+                                   for a in c["arms"]]}
+    resolved = [json.loads(_resolved_arm(a, tuple(arms[a]["overrides"]), tuple(plan["base_overrides"]),
+                                         plan.get("symbol"), tuple(c["lengths"]), c["source"], tuple(plan["range"]),
+                                         plan["trials_per_n"]))
+                for a in c["arms"]]
+    return control | {"arms": resolved, "gpu_seconds": sum(a["gpu_seconds"] for a in resolved),
+                      "gpu_seconds_worst": sum(a["gpu_seconds_worst"] for a in resolved)}
+
+
+@functools.lru_cache(maxsize=None)
+def _resolved_arm(name: str, items: tuple[str, ...], base: tuple[str, ...], symbol: str | None,
+                  lengths: tuple[int, ...], data: str, dates: tuple[str, str], trials: int) -> str:
+    """One arm resolved by `_arm` at other lengths on another market (JSON: each caller gets a copy);
+    cached, since every reader of an amended plan asks again."""
+    from tsflash.commands.options import parse_overrides
+    from tsflash.config import merge_overrides
+    from tsflash.sweep.plan import SweepOptions
+
+    overrides = merge_overrides({"data": {"symbol": symbol}} if symbol else {}, parse_overrides(list(base)))
+    opts = SweepOptions(lengths=list(lengths), data=data, start=dates[0], end=dates[1], trials=trials, preset="full",
+                        overrides=overrides)
+    return json.dumps(_arm(name, list(items), opts))
+
+
+def _run_seconds(plan: dict) -> dict[str, tuple[int, int]]:
+    """Each planned run's H200 seconds (expected, every model cell at its most steps), as the plan priced them."""
+    seconds = {name: (resolved["gpu_seconds"], resolved["gpu_seconds_worst"])
+               for name, _, resolved, _ in planned_runs(plan, Path())}
+    if "ladder" in plan:
+        seconds[LADDER_RUN] = (plan["ladder"]["gpu_seconds"], plan["ladder"]["gpu_seconds_worst"])
+    return seconds
+
+
+def amended_words(plan: dict) -> str:
+    """"amended 2026-12-06 (AMENDMENT.md)", and each later one ("... and 2026-12-20 (AMENDMENT-2.md)");
+    "" for a plan as registered."""
+    done = [f"{a['date']} ({a['file']})" for a in plan.get("amendments", [])]
+    return "amended " + " and ".join(done) if done else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,11 +825,11 @@ def _sentence(plan: dict, plan_path: Path, arm: str | None, found: list[str]) ->
 
 def planned_runs(plan: dict, out: Path) -> list[tuple[str, dict | None, dict, Path]]:
     """(name, control or None, the arm's planned resolution, run folder) of every run the plan
-    commands: each arm into OUT/<arm>, each control's arm into OUT/controls/<control>/<arm>."""
+    commands: each arm into OUT/<arm>, each control's arm into OUT/controls/<control>/<arm> (an
+    amendment's control: only the arms it names)."""
     runs = [(a["name"], None, a, run_dir_of(out, a["name"])) for a in plan["arms"]]
-    for c in plan.get("controls", []):
-        runs += [(f"{c['name']}/{a['name']}", c, control_arm(c, a["name"]) or a, run_dir_of(out, a["name"], c))
-                 for a in plan["arms"]]
+    for c in plan.get("controls", []):  # on its own resolution of each arm, if it has one; else on every arm
+        runs += [(f"{c['name']}/{a['name']}", c, a, run_dir_of(out, a["name"], c)) for a in c.get("arms") or plan["arms"]]
     return runs
 
 
@@ -562,11 +842,7 @@ def plan_order(plan: dict, stages: list[tuple[str, list[str]]] = ()) -> list[dic
     """The order the plan's runs go in: each stage (name, its runs' names or shell patterns) takes the
     runs it matches that no earlier stage took, with its H200 time; the runs no stage names go last, as
     a stage "rest" (without stages, one stage "all"). A pattern that takes no run is refused in one line."""
-    names = run_names(plan)
-    seconds = {name: (resolved["gpu_seconds"], resolved["gpu_seconds_worst"])
-               for name, _, resolved, _ in planned_runs(plan, Path())}
-    if "ladder" in plan:
-        seconds[LADDER_RUN] = (plan["ladder"]["gpu_seconds"], plan["ladder"]["gpu_seconds_worst"])
+    names, seconds = run_names(plan), _run_seconds(plan)
     if len({n for n, _ in stages}) != len(stages):
         raise UserError(f"--stage names must differ, got {', '.join(n for n, _ in stages)}")
     left, order = list(names), []
@@ -595,14 +871,22 @@ def plan_state(out: Path) -> list[dict]:
     """One row per planned run: its state (not started, cells saved of those planned, complete), its
     departures, and from its report (questions.json, results.json) question 1's answer over training
     runs, the nesting check's verdict and, for the A/A replicate, its reading; with what the plan
-    expects of a control."""
+    expects of a control. The plan is read as amended (`amended_plan`): a run an amendment does not
+    run is "not run in this edition: <reason>", in no stage ("-")."""
     from tsflash.report.questions import RESULTS_FILE
 
-    plan = read_json(out / PLAN_JSON)
+    plan = amended_plan(out)
+    not_run = plan.get("not_run", {})
     rows = []
     for name, control, resolved, run_dir in planned_runs(plan, out):
         folder = RunFolder(run_dir)
         row = _state_row(name, str(run_dir.relative_to(out)), control["expect"] if control else "")
+        if name in not_run:  # an amendment took it out of the order: nothing of it is read, but that it ran
+            row["state"] = f"{NOT_RUN}: {not_run[name]}"
+            if folder.run_json.exists():
+                row["departures"] = deviations(plan, run_dir)[1]
+            rows.append(row)
+            continue
         if folder.run_json.exists():
             row["departures"] = deviations(plan, run_dir)[1]
             row["state"] = "complete" if folder.is_complete() else _cells_state(folder, _planned_cells(plan, resolved))
@@ -617,10 +901,12 @@ def plan_state(out: Path) -> list[dict]:
             row["aa"] = _aa_state(aa)
         rows.append(row)
     if "ladder" in plan:
-        rows.append(_ladder_state(plan, out / LADDER_DIR))
+        rows.append(_ladder_state(plan, out / LADDER_DIR) if LADDER_RUN not in not_run else
+                    _state_row(LADDER_RUN, LADDER_DIR, "what a \"no\" on question 1 rules out")
+                    | {"state": f"{NOT_RUN}: {not_run[LADDER_RUN]}"})
     stage_of = {name: stage["stage"] for stage in plan_order_of(plan) for name in stage["runs"]}
     for row in rows:
-        row["stage"] = stage_of[row["run"]]
+        row["stage"] = stage_of.get(row["run"], "-")  # "-": not run in this edition
     return rows
 
 
@@ -639,16 +925,16 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
     (`rows`, `plan_state`) still needs, by name, priced as a sweep would price it now: the calibrated
     table of `tsflash.sweep.progress` as it stands (PLAN.json keeps the prices it was written with) and
     the run's own saved cells (`tsflash.sweep.run.work_left`); the ladder's replicates not done at its
-    script's price."""
+    script's price. A run an amendment does not run needs nothing."""
     from tsflash.config import config_from_dict
     from tsflash.sweep.progress import CostModel, prior_rates
     from tsflash.sweep.run import work_left
 
-    plan, state = read_json(out / PLAN_JSON), {r["run"]: r["state"] for r in rows}
+    plan, state = amended_plan(out), {r["run"]: r["state"] for r in rows}
     calibration = prior_rates(PLAN_DEVICE)
     left: dict[str, tuple[float, float]] = {}
     for name, _, resolved, run_dir in planned_runs(plan, out):
-        if state[name] == "complete":
+        if state[name] == "complete" or name in plan.get("not_run", {}):
             continue
         cost = CostModel(calibration)
         expected = worst = 0.0
@@ -657,7 +943,7 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
             expected += seconds
             worst += seconds + (calibration.extra_at_max_steps(work, seconds) if work.kind == "model" else 0.0)
         left[name] = (expected, worst)
-    if "ladder" in plan and state[LADDER_RUN] != "complete":
+    if "ladder" in plan and state[LADDER_RUN] != "complete" and LADDER_RUN not in plan.get("not_run", {}):
         ladder = _ladder_cost(tuple(plan["base_overrides"]), _ladder_lengths(plan["arms"][0]))
         summary = read_json(path) if (path := out / LADDER_DIR / "summary.json").exists() else None
         share = 1 - summary["replicates_done"] / summary["replicates_planned"] if summary else 1.0
@@ -670,7 +956,7 @@ def next_runs(out: Path, rows: list[dict] | None = None) -> tuple[str | None, li
     plan's), or (None, []) when every stage is complete: what the next device call runs."""
     rows = plan_state(out) if rows is None else rows
     by_name = {r["run"]: r for r in rows}
-    for stage in plan_order_of(read_json(out / PLAN_JSON)):
+    for stage in plan_order_of(amended_plan(out)):
         if todo := [by_name[n]["folder"] for n in stage["runs"] if by_name[n]["state"] != "complete"]:
             return stage["stage"], todo
     return None, []
@@ -726,9 +1012,9 @@ def _calls_words(calls: dict) -> str:
     return f"; device calls so far: {calls['calls']}, {calls['seconds']:,.0f} s of wall-clock{gpus} ({CALLS_DIR}/)"
 
 
-def _time_left_words(out: Path, rows: list[dict], order: list[dict], stage: str) -> str:
+def _time_left_words(out: Path, rows: list[dict], order: list[dict], stage: str, amended: bool) -> str:
     """`render_state`'s words for `time_left`: the plan's and the next stage's, beside what PLAN.json
-    priced the whole plan at."""
+    (and its amendments) priced the plan's order at."""
     from tsflash.sweep.progress import format_seconds as f
 
     left = time_left(out, rows)
@@ -737,33 +1023,39 @@ def _time_left_words(out: Path, rows: list[dict], order: list[dict], stage: str)
     nxt = sum(left[n][0] for n in runs if n in left)
     planned, planned_worst = (sum(st[k] for st in order) for k in ("gpu_seconds", "gpu_seconds_worst"))
     return (f"; left: about {f(expected)} of one H200 expected ({f(worst)} if every model cell runs its most steps), "
-            f"{f(nxt)} of it stage {stage}'s, at today's calibrated prices and the runs' saved cells; PLAN.json "
-            f"priced the whole plan at {f(planned)} ({f(planned_worst)})")
+            f"{f(nxt)} of it stage {stage}'s, at today's calibrated prices and the runs' saved cells; "
+            + (f"PLAN.json and its amendments priced the amended order at " if amended else
+               "PLAN.json priced the whole plan at ") + f"{f(planned)} ({f(planned_worst)})")
 
 
 def render_state(rows: list[dict], plan_path: Path) -> str:
-    """`plan_state` as Markdown: a line naming the plan, then a table of the planned runs."""
+    """`plan_state` as Markdown: a line naming the plan (and its amendments), then a table of the
+    planned runs in the plan's order, those an amendment does not run last."""
     from tsflash.report.markdown import markdown_table
 
-    plan = read_json(plan_path)
-    order = plan_order_of(plan)
+    plan = amended_plan(plan_path.parent)
+    order, not_run = plan_order_of(plan), plan.get("not_run", {})
     head = ["stage", "run", "folder", "state", "departures", "question 1 (over runs)", "nesting check", "ranking check",
             "A/A", "the plan expects"]
     rank = {name: i for i, name in enumerate(n for st in order for n in st["runs"])}
-    rows = sorted(rows, key=lambda r: rank[r["run"]])  # in the plan's order
+    rank |= {name: len(rank) + i for i, name in enumerate(not_run)}  # the not-run last, as the amendment lists them
+    rows = sorted(rows, key=lambda r: rank[r["run"]])
     body = [[r["stage"], r["run"], r["folder"], r["state"],
-             len(r["departures"]) or ("" if r["state"] == "not started" else "none"),
+             len(r["departures"]) or ("" if r["state"] == "not started" or r["run"] in not_run else "none"),
              r["question1"], r["nesting"], r["ranking"], r["aa"], r["expect"]] for r in rows]
     done = sum(r["state"] == "complete" for r in rows)
+    amended = amended_words(plan)
     stage, todo = next_runs(plan_path.parent, rows)
     names = [st["stage"] for st in order]
     complete = names[:names.index(stage)] if stage else names
-    text = (f"Plan {plan['plan_hash']} ({plan_path.name} of {plan_path.parent}): {done} of {len(rows)} planned runs "
-            f"complete; stages complete: {len(complete)} of {len(order)}"
+    text = (f"Plan {plan['plan_hash']} ({plan_path.name} of {plan_path.parent}){', ' + amended if amended else ''}: "
+            f"{done} of {len(rows) - len(not_run)} planned runs complete"
+            + (f", {len(not_run)} {NOT_RUN}" if not_run else "")
+            + f"; stages complete: {len(complete)} of {len(order)}"
             + (f" ({', '.join(complete)})" if complete else "")
             + (f"; next: stage {stage}, runs {' '.join(todo)} (`tsflash preregister --next`)" if stage else "")
             + _calls_words(device_calls(plan_path.parent))
-            + (_time_left_words(plan_path.parent, rows, order, stage) if stage else "")
+            + (_time_left_words(plan_path.parent, rows, order, stage, bool(amended)) if stage else "")
             + ".\n\n" + markdown_table(head, body))
     departing = [f"- {r['run']}: " + "; ".join(r["departures"]) for r in rows if r["departures"]]
     return text + ("\n\nDepartures from the plan:\n" + "\n".join(departing) if departing else "")
