@@ -309,7 +309,7 @@ def read_table(
     tables = []
     for year, path in files.items():
         try:
-            pf = pq.ParquetFile(path)
+            pf = pq.ParquetFile(path, **READ_OPTIONS)
             groups = _overlapping_row_groups(pf, lo, hi)
             if not groups:
                 continue
@@ -545,7 +545,11 @@ _WRITE_OPTIONS = dict(
     # sorted minute timestamps delta-encode to almost nothing (~1.6 KB a year)
     column_encoding={"open_time": "DELTA_BINARY_PACKED", "trades": "DELTA_BINARY_PACKED"},
     write_statistics=True,
+    # a CRC32 per page, checked on every read (READ_OPTIONS): a copy without its manifest still
+    # refuses damaged pages rather than decoding them into other prices
+    write_page_checksum=True,
 )
+READ_OPTIONS = dict(page_checksum_verification=True)  # files written without page CRCs read as before
 
 
 def atomic_write_parquet(table: pa.Table, path: Path) -> None:
@@ -708,7 +712,7 @@ def _stored_part(path: Path, lo: int | None = None, hi: int | None = None) -> Pa
     """A stored year file as a Part (row groups overlapping [lo, hi] only, when given)."""
     def chunks():
         try:
-            pf = pq.ParquetFile(path)
+            pf = pq.ParquetFile(path, **READ_OPTIONS)
             groups = _overlapping_row_groups(pf, lo, hi)
         except (pa.ArrowException, OSError) as exc:
             raise unreadable(path, exc) from None

@@ -204,7 +204,7 @@ def pack_store(
         for year, path in files.items():
             dst = Path(dst_dir) / packed_name(symbol, interval, year)
             try:
-                table = pq.read_table(path)
+                table = pq.read_table(path, **store.READ_OPTIONS)
             except (pa.ArrowException, OSError) as exc:
                 raise store.unreadable(path, exc) from None
             packed = encode_table(table, symbol, interval, year, str(path))  # its own lossless rule first
