@@ -334,7 +334,7 @@ def parquet_chunks(path: Path, symbol: str, interval: str) -> Iterator[Parsed]:
     """Read and validate a canonical Parquet file (the `store.SCHEMA` columns), a row group at a time."""
     try:
         pf = pq.ParquetFile(path, **store.READ_OPTIONS)
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise UserError(f"{path}: unreadable Parquet file ({' '.join(str(exc).split())})") from None
     missing = [c for c in store.COLUMNS if c not in pf.schema_arrow.names]
     if missing:
@@ -358,7 +358,7 @@ def _batches(pf: pq.ParquetFile, path: Path) -> Iterator[pa.RecordBatch]:
             batch = next(batches)
         except StopIteration:
             return
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:
             raise UserError(f"{path}: unreadable Parquet file ({' '.join(str(exc).split())})") from None
         yield batch
 

@@ -56,7 +56,7 @@ def parquet_rows(path: Path) -> int:
     """Rows of a Parquet file by its footer; UserError naming the file when it cannot be read."""
     try:
         return pq.read_metadata(path).num_rows
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, ValueError) as exc:  # ValueError: a damaged name that is not UTF-8
         raise UserError(f"{path}: unreadable Parquet file ({' '.join(str(exc).split())})") from None
 
 
@@ -70,13 +70,13 @@ def read(folder: Path) -> dict | None:
     manifest is a UserError: it no longer says what the files should be."""
     path = Path(folder) / NAME
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise UserError(f"{path}: cannot read the store manifest ({exc.strerror})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))  # a damaged byte may not even be UTF-8
         files = data["files"]
         if data.get("format") != FORMAT or not isinstance(files, dict):
             raise ValueError(f"format {data.get('format')!r}")

@@ -314,7 +314,7 @@ def read_table(
             if not groups:
                 continue
             t = pf.read_row_groups(groups, columns=list(columns), use_threads=True)
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:
             raise unreadable(path, exc) from None
         if lo is not None or hi is not None:
             t = _slice_sorted(t, lo, hi)
@@ -714,12 +714,12 @@ def _stored_part(path: Path, lo: int | None = None, hi: int | None = None) -> Pa
         try:
             pf = pq.ParquetFile(path, **READ_OPTIONS)
             groups = _overlapping_row_groups(pf, lo, hi)
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:
             raise unreadable(path, exc) from None
         for i in groups:
             try:
                 t = _conform(pf.read_row_group(i))
-            except (pa.ArrowException, OSError) as exc:
+            except (pa.ArrowException, OSError, ValueError) as exc:
                 raise unreadable(path, exc) from None
             yield t.append_column(ORIGIN, pa.array(np.full(t.num_rows, -1, np.int64)))
 

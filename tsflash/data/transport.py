@@ -205,7 +205,7 @@ def pack_store(
             dst = Path(dst_dir) / packed_name(symbol, interval, year)
             try:
                 table = pq.read_table(path, **store.READ_OPTIONS)
-            except (pa.ArrowException, OSError) as exc:
+            except (pa.ArrowException, OSError, ValueError) as exc:
                 raise store.unreadable(path, exc) from None
             packed = encode_table(table, symbol, interval, year, str(path))  # its own lossless rule first
             store.check_bars(store.Bars.from_table(table, symbol, interval), lambda i, p=path: str(p))

@@ -84,7 +84,7 @@ def _check_file(path, year, symbol, interval, entry, prev_close) -> tuple[FileCh
     what = manifest.difference(entry, path) if entry is not None else None
     try:
         table = store._conform(pq.read_table(path, **store.READ_OPTIONS))  # every page of every column decoded
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, ValueError) as exc:
         return FileCheck(path, "unreadable", str(store.unreadable(path, exc))), None
     except UserError as exc:
         return FileCheck(path, "unreadable", f"{path}: {exc}"), None
