@@ -296,8 +296,9 @@ def _raise_non_numeric(body: bytes, name: str, lines: np.ndarray):
     """Locate the first non-numeric or empty field (slow path, only after a failed parse)."""
     import polars as pl
 
-    df = pl.read_csv(
-        body, has_header=False, new_columns=list(BINANCE_COLUMNS), schema={c: pl.String for c in BINANCE_COLUMNS}
+    df = pl.read_csv(  # lossy: bytes that are not UTF-8 (a damaged file) are shown, not a crash
+        body, has_header=False, new_columns=list(BINANCE_COLUMNS), schema={c: pl.String for c in BINANCE_COLUMNS},
+        encoding="utf8-lossy",
     )
     first = None
     for c in NUMERIC_COLUMNS:

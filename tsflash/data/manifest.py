@@ -98,8 +98,9 @@ def _write(folder: Path, files: dict) -> None:
     atomic.write_json(Path(folder) / NAME, {"format": FORMAT, "files": dict(sorted(files.items()))})
 
 
-def stage(folder: Path, name: str, entry: dict) -> None:
-    """Before a year file is replaced: accept `entry` for `name` beside what is recorded now."""
+def stage(folder: Path, name: str, entry: dict) -> dict | None:
+    """Before a year file is replaced: accept `entry` for `name` beside what is recorded now.
+    Returns the entry recorded before (None: none), for `unstage`."""
     files = read(folder) or {}
     old = files.get(name)
     if old is None:
@@ -107,6 +108,21 @@ def stage(folder: Path, name: str, entry: dict) -> None:
     else:
         files[name] = {**{k: old[k] for k in ("sha256", "rows", "bytes")}, "pending": [entry]}
     _write(folder, files)
+    return old
+
+
+def unstage(folder: Path, name: str, old: dict | None) -> None:
+    """The year file was not replaced after all (the write failed): record `old` again. Best effort:
+    on a full disk this write fails too, and the pending entry, harmless, stays."""
+    try:
+        files = read(folder) or {}
+        if old is None:
+            files.pop(name, None)
+        else:
+            files[name] = old
+        _write(folder, files)
+    except (OSError, UserError):
+        log.debug("could not take back the pending manifest entry of %s", name, exc_info=True)
 
 
 def commit(folder: Path, name: str, entry: dict) -> None:

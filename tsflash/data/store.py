@@ -746,20 +746,27 @@ def _merge_year(root, symbol, interval, year, parts, write: bool) -> tuple[int, 
         return added, dups
     added = dups = 0
     target = year_path(root, symbol, interval, year)
-    with atomic.atomic_path(target) as tmp:
-        with pq.ParquetWriter(tmp, SCHEMA, **_WRITE_OPTIONS) as writer:
-            pending: list[pa.Table] = []
-            n_pending = 0
-            for table, src, n_dup in merged:
-                added += int((src > 0).sum()) if path is not None else table.num_rows
-                dups += n_dup
-                pending.append(table.drop_columns([ORIGIN]))
-                n_pending += table.num_rows
-                if n_pending >= ROW_GROUP_SIZE:  # whole row groups only, so chunk sizes do not matter
-                    n_pending = _write_groups(writer, pending, final=False)
-            _write_groups(writer, pending, final=True)
-        entry = manifest.file_entry(tmp)
-        manifest.stage(target.parent, target.name, entry)  # killed after the rename: the new bytes are accepted
+    staged = []
+    try:
+        with atomic.atomic_path(target) as tmp:
+            with pq.ParquetWriter(tmp, SCHEMA, **_WRITE_OPTIONS) as writer:
+                pending: list[pa.Table] = []
+                n_pending = 0
+                for table, src, n_dup in merged:
+                    added += int((src > 0).sum()) if path is not None else table.num_rows
+                    dups += n_dup
+                    pending.append(table.drop_columns([ORIGIN]))
+                    n_pending += table.num_rows
+                    if n_pending >= ROW_GROUP_SIZE:  # whole row groups only, so chunk sizes do not matter
+                        n_pending = _write_groups(writer, pending, final=False)
+                _write_groups(writer, pending, final=True)
+            entry = manifest.file_entry(tmp)
+            # killed after the rename below, the manifest already accepts the new bytes
+            staged.append(manifest.stage(target.parent, target.name, entry))
+    except Exception:
+        if staged:  # the rename failed (a full disk): the old file stays, and so does its entry alone
+            manifest.unstage(target.parent, target.name, staged[0])
+        raise
     manifest.commit(target.parent, target.name, entry)
     return added, dups
 
