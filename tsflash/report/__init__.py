@@ -75,18 +75,19 @@ def _out_dir(rd: RunData, overrides: dict | None, out_dir: Path | None) -> Path:
 
 def check_writable(folder: Path) -> None:
     """UserError (one line, `file_error`) unless files can be created in `folder`; a folder made
-    only for this check is removed again."""
+    for this check is removed again (a later refusal then leaves nothing)."""
     folder = Path(folder)
     made = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as exc:
-        if made and folder.is_dir():
-            shutil.rmtree(folder, ignore_errors=True)
         if (error := file_error(exc)) is None:
             raise
         raise UserError(f"report: cannot write the report into {folder}: {error}") from None
+    finally:
+        if made and folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def build_report(run_dir: Path | str, *, overrides: dict | None = None,
