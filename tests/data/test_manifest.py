@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tsflash.data import manifest, store, transport
+from tsflash.data import _manifest as manifest, store, transport
 from tsflash.errors import UserError
 
 MIN_US = store.INTERVAL_US["1m"]
@@ -134,7 +134,7 @@ def test_a_store_without_manifest_is_read_with_one_warning(two_years, caplog):
     root, bars = two_years
     (folder_of(root) / "manifest.json").unlink()
     manifest._warned.discard(folder_of(root))
-    with caplog.at_level(logging.WARNING, logger="tsflash.data.manifest"):
+    with caplog.at_level(logging.WARNING, logger="tsflash.data._manifest"):
         assert_same_bars(store.load_bars(root), bars)
         store.load_bars(root)
     warned = [r.getMessage() for r in caplog.records]

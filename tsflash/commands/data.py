@@ -154,7 +154,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from tsflash.data.verify import verify_store
+    from tsflash.data._verify import verify_store
 
     checks = verify_store(args.path, write=args.write)
     for c in checks:

@@ -53,7 +53,7 @@ def load_data(cfg: ExperimentConfig, data: str, default_seed: int) -> tuple[Bars
 
 def check_data(cfg: ExperimentConfig, data: str) -> None:
     """Before a sweep creates anything: the store's year files for the configured range match its
-    manifest (tsflash.data.manifest). A store that lacks the dataset is left to `load_data` (it fetches)."""
+    manifest (tsflash.data._manifest). A store that lacks the dataset is left to `load_data` (it fetches)."""
     if data.startswith(SOURCE_PREFIX):
         return
     root = Path(data)

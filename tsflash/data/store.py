@@ -9,6 +9,10 @@ trades int64, taker_buy_base float64. Every file is sorted by open_time with uni
 the interval grid. Gaps (missing bars) are kept as gaps: nothing here fills them; `find_gaps` and
 `gap_table` report them so later stages can decide (e.g. never let a window bridge a long gap).
 
+Trust: every read first checks the year files it needs against the folder's `manifest.json`
+(tsflash.data._manifest: SHA-256 and rows), then the bars against `check_bars` (the bar rules and the
+one-bar move bound `MAX_LOG_MOVE`); store files carry a CRC32 per page, checked on read.
+
 This module needs only numpy and pyarrow: the training machine has no polars.
 
 Conventions: times are int64 microseconds since the Unix epoch, UTC. A date string "YYYY-MM-DD" as
@@ -32,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tsflash import atomic
-from tsflash.data import manifest
+from tsflash.data import _manifest as manifest
 from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, US_PER_DAY
 
@@ -269,7 +273,7 @@ def _year_overlaps(year: int, lo: int | None, hi: int | None) -> bool:
 
 def verified_files(root, symbol: str, interval: str, keep: Callable[[int], bool] = lambda year: True) -> dict[int, Path]:
     """{year: path} of the dataset's year files that `keep(year)` selects, each checked against the
-    folder's manifest (tsflash.data.manifest) before anything reads it.
+    folder's manifest (tsflash.data._manifest) before anything reads it.
 
     UserError when the root or dataset is missing, when a selected file differs from the manifest,
     or when the manifest lists a selected year whose file is gone.

@@ -1,6 +1,6 @@
 """`tsflash data verify`: check every year file of a store on demand, and record its manifest.
 
-Each file is checked three ways: its bytes against the manifest (tsflash.data.manifest), a full
+Each file is checked three ways: its bytes against the manifest (tsflash.data._manifest), a full
 read of every column, and the store's rules (sorted unique timestamps inside its year, the bar
 rules of `store.check_bars`, the one-bar move across year files too). Reads check only the first
 of these before work and the rules on the bars they read; this reads everything.
@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tsflash.data import manifest, store
+from tsflash.data import _manifest as manifest, store
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)
