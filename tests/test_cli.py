@@ -131,6 +131,11 @@ BAD = [
     ([*SWEEP, "--set", "steps"], r"tsflash sweep: error: argument --set: expected KEY=VALUE such as train.steps=3, got 'steps'"),
     ([*SWEEP, "--set", "train.stepz=3"], r"tsflash sweep: error: argument --set: unknown config key 'train.stepz'; known keys here: .*steps.*"),
     ([*SWEEP, "--set", "train.steps=many"], r"tsflash sweep: error: argument --set: config key train.steps: expected int, got 'many'"),
+    ([*SWEEP, "--set", "no.such=1"], r"tsflash sweep: error: argument --set: unknown config key 'no.such'; known keys here: data, .*train"),
+    ([*SWEEP, "--set", "no.such.deeper=1"], r"tsflash sweep: error: argument --set: unknown config key 'no.such.deeper'; known keys here: .*"),
+    ([*SWEEP, "--lengths", "512,67108864", "--preset", "full"],
+     r"tsflash: error: lengths: N=67108864 is longer than train.tokens_per_step=131072, the tokens of one training step "
+     r"\(a step holds tokens_per_step / N >= 1 windows\): use lengths up to 131072, or raise train.tokens_per_step"),
     # sweep: the resolved config, checked before anything is written
     ([*SWEEP, "--set", "train.lr=-1"], r"tsflash: error: train.lr must be > 0, got -1.0"),
     ([*SWEEP, "--set", "train.steps=0"], r"tsflash: error: train.steps must be >= 1, got 0"),

@@ -57,6 +57,11 @@ def atomic_path(path: str | os.PathLike, *, keep_suffix: bool = False) -> Iterat
         _fsync(tmp, os.O_RDWR)  # the writer has closed it; its bytes may still be in the page cache
         os.replace(tmp, path)
         _fsync_folder(path.parent)
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        # a write(2) that fails (a full disk) names no file: name the one being written
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()  # only still there when the block or the replace failed

@@ -6,7 +6,8 @@ type functions that check values are in `tsflash/commands/options.py`. This file
 together; they are imported statically, which stays cheap because each command module keeps its
 heavy imports (torch among them) inside the functions that run it: `tsflash data --help` loads no
 torch. Every user error -- a bad option value found by argparse, or a `UserError` raised while
-the command runs -- is one line on stderr and exit status 2, never a traceback.
+the command runs, or a file error the user can fix (`tsflash.errors.file_error`: a full disk, no
+permission) -- is one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 # which torch's profiler reads when torch loads; see tsflash/__init__.py.
 import tsflash
 from tsflash.commands import bench, confirm, data, preregister, report, runs, sweep
-from tsflash.errors import UsageError, UserError
+from tsflash.errors import UsageError, UserError, file_error
 
 COMMAND_GROUPS = (data, bench, preregister, sweep, report, confirm, runs)  # in the order `tsflash --help` lists them
 
@@ -73,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of stdout left (`tsflash ... | head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush would raise again
         return 141  # 128 + SIGPIPE, a shell's code for a writer whose pipe closed
+    except OSError as exc:  # a full disk, a folder that cannot be created, read or written: one line too
+        if (error := file_error(exc)) is None:
+            raise
+        logging.getLogger(__name__).debug("file error", exc_info=True)  # the traceback, with -v
+        print(f"tsflash: error: {_one_line(error)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

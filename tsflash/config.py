@@ -234,6 +234,9 @@ def _apply(obj, overrides: dict, prefix: str = "") -> None:
         full = f"{prefix}{key}"
         if key not in hints:
             known = ", ".join(sorted(hints))
+            while isinstance(value, dict) and value:  # name the whole key the user typed: 'no.such', not 'no'
+                key, value = next(iter(value.items()))
+                full = f"{full}.{key}"
             raise UserError(f"unknown config key {full!r}; known keys here: {known}")
         current = getattr(obj, key)
         if full in DURATIONS and isinstance(value, str):  # kept as given until `validate` knows the interval
@@ -464,6 +467,12 @@ def _check_model_and_budget(cfg: ExperimentConfig) -> None:
     for m in cfg.eval.context_cuts:  # a cut scores the model on windows of m bars: whole patches too
         check_patch(cfg.model.patch, m, ("model.patch", "eval.context_cuts m"))
     for n in cfg.lengths:
+        if n > cfg.train.tokens_per_step:  # the length is what is out of range: name it, not the budget
+            raise UserError(
+                f"lengths: N={n} is longer than train.tokens_per_step={cfg.train.tokens_per_step}, the tokens of one "
+                f"training step (a step holds tokens_per_step / N >= 1 windows): use lengths up to "
+                f"{cfg.train.tokens_per_step}, or raise train.tokens_per_step"
+            )
         if cfg.train.tokens_per_step % n:
             raise UserError(
                 f"train.tokens_per_step={cfg.train.tokens_per_step} must be a multiple of every "

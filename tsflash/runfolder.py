@@ -132,6 +132,31 @@ def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+# run.json "format": raised when a change makes run folders that an older tsflash would misread.
+RUN_FORMAT = 1
+
+
+def check_run_meta(meta: dict, path: Path) -> dict:
+    """`meta` (a run.json) if this tsflash can read its folder; UserError for one written by a newer
+    version (a folder without "format" predates it: format 1)."""
+    fmt = meta.get("format", 1) if isinstance(meta, dict) else None
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt > RUN_FORMAT:
+        from tsflash import __version__
+
+        raise UserError(f"{path} was written by a newer tsflash (run folder format {fmt!r}; tsflash {__version__} "
+                        f"reads formats up to {RUN_FORMAT}): use the version that wrote it (run.json \"git_commit\")")
+    return meta
+
+
+def read_run_json(path: Path) -> dict:
+    """A run.json, checked (`check_run_meta`); a damaged one is one line, not a traceback."""
+    try:
+        meta = read_json(path)
+    except ValueError as exc:  # JSONDecodeError and undecodable bytes
+        raise UserError(f"{path}: damaged run.json ({exc.__class__.__name__}: {exc})") from None
+    return check_run_meta(meta, path)
+
+
 # ---------------------------------------------------------------------------------------------
 # The folder
 
@@ -362,12 +387,12 @@ class RunFolder:
         return self.run_json.exists()
 
     def read_run(self) -> dict:
-        return read_json(self.run_json)
+        return read_run_json(self.run_json)
 
     def is_complete(self) -> bool:
         try:
             return self.read_run().get("status") == "complete"
-        except (OSError, ValueError):
+        except (OSError, ValueError, UserError):
             return False
 
     def check_record_copy(self, dest: Path) -> None:

@@ -306,3 +306,23 @@ def test_wrong_checksum_name_is_rejected(tiny_mirror, tmp_path):
     with pytest.raises(UserError, match=r"BTCUSDT-1m-2024-01-01\.zip\.CHECKSUM must name BTCUSDT-1m-2024-01-01\.zip"):
         fetch_quiet(start="2024-01-01", end="2024-01-01", root=tmp_path, base_url=tiny_mirror, today=dt.date(2024, 1, 4))
     assert store.list_datasets(tmp_path) == []
+
+
+def test_an_unknown_symbol_is_refused_after_two_requests(tiny_mirror, serve, tmp_path):
+    server = serve(tiny_mirror)
+    with pytest.raises(UserError, match=r"holds no NOPEUSDT 1m klines between 2023-01-01 and 2024-01-03 \(neither "
+                                        r"NOPEUSDT-1m-2023-01\.zip, the range's first archive file, nor "
+                                        r"NOPEUSDT-1m-2024-01-03\.zip, its last day, is published\): is NOPEUSDT a "
+                                        r"Binance spot pair") as e:
+        fetch_quiet(symbol="NOPEUSDT", start="2023-01-01", end="2024-01-03", root=tmp_path, base_url=server.url,
+                    today=dt.date(2024, 1, 4))
+    assert "\n" not in str(e.value)
+    assert server.requests == ["data/spot/monthly/klines/NOPEUSDT/1m/NOPEUSDT-1m-2023-01.zip.CHECKSUM",
+                               "data/spot/daily/klines/NOPEUSDT/1m/NOPEUSDT-1m-2024-01-03.zip.CHECKSUM"]
+
+
+def test_a_range_that_starts_before_the_listing_still_fetches(tiny_mirror, serve, tmp_path):
+    server = serve(tiny_mirror)
+    report = fetch_quiet(start="2023-12-30", end="2024-01-03", root=tmp_path, base_url=server.url, today=dt.date(2024, 1, 4))
+    assert report.imported.bars_added == 180
+    assert len(server.requests) > 2  # the monthly 2023-12 and its dailies were looked for, then January's

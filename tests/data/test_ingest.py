@@ -147,7 +147,7 @@ def test_import_twice_changes_nothing(tmp_path):
     report = ingest.import_paths([p], root)
     assert report.added == {} and report.duplicates == 20
     assert (f.read_bytes(), f.stat().st_mtime_ns) == before
-    assert sorted(os.listdir(f.parent)) == [f.name]  # no temp files left behind
+    assert sorted(os.listdir(f.parent)) == [f.name, "manifest.json"]  # no temp files left behind
 
 
 def test_identical_duplicates_dropped_and_counted(tmp_path):
@@ -373,7 +373,7 @@ def test_killed_write_leaves_no_partial_file(tmp_path, monkeypatch):
         ingest.import_paths([more], root)
     monkeypatch.undo()
     assert f.read_bytes() == before
-    assert [p.name for p in f.parent.iterdir()] == [f.name]  # no visible partial file
+    assert sorted(p.name for p in f.parent.iterdir()) == [f.name, "manifest.json"]  # no visible partial file
     assert len(store.load_bars(root)) == 4
 
 

@@ -97,6 +97,10 @@ def test_corrupt_store_is_detected(small_store):
     tbl = pq.read_table(p)
     bad = pa.concat_tables([make_bars(t[:1]).to_table(), tbl])
     pq.write_table(bad, p)
+    with pytest.raises(UserError, match=r"btcusdt-1m-2024\.parquet differs from the store manifest \(sha256 expected .*; rows expected 120, found 121\)"):
+        store.load_bars(root)
+    # without the manifest (an older store) the invariant itself still refuses it
+    (p.parent / "manifest.json").unlink()
     with pytest.raises(UserError, match=r"is corrupt: open_time must be strictly increasing, got 2023-12-31 23:59:00 then 2023-12-31 22:00:00"):
         store.load_bars(root)
 

@@ -1,4 +1,4 @@
-"""`tsflash data import|info|fetch|pack|unpack`: build, inspect and carry the canonical bar store."""
+"""`tsflash data import|info|fetch|verify|pack|unpack`: build, inspect and carry the canonical bar store."""
 
 from __future__ import annotations
 
@@ -77,6 +77,19 @@ def register(sub) -> None:
     q.add_argument("--timeout", type=options.positive_float, default=60.0, help="seconds per request (default: %(default)s)")
     q.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     q.set_defaults(func=cmd_fetch)
+
+    q = dsub.add_parser(
+        "verify",
+        help="check every year file of a store against its manifest, read it in full and check its bars",
+        description="Check each year file's SHA-256 and row count against the store's manifest.json, read every "
+        "column and check the bar rules; print one line a file. Exit status 2 when any file fails. --write "
+        "records the files as they are (after they read and their bars pass) in the manifest.",
+    )
+    q.add_argument("path", type=Path, nargs="?", default=store.DEFAULT_ROOT, metavar="PATH",
+                   help="store root or one dataset folder (default: %(default)s)")
+    q.add_argument("--write", action="store_true",
+                   help="record the files as they are now (a store made before manifests, or a change that is yours)")
+    q.set_defaults(func=cmd_verify)
     _register_transport(dsub, common, dataset)
 
 
@@ -137,6 +150,26 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     for rel in report.missing:
         print(f"  not in the archive: {rel}")
     _print_import(report.imported)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from tsflash.data._verify import verify_store
+
+    checks = verify_store(args.path, write=args.write)
+    for c in checks:
+        rows = f"{c.rows:>10,} rows" if c.rows is not None else " " * 15
+        detail = f"  {c.detail}" if c.detail else ""
+        print(f"{c.status.upper():<12} {c.path.name:<28} {rows} {c.seconds:6.2f} s{detail}")
+    failed = [c for c in checks if c.failed]
+    unrecorded = [c for c in checks if c.status == "unrecorded"]
+    if unrecorded:
+        print(f"{len(unrecorded)} year files have no recorded checksum (bars checked only): "
+              f"`tsflash data verify --write {args.path}` records them")
+    if failed:
+        raise UserError(f"verify: {len(failed)} of {len(checks)} files failed in {args.path}: "
+                        + "; ".join(f"{c.path.name} {c.status}" for c in failed))
+    print(f"verified {len(checks)} files in {args.path}: all good")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Bars in and out: the canonical Parquet store (`store`), importing Binance archives and Parquet
 (`ingest`), fetching them with checksums (`fetch`), a compact lossless transport form
 (`transport`), the sweep's bar source for a configured range (`source`), and the controls'
-synthetic markets (`synthetic`). Torch-free."""
+synthetic markets (`synthetic`); each store folder's manifest of its files (`_manifest`) and the
+on-demand check behind `tsflash data verify` (`_verify`). Torch-free."""
 
 from tsflash._exports import lazy_exports
 

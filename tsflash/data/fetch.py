@@ -247,6 +247,24 @@ def _as_date(value, what: str) -> dt.date:
         raise UserError(f"--{what} must be a date YYYY-MM-DD, got {value!r}") from None
 
 
+def _refuse_unknown(base, base_url, symbol: str, interval: str, start: dt.date, last: dt.date, first: ArchiveFile,
+                    timeout: float) -> None:
+    """The range's first archive file is not published: ask for the .CHECKSUM of its last day. When
+    that is missing too, no file of the range is likely there (an unknown or unlisted symbol, a
+    range before its listing): one line now, rather than a request for every day of the range."""
+    probe = daily_file(symbol, interval, last)
+    try:
+        _get(base, probe.rel + ".CHECKSUM", timeout)
+    except NotFound:
+        raise UserError(
+            f"the archive at {base_url} holds no {symbol} {interval} klines between {start} and {last} (neither "
+            f"{first.name}, the range's first archive file, nor {probe.name}, its last day, is published): is "
+            f"{symbol} a Binance spot pair, traded in that range? Nothing was imported"
+        ) from None
+    except Retryable:
+        pass  # the network, not the archive: the files themselves are tried, with retries
+
+
 def fetch(
     symbol: str = "BTCUSDT",
     interval: str = "1m",
@@ -264,7 +282,9 @@ def fetch(
     """Download (or find cached) and verify every archive for [start, end], then import them.
 
     end defaults to yesterday (UTC). Nothing is imported unless every available file verified;
-    days or months the archive does not hold are listed in `report.missing` (and logged).
+    days or months the archive does not hold are listed in `report.missing` (and logged). When the
+    range's first file and its last day are both unpublished, UserError after those two requests
+    (`_refuse_unknown`: e.g. an unknown symbol).
     """
     from tqdm.auto import tqdm
 
@@ -293,6 +313,8 @@ def fetch(
             try:
                 report.files.append(download_verified(base, item, cache, retries, backoff, timeout, report))
             except NotFound:
+                if item is plan[0]:
+                    _refuse_unknown(base, base_url, symbol, interval, start, min(end, today - dt.timedelta(days=1)), item, timeout)
                 if item.kind == "monthly":
                     # not published yet (early in a month) or never: try the month's daily files
                     y, m = map(int, item.name.rsplit(".", 1)[0].rsplit("-", 2)[-2:])

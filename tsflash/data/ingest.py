@@ -10,7 +10,8 @@ Every file is checked in full before anything is written, and each error names t
 line (CSV, 1-based, counting a header line) or row (Parquet, 0-based):
     wrong column count; non-numeric or empty field; NaN, infinite or non-positive price;
     high below max(open, close) or low above min(open, close); negative or non-finite volume,
-    taker_buy_base or trades; decreasing timestamps; conflicting duplicates (same open_time,
+    taker_buy_base or trades; a high more than 10 times the low, or a close more than 10 times (or
+    under a tenth of) the previous close (`store.MAX_LOG_MOVE`); decreasing timestamps; conflicting duplicates (same open_time,
     different values; identical duplicates are dropped and counted); timestamps off the interval
     grid; an unreadable zip; a zip entry whose name would escape the extraction folder.
 The merge into the per-year files is `tsflash.data.store.merge_parts` (temp file + rename), so a
@@ -295,8 +296,9 @@ def _raise_non_numeric(body: bytes, name: str, lines: np.ndarray):
     """Locate the first non-numeric or empty field (slow path, only after a failed parse)."""
     import polars as pl
 
-    df = pl.read_csv(
-        body, has_header=False, new_columns=list(BINANCE_COLUMNS), schema={c: pl.String for c in BINANCE_COLUMNS}
+    df = pl.read_csv(  # lossy: bytes that are not UTF-8 (a damaged file) are shown, not a crash
+        body, has_header=False, new_columns=list(BINANCE_COLUMNS), schema={c: pl.String for c in BINANCE_COLUMNS},
+        encoding="utf8-lossy",
     )
     first = None
     for c in NUMERIC_COLUMNS:
@@ -332,9 +334,9 @@ def _detect_unit(ot: np.ndarray, name: str, lines: np.ndarray, first: tuple[int,
 def parquet_chunks(path: Path, symbol: str, interval: str) -> Iterator[Parsed]:
     """Read and validate a canonical Parquet file (the `store.SCHEMA` columns), a row group at a time."""
     try:
-        pf = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise UserError(f"{path.name}: unreadable Parquet file ({exc})") from None
+        pf = pq.ParquetFile(path, **store.READ_OPTIONS)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable Parquet file ({' '.join(str(exc).split())})") from None
     missing = [c for c in store.COLUMNS if c not in pf.schema_arrow.names]
     if missing:
         raise UserError(
@@ -342,11 +344,24 @@ def parquet_chunks(path: Path, symbol: str, interval: str) -> Iterator[Parsed]:
         )
     check = _ChunkValidator(path.name, "parquet", interval)
     row = 0
-    for batch in pf.iter_batches(batch_size=store.ROW_GROUP_SIZE, columns=list(store.COLUMNS)):
+    for batch in _batches(pf, path):
         table = pa.Table.from_batches([batch])
         lines = np.arange(row, row + table.num_rows)
         row += table.num_rows
         yield check(_canonical_columns(table, path.name, Source(path.name, "parquet", lines)), lines, symbol, "parquet")
+
+
+def _batches(pf: pq.ParquetFile, path: Path) -> Iterator[pa.RecordBatch]:
+    """The store columns of `pf` a row group's worth at a time; a damaged page is a UserError."""
+    batches = pf.iter_batches(batch_size=store.ROW_GROUP_SIZE, columns=list(store.COLUMNS))
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise UserError(f"{path}: unreadable Parquet file ({' '.join(str(exc).split())})") from None
+        yield batch
 
 
 def _canonical_columns(table: pa.Table, name: str, source: Source) -> pa.Table:
@@ -411,17 +426,8 @@ def validate(table: pa.Table, source: Source, interval: str) -> tuple[pa.Table, 
             i = int(bad[0])
             raise UserError(f"{source.where(i)}: {rule(i)}")
 
-    for c in store.PRICE_COLUMNS:
-        v = getattr(b, c)
-        fail(~(np.isfinite(v) & (v > 0)), lambda i, c=c, v=v: f"{c} must be a positive finite price, got {float(v[i])!r}")
-    top = np.maximum(b.open, b.close)
-    bottom = np.minimum(b.open, b.close)
-    fail(b.high < top, lambda i: f"high must be >= max(open, close), got high={float(b.high[i])!r} open={float(b.open[i])!r} close={float(b.close[i])!r}")
-    fail(b.low > bottom, lambda i: f"low must be <= min(open, close), got low={float(b.low[i])!r} open={float(b.open[i])!r} close={float(b.close[i])!r}")
-    for c in ("volume", "taker_buy_base"):
-        v = getattr(b, c)
-        fail(~(np.isfinite(v) & (v >= 0)), lambda i, c=c, v=v: f"{c} must be finite and >= 0, got {float(v[i])!r}")
-    fail(b.trades < 0, lambda i: f"trades must be >= 0, got {int(b.trades[i])}")
+    if (found := store.bar_problem(b)) is not None:  # the store's bar rules, one home (store.bar_problem)
+        raise UserError(f"{source.where(found[0])}: {found[1]}")
     fail(
         b.open_time % interval_us != 0,
         lambda i: f"open_time must be on the {interval} grid (a multiple of {interval_us // 1_000_000} s), "
@@ -444,12 +450,21 @@ def validate(table: pa.Table, source: Source, interval: str) -> tuple[pa.Table, 
                     f"{source.where(i)}: conflicting duplicate of {source.where(i - 1)}: same open_time "
                     f"{store.iso(b.open_time[i])}, different values (identical duplicates are dropped)"
                 )
+            _check_moves(b, source)
             keep = np.ones(n, bool)
             keep[dup] = False
             table = table.filter(pa.array(keep))
             source = Source(source.name, source.kind, source.lines[keep])
             return table, source, len(dup)
+    _check_moves(b, source)
     return table, source, 0
+
+
+def _check_moves(b: store.Bars, source: Source) -> None:
+    """The one-bar move bound (store.move_problem) between rows in file order, once they are sorted."""
+    if (found := store.move_problem(b.close)) is not None:
+        i, rule = found
+        raise UserError(f"{source.where(i)}: bar {store.iso(b.open_time[i])}: {rule}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from tsflash.data import fetch
 from tsflash.config import ExperimentConfig
 from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, US_PER_DAY
-from tsflash.data.store import Bars, load_bars, to_us
+from tsflash.data.store import Bars, load_bars, to_us, verified_files, year_files, year_start_us
 from tsflash.data.synthetic import SOURCE_PREFIX, synthetic_bars
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,19 @@ def load_data(cfg: ExperimentConfig, data: str, default_seed: int) -> tuple[Bars
                 "even after fetching; import them with `tsflash data import FOLDER`"
             )
     return bars, {"kind": "store", "source": str(root)}
+
+
+def check_data(cfg: ExperimentConfig, data: str) -> None:
+    """Before a sweep creates anything: the store's year files for the configured range match its
+    manifest (tsflash.data._manifest). A store that lacks the dataset is left to `load_data` (it fetches)."""
+    if data.startswith(SOURCE_PREFIX):
+        return
+    root = Path(data)
+    if not year_files(root, cfg.data.symbol, cfg.data.interval):
+        return
+    lo, hi = to_us(cfg.data.start), to_us(cfg.data.end, end=True)
+    verified_files(root, cfg.data.symbol, cfg.data.interval,
+                   lambda year: year_start_us(year) <= hi and year_start_us(year + 1) > lo)
 
 
 def _read_store(root: Path, cfg: ExperimentConfig) -> Bars | None:

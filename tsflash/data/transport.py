@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tsflash import atomic
-from tsflash.data import store
+from tsflash.data import _manifest as manifest, store
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -198,12 +198,17 @@ def pack_store(
         if missing or not years:
             have = ", ".join(map(str, files)) or "none"
             raise UserError(f"pack: no {symbol} {interval} year file for {missing or years} in {src_root}; years there: {have}")
-        files = {y: files[y] for y in years}
+    files = store.verified_files(src_root, symbol, interval, lambda y: years is None or y in years)
     written = []
     with contextlib.ExitStack() as stack:  # the renames happen together, after the last year is encoded
         for year, path in files.items():
             dst = Path(dst_dir) / packed_name(symbol, interval, year)
-            packed = encode_table(pq.read_table(path), symbol, interval, year, str(path))
+            try:
+                table = pq.read_table(path, **store.READ_OPTIONS)
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise store.unreadable(path, exc) from None
+            packed = encode_table(table, symbol, interval, year, str(path))  # its own lossless rule first
+            store.check_bars(store.Bars.from_table(table, symbol, interval), lambda i, p=path: str(p))
             _write_packed(packed, stack.enter_context(atomic.atomic_path(dst)))
             written.append(dst)
     for src, dst in zip(files.values(), written):
@@ -240,6 +245,8 @@ def unpack(src, out_root: Path | str) -> list[Path]:
     with contextlib.ExitStack() as stack:  # every year is verified before any is renamed into the store
         for path, table, meta, dst in plan:
             store.atomic_write_parquet(decode_table(table, meta, str(path)), stack.enter_context(atomic.atomic_path(dst)))
+    for folder in sorted({dst.parent for *_, dst in plan}):  # the store knows the files it now holds
+        manifest.record(folder, {dst.name: manifest.file_entry(dst) for *_, dst in plan if dst.parent == folder})
     for path, _, meta, dst in plan:
         log.info("unpacked %s -> %s (%d bars)", path, dst, meta["fingerprint"]["count"])
     return [dst for *_, dst in plan]

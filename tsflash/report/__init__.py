@@ -37,10 +37,12 @@ Parquet).
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 from pathlib import Path
 
 from tsflash.atomic import write_text as atomic_text
-from tsflash.errors import UserError
+from tsflash.errors import UserError, file_error
 from tsflash.report.compute import compute, run_selection
 from tsflash.report.context import SECTIONS, build_context, caveats, memory_kind, with_caveats
 from tsflash.report.figures import draw
@@ -71,6 +73,23 @@ def _out_dir(rd: RunData, overrides: dict | None, out_dir: Path | None) -> Path:
     return out
 
 
+def check_writable(folder: Path) -> None:
+    """UserError (one line, `file_error`) unless files can be created in `folder`; a folder made
+    for this check is removed again (a later refusal then leaves nothing)."""
+    folder = Path(folder)
+    made = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        if (error := file_error(exc)) is None:
+            raise
+        raise UserError(f"report: cannot write the report into {folder}: {error}") from None
+    finally:
+        if made and folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def build_report(run_dir: Path | str, *, overrides: dict | None = None,
                  out_dir: Path | None = None) -> tuple[Path, Path]:
     """Write report.md, report.html, results.json, fold_metrics.parquet, daily_returns.parquet and
@@ -84,6 +103,7 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
     """
     rd = load_run(run_dir)
     out = _out_dir(rd, overrides, out_dir)
+    check_writable(out)  # before the figures and numbers are computed, not after
     if overrides:
         rd = rescore(rd, overrides)
         if rescores_cells(rd.rescored_from["overrides"]):  # new daily series; else the run's stand

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tsflash.errors import UserError
-from tsflash.runfolder import RunFolder, baseline_order, read_json
+from tsflash.runfolder import RunFolder, baseline_order, check_run_meta, read_json
 
 
 def seed_inference(config: dict) -> str:
@@ -63,7 +63,10 @@ class RunData:
 def _required(path: Path) -> dict:
     if not path.exists():
         raise UserError(f"report: {path} not found; is {path.parent} a finished `tsflash sweep` run folder?")
-    return read_json(path)
+    try:
+        return read_json(path)
+    except ValueError as exc:  # JSONDecodeError and undecodable bytes: a damaged file, one line
+        raise UserError(f"report: {path} is damaged ({exc.__class__.__name__}: {exc})") from None
 
 
 def _optional(path: Path, default: dict) -> dict:
@@ -75,7 +78,7 @@ def load_run(run_dir: Path | str) -> RunData:
     rf = RunFolder(run_dir)
     if not rf.root.is_dir():
         raise UserError(f"report: run folder not found: {rf.root}")
-    run = _required(rf.run_json)
+    run = check_run_meta(_required(rf.run_json), rf.run_json)
     config = _required(rf.config_json)
     data = _required(rf.data_json)
     ledger = _optional(rf.ledger_json, {"trials": [], "n_complete": 0})

@@ -219,6 +219,8 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
     study_name = f"tsflash-{run_key}"
     if opts.out is not None:
         run_dir = Path(opts.out)
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UserError(f"--out {run_dir} is a file: give a run folder (new, or one to resume)")
         folder = RunFolder(run_dir)
         resumed = folder.exists()
         if resumed:

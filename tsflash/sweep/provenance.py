@@ -16,7 +16,7 @@ from tsflash.device import device_name, process_peak_bytes
 from tsflash.errors import UserError
 from tsflash.sweep.ledger import SEARCH_SPACE_DOC
 from tsflash.sweep.plan import SweepPlan, run_hash
-from tsflash.runfolder import RunFolder, read_json, write_json
+from tsflash.runfolder import RUN_FORMAT, RunFolder, read_json, write_json
 from tsflash.data.store import Bars, find_gaps, fingerprint, iso
 
 # The project's own checkout: the folder holding pyproject.toml and tsflash/.
@@ -105,6 +105,7 @@ def write_run_json(plan: SweepPlan) -> None:
                                                  "git_commit": commit}  # a resumed run may run newer code
                                                 | ({"gpu_jobs": jobs} if jobs else {})]
     meta.update({
+        "format": RUN_FORMAT,
         "run_key": plan.run_key,
         "config_hash": meta.get("config_hash", run_hash(plan.cfg)),
         "status": meta.get("status", "running"),

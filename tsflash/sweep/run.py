@@ -58,7 +58,7 @@ from tsflash import engine
 from tsflash.model import attention
 from tsflash.bench.precision import bench_precision
 from tsflash.config import ExperimentConfig
-from tsflash.data.source import configured_bar_count, load_data
+from tsflash.data.source import check_data, configured_bar_count, load_data
 from tsflash.errors import UserError
 from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params
 from tsflash.model.transformer import CausalTransformer, ModelConfig
@@ -99,15 +99,17 @@ def run_sweep(plan: SweepPlan | SweepOptions) -> Path:
         plan = plan_sweep(plan)
     folder = plan.folder
     refuse_claims_era(folder)
+    check_data(plan.cfg, plan.options.data)  # a changed or damaged store file: refused before the run folder exists
     created = not folder.root.exists()
     folder.root.mkdir(parents=True, exist_ok=True)
     try:
         with run_logging(folder.log_file):
             return _run_in_folder(plan)
-    except UserError:
-        # A new run that failed before finishing any cell (no data, offline, ...) leaves no
-        # empty run folder behind for the next command to "resume".
-        if created and not folder.cells_dir.exists():
+    except Exception:
+        # A new run that failed before finishing or checkpointing any cell (bad data, offline, a
+        # full disk, ...) leaves no run folder (sweep.log, optuna.db, run.json) for the next
+        # command to "resume".
+        if created and not folder.cells_dir.exists() and not folder.checkpoints_dir.exists():
             shutil.rmtree(folder.root, ignore_errors=True)
         raise
 

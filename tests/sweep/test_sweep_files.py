@@ -1,0 +1,89 @@
+"""A sweep on bad data or into a folder it cannot use: one line, exit 2, and no run folder left
+(no sweep.log, optuna.db or run.json for a later command to "resume")."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from tsflash import cli
+from tsflash.data import store
+from tests.test_cli import TINY_SWEEP
+
+MIN_US = store.INTERVAL_US["1m"]
+
+
+@pytest.fixture
+def bar_store(tmp_path):
+    """2024-01-01..08 of 1-minute bars, written by the store (with its manifest)."""
+    n = 8 * 1440
+    rng = np.random.default_rng(0)
+    close = np.round(40000 * np.exp(np.cumsum(rng.normal(0, 1e-3, n))), 2)
+    open_ = np.r_[40000.0, close[:-1]]
+    bars = store.Bars(store.to_us("2024-01-01") + MIN_US * np.arange(n, dtype=np.int64), open_,
+                      np.maximum(open_, close) + 1, np.minimum(open_, close) - 1, close, np.full(n, 1.0),
+                      np.full(n, 4, np.int64), np.full(n, 0.5))
+    root = tmp_path / "bars"
+    store.write_year_files(root, "BTCUSDT", "1m", bars.to_table())
+    return root
+
+
+def sweep(capsys, root, out) -> tuple[int, str]:
+    argv = ["sweep", "--lengths", "32,64", "--data", str(root), "--out", str(out), "--preset", "cpu", "--device", "cpu",
+            "--seed", "0", "--no-precision"]
+    for item in TINY_SWEEP:
+        argv += ["--set", item]
+    rc = cli.main(argv)
+    return rc, capsys.readouterr().err
+
+
+def one_line(err: str, pattern: str) -> None:
+    """The error is one line, the last; the lines before it are the sweep's own log (INFO)."""
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and err.rstrip("\n").endswith(errors[0]), err
+    assert re.fullmatch(pattern, errors[0]), err
+
+
+def test_a_changed_store_file_is_refused_before_the_run_folder_exists(bar_store, tmp_path, capsys):
+    p = store.year_path(bar_store, "BTCUSDT", "1m", 2024)
+    data = bytearray(p.read_bytes())
+    data[len(data) // 3: len(data) // 3 + 4096] = np.random.default_rng(1).bytes(4096)  # the user's 4 KiB
+    p.write_bytes(bytes(data))
+    rc, err = sweep(capsys, bar_store, tmp_path / "run")
+    assert rc == 2
+    one_line(err, r"tsflash: error: .*btcusdt-1m-2024\.parquet differs from the store manifest .*re-import the file to change it.*")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_truncated_store_file_without_manifest_leaves_no_run_folder(bar_store, tmp_path, capsys):
+    (bar_store / "btcusdt-1m" / "manifest.json").unlink()
+    p = store.year_path(bar_store, "BTCUSDT", "1m", 2024)
+    p.write_bytes(p.read_bytes()[:-1000])
+    rc, err = sweep(capsys, bar_store, tmp_path / "run")
+    assert rc == 2
+    one_line(err, r"tsflash: error: .*btcusdt-1m-2024\.parquet: unreadable Parquet file \(.*\); the file is damaged "
+                  r"or not a store file: delete it and re-import its bars")
+    assert not (tmp_path / "run").exists()  # made, then removed with its sweep.log, optuna.db and run.json
+
+
+def test_an_out_folder_that_cannot_be_created(bar_store, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("x")
+    rc, err = sweep(capsys, bar_store, tmp_path / "a-file" / "run")
+    assert rc == 2
+    one_line(err, r"tsflash: error: .*a-file/run: Not a directory \(a part of the path is a file, not a folder; "
+                  r"nothing half-written was kept\)")
+    rc, err = sweep(capsys, bar_store, tmp_path / "a-file")
+    one_line(err, r"tsflash: error: --out .*a-file is a file: give a run folder \(new, or one to resume\)")
+
+
+def test_a_run_folder_of_a_newer_version_is_not_resumed(bar_store, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"format": 2, "run_key": "x"}))
+    rc, err = sweep(capsys, bar_store, out)
+    assert rc == 2
+    one_line(err, r"tsflash: error: .*run\.json was written by a newer tsflash \(run folder format 2; .*")
+    assert sorted(p.name for p in out.iterdir()) == ["run.json"]
