@@ -34,7 +34,7 @@ TINY = {"lengths": [32, 64, 128], "splits": {"n_folds": 2, "test_days": 1, "val_
 
 
 @pytest.fixture
-def counted(monkeypatch, tmp_path):
+def counted(monkeypatch, tmp_path, compile_cache_settings):
     """fastpath's compile branch on CPU through a counting "aot_eager" backend, with no compiled
     forward made before (`fastpath._COMPILED`) and dynamo's caches empty; the cache in tmp_path."""
     counter = CompileCounterWithBackend("aot_eager")
@@ -99,8 +99,6 @@ def test_compiling_points_inductor_at_the_cache_and_eager_touches_nothing(counte
     from tsflash import CausalTransformer, ModelConfig
     import torch._inductor.config as inductor_config
 
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    monkeypatch.setattr(inductor_config, "unsafe_marked_cacheable_functions", {})
     model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
     assert fastpath.prepare(model, "cpu", n=32, batch=2) is model  # train.compile off
     assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ and not (tmp_path / "cache").exists()

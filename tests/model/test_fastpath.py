@@ -34,7 +34,7 @@ def fresh_dynamo():
 
 
 @pytest.fixture
-def compile_on_cpu(monkeypatch, tmp_path):
+def compile_on_cpu(monkeypatch, tmp_path, compile_cache_settings):
     """fastpath's compile branch on CPU: no eager reason, torch.compile through "aot_eager" (no
     compiled forward kept from before, the compile cache in tmp_path); counts the calls of the
     compiled forward and the CUDA-graph step marks, and what torch.compile was given:
