@@ -24,8 +24,8 @@ the model's structure and sizes, never which model it is, so every cell, seed, f
 of a shape in a worker reuses the graph its first cell compiled, and a new N compiles exactly one
 (two with short windows mixed in). Compiling happens inside that first training step (counted in
 train_seconds; `model.compile_info["first_call_seconds"]` shows it). Without ``dynamic=False``
-dynamo made the second N's graph symbolic in the sizes and ran every later N through it (at
-32768 the graph compiled for 4096), unlike the static graphs the benchmark measured. Evaluation
+dynamo made the second N's graph symbolic in the sizes and ran every later N through it (on the
+H200, in the sweep cells and in `bench train` alike, 32768 ran the graph compiled at 4096). Evaluation
 (no-grad calls: validation, test, context cuts) runs eager (COMPILE_EVALUATION): each of its
 shapes, partial last batches included, would be a graph of its own (about 5 s each on the H200)
 for passes of 0.2-0.8 s per cell eager (docs/benchmarks.md). Inductor's caches (the FX graph and
