@@ -19,11 +19,11 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
+from tests.conftest import REPO
 from tsflash import engine
 from tsflash.config import load_config
 from tsflash.data.synthetic import random_walk_bars
 from tsflash.model import fastpath
-from tests.conftest import REPO
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests.conftest.one_thread
 
@@ -79,7 +79,8 @@ def test_a_compiled_cell_scores_eager_and_trains_compiled(counted):
     evaluation calls run the model itself; the process's compiled forward is one object per mode."""
     result = engine.run_fold(tiny_prepared(True), 32, 0, 0)
     firsts = result.cost["compile"]["first_call_seconds"]
-    assert len(firsts) == 2 and sorted(firsts)[1] == sorted(firsts)[0] + " backward" and sorted(firsts)[0].startswith("(16, 32, ")
+    shape = min(firsts)
+    assert shape.startswith("(16, 32, ") and sorted(firsts) == [shape, f"{shape} backward"]
     assert fastpath.compiled_forward("default") is fastpath.compiled_forward("default")
     assert torch._dynamo.config.recompile_limit >= fastpath.RECOMPILE_LIMIT
 
@@ -96,8 +97,9 @@ def test_the_compile_cache_folder_follows_the_environment(monkeypatch, tmp_path)
 
 
 def test_compiling_points_inductor_at_the_cache_and_eager_touches_nothing(counted, monkeypatch, tmp_path):
-    from tsflash import CausalTransformer, ModelConfig
     import torch._inductor.config as inductor_config
+
+    from tsflash import CausalTransformer, ModelConfig
 
     model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
     assert fastpath.prepare(model, "cpu", n=32, batch=2) is model  # train.compile off
@@ -135,7 +137,7 @@ def test_a_second_process_loads_the_compiled_step_from_the_cache(tmp_path):
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
 
     def run() -> dict:
-        out = subprocess.run([sys.executable, "-c", _STEP], env=env, capture_output=True, text=True, timeout=300)
+        out = subprocess.run([sys.executable, "-c", _STEP], check=False, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
 
