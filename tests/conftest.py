@@ -58,6 +58,18 @@ def shared_store(shared_data: Path) -> Path:
     return shared_data
 
 
+@pytest.fixture
+def compile_cache_settings(monkeypatch):
+    """What `tsflash.model.fastpath.use_compile_cache` sets for the whole process (torch's cache
+    folder, the functions AOTAutograd may cache), unset during the test and put back after it
+    (inductor's config by its own patch: monkeypatch's undo would delete the entry)."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    with inductor_config.patch(unsafe_marked_cacheable_functions={}):
+        yield
+
+
 def load_experiment(name: str):
     """experiments/<name>.py imported as a module (the experiment scripts are not a package)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")

@@ -381,17 +381,28 @@ def test_a_compiler_failure_falls_back_to_eager_and_says_why(caplog):
         fresh(torch.randn(2, 16, 4))
 
 
-def test_compiled_forward_times_each_new_shape_once():
+def test_compiled_forward_times_each_new_shape_once(monkeypatch):
+    """No-grad calls (evaluation) run eager unless fastpath.COMPILE_EVALUATION: then they are timed too."""
     from tsflash import CausalTransformer, ModelConfig
     from tsflash.model import fastpath
 
     model = CausalTransformer(ModelConfig(n_features=3, d_model=16, n_layers=1, n_heads=2))
-    forward = fastpath.Compiled(model, model, "default")  # a stand-in that compiles nothing
+    calls = []
+
+    def stand_in(*args):  # compiles nothing
+        calls.append(args[0].shape)
+        return model(*args)
+
+    forward = fastpath.Compiled(model, stand_in, "default")
     forward(torch.randn(2, 16, 3))
     forward(torch.randn(2, 16, 3))
     with torch.no_grad():
         forward(torch.randn(4, 16, 3))
-    assert sorted(model.compile_info["first_call_seconds"]) == ["(2, 16, 3)", "(4, 16, 3) no_grad"]
+    assert sorted(model.compile_info["first_call_seconds"]) == ["(2, 16, 3)"] and len(calls) == 2
+    monkeypatch.setattr(fastpath, "COMPILE_EVALUATION", True)
+    with torch.no_grad():
+        forward(torch.randn(4, 16, 3))
+    assert sorted(model.compile_info["first_call_seconds"]) == ["(2, 16, 3)", "(4, 16, 3) no_grad"] and len(calls) == 3
 
 
 def test_a_cell_with_train_compile_on_cpu_runs_eager_with_the_same_results(caplog):

@@ -102,7 +102,8 @@ def write_mfu_markdown(folder: Path | str) -> Path:
 
 def training_compile_seconds(cell: dict) -> float:
     """The compiling inside an engine cell's train_seconds: the first call of each training shape
-    and its first backward (no-grad shapes compile outside the training time)."""
+    and its first backward (no-grad shapes, compiled only with fastpath.COMPILE_EVALUATION, compile
+    outside the training time; cells of earlier records may have them)."""
     firsts = (cell.get("compile") or {}).get("first_call_seconds", {})
     return sum(t for shape, t in firsts.items() if not shape.endswith("no_grad"))
 

@@ -8,9 +8,10 @@ epoch_seconds     train_seconds * n_train_bars / tokens_trained: the time one pa
                   tokens as the fold has training bars would take. Windows overlap, so an
                   "epoch" is a token count, not a pass over distinct windows; it makes folds and
                   N comparable.
-val_seconds       wall-clock of the validation passes that decide early stopping (compiling their
-                  shapes included; summed over resumed sessions; None for a cell resumed from a
-                  checkpoint written before this was recorded): the protocol's cost beside training.
+val_seconds       wall-clock of the validation passes that decide early stopping (eager in a
+                  compiled cell too: fastpath.COMPILE_EVALUATION; summed over resumed sessions;
+                  None for a cell resumed from a checkpoint written before this was recorded):
+                  the protocol's cost beside training.
 eval_seconds      wall-clock of scoring the test block.
 tokens_per_s      tokens_trained / train_seconds (every position of every window is a token).
 tflops            flops_per_token * tokens_trained / train_seconds / 1e12, with the one FLOPs
@@ -30,7 +31,9 @@ kernel_choice     how the kernel was decided before the first step (`tsflash.mod
                   for `auto` the shape timed, the candidates, their median ms, the runner-up, the
                   margin and the tie rule; for an explicit backend the name and "asked for".
 compile           the torch.compile outcome (`tsflash.model.fastpath`): {"compiled", "mode", "reason"
-                  (why eager), "first_call_seconds" per shape (compiling included)}.
+                  (why eager), "first_call_seconds" per shape (compiling included, where the
+                  worker had not compiled that shape for an earlier cell), and when compiled
+                  "cache_dir" (inductor's caches, `fastpath.compile_cache_dir`)}.
 Both are None for a model that `tsflash.model.fastpath.prepare` did not make ready.
 """
 

@@ -8,30 +8,44 @@ H200 read "EFFICIENT+FLASH+cuDNN". `prepare` decides at the cell's training shap
 N) first and pins the choice on every attention layer; the first step then sees one kernel.
 
 Compile. With ``train.compile = true`` the forward (and through AOTAutograd the backward) goes
-through ``torch.compile(model, mode=COMPILE_MODE)``: inductor fuses the small element-wise ops
+through torch.compile in mode COMPILE_MODE: inductor fuses the small element-wise ops
 (rotary, norms, GELU, casts) whose separate passes over memory dominate an eager step at small N
 (on the H200 at N=512: 18.2 of 25.3 ms, fused to 5.2 ms; the device idles 0.3 ms either way, so
 the step is bandwidth-, not launch-bound), and the mode "reduce-overhead" adds CUDA graphs. Which mode measures best is for
 `experiments/h200.sh mfu` to say (`tsflash bench train --compile MODE` per mode); COMPILE_MODE
-holds the answer. Compiling happens at the first call of each new shape, inside the first
-training step (counted in train_seconds) and the first evaluation batch (in eval_seconds): its
-cost is in the cell's cost, and `model.compile_info["first_call_seconds"]` shows it. Eager runs
-instead, with the reason in the log, on CPU (a CPU cell is small: compiling costs more than it
-saves), without Triton, and when the compiler fails (the first failure switches the cell to eager).
+holds the answer. Eager runs instead, with the reason in the log, on CPU (a CPU cell is small:
+compiling costs more than it saves), without Triton, and when the compiler fails (the first
+failure switches the cell to eager).
+
+Compiled once per process, and cached across processes. Only training calls are compiled, one
+static graph per training shape (``dynamic=False``): the forward is one function of (model,
+inputs) compiled once per mode for the whole process (`compiled_forward`), and its guards read
+the model's structure and sizes, never which model it is, so every cell, seed, fold and restart
+of a shape in a worker reuses the graph its first cell compiled, and a new N compiles exactly one
+(two with short windows mixed in). Compiling happens inside that first training step (counted in
+train_seconds; `model.compile_info["first_call_seconds"]` shows it). Without ``dynamic=False``
+dynamo made the second N's graph symbolic in the sizes and ran every later N through it (on the
+H200, in the sweep cells and in `bench train` alike, 32768 ran the graph compiled at 4096). Evaluation
+(no-grad calls: validation, test, context cuts) runs eager (COMPILE_EVALUATION): each of its
+shapes, partial last batches included, would be a graph of its own (about 5 s each on the H200)
+for passes of 0.2-0.8 s per cell eager (docs/benchmarks.md). Inductor's caches (the FX graph and
+AOTAutograd caches) live in `compile_cache_dir()`, so a resumed or repeated run loads its
+kernels instead of compiling them (docs/benchmarks.md, "Compiling once").
 
 CUDA graphs replay fixed memory: a compiled forward must not create tensors that outlive it. The
 model's rotary tables are therefore filled here, eagerly, before compiling
 (`CausalTransformer.reserve_positions`), and forward only slices them. Compiled, they are filled
-for max(N, ROTARY_AUTO_LONGEST) positions: one table length for every cell, so the compiled
-forward's guards do not change with N, and a worker's cells share its graphs (from the second N
-on, dynamo compiles them for any shape) instead of adding two (training, scoring) per N until
-dynamo's recompile limit sends the rest eager.
+for max(N, ROTARY_AUTO_LONGEST) positions: one table length for every N up to that, so the
+table's length, a size each static graph is specialised on, adds no graph of its own.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -55,6 +69,24 @@ COMPILE_MODE = "default"
 # compiling against 15: not worth it in cells of a few hundred steps, so not COMPILE_MODE.
 COMPILE_OPTIONS = {"tuned": {"max_autotune_pointwise": True, "coordinate_descent_tuning": True}}
 COMPILE_MODES = ("default", "reduce-overhead", "tuned", "max-autotune", "max-autotune-no-cudagraphs")
+# Evaluation (no-grad calls) compiled too? Off: unmeasured whether its compiling (a graph per
+# evaluation shape) pays for passes that take 0.2-0.8 s a cell eager (module doc).
+COMPILE_EVALUATION = False
+# dynamo's limit on the graphs of one function: past it a new shape runs eager, silently. Static
+# graphs take one per training shape of the process (every N, and its short windows): torch's 8
+# would send the ninth eager.
+RECOMPILE_LIMIT = 64
+# Where inductor's caches go unless TSFLASH_COMPILE_CACHE says: the user's cache folder, not the
+# run folder (docs/benchmarks.md): compiled kernels depend on torch, the device and the graph,
+# never on the run, so every run of the same shapes on this machine reuses them.
+CACHE_ENV = "TSFLASH_COMPILE_CACHE"
+# tsflash.model.attention.sdpa forces its kernel with torch's sdpa_kernel, which dynamo records in
+# the graph as calls of these two functions (the backend by name, the flags set). AOTAutograd's
+# cache refuses graphs calling functions it does not know, and every process traced forward and
+# backward again (tiny model on CPU: 4.4 s from the FX graph cache alone, 2.0 s with both). They
+# are pure functions of their arguments, which are in the graph and so in the cache key.
+SDPA_GRAPH_FUNCTIONS = ("torch.nn.attention._backend_from_string", "torch.nn.attention._sdpa_kernel")
+_COMPILED: dict[str, object] = {}  # mode -> the process's compiled forward (`compiled_forward`)
 
 
 def compile_kwargs(mode: str) -> dict:
@@ -81,7 +113,52 @@ def prepare(model, device, *, n: int, batch: int, compile: bool | str = False):
             log.info("train.compile: running eager on %s: %s", device, why)
         model.compile_info = {"compiled": False, "mode": mode, "reason": why}
         return model
-    return Compiled(model, torch.compile(model, **compile_kwargs(mode)), mode)
+    cache = use_compile_cache()
+    compiled = Compiled(model, functools.partial(compiled_forward(mode), model), mode)
+    compiled.info["cache_dir"] = str(cache)
+    return compiled
+
+
+def _forward(model, x: torch.Tensor, targets: torch.Tensor | None, loss_denominator: float | None):
+    """model(x, targets, loss_denominator): what `compiled_forward` compiles, the model an argument."""
+    return model(x, targets, loss_denominator)
+
+
+def compiled_forward(mode: str):
+    """The process's compiled forward for `mode`, a function of (model, x, targets, loss_denominator):
+    made at the first call for a mode, then the same object for every model, so the graphs dynamo
+    keeps for it (one per training shape, static) serve every cell of the worker."""
+    if mode not in _COMPILED:
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        _COMPILED[mode] = torch.compile(_forward, dynamic=False, **compile_kwargs(mode))
+    return _COMPILED[mode]
+
+
+def compile_cache_dir() -> Path:
+    """Where inductor's caches live: $TSFLASH_COMPILE_CACHE, else $XDG_CACHE_HOME/tsflash/compile
+    (~/.cache/tsflash/compile without it)."""
+    if stated := os.environ.get(CACHE_ENV):
+        return Path(stated).expanduser().resolve()
+    home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(home).expanduser().resolve() / "tsflash" / "compile"
+
+
+def use_compile_cache() -> Path:
+    """Point inductor's on-disk caches (FX graphs, AOTAutograd's forward and backward, Triton's
+    kernels) at `compile_cache_dir()` and let AOTAutograd cache the graphs of forced SDPA kernels
+    (SDPA_GRAPH_FUNCTIONS). Before compiling; returns the folder."""
+    import torch._inductor.config as inductor_config
+
+    path = compile_cache_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") != str(path):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)  # torch reads it at each use
+        from torch._inductor.utils import clear_caches
+
+        clear_caches()  # what torch memoised under the previous folder
+    marked = dict.fromkeys(SDPA_GRAPH_FUNCTIONS, torch.__version__)
+    inductor_config.unsafe_marked_cacheable_functions = {**inductor_config.unsafe_marked_cacheable_functions, **marked}
+    return path
 
 
 def pin_attention(model, device: torch.device, *, n: int, batch: int) -> dict:
@@ -111,12 +188,14 @@ def eager_reason(device: torch.device) -> str | None:
 
 
 class Compiled:
-    """The model's forward through torch.compile; when compiling fails (the first call of a new
-    shape raises), the reason is logged and the model runs eager from then on (same weights: the
-    compiled module wraps the model). A real error of the model is raised again by the eager call.
+    """The model's training calls through torch.compile (`compiled`: a function of (x, targets,
+    loss_denominator) running the model), its no-grad calls eager unless COMPILE_EVALUATION; when
+    compiling fails (the first call of a new shape raises), the reason is logged and the model
+    runs eager from then on (same weights). A real error of the model is raised again by the eager call.
 
     The first call of each new (shape, grad mode) is timed with the device synchronised: it
-    includes compiling (`model.compile_info["first_call_seconds"]`). The backward graph compiles
+    includes compiling where the process had no graph of that shape yet
+    (`model.compile_info["first_call_seconds"]`; a later cell's first call reuses it). The backward graph compiles
     at its first backward, so the first training call of a shape also times its loss's backward,
     from the moment backward reaches the loss to the last gradient (the input projection's, the
     first layer's), under "<shape> backward". A lower bound where a shape's first call is not
@@ -137,7 +216,7 @@ class Compiled:
         return getattr(self.model, name)
 
     def __call__(self, x: torch.Tensor, targets: torch.Tensor | None = None, loss_denominator: float | None = None):
-        if self.compiled is None:
+        if self.compiled is None or not (torch.is_grad_enabled() or COMPILE_EVALUATION):
             return self.model(x, targets, loss_denominator)
         signature = f"{tuple(x.shape)}{'' if torch.is_grad_enabled() else ' no_grad'}"
         first = signature not in self.info["first_call_seconds"]
