@@ -1,7 +1,7 @@
 """The package's layout rules (issue 32), checked on the source tree: few modules at the top,
 every subpackage says what it owns and names its public objects in `__all__`, the tests mirror
 the packages, no function runs over about 80 lines without a written reason, and the flat
-`tsflash.selection` is gone, as the README says."""
+`tsflash.selection` is gone, as the CHANGELOG says."""
 
 from __future__ import annotations
 
@@ -71,11 +71,11 @@ def test_the_rule_finds_a_long_function_and_accepts_a_reason(tmp_path):
     assert long_functions(tmp_path) == [(f"{tmp_path.name}/m.py:1 long", MAX_FUNCTION_LINES + 1)]
 
 
-def test_the_flat_selection_module_is_gone_as_the_readme_says():
+def test_the_flat_selection_module_is_gone_as_the_changelog_says():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("tsflash.selection")
-    readme = (REPO / "README.md").read_text()
-    assert "`from tsflash.selection import ...` and the like now fail" in readme
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert "`from tsflash.selection import ...` and the like now fail" in changelog
 
 
 def readme_layout() -> dict[str, set[str]]:

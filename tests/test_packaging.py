@@ -68,6 +68,11 @@ def test_the_wheel_carries_the_presets_and_the_templates(wheel):
     assert templates and templates <= names
 
 
+def test_the_wheel_carries_the_typed_marker(wheel):
+    """tsflash/py.typed (PEP 561): a user's type checker reads the installed package's annotations."""
+    assert "tsflash/py.typed" in zipfile.ZipFile(wheel).namelist()
+
+
 def test_the_wheel_carries_the_trial_ledger(wheel):
     """The DSR reads its trial count from tsflash/stats/trials.toml at run time: the wheel's copy is
     the checkout's, byte for byte."""

@@ -73,7 +73,7 @@ def sweep_options(lengths: Sequence[int] | str | None = None, *, data: str = "da
     given = {"lengths": lengths, "data": data, "config": config, "preset": preset, "set": set, "symbol": symbol,
              "start": start, "end": end, "out": out, "seed": seed, "time_budget": time_budget, "device": device,
              "devices": devices, "trials": trials, "precision": precision}
-    defaults = sweep_options.__kwdefaults__
+    defaults = sweep_options.__kwdefaults__ or {}
     shown = ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None and v != defaults.get(k))
     return SweepOptions(lengths=None if lengths is None else list(lengths), config=config, data=data, start=start,
                         end=end, out=None if out is None else Path(out), device=device,

@@ -31,6 +31,7 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -136,7 +137,7 @@ def write_json(path: str | os.PathLike, obj, *, strict: bool = False, end: str =
     are written as `NaN` / `Infinity`, or with `strict=True` as null, for files published to other
     readers.
     """
-    kwargs = {"indent": 1, "sort_keys": True, "default": json_default} | json_kwargs
+    kwargs: dict[str, Any] = {"indent": 1, "sort_keys": True, "default": json_default} | json_kwargs
     if strict:
         obj, kwargs["allow_nan"] = json_safe(obj), False
     return write_text(path, json.dumps(obj, **kwargs) + end)
@@ -144,4 +145,4 @@ def write_json(path: str | os.PathLike, obj, *, strict: bool = False, end: str =
 
 # The layout of the benchmarks' JSON files (reports/bench/**/*.json): keys in the order measured,
 # two-space indent, a final newline, anything unknown as its str().
-BENCH_JSON = {"indent": 2, "sort_keys": False, "default": str, "end": "\n"}
+BENCH_JSON: dict[str, Any] = {"indent": 2, "sort_keys": False, "default": str, "end": "\n"}

@@ -38,8 +38,9 @@ def file_error(exc: OSError) -> UserError | None:
     """The one-line UserError for an OSError the user can fix (full disk, permissions, read-only,
     a missing or wrong path), naming the path and what to do; None for any other error. Files are
     written to a temporary name and renamed (tsflash.atomic), so nothing half-written stays."""
-    hint = _FILE_HINTS.get(exc.errno)
-    if hint is None:
+    if exc.errno is None or (hint := _FILE_HINTS.get(exc.errno)) is None:
         return None
-    where = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "") if exc.filename else "a file operation"
-    return UserError(f"{where}: {exc.strerror or errno.errorcode.get(exc.errno)} ({hint}; nothing half-written was kept)")
+    where = (
+        f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "") if exc.filename else "a file operation"
+    )
+    return UserError(f"{where}: {exc.strerror or errno.errorcode[exc.errno]} ({hint}; nothing half-written was kept)")

@@ -92,7 +92,8 @@ def format_duration(us: int) -> str:
     """A length of time for a reader, to two or three significant digits: "15 s", "8.5 min",
     "9.1 h", "36 h", "23 d", "3.7 y". Hours up to two days, days up to two years (365-day)."""
     seconds = us / 1_000_000
-    for limit, unit, size in ((60, "s", 1), (3600, "min", 60), (172_800, "h", 3600), (63_072_000, "d", 86_400)):
+    steps = ((60, "s", 1), (3600, "min", 60), (172_800, "h", 3600), (63_072_000, "d", 86_400))
+    for limit, unit, size in steps:  # noqa: B007 (unit and size are read after the break)
         if seconds < limit:
             break
     else:

@@ -293,8 +293,8 @@ class RunFolder:
         """The trial key of every saved model cell (`cell_saved`), one entry a cell."""
         keys = []
         for p in self.model_cell_markers():
-            fold, seed = map(int, re.fullmatch(r"fold(\d+)-seed(\d+)", p.name.removesuffix(CELL_SUFFIX)).groups())
-            if self.cell_saved(p.parent.name, fold, seed):
+            m = re.fullmatch(r"fold(\d+)-seed(\d+)", p.name.removesuffix(CELL_SUFFIX))
+            if m and self.cell_saved(p.parent.name, int(m[1]), int(m[2])):  # no match: not a cell's summary
                 keys.append(p.parent.name)
         return keys
 

@@ -307,7 +307,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The README's main command, measured (docs/benchmarks.md, "The start-up estimate"): on 2 idle
 # x86_64 cores by benchmarks/bench_estimate.py in a run the CPU rows were NOT calibrated on
 # (reports/bench/estimate-cpu-check/; the rows come from reports/bench/estimate-cpu/), and on one
-# H200 (README: 13 min 23 s).
+# H200 (docs/results.md: 13 min 23 s).
 MEASURED_MAIN_COMMAND_S = {
     "cpu": json.loads((REPO / "reports/bench/estimate-cpu-check/estimate.json").read_text())["measured_s"],
     "cuda": 13 * 60 + 23,

@@ -127,7 +127,7 @@ def copy_ceiling(device: torch.device, nbytes: int | None = None, min_time: floa
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    seconds = time_call(lambda: dst.copy_(src), device, min_time)
+    seconds = time_call(lambda: dst.copy_(src), device, min_time)  # noqa: F821 (called before the del below)
     del src, dst
     free_memory(device)
     return 2.0 * nbytes / seconds

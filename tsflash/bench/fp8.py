@@ -327,7 +327,7 @@ class Fp8Settings:
     outlier_channels: int = 4  # channels scaled in the "outliers" input ...
     outlier_scale: tuple[float, float] = (10.0, 50.0)  # ... by factors uniform in this range
 
-    def validate(self) -> "Fp8Settings":
+    def validate(self) -> Fp8Settings:
         self.formats = tuple(_check_choice(self.formats, tuple(FORMATS), "formats"))
         self.modes = tuple(_check_choice(self.modes, MODES, "modes"))
         self.inputs = tuple(_check_choice(self.inputs, INPUTS, "inputs"))
@@ -482,7 +482,8 @@ def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_
     fa3 = _activate_fa3()  # torch's low-precision SDPA runs only on a registered FA3 implementation
     try:
         from torch.nn.attention.experimental._scaled_dot_product_attention_quantized import (
-            _scaled_dot_product_attention_quantized as quantized)
+            _scaled_dot_product_attention_quantized as quantized,
+        )
         ones = torch.ones(batch, heads, device=device)
         q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
         calls["experimental quantized e4m3"] = lambda: quantized(q8, k8, v8, is_causal=True, q_descale=ones,

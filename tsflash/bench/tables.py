@@ -18,7 +18,6 @@ from tsflash.errors import UserError
 from tsflash.model import fastpath
 from tsflash.report.markdown import format_cell, markdown_table
 
-
 # What each variant folder of `experiments/h200.sh mfu` ran (mfu.md says it under the table).
 MFU_VARIANTS = {
     "eager": "no torch.compile",
@@ -51,7 +50,7 @@ def mfu_markdown(results: dict[str, dict]) -> str:
     steps = []
     for n in [r["n"] for r in first["rows"]]:
         for variant, result in results.items():
-            r = next((r for r in result["rows"] if r["n"] == n), {})
+            r: dict = next((r for r in result["rows"] if r["n"] == n), {})
             first_s = sum((r.get("compile") or {}).get("first_call_seconds", {}).values()) or None
             mfu = r["model_tflops"] / ceiling_tflops if r.get("model_tflops") else None
             steps.append([n, variant, format_cell(r.get("step_s"), ".1f", 1e3), format_cell(mfu, ".1%"),
@@ -211,7 +210,8 @@ def model_variants_markdown(results: dict[str, list[dict]], found_at: float | No
     def ms_per_step(r):
         return (r["train_seconds"] - training_compile_seconds(r)) / r["steps"] * 1e3
 
-    rows, diffs = [], {v: [] for v in names[1:]}
+    rows: list[list] = []
+    diffs: dict[str, list[float]] = {v: [] for v in names[1:]}
     for key in sorted(cells[ref]):
         for v in names:
             r = cells[v].get(key)

@@ -80,7 +80,7 @@ def read(folder: Path) -> dict | None:
         files = data["files"]
         if data.get("format") != FORMAT or not isinstance(files, dict):
             raise ValueError(f"format {data.get('format')!r}")
-        for name, entry in files.items():
+        for entry in files.values():
             _check_entry(entry)
             for pending in entry.get("pending", []):
                 _check_entry(pending)

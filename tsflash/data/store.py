@@ -311,7 +311,7 @@ def read_table(
     files = verified_files(root, symbol, interval, lambda year: _year_overlaps(year, lo, hi))
     columns = ("open_time", *[c for c in columns if c != "open_time"])
     tables = []
-    for year, path in files.items():
+    for path in files.values():
         try:
             pf = pq.ParquetFile(path, **READ_OPTIONS)
             groups = _overlapping_row_groups(pf, lo, hi)
@@ -672,7 +672,7 @@ def merge_parts(root: Path | str, datasets: dict[tuple[str, str], list[Part]]) -
         by_year = _parts_by_year([p for p in parts if p is not None])
         if by_year and dataset_dir(root, symbol, interval).is_dir():
             # a damaged stored year would be merged into a new file under a fresh checksum: refuse it first
-            verified_files(root, symbol, interval, lambda year: year in by_year)
+            verified_files(root, symbol, interval, lambda year, years=by_year: year in years)
         checked = {y: _merge_year(root, symbol, interval, y, ps, write=False) for y, ps in by_year.items()}
         plans[(symbol, interval)] = (by_year, checked)
     results = {}

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from tsflash.errors import UserError
 from tsflash.dataset.features import as_tensor
+from tsflash.errors import UserError
 
 CLASS_NAMES = ("down", "flat", "up")
 DOWN, FLAT, UP = 0, 1, 2

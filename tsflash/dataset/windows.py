@@ -50,8 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tsflash.errors import UserError
 from tsflash.dataset.features import as_tensor
+from tsflash.errors import UserError
 
 
 def segment_ids(open_time_us, interval_us: int, max_gap_bars: int):

@@ -73,12 +73,12 @@ from statistics import NormalDist
 import numpy as np
 
 from tsflash.intervals import INTERVAL_US, bars_per_day
-from tsflash.scoring.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.report.nesting import NestingCheck, nesting_check
 from tsflash.report.probe import ProbeCheck, information_order, probe_check
 from tsflash.report.rundata import RunData, seed_inference
 from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
 from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
+from tsflash.scoring.metrics import DAILY_SUMS, hit_rate_from_confusion
 from tsflash.scoring.strategy import Strategy
 from tsflash.stats import SelectionInputError
 from tsflash.stats.forecasts import (
@@ -95,8 +95,8 @@ from tsflash.stats.gate import RunSelection, TrialLedger, pbo_informative, selec
 from tsflash.stats.pbo import CSCV_BLOCKS
 from tsflash.stats.runs import (
     RankingCheck,
-    RunTestInputError,
     Runs,
+    RunTestInputError,
     min_detectable_difference,
     pbo_null,
     pooled_components,

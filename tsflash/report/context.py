@@ -8,6 +8,7 @@ they show the same words and numbers.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from tsflash.config import recipe_words
@@ -200,7 +201,7 @@ def shared_gpu_note(invocations: list[dict]) -> str | None:
 
 
 def cost_section(nums: Numbers, figures: dict, interval: str | None = None, job_peak: dict | None = None,
-                 invocations: list[dict] = ()) -> dict:
+                 invocations: Sequence[dict] = ()) -> dict:
     kind = memory_kind(nums.per_n)
     rows = [[_label(s["series"], interval), fmt(s["batch_size"]), steps_text(s), fmt(s["epoch_seconds"], ".2f"),
              fmt(s["train_seconds"], ".2f"), fmt(s.get("val_seconds"), ".2f"), fmt(s["tokens_per_s"], ",.0f"), fmt(s["peak_memory_bytes"] / 2**20, ",.0f"),

@@ -28,20 +28,20 @@ from tsflash.report.wording import (
     NESTING_PART_NAMES,
     SCORE_NAMES,
     aa_sentence,
-    pooled_nesting_sentence,
-    pooled_sentence,
     bps,
     effective_sentence,
     fmt,
     label,
     nesting_sentence,
-    ranking_sentence,
-    probe_sentence,
     pbo_null_sentence,
     percent,
-    return_bps,
     plural,
+    pooled_nesting_sentence,
+    pooled_sentence,
     power_sentence,
+    probe_sentence,
+    ranking_sentence,
+    return_bps,
     run_power_sentence,
     signed,
     signs,
@@ -372,8 +372,8 @@ def runs_results(runs, information: str | None = None) -> dict:
 def write_outputs(rd: RunData, nums: Numbers, words: dict, out_dir: Path) -> dict | None:
     """forecast_daily.parquet (when the loss table came from the cells), questions.json and the
     paired figure; returns the figure entry of the context, or None."""
-    from tsflash.report.figures import plot_paired
     from tsflash.atomic import json_safe as clean
+    from tsflash.report.figures import plot_paired
 
     fq = nums.forecast
     if fq.table is not None and (fq.source != LOSS_FILE or Path(out_dir).resolve() != rd.run_dir.resolve()):

@@ -145,7 +145,8 @@ def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys
     lengths = shared_lengths(run_keys, replicate_keys)
     if not lengths:
         return AACheck(arm, "the replicate and the arm's run share no context length", inference, alpha)
-    rows, seeds = [], (set(), set())
+    rows: list[AARow] = []
+    seeds: tuple[set[int], set[int]] = (set(), set())
     try:
         for score, (loss, count) in SCORES.items():
             for n in lengths:

@@ -56,7 +56,7 @@ def flat_overrides(overrides: dict) -> dict:
 def check_overrides(overrides: dict) -> dict:
     """The flat overrides, or UserError naming a key that needs retraining or a bad value."""
     flat = flat_overrides(overrides)
-    for key, value in flat.items():
+    for key in flat:
         if key not in RESCORE_KEYS:
             raise UserError(
                 f"report --set {key}: only scoring keys can change without retraining "
@@ -104,7 +104,8 @@ def _model_series(rd: RunData, fee_bps: float, strategy: Strategy) -> tuple[list
     """Re-scored model cells and each trial's daily (days, net, gross); several seeds are summed
     in the order of the config's seeds, as the sweep sums them."""
     seeds = list(rd.config["train"]["seeds"])
-    cells, parts = [], {}
+    cells: list[dict] = []
+    parts: dict[str, list] = {}
     groups: dict[tuple[str, int], list[dict]] = {}
     for c in rd.cells:
         groups.setdefault((c["key"], c["fold"]), []).append(c)
@@ -120,7 +121,8 @@ def _model_series(rd: RunData, fee_bps: float, strategy: Strategy) -> tuple[list
 
 
 def _baseline_series(rd: RunData, fee_bps: float, strategy: Strategy) -> tuple[list[dict], dict[str, tuple]]:
-    baselines, parts = [], {}
+    baselines: list[dict] = []
+    parts: dict[str, list] = {}
     for b in rd.baselines:
         cell, path = _rescored_cell(rd, b, rd.folder.baseline_stem(b["fold"], b["name"]), fee_bps, strategy)
         baselines.append(cell)

@@ -28,12 +28,12 @@ import numpy as np
 
 from tsflash import atomic
 from tsflash.errors import UserError
-from tsflash.scoring.metrics import DAILY_SUMS, apply_fees, daily_loss_sums
 from tsflash.runfolder import BASELINE_PREFIX, RunFolder, is_baseline, read_json
 from tsflash.scoring.days import daily_returns, day_growth, day_runs, utc_days
+from tsflash.scoring.metrics import DAILY_SUMS, apply_fees, daily_loss_sums
+from tsflash.scoring.strategy import Strategy, break_even_fee, horizon_path, stored, turnover
 from tsflash.stats import SelectionInputError
 from tsflash.stats.sharpe import sharpe
-from tsflash.scoring.strategy import Strategy, break_even_fee, horizon_path, stored, turnover
 
 ONE_BAR = Strategy(kind="one-bar")
 # The cell arrays the scoring reads (FoldResult attributes, or the keys of its .npz).

@@ -43,14 +43,22 @@ import numpy as np
 from tsflash import atomic, engine
 from tsflash.config import ExperimentConfig, config_from_dict
 from tsflash.data.source import configured_bar_count
+from tsflash.data.store import Bars, iso, load_bars, to_us
+from tsflash.data.synthetic import parse_source, random_walk_bars
 from tsflash.errors import UserError
 from tsflash.intervals import US_PER_DAY, bars_per_day
 from tsflash.runfolder import RunFolder, baseline_series_name, decode_trial_key, read_json, write_json
-from tsflash.scoring.daily import baseline_losses, cell_arrays, cell_returns, daily_series, fold_losses, seed_portfolio, write_losses
-from tsflash.data.store import Bars, iso, load_bars, to_us
+from tsflash.scoring.daily import (
+    baseline_losses,
+    cell_arrays,
+    cell_returns,
+    daily_series,
+    fold_losses,
+    seed_portfolio,
+    write_losses,
+)
 from tsflash.scoring.strategy import Strategy
 from tsflash.sweep.run import cell_summary
-from tsflash.data.synthetic import parse_source, random_walk_bars
 
 log = logging.getLogger(__name__)
 
@@ -405,9 +413,9 @@ def _summary_table(setup: Setup, nums) -> dict:
 
 def write_confirmation(setup: Setup) -> tuple[Path, Path, Path]:
     """confirm.md, confirm.html and confirm.json in the run folder, from the work folder's cells."""
+    from tsflash.atomic import json_safe as clean
     from tsflash.report.compute import compute
     from tsflash.report.context import selection_section
-    from tsflash.atomic import json_safe as clean
     from tsflash.report.outputs import selection_results
     from tsflash.report.questions import forecast_section, results, trading_section
     from tsflash.report.render import render

@@ -87,7 +87,7 @@ def plan_slots(lengths: Iterable[int], trials: int, lr: float, weight_decay: flo
 
 def suggest_params(trial: Trial, lengths: list[int], lr: float, weight_decay: float, search: bool) -> dict:
     """The trial's configuration, declared inline (enqueued values are returned as enqueued)."""
-    params = {"n": trial.suggest_categorical("n", lengths)}
+    params: dict[str, int | float] = {"n": trial.suggest_categorical("n", lengths)}
     if search:
         params["lr"] = trial.suggest_float("lr", lr / 10, lr * 3, log=True)
         params["weight_decay"] = trial.suggest_float("weight_decay", 0.0, max(0.3, weight_decay))

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tsflash.config import PRESETS_DIR, ExperimentConfig, config_from_dict, load_config, merge_overrides
+from tsflash.data.synthetic import parse_source
 from tsflash.device import parse_devices, resolve_device
 from tsflash.errors import UserError
 from tsflash.identity import digest
-from tsflash.sweep.ledger import check_storage
 from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run, read_json
-from tsflash.data.synthetic import parse_source
+from tsflash.sweep.ledger import check_storage
 
 PRESETS = ("auto", "full", "cpu")
 CPU_PRESET = PRESETS_DIR / "cpu.toml"
@@ -236,7 +236,7 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
     else:
         found = find_unfinished_run(opts.runs_root, run_hash(cfg), run_key)
         resumed = found is not None
-        if resumed:
+        if found is not None:
             run_dir = found
             study_name = RunFolder(found).read_run().get("study_name", study_name)
         else:

@@ -788,7 +788,7 @@ def _added_control(plan: dict, c: dict, file: str, resolve: bool) -> dict:
                       "gpu_seconds_worst": sum(a["gpu_seconds_worst"] for a in resolved)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _resolved_arm(name: str, items: tuple[str, ...], base: tuple[str, ...], symbol: str | None,
                   lengths: tuple[int, ...], data: str, dates: tuple[str, str], trials: int) -> str:
     """One arm resolved by `_arm` at other lengths on another market (JSON: each caller gets a copy);

@@ -39,7 +39,7 @@ import math
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +49,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tsflash import engine
 from tsflash.config import ExperimentConfig, TrainConfig
-from tsflash.device import device_name
 from tsflash.dataset.features import FEATURE_NAMES
 from tsflash.dataset.probe import probe_windows
+from tsflash.device import device_name
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.model.flops import FWD_BWD, attention_forward_flops, flops_per_token
 from tsflash.model.transformer import CausalTransformer, ModelConfig
@@ -289,7 +289,7 @@ def _bars_of(cfg: ExperimentConfig) -> int:
     return configured_bar_count(cfg)
 
 
-def _log_interp(x: float, xs: list[float], ys: list[float]) -> float:
+def _log_interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
     """ys at x, linear in (log x, log y) between the points, flat beyond the ends."""
     if x <= xs[0] or len(xs) == 1:
         return ys[0]

@@ -12,12 +12,12 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from tsflash.data.store import Bars, find_gaps, fingerprint, iso
 from tsflash.device import device_name, process_peak_bytes
 from tsflash.errors import UserError
+from tsflash.runfolder import RUN_FORMAT, RunFolder, read_json, write_json
 from tsflash.sweep.ledger import SEARCH_SPACE_DOC
 from tsflash.sweep.plan import SweepPlan, run_hash
-from tsflash.runfolder import RUN_FORMAT, RunFolder, read_json, write_json
-from tsflash.data.store import Bars, find_gaps, fingerprint, iso
 
 # The project's own checkout: the folder holding pyproject.toml and tsflash/.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ PACKAGES = ("tsflash", "torch", "numpy", "pyarrow", "scikit-learn", "optuna", "m
 
 
 def now_utc() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def worker_id(pid: int | None = None) -> str:
@@ -80,7 +80,7 @@ def gpu_jobs() -> int | None:
 
 
 def package_versions() -> dict:
-    out = {"python": sys.version.split()[0]}
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
     for name in PACKAGES:
         try:
             out[name] = metadata.version(name)

@@ -55,33 +55,72 @@ import torch
 from optuna.trial import Trial
 
 from tsflash import engine
-from tsflash.model import attention
 from tsflash.bench.precision import bench_precision
 from tsflash.config import ExperimentConfig
 from tsflash.data.source import check_data, configured_bar_count, load_data
+from tsflash.data.store import iso
 from tsflash.errors import UserError
-from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params
+from tsflash.model import attention
 from tsflash.model.transformer import CausalTransformer, ModelConfig
-from tsflash.sweep.plan import SweepOptions, SweepPlan, nesting_unmeasured, plan_sweep  # the sweep's public API: SweepOptions, plan_sweep, run_sweep
-from tsflash.sweep.progress import (
-    CostModel, Progress, Work, baseline_work, format_seconds, model_work, n_params, precision_work, prior_rates,
-    report_work, run_logging, warn_if_long,
-)
-from tsflash.sweep.provenance import (
-    kept_kernel_choices, mark_complete, record_kernel_choices, record_peak_memory, write_data_json, write_run_json,
-)
 from tsflash.report import build_report
 from tsflash.runfolder import (
-    BASELINE_DIR, RunFolder, baseline_series_name, decode_trial_key, encode_trial_key, read_json, write_json,
+    BASELINE_DIR,
+    RunFolder,
+    baseline_series_name,
+    decode_trial_key,
+    encode_trial_key,
+    read_json,
+    write_json,
 )
 from tsflash.scoring.daily import (
-    FoldScores, baseline_losses, cell_arrays, cell_returns, concat_losses, daily_series, daily_series_of_folds,
-    daily_sharpe, objective_value, read_fold_scores, result_arrays, score_fold, scored_arrays, scoring_id,
-    write_fold_scores, write_losses,
+    FoldScores,
+    baseline_losses,
+    cell_arrays,
+    cell_returns,
+    concat_losses,
+    daily_series,
+    daily_series_of_folds,
+    daily_sharpe,
+    objective_value,
+    read_fold_scores,
+    result_arrays,
+    score_fold,
+    scored_arrays,
+    scoring_id,
+    write_fold_scores,
+    write_losses,
 )
 from tsflash.scoring.strategy import Strategy
-from tsflash.data.store import iso
 from tsflash.sweep.artifacts import CellFiles, open_store
+from tsflash.sweep.ledger import Ledger, plan_slots, suggest_params
+from tsflash.sweep.plan import (  # the sweep's public API: SweepOptions, plan_sweep, run_sweep
+    SweepOptions,
+    SweepPlan,
+    nesting_unmeasured,
+    plan_sweep,
+)
+from tsflash.sweep.progress import (
+    CostModel,
+    Progress,
+    Work,
+    baseline_work,
+    format_seconds,
+    model_work,
+    n_params,
+    precision_work,
+    prior_rates,
+    report_work,
+    run_logging,
+    warn_if_long,
+)
+from tsflash.sweep.provenance import (
+    kept_kernel_choices,
+    mark_complete,
+    record_kernel_choices,
+    record_peak_memory,
+    write_data_json,
+    write_run_json,
+)
 from tsflash.sweep.workers import CellQueue, CellTime, Job, cell_name, run_workers, worker_tag
 
 log = logging.getLogger(__name__)
