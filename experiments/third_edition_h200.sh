@@ -32,6 +32,11 @@
 # preregister --summary` adds up as the device time the plan used) and $OUT/third-logs.tgz. Back
 # here, from the repository root: `cat <files_at>/state-third.tgz.* | tar xzf -`, then `tsflash
 # preregister --check reports/third-edition`.
+# The checkout's tracked reports/ (about 116 MiB) is over the device's 64 MiB carry: call from a checkout
+# holding only this plan's reports, `git sparse-checkout set --no-cone '/*' '!/reports/*' '/reports/third-edition/'`
+# (`git sparse-checkout disable` afterwards), carrying .whl and .carry/packed. A warm machine goes back after
+# a short idle time: start the next call as soon as one returns; its state comes back from $KEEP (below).
+# A slice shorter than three of the longest N's cells (about 450 s on an H100) starts no fold at that N.
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source experiments/device_env.sh
 PLAN=${PLAN:-reports/third-edition}
