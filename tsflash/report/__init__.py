@@ -77,7 +77,10 @@ def check_writable(folder: Path) -> None:
     """UserError (one line, `file_error`) unless files can be created in `folder`; a folder made
     for this check is removed again (a later refusal then leaves nothing)."""
     folder = Path(folder)
-    made = not folder.exists()
+    made = folder  # the topmost folder this check creates, removed again below
+    while not made.parent.exists():
+        made = made.parent
+    made = made if not made.exists() else None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()
@@ -86,8 +89,8 @@ def check_writable(folder: Path) -> None:
             raise
         raise UserError(f"report: cannot write the report into {folder}: {error}") from None
     finally:
-        if made and folder.is_dir():
-            shutil.rmtree(folder, ignore_errors=True)
+        if made is not None and made.is_dir():
+            shutil.rmtree(made, ignore_errors=True)
 
 
 def build_report(run_dir: Path | str, *, overrides: dict | None = None,
