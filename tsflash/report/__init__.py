@@ -44,7 +44,7 @@ from pathlib import Path
 from tsflash.atomic import write_text as atomic_text
 from tsflash.errors import UserError, file_error
 from tsflash.report.compute import compute, run_selection
-from tsflash.report.context import SECTIONS, build_context, caveats, memory_kind, with_caveats
+from tsflash.report.context import SECTIONS, build_context, caveats, memory_kind, smoke_line, with_caveats
 from tsflash.report.figures import draw
 from tsflash.report.outputs import write_all
 from tsflash.report.render import render
@@ -111,7 +111,7 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
             for name, s in rd.series.items():
                 target.write_series(name, s.days, s.net, s.gross)
     nums = compute(rd)
-    words = with_caveats(sentences(nums), caveats(rd, nums))  # what the run cannot support leads
+    words = with_caveats(sentences(nums), caveats(rd, nums), smoke_line(rd, nums))  # what the run cannot support leads
     figures = draw(rd, nums, out / "figures", memory_kind(nums.per_n))
     context = build_context(rd, nums, words, figures, out)
     write_all(rd, nums, words, out)
