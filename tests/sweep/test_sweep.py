@@ -194,6 +194,25 @@ def test_a_reduced_sweep_opens_with_one_smoke_test_line(finished_run):
     assert md.split("\n\n")[1] == note and "**Question" not in md
 
 
+def test_every_long_step_logs_what_starts_and_its_seconds(finished_run):
+    """Issue 55: the fold-0 logistic baseline ran 54 s on BTC with no line. Each step that can pass
+    10 s (the baselines, the probe, scoring a cell's test bars, the report) logs a start line with
+    what and how big, before an end line with its seconds."""
+    log = (finished_run / "sweep.log").read_text()
+    for start, end in (
+        (r"fold 0: fitting the logistic baseline on [\d,]+ bars x 2 lags of \d+ features, then scoring [\d,]+ test bars",
+         r"fold 0: logistic baseline fitted and scored in \d+\.\d s"),
+        (r"fold 1: fitting the volatility \(direction-blind logistic\) baseline on [\d,]+ bars x 2 lags",
+         r"fold 1: volatility \(direction-blind logistic\) baseline fitted and scored in \d+\.\d s"),
+        (r"fold 0: fitting the linear probe N=64 \(\d+ windows\) on [\d,]+ bars, then scoring [\d,]+ bars",
+         r"fold 0: linear probe N=64 fitted and scored in \d+\.\d s"),
+        (r"fold 1 n=32 seed=0: scoring [\d,]+ test bars", r"fold 1 n=32 seed=0: scored in \d+\.\d s"),
+        (r"writing the report of \S+: \d+ cells, \d+ daily series", r"report written in \d+\.\d s: \S+report\.md"),
+    ):
+        first, last = re.search(start, log), re.search(end, log)
+        assert first and last and first.start() < last.start(), (start, end)
+
+
 def test_an_unfinished_sweep_says_so_instead_of_answers(tmp_path, monkeypatch, capsys):
     from tsflash.sweep import run as sweep
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from tsflash.atomic import write_text as atomic_text
@@ -101,7 +102,10 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
     needs retraining) and the report goes to `out_dir`, default `<run>/rescored/fee-<x>bps/`,
     with the re-scored daily series under its series/.
     """
+    t0 = time.perf_counter()
     rd = load_run(run_dir)
+    # the statistics (bootstraps, CSCV, the null replicates) and figures take a while on a long run
+    log.info("writing the report of %s: %d cells, %d daily series", rd.run_dir, len(rd.cells), len(rd.series))
     out = _out_dir(rd, overrides, out_dir)
     check_writable(out)  # before the figures and numbers are computed, not after
     if overrides:
@@ -118,5 +122,5 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
     md, html = RunFolder(out).report_md, RunFolder(out).report_html
     atomic_text(md, render(context, "report.md.j2"))
     atomic_text(html, render(context, "report.html.j2"))
-    log.info("report written: %s", md)
+    log.info("report written in %.1f s: %s", time.perf_counter() - t0, md)
     return md, html
