@@ -79,12 +79,14 @@ def smoke_line(rd: RunData, nums: Numbers) -> str | None:
 def caveats(rd: RunData, nums: Numbers) -> list[str]:
     """What the run cannot support, for the first screen before any answer (issue 31): a failed
     convergence criterion, differences inside the seed spread, no run-level test. A budget too short
-    for every N is the report's first line instead (`smoke_line`)."""
+    for every N of a full-preset run is the report's first line instead (`smoke_line`)."""
     per_n = protocol._model_cells(rd, nums)
     gap, spread = protocol.largest_gap(per_n)
     short = protocol.short_budget(per_n, rd.config)
+    if set(short) == set(per_n) and rd.run.get("preset") != REDUCED_PRESET:
+        short = []  # the first line says so (`smoke_line`)
     runs = nums.forecast.runs
-    return support_sentences(short if set(short) != set(per_n) else [], gap, spread,
+    return support_sentences(short, gap, spread,
                              None if runs.available or not nums.forecast.available else runs.reason)
 
 
