@@ -48,6 +48,19 @@ from tsflash.stats.sharpe import DSR_CONFIDENCE
 # The presets ship inside the package (pyproject's package-data): a wheel or `pip install .` has them.
 PRESETS_DIR = importlib.resources.files("tsflash") / "presets"
 
+REDUCED_PRESET = "cpu"  # run.json's "preset" of a run on presets/cpu.toml: a smoke test, never evidence
+SMOKE = "Smoke test of the method"  # how the one line opens that says a run cannot support a verdict
+
+
+def reduced_note(cfg: dict, why: str = "") -> str:
+    """The one line that opens a reduced run's console output and its report (run.json's
+    "preset_note"): what the CPU preset shrank, and that the answers are not evidence."""
+    m, t, d, s = cfg["model"], cfg["train"], cfg["data"], cfg["splits"]
+    return (f"{SMOKE} on the reduced CPU preset{f' ({why})' if why else ''}, not evidence: "
+            f"tsflash/presets/cpu.toml applied -- d_model={m['d_model']}, n_layers={m['n_layers']}, "
+            f"steps={t['steps']}, tokens/step={t['tokens_per_step']}, data {d['start']}..{d['end']}, "
+            f"{s['n_folds']} folds of {s['test_days']} days; use --preset full to insist on the full config.")
+
 
 @dataclass
 class DataConfig:

@@ -22,6 +22,7 @@ from tsflash.stats.sharpe import expected_max_sharpe
 
 N_DAYS = 240
 LENGTHS = (32, 64, 128, 256)
+SMOKE_NOTE = "Smoke test of the method on the reduced CPU preset (test), not evidence: tsflash/presets/cpu.toml applied."
 
 
 def _cell(key, n, fold, seed, acc, day0):
@@ -38,16 +39,17 @@ def _cell(key, n, fold, seed, acc, day0):
     }
 
 
-def make_run(tmp_path, drift: float, seed: int = 0):
-    """A run folder as the sweep leaves it; candidate n64 earns `drift` per day on top of noise."""
+def make_run(tmp_path, drift: float, seed: int = 0, preset: str = "cpu"):
+    """A run folder as the sweep leaves it; candidate n64 earns `drift` per day on top of noise.
+    `preset` "cpu" is a reduced run (a smoke test), "full" one that can support a verdict."""
     rng = np.random.default_rng(seed)
-    run = tmp_path / f"run-drift{drift}"
+    run = tmp_path / f"run-drift{drift}-{preset}"
     cfg = ExperimentConfig()
     cfg.lengths = list(LENGTHS)
     cfg.splits.n_folds = 2
     write_json(run / "config.json", cfg.to_dict())
-    write_json(run / "run.json", {"run_key": "abc", "config_hash": cfg.hash(), "status": "complete", "preset": "cpu",
-                                  "preset_note": "reduced CPU preset (test)", "command": "tsflash sweep --lengths 32,64",
+    write_json(run / "run.json", {"run_key": "abc", "config_hash": cfg.hash(), "status": "complete", "preset": preset,
+                                  "preset_note": SMOKE_NOTE if preset == "cpu" else "", "command": "tsflash sweep --lengths 32,64",
                                   "device": "cpu", "device_name": "cpu", "seeds": [0], "git_commit": None,
                                   "packages": {"numpy": np.__version__}, "trials_per_length": 1,
                                   "study_name": "s", "storage": "sqlite", "invocations": [{}]})
@@ -100,7 +102,7 @@ def test_report_files_sections_and_self_contained_html(tmp_path):
     page = html.read_text()
     assert page.count("src='data:image/png;base64,") == 4
     assert "http://" not in page and "https://" not in page  # opens offline
-    assert "reduced CPU preset (test)" in text
+    assert text.count("reduced CPU preset (test)") == 1  # said once, in the first line
     # machine-readable outputs
     results = json.loads((run / "results.json").read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert results["selection"]["n_trials"] == 4  # COMPLETE trials only; the FAIL one does not count
@@ -110,6 +112,48 @@ def test_report_files_sections_and_self_contained_html(tmp_path):
     daily = pq.read_table(run / "daily_returns.parquet")
     assert daily.num_rows == 6 * N_DAYS
     assert str(daily.schema.field("day").type) == "date32[day]"
+
+
+def _opening(text: str) -> list[str]:
+    """The report's paragraphs before its first section."""
+    return [p for p in text.split("## ", 1)[0].split("\n\n") if p.strip()]
+
+
+def test_a_smoke_run_says_so_first_and_sets_no_verdict_in_bold(tmp_path):
+    """A reduced run (issue 55): after the title, one line says it is a smoke test, not evidence;
+    no answer is bold (nor boxed in the HTML); the caveats do not repeat the line."""
+    md, html = build_report(make_run(tmp_path, drift=0.0))
+    text, page = md.read_text(), html.read_text()
+    assert _opening(text) == [text.splitlines()[0], SMOKE_NOTE] and text.splitlines()[0].startswith("# ")
+    assert "**Question" not in text and "**Answer" not in text
+    assert re.search(r"^Question 1 \(forecasting\): .*Not evidence", text, flags=re.M)
+    assert "Reduced preset" not in text and text.count("Smoke test of the method") == 1
+    assert page.index(f"<p>{SMOKE_NOTE}</p>") < page.index("<h2>")
+    assert "<strong>Question" not in page and "<strong>Answer" not in page and "class='verdict'" not in page
+
+
+def test_a_full_run_keeps_its_bold_verdict(tmp_path):
+    md, html = build_report(make_run(tmp_path, drift=0.0, preset="full"))
+    text, page = md.read_text(), html.read_text()
+    assert _opening(text) == [text.splitlines()[0]] and "Smoke test" not in text
+    for answer in ("Question 1 (forecasting): ", "Question 2 (trading): "):
+        assert re.search(rf"^\*\*{re.escape(answer)}.*\*\*$", text, flags=re.M)
+        assert f"<p class='verdict'><strong>{answer}" in page
+    assert text.count("**Answer: ") == 2
+
+
+def test_a_run_made_before_the_smoke_line_gets_it_once(tmp_path):
+    """A reduced run folder from before issue 55 kept a banner that repeats itself: the report's
+    first line is rebuilt from its config, with the banner's reason, said once."""
+    run = make_run(tmp_path, drift=0.0)
+    meta = json.loads((run / "run.json").read_text())
+    old = ("reduced CPU preset (no CUDA device): tsflash/presets/cpu.toml applied -- d_model=32. A smoke test of the "
+           "method, not evidence about BTC; use --preset full to insist on the full config.")
+    write_json(run / "run.json", meta | {"preset_note": old})
+    text = build_report(run)[0].read_text()
+    first = _opening(text)[1]
+    assert first.startswith("Smoke test of the method on the reduced CPU preset (no CUDA device), not evidence: ")
+    assert "d_model=256" in first and "A smoke test" not in text and "Reduced preset" not in text
 
 
 def test_cost_measured_beside_other_jobs_on_the_gpu_is_said_to_be_shared(tmp_path):
@@ -142,9 +186,9 @@ def test_selection_uses_the_ledger_and_daily_returns(tmp_path):
 
 
 def test_noise_fails_and_a_clear_edge_passes(tmp_path):
-    noise = build_report(make_run(tmp_path, drift=0.0, seed=1))[0].read_text()
+    noise = build_report(make_run(tmp_path, drift=0.0, seed=1, preset="full"))[0].read_text()
     assert "**Question 2 (trading): No: no context length passes both gates" in noise
-    edge_run = make_run(tmp_path, drift=0.004)
+    edge_run = make_run(tmp_path, drift=0.004, preset="full")
     edge = build_report(edge_run)[0].read_text()
     assert "**Question 2 (trading): Yes: N=64 passes both gates" in edge
     v = json.loads((edge_run / "results.json").read_text())["verdict"]
@@ -154,7 +198,7 @@ def test_noise_fails_and_a_clear_edge_passes(tmp_path):
 def test_when_every_candidate_loses_no_best_one_is_named(tmp_path):
     """Seed 0's four noise candidates all have a negative mean daily net return: the verdict says
     that no candidate makes money instead of naming the highest-Sharpe loser."""
-    run = make_run(tmp_path, drift=0.0, seed=0)
+    run = make_run(tmp_path, drift=0.0, seed=0, preset="full")
     rd = load_run(run)
     assert all(rd.series[k].net.mean() < 0 for k in rd.trial_keys)
     text = build_report(run)[0].read_text()

@@ -78,7 +78,7 @@ def test_one_seed_per_fold_cannot_be_tested_over_runs():
     runs = run_question(fake_table(0.1, n_seeds=1), ["n1", "n2"])
     assert not runs.available and runs.answer is None and runs.reason == ONE_SEED
     assert run_sentence(_fq(runs)) == "No answer: one seed per fold: question 1 cannot be tested over training runs."
-    caveats = support_sentences(None, [], None, None, runs.reason)
+    caveats = support_sentences([], None, None, runs.reason)
     assert caveats == ["One seed per fold: question 1 cannot be tested over training runs."]
 
 
@@ -134,14 +134,49 @@ def test_the_steps_column_is_the_mean_and_range_over_cells():
     assert steps_text({"steps_mean": 600.0, "steps_min": 600.0, "steps_max": 600.0}) == "600"
 
 
-def test_a_cpu_preset_run_leads_with_its_caveat_and_claims_nothing():
-    caveats = support_sentences("reduced CPU preset", [32768], 0.002, 0.0029, None)
-    assert caveats[0].startswith("Reduced preset") and "not evidence" in caveats[0]
-    assert any("convergence criterion fails for N = 32768" in c for c in caveats)
+def test_a_run_with_caveats_or_a_smoke_line_claims_nothing():
+    caveats = support_sentences([32768], 0.002, 0.0029, None)
+    assert caveats[0].startswith("The convergence criterion fails for N = 32768")
     assert any("inside the seed spread" in c for c in caveats)
     words = with_caveats({"forecast": "Longer context forecasts worse.", "sentence": "No."}, caveats)
     assert words["forecast"].endswith(NOT_EVIDENCE) and words["sentence"].endswith(NOT_EVIDENCE)
     assert with_caveats({"forecast": "x", "sentence": "y"}, [])["forecast"] == "x"
+    smoke = with_caveats({"forecast": "x", "sentence": "y"}, [], "Smoke test of the method ...")
+    assert smoke["forecast"] == "x" + NOT_EVIDENCE and smoke["smoke"] == "Smoke test of the method ..."
+
+
+def test_a_budget_too_short_for_every_n_makes_the_run_a_smoke_test(tmp_path):
+    """A full-preset run whose convergence criterion fails for every N (as `--set train.steps=12` on
+    the full config does) opens with the smoke-test line, said once; failing for some N is a caveat."""
+    from tests.report.test_report import make_run
+    from tsflash.report import build_report
+    from tsflash.report.context import smoke_line
+    from tsflash.report.compute import compute
+    from tsflash.report.rundata import load_run as read_run
+
+    run = make_run(tmp_path, drift=0.0, preset="full")
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["splits"]["val_days"] = 30
+    cfg["train"] |= {"steps": 12, "eval_every": 3, "patience": 2}
+    (run / "config.json").write_text(json.dumps(cfg))
+    for path in run.glob("cells/n*/*.cell.json"):  # every fold's best step inside the last patience window
+        cell = json.loads(path.read_text())
+        cell["cost"] |= {"best_step": 12 if cell["n"] > 32 else 3, "stop_step": 12}
+        path.write_text(json.dumps(cell))
+    rd = read_run(run)
+    assert smoke_line(rd, compute(rd)) is None  # N=32 stopped early: a caveat for the others
+    assert "The convergence criterion fails for N = 64, 128, 256" in build_report(run)[0].read_text()
+    for path in run.glob("cells/n32/*.cell.json"):
+        cell = json.loads(path.read_text())
+        cell["cost"]["best_step"] = 12
+        path.write_text(json.dumps(cell))
+    rd = read_run(run)
+    line = smoke_line(rd, compute(rd))
+    assert line == ("Smoke test of the method on a too-short budget, not evidence: train.steps = 12 leaves every N "
+                    "(32, 64, 128, 256) short of a validated optimum (convergence criterion, Training protocol).")
+    text = build_report(run)[0].read_text()
+    assert text.split("\n\n")[1] == line and "**Question" not in text
+    assert "The convergence criterion fails" not in text  # not repeated among the caveats
 
 
 def test_the_crossed_test_decides_the_family_when_the_config_says_so():

@@ -24,6 +24,7 @@ from tsflash.config import config_from_dict
 from tsflash.errors import UserError
 from tsflash.sweep.plan import legacy_run_key, make_run_key, resolve_config, run_hash
 from tsflash.report import SECTIONS
+from tsflash.report.wording import NOT_EVIDENCE
 from tsflash.runfolder import DEFAULT_RUNS_ROOT, find_unfinished_run, write_json
 from tsflash.sweep.run import SweepOptions, plan_sweep, run_sweep
 from tsflash.data.synthetic import parse_source
@@ -126,7 +127,15 @@ def test_optuna_ledger_holds_trials_folds_and_paths(finished_run):
 def test_rerun_same_out_recomputes_nothing(finished_run, data_arg, monkeypatch, capsys):
     before = {p: p.stat().st_mtime_ns for p in cell_markers(finished_run)}
     monkeypatch.setenv("TSFLASH_GPU_JOBS", "3")  # as a device script that starts three jobs side by side says
+    capsys.readouterr()
     assert cli.main(sweep_argv(data_arg, finished_run)) == 0
+    # a finished sweep's last lines (issue 55): both answers as the report wrote them, then the report's path
+    questions = json.loads((finished_run / "questions.json").read_text())
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        f"question 1 (forecasting): {questions['forecast']['sentence']}",
+        f"question 2 (trading): {questions['trading']['sentence']}",
+        f"report: {finished_run / 'report.md'} (and report.html)"]
+    assert questions["trading"]["sentence"].startswith("No") and questions["trading"]["sentence"].endswith(NOT_EVIDENCE)
     assert {p: p.stat().st_mtime_ns for p in cell_markers(finished_run)} == before
     first, second = json.loads((finished_run / "run.json").read_text())["invocations"]
     assert "gpu_jobs" not in first and second["gpu_jobs"] == 3  # each slice says whether it shared the GPU
@@ -171,6 +180,48 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, finished_run, d
     assert b["cells"] == a["cells"]  # bit-identical metrics (deterministic on CPU)
     assert b["series"] == a["series"]
     assert b["selection"] == a["selection"] and b["pbo"] == a["pbo"]
+
+
+def test_a_reduced_sweep_opens_with_one_smoke_test_line(finished_run):
+    """The first line a reduced run logs (console and sweep.log) says it is a smoke test, not evidence;
+    the report opens with the same line, after its title."""
+    first = (finished_run / "sweep.log").read_text().splitlines()[0]
+    note = json.loads((finished_run / "run.json").read_text())["preset_note"]
+    assert first.endswith(f" WARNING tsflash.sweep.run: {note}")
+    assert re.match(r"Smoke test of the method on the reduced CPU preset \((no CUDA device|--preset cpu)\), not "
+                    r"evidence: tsflash/presets/cpu.toml applied -- d_model=16, ", note)
+    md = (finished_run / "report.md").read_text()
+    assert md.split("\n\n")[1] == note and "**Question" not in md
+
+
+def test_every_long_step_logs_what_starts_and_its_seconds(finished_run):
+    """Issue 55: the fold-0 logistic baseline ran 54 s on BTC with no line. Each step that can pass
+    10 s (the baselines, the probe, scoring a cell's test bars, the report) logs a start line with
+    what and how big, before an end line with its seconds."""
+    log = (finished_run / "sweep.log").read_text()
+    for start, end in (
+        (r"fold 0: fitting the logistic baseline on [\d,]+ bars x 2 lags of \d+ features, then scoring [\d,]+ test bars",
+         r"fold 0: logistic baseline fitted and scored in \d+\.\d s"),
+        (r"fold 1: fitting the volatility \(direction-blind logistic\) baseline on [\d,]+ bars x 2 lags",
+         r"fold 1: volatility \(direction-blind logistic\) baseline fitted and scored in \d+\.\d s"),
+        (r"fold 0: fitting the linear probe N=64 \(\d+ windows\) on [\d,]+ bars, then scoring [\d,]+ bars",
+         r"fold 0: linear probe N=64 fitted and scored in \d+\.\d s"),
+        (r"fold 1 n=32 seed=0: scoring [\d,]+ test bars", r"fold 1 n=32 seed=0: scored in \d+\.\d s"),
+        (r"writing the report of \S+: \d+ cells, \d+ daily series", r"report written in \d+\.\d s: \S+report\.md"),
+    ):
+        first, last = re.search(start, log), re.search(end, log)
+        assert first and last and first.start() < last.start(), (start, end)
+
+
+def test_an_unfinished_sweep_says_so_instead_of_answers(tmp_path, monkeypatch, capsys):
+    from tsflash.sweep import run as sweep
+
+    monkeypatch.setattr(sweep, "plan_sweep", lambda opts: opts)
+    monkeypatch.setattr(sweep, "run_sweep", lambda plan: tmp_path)  # cells left: no report.md, no questions.json
+    assert cli.main(["sweep", "--lengths", "32,64", "--data", "synthetic:random-walk", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [f"run folder: {tmp_path} (unfinished: trials left for another worker or a rerun of "
+                                "this command)"]
 
 
 def test_report_command_rebuilds_without_training(finished_run, capsys):

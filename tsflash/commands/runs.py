@@ -30,9 +30,23 @@ def _read(path: Path) -> dict:
         return {}
 
 
+def read_questions(folder: RunFolder) -> dict:
+    """questions.json as the report wrote it: both answers as words and sentences; {} before the report exists."""
+    return _read(folder.root / "questions.json")
+
+
+def answer_sentences(folder: RunFolder) -> list[str]:
+    """Question 1's and question 2's sentences, one line each, from questions.json; [] before the report exists."""
+    questions = read_questions(folder)
+    if not questions:
+        return []
+    return [f"question 1 (forecasting): {questions.get('forecast', {}).get('sentence') or '-'}",
+            f"question 2 (trading): {questions.get('trading', {}).get('sentence') or '-'}"]
+
+
 def answer_line(folder: RunFolder) -> str:
     """'forecast: worse; trading: no' from questions.json; '-' before the report exists."""
-    questions = _read(folder.root / "questions.json")
+    questions = read_questions(folder)
     if not questions:
         return "-"
     trading = questions.get("trading", {})

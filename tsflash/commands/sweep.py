@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tsflash.commands import options
 from tsflash.commands.options import parse_overrides
+from tsflash.commands.runs import answer_sentences
 from tsflash.runfolder import RunFolder
 
 
@@ -118,10 +119,11 @@ def run(args) -> int:
     # plan_sweep resolves and validates the whole config (one line, exit 2, nothing written on a
     # mistake); the run logs the reduced-preset banner itself.
     run_dir = sweep.run_sweep(sweep.plan_sweep(opts))
-    report = run_dir / "report.md"
-    if report.exists():
-        print(f"report: {report}")
-        print(f"        {run_dir / 'report.html'}")
+    folder = RunFolder(run_dir)
+    if folder.report_md.exists():  # the answers last, as `tsflash runs` reads them, then where the report is
+        for line in answer_sentences(folder):
+            print(line)
+        print(f"report: {folder.report_md} (and {folder.report_html.name})")
     elif opts.validation_only and RunFolder(run_dir).is_complete():
         print(f"run folder: {run_dir} (complete; no report: --validation-only)")
     else:

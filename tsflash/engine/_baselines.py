@@ -22,6 +22,7 @@ from tsflash.dataset.probe import (
 log = logging.getLogger(__name__)
 
 MAX_LOGREG_ROWS = 200_000
+BASELINE_WORDS = {"logreg": "logistic", "volatility": "volatility (direction-blind logistic)"}  # for the log
 
 
 def lagged_features(features: torch.Tensor, rows: np.ndarray, k: int, chunk: int = 65_536) -> np.ndarray:
@@ -61,6 +62,11 @@ def _logreg(fd: FoldData, rows: np.ndarray, y: np.ndarray, k: int, transform, na
     # (minutes per fold) for the same test accuracy; the stronger penalty converges in tens.
     clf = LogisticRegression(C=0.01, tol=1e-3, max_iter=200)
     t0 = time.perf_counter()
+    n_val = 0 if fd.val is None else fd.val[1] - fd.val[0]
+    # a fit on up to MAX_LOGREG_ROWS rows can take a minute: say what starts, and how big, before it does
+    log.info("fold %d: fitting the %s baseline on %s bars x %d lags of %d features, then scoring %s test bars%s",
+             fd.fold, BASELINE_WORDS[name], f"{len(rows):,}", k, fd.features.shape[1], f"{len(fd.test_idx):,}",
+             f" and {n_val:,} validation bars" if n_val else "")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # a baseline that stops at max_iter is still a baseline
         clf.fit(transform(lagged_features(fd.features, rows, k)), y[rows])
@@ -71,9 +77,9 @@ def _logreg(fd: FoldData, rows: np.ndarray, y: np.ndarray, k: int, transform, na
         return probs
 
     val = predict(np.arange(*fd.val)) if fd.val is not None else None
-    log.info("fold %d: %s baseline on %d rows x %d features in %.1f s", fd.fold, name, len(rows),
-             k * fd.features.shape[1], time.perf_counter() - t0)
-    return predict(fd.test_idx), val
+    test = predict(fd.test_idx)
+    log.info("fold %d: %s baseline fitted and scored in %.1f s", fd.fold, BASELINE_WORDS[name], time.perf_counter() - t0)
+    return test, val
 
 
 def _probes(prepared: Prepared, fd: FoldData, train: np.ndarray, y_all: np.ndarray) -> dict[str, FoldResult]:
@@ -95,14 +101,15 @@ def _probes(prepared: Prepared, fd: FoldData, train: np.ndarray, y_all: np.ndarr
     scored = np.concatenate([val, fd.test_idx])
     out = {}
     for n in lengths:
+        log.info("fold %d: fitting the linear probe N=%d (%d windows) on %s bars, then scoring %s bars", fd.fold, n,
+                 len(probe_windows(n)), f"{len(rows):,}", f"{len(scored):,}")
         t0 = time.perf_counter()
         model = fitted_probe(probe_features(close, n, rows), y_all[rows])
         prob = probe_probabilities(model, probe_features(close, n, scored)).astype(np.float32)
         cost = {"probe_windows": list(probe_windows(n)), "n_fit": int(len(rows)), "seconds": time.perf_counter() - t0}
         out[probe_name(n)] = fold_result(prepared, fd, n, 0, prob[len(val):], cost,
                                          val_prob=prob[: len(val)] if fd.val is not None else None)
-        log.info("fold %d: probe N=%d (%d windows) on %d rows in %.1f s", fd.fold, n, len(probe_windows(n)),
-                 len(rows), cost["seconds"])
+        log.info("fold %d: linear probe N=%d fitted and scored in %.1f s", fd.fold, n, cost["seconds"])
     return out
 
 

@@ -205,8 +205,14 @@ def run_fold(
         model.save(model_path)
 
     model.eval()
+    cuts = [m for m in cfg.eval.context_cuts if m < n]
+    # at a long N on a CPU the test block alone can take minutes: say what starts, then how long it took
+    log.info("fold %d n=%d seed=%d: scoring %s test bars%s", fold, n, seed, f"{fd.test_hi - fd.test_lo:,}",
+             f" (and again with the context cut to {', '.join(map(str, cuts))})" if cuts else "")
+    t0 = time.perf_counter()
     y_prob, cut_probs, eval_seconds = _score_test(fwd_model, features, fd, n, cfg, device)
     val_prob = _score_validation(fwd_model, features, fd, n, cfg, device)
+    log.info("fold %d n=%d seed=%d: scored in %.1f s", fold, n, seed, time.perf_counter() - t0)
     cost = fold_cost(model, state, n=n, batch=batch, tokens_per_step=tc.tokens_per_step, n_train_bars=len(fd.fit_idx),
                      n_train_windows=windows.count, eval_seconds=eval_seconds, device=device)
     cost |= _training_record(state, tc, fd.val is not None, model)

@@ -39,12 +39,13 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from tsflash.atomic import write_text as atomic_text
 from tsflash.errors import UserError, file_error
 from tsflash.report.compute import compute, run_selection
-from tsflash.report.context import SECTIONS, build_context, caveats, memory_kind, with_caveats
+from tsflash.report.context import SECTIONS, build_context, caveats, memory_kind, smoke_line, with_caveats
 from tsflash.report.figures import draw
 from tsflash.report.outputs import write_all
 from tsflash.report.render import render
@@ -104,7 +105,10 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
     needs retraining) and the report goes to `out_dir`, default `<run>/rescored/fee-<x>bps/`,
     with the re-scored daily series under its series/.
     """
+    t0 = time.perf_counter()
     rd = load_run(run_dir)
+    # the statistics (bootstraps, CSCV, the null replicates) and figures take a while on a long run
+    log.info("writing the report of %s: %d cells, %d daily series", rd.run_dir, len(rd.cells), len(rd.series))
     out = _out_dir(rd, overrides, out_dir)
     check_writable(out)  # before the figures and numbers are computed, not after
     if overrides:
@@ -114,12 +118,12 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
             for name, s in rd.series.items():
                 target.write_series(name, s.days, s.net, s.gross)
     nums = compute(rd)
-    words = with_caveats(sentences(nums), caveats(rd, nums))  # what the run cannot support leads
+    words = with_caveats(sentences(nums), caveats(rd, nums), smoke_line(rd, nums))  # what the run cannot support leads
     figures = draw(rd, nums, out / "figures", memory_kind(nums.per_n))
     context = build_context(rd, nums, words, figures, out)
     write_all(rd, nums, words, out)
     md, html = RunFolder(out).report_md, RunFolder(out).report_html
     atomic_text(md, render(context, "report.md.j2"))
     atomic_text(html, render(context, "report.html.j2"))
-    log.info("report written: %s", md)
+    log.info("report written in %.1f s: %s", time.perf_counter() - t0, md)
     return md, html

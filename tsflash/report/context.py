@@ -8,10 +8,11 @@ they show the same words and numbers.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from tsflash.config import recipe_words
+from tsflash.config import REDUCED_PRESET, SMOKE, recipe_words, reduced_note
 from tsflash.data.synthetic import control_note
 from tsflash.intervals import bars_as_time, interval_words
 from tsflash.report import protocol
@@ -34,6 +35,7 @@ from tsflash.report.wording import (
     pm,
     support_sentences,
     timed_label,
+    too_short_line,
 )
 from tsflash.scoring.strategy import Strategy
 from tsflash.sweep.preregister import deviations_sentence, plan_for
@@ -57,23 +59,44 @@ def memory_kind(per_n: list[dict]) -> str:
         frozenset(cuda), "CUDA allocator or process RSS")
 
 
+def smoke_line(rd: RunData, nums: Numbers) -> str | None:
+    """The one line that opens the report of a run that cannot support a verdict, or None: a reduced
+    preset (run.json's note, `tsflash.sweep.plan.reduced_note`), or a budget too short for every N
+    (`protocol.short_budget`). Its answers are then not set in bold."""
+    if rd.run.get("preset") == REDUCED_PRESET:
+        note = rd.run.get("preset_note") or ""
+        if note.startswith(SMOKE):
+            return note
+        # a run made before issue 55 kept another banner: the line rebuilt from its config, with its reason
+        why = re.match(r"reduced CPU preset \(([^)]*)\)", note)
+        return reduced_note(rd.config, why.group(1) if why else "")
+    per_n = protocol._model_cells(rd, nums)
+    if per_n and set(protocol.short_budget(per_n, rd.config)) == set(per_n):
+        return too_short_line(rd.config["train"]["steps"], sorted(per_n))
+    return None
+
+
 def caveats(rd: RunData, nums: Numbers) -> list[str]:
-    """What the run cannot support, for the first screen before any answer (issue 31): a reduced
-    preset, a failed convergence criterion, differences inside the seed spread, no run-level test."""
+    """What the run cannot support, for the first screen before any answer (issue 31): a failed
+    convergence criterion, differences inside the seed spread, no run-level test. A budget too short
+    for every N of a full-preset run is the report's first line instead (`smoke_line`)."""
     per_n = protocol._model_cells(rd, nums)
     gap, spread = protocol.largest_gap(per_n)
-    reduced = (rd.run.get("preset_note") or "reduced CPU preset") if rd.run.get("preset") == "cpu" else None
+    short = protocol.short_budget(per_n, rd.config)
+    if set(short) == set(per_n) and rd.run.get("preset") != REDUCED_PRESET:
+        short = []  # the first line says so (`smoke_line`)
     runs = nums.forecast.runs
-    return support_sentences(reduced, protocol.short_budget(per_n, rd.config), gap, spread,
+    return support_sentences(short, gap, spread,
                              None if runs.available or not nums.forecast.available else runs.reason)
 
 
-def with_caveats(words: dict, found: list[str]) -> dict:
-    """The sentences with the caveats, and both answers worded as not evidence when there are any."""
-    if not found:
-        return words | {"caveats": []}
-    return words | {"caveats": found, "forecast": words["forecast"] + NOT_EVIDENCE,
-                    "sentence": words["sentence"] + NOT_EVIDENCE}
+def with_caveats(words: dict, found: list[str], smoke: str | None = None) -> dict:
+    """The sentences with the caveats and the smoke-test line, and both answers worded as not
+    evidence when there is either."""
+    words = words | {"caveats": found, "smoke": smoke}
+    if not found and not smoke:
+        return words
+    return words | {"forecast": words["forecast"] + NOT_EVIDENCE, "sentence": words["sentence"] + NOT_EVIDENCE}
 
 
 def verdict_section(rd: RunData, words: dict) -> dict:
@@ -102,7 +125,8 @@ def verdict_section(rd: RunData, words: dict) -> dict:
                 "and, secondary, paired tests of the seed ensembles on the same test bars)? 2. Trading: can any of it be traded after fees and multiple testing (a trading rule, the "
                 f"Deflated Sharpe Ratio >= {cfg['selection']['min_dsr']} and PBO <= {cfg['selection']['max_pbo']})? "
                 "And at what cost?")
-    return {"question": question, "caveats": words.get("caveats", []), "forecast": words["forecast"],
+    return {"question": question, "smoke": words.get("smoke"), "caveats": words.get("caveats", []),
+            "forecast": words["forecast"],
             "sentence": words["sentence"], "reasons": words["reasons"], "notes": notes}
 
 
@@ -144,7 +168,7 @@ def _setup_items(rd: RunData, nums: Numbers) -> list[list]:
                        "baselines (class prior, logistic regression on the last "
                        f"{plural(cfg['eval']['baseline_lags'], 'bar')}, and where run its direction-blind twin, the "
                        "volatility baseline) on the same folds; statistics on daily net returns"],
-        ["preset", f"{rd.run.get('preset')}" + (" (reduced CPU preset)" if rd.run.get("preset") == "cpu" else "")],
+        ["preset", f"{rd.run.get('preset')}" + (" (reduced CPU preset)" if rd.run.get("preset") == REDUCED_PRESET else "")],
         *protocol.setup_rows(rd),
     ]
 
@@ -336,7 +360,7 @@ def report_title(rd: RunData) -> str:
     cfg = rd.config
     data = cfg["data"]
     what = ("synthetic " if rd.data.get("kind") == "synthetic" else f"{data['symbol']} ") + data["interval"]
-    caveat = " (reduced CPU preset)" if rd.run.get("preset") == "cpu" else ""
+    caveat = " (reduced CPU preset)" if rd.run.get("preset") == REDUCED_PRESET else ""
     return (f"Does a longer context forecast better, and can it be traded? {what}, "
             f"N = {', '.join(map(str, cfg['lengths']))}{caveat}")
 

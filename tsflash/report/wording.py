@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from tsflash.config import SMOKE
 from tsflash.intervals import bars_as_time
 from tsflash.report.compute import PRIOR
 from tsflash.report.probe import NO_ORDER
@@ -655,13 +656,18 @@ def pbo_null_sentence(null: dict | None, max_pbo: float) -> str:
                    "gives, so neither a pass nor a fail of the PBO gate tells overfitting from chance.")
 
 
-def support_sentences(reduced: str | None, short_lengths: list[int], gap: float | None, spread: float | None,
+def too_short_line(steps: int, lengths: list[int]) -> str:
+    """The line that opens the report of a run whose budget is too short for every N."""
+    return (f"{SMOKE} on a too-short budget, not evidence: train.steps = {steps} leaves every N "
+            f"({', '.join(map(str, lengths))}) short of a validated optimum (convergence criterion, Training protocol).")
+
+
+def support_sentences(short_lengths: list[int], gap: float | None, spread: float | None,
                       runs_reason: str | None) -> list[str]:
-    """What the run cannot support, for the first screen (before any answer): a reduced preset, a
-    failed convergence criterion, differences inside the seed spread, no run-level test."""
+    """What the run cannot support, for the first screen (before any answer): a failed convergence
+    criterion, differences inside the seed spread, no run-level test. A smoke test says so in its
+    own first line instead (`tsflash.report.context.smoke_line`)."""
     out = []
-    if reduced:
-        out.append(f"Reduced preset ({reduced}): a smoke test of the method, not evidence about the market.")
     if short_lengths:
         out.append(f"The convergence criterion fails for N = {', '.join(map(str, short_lengths))} (Training "
                    "protocol): their results are not at a validated optimum.")
@@ -673,7 +679,7 @@ def support_sentences(reduced: str | None, short_lengths: list[int], gap: float 
     return out
 
 
-NOT_EVIDENCE = " Not evidence: see what this run can support, above."
+NOT_EVIDENCE = " Not evidence: see what this run can support, above."  # after each answer of a run with caveats
 
 
 def effective_sentence(d, n_trials: int) -> str:

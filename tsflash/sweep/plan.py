@@ -26,7 +26,15 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tsflash.config import PRESETS_DIR, ExperimentConfig, config_from_dict, load_config, merge_overrides
+from tsflash.config import (
+    PRESETS_DIR,
+    REDUCED_PRESET,
+    ExperimentConfig,
+    config_from_dict,
+    load_config,
+    merge_overrides,
+    reduced_note,
+)
 from tsflash.data.synthetic import parse_source
 from tsflash.device import parse_devices, resolve_device
 from tsflash.errors import UserError
@@ -77,7 +85,7 @@ class SweepPlan:
     cfg: ExperimentConfig  # on resume, scored at the fee of the folder's config.json
     device: str  # "cpu", "cuda", "cuda:K"
     preset: str  # the preset actually applied: "full" | "cpu"
-    preset_note: str  # "" or the banner text for the reduced CPU preset
+    preset_note: str  # "" or the line that opens a reduced run's output (`reduced_note`)
     run_key: str
     run_dir: Path
     resumed: bool
@@ -113,9 +121,9 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
     if opts.preset not in PRESETS:
         raise UserError(f"--preset must be one of {', '.join(PRESETS)}, got {opts.preset!r}")
     on_cuda = device.startswith("cuda")
-    preset = opts.preset if opts.preset != "auto" else ("full" if on_cuda else "cpu")
+    preset = opts.preset if opts.preset != "auto" else ("full" if on_cuda else REDUCED_PRESET)
     overrides: dict = {}
-    if preset == "cpu":
+    if preset == REDUCED_PRESET:
         cpu = tomllib.loads(CPU_PRESET.read_text(encoding="utf-8"))
         overrides = {k: v for k, v in cpu.items() if k not in ("name", "description")}
     cli: dict = {}
@@ -129,17 +137,11 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
         cli.setdefault("train", {})["seeds"] = [int(opts.seed)]
     overrides = merge_overrides(merge_overrides(overrides, cli), opts.overrides or {})
     cfg = load_config(opts.config, overrides)
-    if preset != "cpu":
+    if preset != REDUCED_PRESET:
         return cfg, preset, ""
     cfg.name = f"{cfg.name}+cpu"
-    why = "no CUDA device" if not on_cuda else "--preset cpu"
-    note = (
-        f"reduced CPU preset ({why}): tsflash/presets/cpu.toml applied -- d_model={cfg.model.d_model}, "
-        f"n_layers={cfg.model.n_layers}, steps={cfg.train.steps}, tokens/step={cfg.train.tokens_per_step}, "
-        f"data {cfg.data.start}..{cfg.data.end}, {cfg.splits.n_folds} folds of {cfg.splits.test_days} days. "
-        "A smoke test of the method, not evidence about BTC; use --preset full to insist on the full config."
-    )
-    return cfg, preset, note
+    return cfg, preset, reduced_note(cfg.to_dict(), "no CUDA device" if not on_cuda else "--preset cpu")
+
 
 
 def nesting_unmeasured(cfg: ExperimentConfig) -> str | None:
