@@ -15,18 +15,22 @@ and rotary cover (`tsflash.model.rotary`), walk-forward feasibility
 (`tsflash.dataset.splits.min_samples`) and the trading rules (`tsflash.scoring.strategy`). The
 command-line parsing of lengths and `--set` is in `tsflash.commands.options`.
 
-Fields added after runs were published (`ADDED_LATER`) default to the value that an older
-config.json, which lacks them, means now; `to_dict` leaves them out while they hold that value,
-so such a run keeps its config hash and run key. The current protocol (validation tail, early
-stopping, seeds, far-context scoring) is stated in tsflash/presets/default.toml.
+A stored config (a run folder's config.json) carries `config_version`; one without it is
+version 0. `migrate` upgrades it step by step to `CONFIG_VERSION`, each step filling the keys
+added then at the value an older config means. `to_dict`, the form every hash digests, leaves
+those keys out at that value, so older runs keep their config hash and run key. The current
+protocol (validation tail, early stopping, seeds, far-context scoring) is stated in
+tsflash/presets/default.toml; docs/config.md lists every key (`tsflash.config_docs`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import functools
 import importlib.resources
+import json
 import math
 import tomllib
 import typing
@@ -204,13 +208,18 @@ class ExperimentConfig:
         return self.labels.horizon if self.splits.purge < 0 else self.splits.purge
 
     def to_dict(self) -> dict:
-        """The resolved config as plain data; fields of ADDED_LATER at their default are left out."""
+        """The resolved config as plain data, the form hashed: a key added by a migration step is
+        left out at the value that step fills, so a config of any version keeps its hash."""
         d = dataclasses.asdict(self)
-        for key, default in ADDED_LATER.items():
+        for key, default in added_since(0).items():
             section, name = key.split(".")
             if d[section][name] == default:
                 del d[section][name]
         return d
+
+    def stored(self) -> dict:
+        """What a run folder's config.json holds: every key, and the version that reads them."""
+        return {"config_version": CONFIG_VERSION, **dataclasses.asdict(self)}
 
     def hash(self) -> str:
         """8 hex digits of the resolved config, fee included: run.json's `config_hash` of folders made
@@ -289,14 +298,126 @@ def merge_overrides(a: dict, b: dict) -> dict:
 
 SCHEMES = ("expanding", "rolling")
 
-# Fields added after runs were published, at the default that an older config.json (without
-# them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
-ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
-               "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
-               "eval.entry_threshold": -1.0, "model.patch": 1, "train.ema_decay": 0.0, "train.schedule": "cosine",
-               "train.decay_fraction": 0.2, "train.short_fraction": 0.0, "train.short_length": 512,
-               "train.restarts": 1, "train.restart_screen": 0, "train.keep_from": 0,
-               "eval.seed_inference": "fold", "eval.probe": False}
+# Config versions. A stored config without "config_version" is version 0 (every run folder made
+# before the version existed). Step k (MIGRATIONS[k - 1]) upgrades version k - 1 to k by filling
+# the keys added then at the value a config without them means; a key already there is kept.
+
+
+def _fill(raw: dict, key: str, value) -> None:
+    section, name = key.split(".")
+    raw.setdefault(section, {}).setdefault(name, copy.deepcopy(value))
+
+
+def _v1_validation_tail(raw: dict) -> None:
+    """Early stopping on a validation tail, the rotary base and far-context scoring: all off."""
+    _fill(raw, "splits.val_days", 0)
+    _fill(raw, "train.eval_every", 0)
+    _fill(raw, "train.patience", 0)
+    _fill(raw, "model.rope_base", 0.0)
+    _fill(raw, "eval.context_cuts", [])
+
+
+def _v2_trading_rule(raw: dict) -> None:
+    """The trading rule: one-bar decisions, the entry threshold fitted on the validation tail."""
+    _fill(raw, "eval.strategy", "one-bar")
+    _fill(raw, "eval.entry_threshold", -1.0)
+
+
+def _v3_residual(raw: dict) -> None:
+    """The residual stream in the parameters' dtype, as every earlier run trained."""
+    _fill(raw, "model.residual", "param")
+
+
+def _v4_norm(raw: dict) -> None:
+    _fill(raw, "model.norm", "rmsnorm")
+
+
+def _v5_patch(raw: dict) -> None:
+    """A token per bar."""
+    _fill(raw, "model.patch", 1)
+
+
+def _v6_recipe(raw: dict) -> None:
+    """No weight average, the cosine schedule (decay_fraction is the wsd schedule's only)."""
+    _fill(raw, "train.ema_decay", 0.0)
+    _fill(raw, "train.schedule", "cosine")
+    _fill(raw, "train.decay_fraction", 0.2)
+
+
+def _v7_short_windows(raw: dict) -> None:
+    """No short windows mixed into long-N batches."""
+    _fill(raw, "train.short_fraction", 0.0)
+    _fill(raw, "train.short_length", 512)
+
+
+def _v8_restarts(raw: dict) -> None:
+    """One training per cell."""
+    _fill(raw, "train.restarts", 1)
+
+
+def _v9_seed_inference(raw: dict) -> None:
+    """Question 1's test over fold means."""
+    _fill(raw, "eval.seed_inference", "fold")
+
+
+def _v10_probe(raw: dict) -> None:
+    """No linear information probe."""
+    _fill(raw, "eval.probe", False)
+
+
+def _v11_restart_screen(raw: dict) -> None:
+    """Every restart trains to its end."""
+    _fill(raw, "train.restart_screen", 0)
+
+
+def _v12_keep_from(raw: dict) -> None:
+    """The stopping rule from the first evaluation."""
+    _fill(raw, "train.keep_from", 0)
+
+
+MIGRATIONS: tuple[typing.Callable[[dict], None], ...] = (
+    _v1_validation_tail, _v2_trading_rule, _v3_residual, _v4_norm, _v5_patch, _v6_recipe, _v7_short_windows,
+    _v8_restarts, _v9_seed_inference, _v10_probe, _v11_restart_screen, _v12_keep_from,
+)
+CONFIG_VERSION = len(MIGRATIONS)  # the version this code writes and reads
+
+
+def config_version(raw: dict, where: str = "config") -> int:
+    """The version of a stored config (0 without the key); a UserError for one that is not a
+    version this code reads. `where` names the file or folder in the message."""
+    version = raw.get("config_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise UserError(f"{where}: config_version must be an integer >= 0, got {version!r}")
+    if version > CONFIG_VERSION:
+        raise UserError(f"{where}: config_version {version} is newer than this tsflash's CONFIG_VERSION "
+                        f"{CONFIG_VERSION}: upgrade tsflash to read it")
+    return version
+
+
+def migrate(raw: dict, where: str = "config") -> dict:
+    """A stored config of any version upgraded to CONFIG_VERSION (a new dict, `raw` unchanged):
+    each step after its version fills the keys added then. `where` names it in errors."""
+    version = config_version(raw, where)
+    out = copy.deepcopy(raw)
+    for step in MIGRATIONS[version:]:
+        step(out)
+    out["config_version"] = CONFIG_VERSION
+    return out
+
+
+@functools.cache
+def _step_keys(version: int) -> dict:
+    """{"section.key": value} that step `version` (1-based) fills in a config without them."""
+    raw: dict = {}
+    MIGRATIONS[version - 1](raw)
+    return {f"{section}.{name}": value for section, table in raw.items() for name, value in table.items()}
+
+
+def added_since(version: int) -> dict:
+    """Every key added after `version`, at the value a config of that version means."""
+    return {k: v for step in range(version + 1, CONFIG_VERSION + 1) for k, v in _step_keys(step).items()}
+
+
 SCHEDULES = ("cosine", "wsd")
 
 
@@ -553,7 +674,7 @@ def check_restart_screen(tr: TrainConfig) -> None:
 def check_short_windows(tr: TrainConfig, lengths) -> None:
     """The short windows' length, and a share of each long-N batch that is a whole number of windows."""
     if not tr.short_fraction:
-        if tr.short_length != ADDED_LATER["train.short_length"]:
+        if tr.short_length != TrainConfig.short_length:
             raise UserError(f"train.short_length={tr.short_length} is used with train.short_fraction > 0 only")
         return
     check_context_length(tr.short_length, "train.short_length")
@@ -572,7 +693,7 @@ def check_schedule(tr: TrainConfig) -> None:
     would silently do nothing)."""
     if tr.schedule not in SCHEDULES:
         raise UserError(f"train.schedule must be 'cosine' or 'wsd', got {tr.schedule!r}")
-    if tr.schedule == "cosine" and tr.decay_fraction != ADDED_LATER["train.decay_fraction"]:
+    if tr.schedule == "cosine" and tr.decay_fraction != TrainConfig.decay_fraction:
         raise UserError(f"train.decay_fraction={tr.decay_fraction} is used by train.schedule='wsd' only "
                         f"(the cosine schedule decays over all of train.steps)")
 
@@ -580,27 +701,29 @@ def check_schedule(tr: TrainConfig) -> None:
 def recipe_words(train: dict) -> str:
     """The training recipe of a resolved config's train table (`to_dict`, keys added later may be
     absent), in one line for the report's setup table."""
-    schedule = train.get("schedule", ADDED_LATER["train.schedule"])
+    added = {k.removeprefix("train."): v for k, v in added_since(0).items() if k.startswith("train.")}
+    train = added | train  # a key left out means the value its migration step fills
+    schedule = train["schedule"]
     ratio = train.get("min_lr_ratio", TrainConfig.min_lr_ratio)
     if schedule == "wsd":
-        fraction = train.get("decay_fraction", ADDED_LATER["train.decay_fraction"])
+        fraction = train["decay_fraction"]
         words = (f"warm-up, stable, then a linear decay to {ratio:g} x lr over {fraction:.0%} of the steps before "
                  "it; with a validation tail the stable phase ends by the stopping rule and the decay starts from its "
                  "validated best step (weights and optimizer rewound)")
     else:
         words = f"warm-up, then cosine decay to {ratio:g} x lr at the last step"
-    decay = train.get("ema_decay", ADDED_LATER["train.ema_decay"])
+    decay = train["ema_decay"]
     average = (f"an exponential moving average of the weights (decay {decay:g}, about {1 / (1 - decay):.0f} steps) "
                "is validated, kept and scored" if decay else "the raw weights are validated, kept and scored")
-    short = train.get("short_fraction", ADDED_LATER["train.short_fraction"])
-    mixed = (f"; {short:.0%} of each longer-N batch's tokens drawn as {train.get('short_length', ADDED_LATER['train.short_length'])}-bar windows, same loss"
+    short = train["short_fraction"]
+    mixed = (f"; {short:.0%} of each longer-N batch's tokens drawn as {train['short_length']}-bar windows, same loss"
              if short else "")
-    restarts = train.get("restarts", ADDED_LATER["train.restarts"])
-    screen = train.get("restart_screen", ADDED_LATER["train.restart_screen"])
+    restarts = train["restarts"]
+    screen = train["restart_screen"]
     kept = (f"; each cell the validated best of {restarts} trainings (seeds {restarts} x seed + 0..{restarts - 1})"
             + (f", screened at step {screen} (the one with the lowest validation loss by then trains on alone)"
                if screen else "") if restarts > 1 else "")
-    start = train.get("keep_from", ADDED_LATER["train.keep_from"])
+    start = train["keep_from"]
     late = (f"; no early stop before step {start}, and the weights kept the best validated at or after it"
             if start else "")
     return f"{words}; {average}{mixed}{kept}{late}"
@@ -664,8 +787,23 @@ def load_config(name_or_path: str | Path = "default", overrides: dict | None = N
     return validate(cfg)
 
 
-def config_from_dict(d: dict) -> ExperimentConfig:
-    """Rebuild a config saved with `to_dict` (e.g. from a run folder)."""
+def config_from_dict(d: dict, where: str = "config") -> ExperimentConfig:
+    """Rebuild a config saved with `stored` or `to_dict`, of any version (`migrate`); `where`
+    names it in errors."""
+    raw = migrate(d, where)
+    del raw["config_version"]
     cfg = ExperimentConfig()
-    _apply(cfg, d)
+    _apply(cfg, raw)
     return validate(cfg)
+
+
+def read_run_config(folder: Path | str) -> ExperimentConfig:
+    """The config of a run folder (its config.json, of any version), the folder named in errors."""
+    path = Path(folder) / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{folder}: no config.json, not a run folder") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path} is not valid JSON: {exc}") from None
+    return config_from_dict(raw, str(folder))
