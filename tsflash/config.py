@@ -130,8 +130,8 @@ class TrainConfig:
     decay_fraction: float = 0.2
     # Share of each long-N batch (N > short_length) whose tokens are drawn as windows of
     # short_length bars instead, under the same loss (one denominator: the expected scored positions
-    # of the mixed batch). Long-N models lost the short-range skill that
-    # every N=512 step trains; this trains it at every N. 0 = off.
+    # of the mixed batch). Long-N models lost the short-range skill that every N=512 step trains;
+    # this trains it at every N. 0 = off.
     short_fraction: float = 0.0
     short_length: int = 512  # the short windows' length in bars (with short_fraction > 0)
     # Each cell (N, fold, seed) trains this many times (seeds k*seed .. k*seed + k - 1) and keeps the
@@ -162,9 +162,9 @@ class EvalConfig:
     # How question 1 and the nesting check treat seeds (tsflash.stats.runs.run_level_test): "fold",
     # a t over the fold means; "crossed", folds and seeds as crossed random effects. Applied at report time.
     seed_inference: str = "fold"
-    # The linear information probe (tsflash.dataset.probe) as a baseline per N: a logistic regression on return and
-    # volatility summaries over windows of 1, 4, 16, ... up to N bars. Does the far information
-    # exist in a form a linear model can read?
+    # The linear information probe (tsflash.dataset.probe) as a baseline per N: a logistic
+    # regression on return and volatility summaries over windows of 1, 4, 16, ... up to N bars.
+    # Does the far information exist in a form a linear model can read?
     probe: bool = False
 
 

@@ -52,6 +52,7 @@ RULES = {
     "splits.val_fraction": "0 (retired)",
     "train.seeds": "distinct",
     "train.tokens_per_step": "a multiple of every N",
+    "train.short_fraction": "a whole number of windows of each batch at every N > short_length",
     "train.short_length": "a power of two",
     "eval.context_cuts": "distinct powers of two",
     "eval.entry_threshold": "-1 or in [0, 1)",
