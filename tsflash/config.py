@@ -45,6 +45,7 @@ from tsflash.identity import digest
 from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_bars, duration_days, parse_duration
 from tsflash.model.rotary import ROTARY_COVER, rotary_base_for, rotary_covers, rotary_wavelength
 from tsflash.model.spec import ModelSettings, check_patch
+from tsflash.runfolder import RunFolder
 from tsflash.stats.pbo import CSCV_BLOCKS, MAX_PBO
 from tsflash.stats.runs import SEED_TESTS
 from tsflash.stats.sharpe import DSR_CONFIDENCE
@@ -785,7 +786,7 @@ def config_from_dict(d: dict, where: str = "config") -> ExperimentConfig:
 
 def read_run_config(folder: Path | str) -> ExperimentConfig:
     """The config of a run folder (its config.json, of any version), the folder named in errors."""
-    path = Path(folder) / "config.json"
+    path = RunFolder(Path(folder)).config_json
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
