@@ -160,7 +160,7 @@ def test_the_preset_model_table_is_the_model_config_less_what_the_data_fixes():
     import json
     from pathlib import Path
 
-    from tsflash.config import ADDED_LATER, ModelSettings
+    from tsflash.config import ModelSettings, added_since
     from tsflash.model.spec import ModelConfig
 
     settings = [f.name for f in dataclasses.fields(ModelSettings)]
@@ -172,7 +172,7 @@ def test_the_preset_model_table_is_the_model_config_less_what_the_data_fixes():
     # a model field the published config.json lacks is added later at its default, so that run keeps its hash
     published = json.loads((Path(__file__).resolve().parent.parent / "reports" / "h200-btcusdt-1m" / "config.json").read_text())
     for name in set(settings) - set(published["model"]):
-        assert ADDED_LATER[f"model.{name}"] == getattr(ModelSettings(), name), name
+        assert added_since(0)[f"model.{name}"] == getattr(ModelSettings(), name), name
     assert "norm" not in load_config("default").to_dict()["model"] and cfg.to_dict()["model"]["norm"] == "layernorm"
 
 
@@ -314,7 +314,7 @@ def test_fields_added_later_leave_older_configs_unchanged():
     import json
     from pathlib import Path
 
-    from tsflash.config import ADDED_LATER
+    from tsflash.config import added_since
 
     published = Path(__file__).resolve().parent.parent / "reports" / "h200-btcusdt-1m" / "config.json"
     raw = json.loads(published.read_text())
@@ -326,7 +326,7 @@ def test_fields_added_later_leave_older_configs_unchanged():
     assert protocol["eval"]["strategy"] == "horizon"  # not the value an older config means: written
     assert "residual" not in protocol["model"]  # float32, as every published run trained
     assert "norm" not in protocol["model"]  # rmsnorm, as every published run trained
-    assert set(ADDED_LATER) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
+    assert set(added_since(0)) == {"splits.val_days", "train.eval_every", "train.patience", "model.rope_base",
                                 "model.residual", "model.norm", "eval.context_cuts", "eval.strategy",
                                 "eval.entry_threshold", "model.patch", "train.ema_decay", "train.schedule",
                                 "train.decay_fraction", "train.short_fraction", "train.short_length", "train.restarts",

@@ -10,7 +10,8 @@ import pytest
 from tests.conftest import REPO
 from tsflash.config import config_from_dict
 from tsflash.identity import digest
-from tsflash.sweep.plan import legacy_run_key, make_run_key, run_hash
+from tsflash.runfolder import RunFolder
+from tsflash.sweep.plan import folder_run_key, make_run_key, run_hash
 
 PUBLISHED = sorted(p.parent.relative_to(REPO).as_posix() for p in (REPO / "reports").rglob("run.json"))
 
@@ -33,8 +34,11 @@ def test_a_published_config_hashes_to_its_folders_recorded_hash_and_key(folder):
     cfg = config_from_dict(json.loads((root / "config.json").read_text()))
     key_args = (cfg, run["data"], run["trials_per_length"], run["device"])
     current = (run_hash(cfg), make_run_key(*key_args))  # the fee left out
-    fee_included = (cfg.hash(), legacy_run_key(*key_args))  # folders made while the fee was part of the run
+    # folders made while the fee was part of the run: the key digested the whole config
+    fee_included = (cfg.hash(), digest({"config": cfg.to_dict(), "data": run["data"], "trials": run["trials_per_length"],
+                                        "device": run["device"].split(":")[0]}, 12))
     assert (run["config_hash"], run["run_key"]) in (current, fee_included)
+    assert folder_run_key(RunFolder(root), *key_args) == run["run_key"]  # --out resumes it under its key
     if folder.endswith("second-edition"):
         assert (run["config_hash"], run["run_key"]) == current
     if folder.endswith("h200-btcusdt-1m"):

@@ -15,18 +15,22 @@ and rotary cover (`tsflash.model.rotary`), walk-forward feasibility
 (`tsflash.dataset.splits.min_samples`) and the trading rules (`tsflash.scoring.strategy`). The
 command-line parsing of lengths and `--set` is in `tsflash.commands.options`.
 
-Fields added after runs were published (`ADDED_LATER`) default to the value that an older
-config.json, which lacks them, means now; `to_dict` leaves them out while they hold that value,
-so such a run keeps its config hash and run key. The current protocol (validation tail, early
-stopping, seeds, far-context scoring) is stated in tsflash/presets/default.toml.
+A stored config (a run folder's config.json) carries `config_version`; one without it is
+version 0. `migrate` upgrades it step by step to `CONFIG_VERSION`, each step filling the keys
+added then at the value an older config means. `to_dict`, the form every hash digests, leaves
+those keys out at that value, so older runs keep their config hash and run key. The current
+protocol (validation tail, early stopping, seeds, far-context scoring) is stated in
+tsflash/presets/default.toml; docs/config.md lists every key (`tsflash.config_docs`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import functools
 import importlib.resources
+import json
 import math
 import tomllib
 import typing
@@ -41,6 +45,7 @@ from tsflash.identity import digest
 from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day, duration_bars, duration_days, parse_duration
 from tsflash.model.rotary import ROTARY_COVER, rotary_base_for, rotary_covers, rotary_wavelength
 from tsflash.model.spec import ModelSettings, check_patch
+from tsflash.runfolder import RunFolder
 from tsflash.stats.pbo import CSCV_BLOCKS, MAX_PBO
 from tsflash.stats.runs import SEED_TESTS
 from tsflash.stats.sharpe import DSR_CONFIDENCE
@@ -64,133 +69,118 @@ def reduced_note(cfg: dict, why: str = "") -> str:
 
 @dataclass
 class DataConfig:
-    symbol: str = "BTCUSDT"
-    interval: str = "1m"
+    symbol: str = "BTCUSDT"  # the pair, upper case as Binance's archives name it
+    interval: str = "1m"  # the bar interval; the store keeps one folder per symbol and interval
     start: str = "2021-01-01"  # first UTC day, inclusive
     end: str = "2025-06-30"  # last UTC day, inclusive
-    # A training window may not bridge a gap longer than this many missing bars; shorter gaps are
-    # kept (the gap marker feature tells the model) because dropping them would fragment the data.
-    # Bars, or a time such as "1h" (converted to bars of `interval` by `validate`).
+    # A training window may not bridge a gap longer than this many missing bars. Shorter gaps are
+    # kept, with the gap marker feature telling the model, because dropping them would fragment the data.
     max_gap_bars: int = 60
 
 
 @dataclass
 class LabelConfig:
-    horizon: int = 15  # bars ahead (or a time, "15m"); the target is the sign of the h-bar forward log return
-    # Share of the training fold's labels that fall in the flat band (symmetric quantiles of
-    # |forward return|), fitted on the training part of each fold only. 1/3 gives balanced classes.
+    horizon: int = 15  # bars ahead; the target is the sign of the forward log return over them
+    # Share of the training fold's labels in the flat band (symmetric quantiles of |forward return|),
+    # fitted on each fold's training part only. 1/3 gives balanced classes.
     flat_fraction: float = 1 / 3
 
 
 @dataclass
 class SplitConfig:
-    scheme: str = "expanding"  # expanding | rolling
-    n_folds: int = 5
-    # Days and bars below may also be given as times ("30d", "1h"): `validate` converts them.
+    scheme: str = "expanding"  # walk-forward training ranges: from the start, or a rolling window
+    n_folds: int = 5  # test blocks, each trained on what comes before it
     test_days: int = 182  # length of each test block, in days (about six months)
     train_days: int = 0  # rolling window length in days; 0 = expanding
-    purge: int = -1  # bars removed before each test block; -1 = the label horizon
+    purge: int = -1  # bars removed before each test block, so no training label looks into it; -1 = the label horizon
     embargo: int = 0  # bars removed after each test block (only matters for rolling/purged k-fold)
     # Validation tail for early stopping: the last val_days days of each fold's training range,
-    # purged from the bars trained on by `purge` bars (and from the test block by the fold's purge).
-    val_days: int = 0  # 0 = no validation tail: a fixed budget of train.steps
+    # purged from the bars trained on by `purge` bars. 0 = no tail: a fixed budget of train.steps.
+    val_days: int = 0
     val_fraction: float = 0.0  # retired (replaced by val_days); kept so older config.json files load: must be 0
 
 
 @dataclass
 class TrainConfig:
     steps: int = 200  # optimizer steps per fold (the maximum, with early stopping), identical for every N
-    tokens_per_step: int = 131072  # batch = tokens_per_step // N
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1  # cosine decay to lr * min_lr_ratio
-    warmup_steps: int = 20
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
-    # Loss on positions >= loss_warmup within each window only: the first positions see almost no
-    # context, and at small N they would dominate; a fixed fraction keeps the comparison fair.
+    tokens_per_step: int = 131072  # tokens of one step: batch = tokens_per_step // N windows, the same work at every N
+    lr: float = 1e-3  # peak learning rate (AdamW)
+    min_lr_ratio: float = 0.1  # the schedule decays to lr * min_lr_ratio
+    warmup_steps: int = 20  # linear warm-up from 0 to lr
+    weight_decay: float = 0.1  # AdamW's, on the weight matrices
+    betas: tuple[float, float] = (0.9, 0.95)  # AdamW's
+    grad_clip: float = 1.0  # the gradient's global norm is clipped to it
+    # Loss on positions >= loss_warmup_fraction * N within each window only: the first positions see
+    # almost no context, and at small N they would dominate.
     loss_warmup_fraction: float = 0.0
-    seeds: list[int] = field(default_factory=lambda: [0])
-    compile: bool = False
-    # Early stopping (with splits.val_days > 0): the validation loss every eval_every steps; stop
-    # after `patience` evaluations without improvement (0 = never stop early); the best weights
-    # are restored either way.
+    seeds: list[int] = field(default_factory=lambda: [0])  # one trained model per seed at every (N, fold)
+    compile: bool = False  # torch.compile the model before the first step
+    # With splits.val_days > 0, the validation loss is measured every eval_every steps and at the
+    # last step; the best weights are restored either way.
     eval_every: int = 0
-    patience: int = 0
-    # The training recipe (issue 29): checkpoints restored at a best step of 137-184 of 600 kept
-    # weights at 83-91 % of the peak learning rate, unannealed and noisy. All three options are off by
-    # default (the published runs); `recipe_words` says in one line what a config uses.
-    # ema_decay: an exponential moving average of the weights (debiased: the average of the
-    # iterates so far, weights decay^(t-i)); validation, the restored best weights and the test
-    # scoring use the average. 0 = off.
+    patience: int = 0  # stop after this many evaluations without improvement; 0 = never stop early
+    # An exponential moving average of the weights (debiased: the average of the iterates so far).
+    # Validation, the restored best weights and the test scoring use the average. 0 = off.
     ema_decay: float = 0.0
-    # schedule: "cosine" (warm-up, cosine to lr * min_lr_ratio at train.steps) or "wsd"
-    # (warm-up, stable at lr, linear decay to lr * min_lr_ratio). With a validation tail, "wsd"
-    # runs the stable phase under the stopping rule, then rewinds to the best step s (weights,
-    # optimizer, average) and decays over decay_fraction * s steps: the annealed end lands at the
-    # validated step, at the cost of the decay steps only. Without a tail, the decay is the last
-    # decay_fraction of train.steps.
+    # "cosine": warm-up, then cosine decay to lr * min_lr_ratio at train.steps. "wsd": warm-up, stable
+    # at lr, then a linear decay; with a validation tail the stable phase ends by the stopping rule,
+    # rewound to its best step, so the annealed end lands at the validated step.
     schedule: str = "cosine"
+    # The wsd schedule's decay: this fraction of the best step s (with a validation tail), or the
+    # last fraction of train.steps (without one). Unused by "cosine".
     decay_fraction: float = 0.2
-    # short_fraction: the share of each long-N batch (N > short_length) whose tokens are drawn as
-    # windows of short_length bars instead, under the same loss (one denominator: the expected
-    # scored positions of the mixed batch). The N=32768 models cut to 512 bars were 0.0054 nats
-    # worse than the N=512 model on the same bars: they lost what every step of N=512 trains, so
-    # every long-N step trains it too. 0 = off; the share must be a whole number of long windows.
+    # Share of each long-N batch (N > short_length) whose tokens are drawn as windows of
+    # short_length bars instead, under the same loss (one denominator: the expected scored positions
+    # of the mixed batch). Long-N models lost the short-range skill that every N=512 step trains;
+    # this trains it at every N. 0 = off.
     short_fraction: float = 0.0
-    short_length: int = 512
-    # restarts: each cell (N, fold, seed) trains this many times (seeds k*seed .. k*seed + k - 1) and
-    # keeps the one with the lowest validation loss (tsflash.engine._restarts): whether a long-N run
-    # learns a far effect is decided early, and validation tells the runs that did. 1 = off.
+    short_length: int = 512  # the short windows' length in bars (with short_fraction > 0)
+    # Each cell (N, fold, seed) trains this many times (seeds k*seed .. k*seed + k - 1) and keeps the
+    # one with the lowest validation loss (tsflash.engine._restarts): whether a long-N run learns a
+    # far effect is decided early.
     restarts: int = 1
-    # restart_screen: with restarts > 1, every restart trains to this step only and the one with the
-    # lowest validation loss by then trains on alone to its end (tsflash.engine._restarts): who finds
-    # a far effect is decided by about step 300 of 600, so the others' later steps buy nothing.
-    # 0 = every restart trains to its end.
+    # With restarts > 1, every restart trains to this step only; the one with the lowest validation
+    # loss by then trains on alone. 0 = every restart trains to its end.
     restart_screen: int = 0
-    # keep_from: the stopping rule and the kept weights start at this step: no early stop before it,
-    # and the weights kept are the best validated at or after it. Within a recipe, the long-N runs
-    # kept early are the ones that lost the N=512 model's short-range skill (reports/recipes,
-    # "short-range skill and the kept step"); this is the direct test of more steps. 0 = from the start.
+    # The stopping rule and the kept weights start at this step: no early stop before it, and the
+    # weights kept are the best validated at or after it. 0 = from the start.
     keep_from: int = 0
 
 
 @dataclass
 class EvalConfig:
-    fee_bps: float = 5.0  # cost per unit of turnover (position change of 1), in basis points
-    baseline_lags: int = 16  # logistic-regression baseline sees the last k bars' features
-    batch_tokens: int = 262144  # evaluation forward pass size
-    # The trading rule scored (tsflash.scoring.strategy): "horizon" holds each decision for labels.horizon
-    # bars, as the label looks ahead; "one-bar" re-decides every bar. Applied at scoring time.
-    strategy: str = "one-bar"  # what an older config.json means; the default preset sets "horizon"
+    fee_bps: float = 5.0  # cost per unit of turnover (position change of 1), in basis points; applied at scoring time
+    baseline_lags: int = 16  # the logistic-regression baseline sees the last k bars' features
+    batch_tokens: int = 262144  # tokens of one evaluation forward pass
+    # The trading rule scored (tsflash.scoring.strategy): "horizon" holds each decision for
+    # labels.horizon bars, as the label looks ahead; "one-bar" re-decides every bar. Applied at
+    # scoring time; the default preset sets "horizon".
+    strategy: str = "one-bar"
     entry_threshold: float = -1.0  # -1: fitted per cell on the validation tail; else fixed in [0, 1)
-    # Far context: every model with N > cut is also scored with its context cut to the last
-    # `cut` bars (the eval windows of length cut) on the same test bars.
+    # Far context: every model with N > cut is also scored with its context cut to the last `cut`
+    # bars, on the same test bars.
     context_cuts: list[int] = field(default_factory=list)
     # How question 1 and the nesting check treat seeds (tsflash.stats.runs.run_level_test): "fold",
-    # a t over the fold means (generalises over folds for the seeds at hand); "crossed", folds and
-    # seeds as crossed random effects (a seed is one set of initial weights for every fold, and at
-    # N=32768 it decides who finds a far effect: reports/recipes). Applied at report time.
+    # a t over the fold means; "crossed", folds and seeds as crossed random effects. Applied at report time.
     seed_inference: str = "fold"
-    # The linear information probe (tsflash.dataset.probe) as a baseline per N, "probe-<N>": a
-    # logistic regression on sums of log returns and log realised volatility over windows of 1, 4,
-    # 16, ... up to N bars, every N fitted on the same rows. Does the far information exist in a form
-    # a linear model can read, beside whether the transformer uses it? CPU work, a few seconds a fit.
+    # The linear information probe (tsflash.dataset.probe) as a baseline per N: a logistic
+    # regression on return and volatility summaries over windows of 1, 4, 16, ... up to N bars.
+    # Does the far information exist in a form a linear model can read?
     probe: bool = False
 
 
 @dataclass
 class SelectionConfig:
-    min_dsr: float = DSR_CONFIDENCE
-    max_pbo: float = MAX_PBO
-    cscv_blocks: int = CSCV_BLOCKS
+    min_dsr: float = DSR_CONFIDENCE  # the trading gate: the selected candidate's Deflated Sharpe Ratio >= min_dsr
+    max_pbo: float = MAX_PBO  # the trading gate: the candidates' probability of backtest overfitting <= max_pbo
+    cscv_blocks: int = CSCV_BLOCKS  # blocks of the PBO's combinatorially symmetric cross-validation
 
 
 @dataclass
 class ExperimentConfig:
-    name: str = "default"
-    description: str = ""
-    lengths: list[int] = field(default_factory=lambda: [512, 4096, 32768])
+    name: str = "default"  # the preset's name, shown in `tsflash runs`
+    description: str = ""  # one line shown in the report
+    lengths: list[int] = field(default_factory=lambda: [512, 4096, 32768])  # the context lengths N compared
     data: DataConfig = field(default_factory=DataConfig)
     labels: LabelConfig = field(default_factory=LabelConfig)
     splits: SplitConfig = field(default_factory=SplitConfig)
@@ -204,13 +194,18 @@ class ExperimentConfig:
         return self.labels.horizon if self.splits.purge < 0 else self.splits.purge
 
     def to_dict(self) -> dict:
-        """The resolved config as plain data; fields of ADDED_LATER at their default are left out."""
+        """The resolved config as plain data, the form hashed: a key added by a migration step is
+        left out at the value that step fills, so a config of any version keeps its hash."""
         d = dataclasses.asdict(self)
-        for key, default in ADDED_LATER.items():
+        for key, default in added_since(0).items():
             section, name = key.split(".")
             if d[section][name] == default:
                 del d[section][name]
         return d
+
+    def stored(self) -> dict:
+        """What a run folder's config.json holds: every key, and the version that reads them."""
+        return {"config_version": CONFIG_VERSION, **dataclasses.asdict(self)}
 
     def hash(self) -> str:
         """8 hex digits of the resolved config, fee included: run.json's `config_hash` of folders made
@@ -289,14 +284,127 @@ def merge_overrides(a: dict, b: dict) -> dict:
 
 SCHEMES = ("expanding", "rolling")
 
-# Fields added after runs were published, at the default that an older config.json (without
-# them) means now: left out of `to_dict` at that value, so older runs keep their hash and run key.
-ADDED_LATER = {"splits.val_days": 0, "train.eval_every": 0, "train.patience": 0, "model.rope_base": 0.0,
-               "model.residual": "param", "model.norm": "rmsnorm", "eval.context_cuts": [], "eval.strategy": "one-bar",
-               "eval.entry_threshold": -1.0, "model.patch": 1, "train.ema_decay": 0.0, "train.schedule": "cosine",
-               "train.decay_fraction": 0.2, "train.short_fraction": 0.0, "train.short_length": 512,
-               "train.restarts": 1, "train.restart_screen": 0, "train.keep_from": 0,
-               "eval.seed_inference": "fold", "eval.probe": False}
+# Config versions. A stored config without "config_version" is version 0 (every run folder made
+# before the version existed). Step k (MIGRATIONS[k - 1]) upgrades version k - 1 to k by filling
+# the keys added then at the value a config without them means; a key already there is kept.
+
+
+def _fill(raw: dict, key: str, value) -> None:
+    section, name = key.split(".")
+    raw.setdefault(section, {}).setdefault(name, copy.deepcopy(value))
+
+
+def _v1_validation_tail(raw: dict) -> None:
+    """Early stopping on a validation tail, the rotary base and far-context scoring: all off."""
+    _fill(raw, "splits.val_days", 0)
+    _fill(raw, "train.eval_every", 0)
+    _fill(raw, "train.patience", 0)
+    _fill(raw, "model.rope_base", 0.0)
+    _fill(raw, "eval.context_cuts", [])
+
+
+def _v2_trading_rule(raw: dict) -> None:
+    """The trading rule: one-bar decisions, the entry threshold fitted on the validation tail."""
+    _fill(raw, "eval.strategy", "one-bar")
+    _fill(raw, "eval.entry_threshold", -1.0)
+
+
+def _v3_residual(raw: dict) -> None:
+    """The residual stream in the parameters' dtype, as every earlier run trained."""
+    _fill(raw, "model.residual", "param")
+
+
+def _v4_norm(raw: dict) -> None:
+    """RMSNorm, as every earlier run trained."""
+    _fill(raw, "model.norm", "rmsnorm")
+
+
+def _v5_patch(raw: dict) -> None:
+    """A token per bar."""
+    _fill(raw, "model.patch", 1)
+
+
+def _v6_recipe(raw: dict) -> None:
+    """No weight average, the cosine schedule (decay_fraction is the wsd schedule's only)."""
+    _fill(raw, "train.ema_decay", 0.0)
+    _fill(raw, "train.schedule", "cosine")
+    _fill(raw, "train.decay_fraction", 0.2)
+
+
+def _v7_short_windows(raw: dict) -> None:
+    """No short windows mixed into long-N batches."""
+    _fill(raw, "train.short_fraction", 0.0)
+    _fill(raw, "train.short_length", 512)
+
+
+def _v8_restarts(raw: dict) -> None:
+    """One training per cell."""
+    _fill(raw, "train.restarts", 1)
+
+
+def _v9_seed_inference(raw: dict) -> None:
+    """Question 1's test over fold means."""
+    _fill(raw, "eval.seed_inference", "fold")
+
+
+def _v10_probe(raw: dict) -> None:
+    """No linear information probe."""
+    _fill(raw, "eval.probe", False)
+
+
+def _v11_restart_screen(raw: dict) -> None:
+    """Every restart trains to its end."""
+    _fill(raw, "train.restart_screen", 0)
+
+
+def _v12_keep_from(raw: dict) -> None:
+    """The stopping rule from the first evaluation."""
+    _fill(raw, "train.keep_from", 0)
+
+
+MIGRATIONS: tuple[typing.Callable[[dict], None], ...] = (
+    _v1_validation_tail, _v2_trading_rule, _v3_residual, _v4_norm, _v5_patch, _v6_recipe, _v7_short_windows,
+    _v8_restarts, _v9_seed_inference, _v10_probe, _v11_restart_screen, _v12_keep_from,
+)
+CONFIG_VERSION = len(MIGRATIONS)  # the version this code writes and reads
+
+
+def config_version(raw: dict, where: str = "config") -> int:
+    """The version of a stored config (0 without the key); a UserError for one that is not a
+    version this code reads. `where` names the file or folder in the message."""
+    version = raw.get("config_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise UserError(f"{where}: config_version must be an integer >= 0, got {version!r}")
+    if version > CONFIG_VERSION:
+        raise UserError(f"{where}: config_version {version} is newer than this tsflash's CONFIG_VERSION "
+                        f"{CONFIG_VERSION}: upgrade tsflash to read it")
+    return version
+
+
+def migrate(raw: dict, where: str = "config") -> dict:
+    """A stored config of any version upgraded to CONFIG_VERSION (a new dict, `raw` unchanged):
+    each step after its version fills the keys added then. `where` names it in errors."""
+    version = config_version(raw, where)
+    out = copy.deepcopy(raw)
+    for step in MIGRATIONS[version:]:
+        step(out)
+    out["config_version"] = CONFIG_VERSION
+    return out
+
+
+@functools.cache
+def added_by(version: int) -> dict:
+    """{"section.key": value} that step `version` (1-based) fills in a config without them."""
+    raw: dict = {}
+    MIGRATIONS[version - 1](raw)
+    return {f"{section}.{name}": value for section, table in raw.items() for name, value in table.items()}
+
+
+def added_since(version: int) -> dict:
+    """Every key added after `version`, at the value a config of that version means."""
+    return {k: v for step in range(version + 1, CONFIG_VERSION + 1) for k, v in added_by(step).items()}
+
+
 SCHEDULES = ("cosine", "wsd")
 
 
@@ -553,7 +661,7 @@ def check_restart_screen(tr: TrainConfig) -> None:
 def check_short_windows(tr: TrainConfig, lengths) -> None:
     """The short windows' length, and a share of each long-N batch that is a whole number of windows."""
     if not tr.short_fraction:
-        if tr.short_length != ADDED_LATER["train.short_length"]:
+        if tr.short_length != TrainConfig.short_length:
             raise UserError(f"train.short_length={tr.short_length} is used with train.short_fraction > 0 only")
         return
     check_context_length(tr.short_length, "train.short_length")
@@ -572,7 +680,7 @@ def check_schedule(tr: TrainConfig) -> None:
     would silently do nothing)."""
     if tr.schedule not in SCHEDULES:
         raise UserError(f"train.schedule must be 'cosine' or 'wsd', got {tr.schedule!r}")
-    if tr.schedule == "cosine" and tr.decay_fraction != ADDED_LATER["train.decay_fraction"]:
+    if tr.schedule == "cosine" and tr.decay_fraction != TrainConfig.decay_fraction:
         raise UserError(f"train.decay_fraction={tr.decay_fraction} is used by train.schedule='wsd' only "
                         f"(the cosine schedule decays over all of train.steps)")
 
@@ -580,27 +688,29 @@ def check_schedule(tr: TrainConfig) -> None:
 def recipe_words(train: dict) -> str:
     """The training recipe of a resolved config's train table (`to_dict`, keys added later may be
     absent), in one line for the report's setup table."""
-    schedule = train.get("schedule", ADDED_LATER["train.schedule"])
+    added = {k.removeprefix("train."): v for k, v in added_since(0).items() if k.startswith("train.")}
+    train = added | train  # a key left out means the value its migration step fills
+    schedule = train["schedule"]
     ratio = train.get("min_lr_ratio", TrainConfig.min_lr_ratio)
     if schedule == "wsd":
-        fraction = train.get("decay_fraction", ADDED_LATER["train.decay_fraction"])
+        fraction = train["decay_fraction"]
         words = (f"warm-up, stable, then a linear decay to {ratio:g} x lr over {fraction:.0%} of the steps before "
                  "it; with a validation tail the stable phase ends by the stopping rule and the decay starts from its "
                  "validated best step (weights and optimizer rewound)")
     else:
         words = f"warm-up, then cosine decay to {ratio:g} x lr at the last step"
-    decay = train.get("ema_decay", ADDED_LATER["train.ema_decay"])
+    decay = train["ema_decay"]
     average = (f"an exponential moving average of the weights (decay {decay:g}, about {1 / (1 - decay):.0f} steps) "
                "is validated, kept and scored" if decay else "the raw weights are validated, kept and scored")
-    short = train.get("short_fraction", ADDED_LATER["train.short_fraction"])
-    mixed = (f"; {short:.0%} of each longer-N batch's tokens drawn as {train.get('short_length', ADDED_LATER['train.short_length'])}-bar windows, same loss"
+    short = train["short_fraction"]
+    mixed = (f"; {short:.0%} of each longer-N batch's tokens drawn as {train['short_length']}-bar windows, same loss"
              if short else "")
-    restarts = train.get("restarts", ADDED_LATER["train.restarts"])
-    screen = train.get("restart_screen", ADDED_LATER["train.restart_screen"])
+    restarts = train["restarts"]
+    screen = train["restart_screen"]
     kept = (f"; each cell the validated best of {restarts} trainings (seeds {restarts} x seed + 0..{restarts - 1})"
             + (f", screened at step {screen} (the one with the lowest validation loss by then trains on alone)"
                if screen else "") if restarts > 1 else "")
-    start = train.get("keep_from", ADDED_LATER["train.keep_from"])
+    start = train["keep_from"]
     late = (f"; no early stop before step {start}, and the weights kept the best validated at or after it"
             if start else "")
     return f"{words}; {average}{mixed}{kept}{late}"
@@ -664,8 +774,23 @@ def load_config(name_or_path: str | Path = "default", overrides: dict | None = N
     return validate(cfg)
 
 
-def config_from_dict(d: dict) -> ExperimentConfig:
-    """Rebuild a config saved with `to_dict` (e.g. from a run folder)."""
+def config_from_dict(d: dict, where: str = "config") -> ExperimentConfig:
+    """Rebuild a config saved with `stored` or `to_dict`, of any version (`migrate`); `where`
+    names it in errors."""
+    raw = migrate(d, where)
+    del raw["config_version"]
     cfg = ExperimentConfig()
-    _apply(cfg, d)
+    _apply(cfg, raw)
     return validate(cfg)
+
+
+def read_run_config(folder: Path | str) -> ExperimentConfig:
+    """The config of a run folder (its config.json, of any version), the folder named in errors."""
+    path = RunFolder(Path(folder)).config_json
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{folder}: no config.json, not a run folder") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path} is not valid JSON: {exc}") from None
+    return config_from_dict(raw, str(folder))

@@ -132,7 +132,7 @@ def test_a_bad_patch_is_refused_by_the_model_config():
 
 
 def test_patch_1_is_the_published_config_and_checkpoint(tmp_path):
-    """patch = 1 is left out of a config's dict (ADDED_LATER: published hashes unchanged); a model
+    """patch = 1 is left out of a config's dict (added by a migration step: published hashes unchanged); a model
     checkpoint saved before the field existed loads as patch 1; a patch model round-trips."""
     import dataclasses
 

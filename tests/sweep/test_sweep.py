@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +23,11 @@ from tsflash import cli
 from tsflash.commands.options import parse_lengths, parse_overrides
 from tsflash.config import config_from_dict
 from tsflash.errors import UserError
-from tsflash.sweep.plan import legacy_run_key, make_run_key, resolve_config, run_hash
+from tsflash.sweep.plan import folder_run_key, make_run_key, resolve_config, run_hash
 from tsflash.report import SECTIONS
 from tsflash.report.wording import NOT_EVIDENCE
-from tsflash.runfolder import DEFAULT_RUNS_ROOT, find_unfinished_run, write_json
+from tsflash.identity import digest
+from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run, write_json
 from tsflash.sweep.run import SweepOptions, plan_sweep, run_sweep
 from tsflash.data.synthetic import parse_source
 
@@ -350,20 +352,34 @@ def test_the_fee_is_left_out_of_the_run_key_and_folder_hash():
     assert make_run_key(cfg, "data", 1, "cuda:1") == make_run_key(cfg, "data", 1, "cuda")  # the device type only
 
 
+def fee_in_key(cfg, data, trials, device):
+    """The run key of folders made while the fee was part of the run (reports/h200-btcusdt-1m)."""
+    return digest({"config": cfg.to_dict(), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
+
+
 def test_published_run_keeps_its_key_and_out_accepts_it(tmp_path):
     published = REPO / "reports" / "h200-btcusdt-1m"
     meta = json.loads((published / "run.json").read_text())
     saved = json.loads((published / "config.json").read_text())
     cfg = config_from_dict(saved)
     args = (meta["data"], meta["trials_per_length"], meta["device"])
-    assert legacy_run_key(cfg, *args) == meta["run_key"] != make_run_key(cfg, *args)
-    # a folder made while the fee was in the key: --out resumes it, with its study
+    assert fee_in_key(cfg, *args) == meta["run_key"] != make_run_key(cfg, *args)
+    assert folder_run_key(RunFolder(published), cfg, *args) == meta["run_key"]
+    # a folder made while the fee was in the key (a config.json without config_version): --out resumes
+    # it, with its study, matched by its config
     opts = SweepOptions(lengths=[32, 64], data="synthetic:random-walk", out=tmp_path / "old")
     first = plan_sweep(opts)
-    old_key = legacy_run_key(first.cfg, opts.data, 1, "cpu")
-    write_json(first.run_dir / "run.json", {"run_key": old_key, "study_name": "tsflash-old", "status": "running"})
+    old_key = fee_in_key(first.cfg, opts.data, 1, "cpu")
+    write_json(first.run_dir / "config.json", first.cfg.to_dict())
+    write_json(first.run_dir / "run.json", {"run_key": old_key, "study_name": "tsflash-old", "status": "running",
+                                            "data": opts.data, "trials_per_length": 1, "device": "cpu"})
     again = plan_sweep(opts)
     assert again.resumed and again.run_key == old_key and again.study_name == "tsflash-old"
+    # at another fee too, scored at its own (the fee is not part of a run); another config is refused
+    free = plan_sweep(replace(opts, overrides={"eval": {"fee_bps": 0.0}}))
+    assert free.run_key == old_key and free.cfg.eval.fee_bps == first.cfg.eval.fee_bps and free.fee_note
+    with pytest.raises(UserError, match=r"--out .* holds a run of another configuration \(run key " + old_key):
+        plan_sweep(replace(opts, overrides={"train": {"steps": 3}}))
 
 
 def test_another_fee_reuses_every_cell(finished_run, data_arg, tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from tsflash import atomic
-from tsflash.config import ADDED_LATER, TrainConfig
+from tsflash.config import TrainConfig, added_since
 from tsflash.device import sync
 from tsflash.engine._prepare import Prepared
 from tsflash.errors import UserError
@@ -34,14 +34,10 @@ log = logging.getLogger(__name__)
 # trained model is tsflash.model.MODEL_FILE_FORMAT. 2: balanced windows, learning curve and early stopping.
 TRAINING_CHECKPOINT_FORMAT = "tsflash-fold-checkpoint-2"
 
-# Model settings added after checkpoints were written, at the value those checkpoints trained with:
-# left out of the identity at that value, so that a cell cut before the field existed still resumes.
-IDENTITY_ADDED_LATER = {"residual": ADDED_LATER["model.residual"], "norm": ADDED_LATER["model.norm"],
-                        "patch": ADDED_LATER["model.patch"]}
-# Train settings added after checkpoints were written (the recipe's), left out of the identity likewise.
-TRAIN_IDENTITY_ADDED_LATER = {k: ADDED_LATER[f"train.{k}"] for k in ("ema_decay", "schedule", "decay_fraction",
-                                                                     "short_fraction", "short_length", "restarts",
-                                                                     "restart_screen", "keep_from")}
+# The config version current when TRAINING_CHECKPOINT_FORMAT began: model and train keys added
+# since (tsflash.config.added_since) are left out of the identity at the value their migration
+# step fills, so that a cell cut before a key existed still resumes.
+CHECKPOINT_CONFIG_VERSION = 1
 # TrainingState fields added later: left out of the saved dict while None, so a cell without them
 # writes the dict every older checkpoint holds.
 STATE_ADDED_LATER = ("average", "rewind", "decay")
@@ -88,16 +84,19 @@ class TrainingState:
 
 def checkpoint_identity(prepared: Prepared, n: int, fold: int, seed: int, settings: dict, tc: TrainConfig) -> str:
     """A short hash of everything that makes a checkpoint belong to one run."""
-    model = _without_defaults(settings, IDENTITY_ADDED_LATER)
-    train = _without_defaults(dataclasses.asdict(tc), TRAIN_IDENTITY_ADDED_LATER)
+    model = _without_added(settings, "model")
+    train = _without_added(dataclasses.asdict(tc), "train")
     identity = {"format": TRAINING_CHECKPOINT_FORMAT, "config": prepared.cfg.hash(), "n": n, "fold": fold,
                 "seed": seed, "model": model, "train": train,
                 "bars": [len(prepared.open_time), int(prepared.open_time[0]), int(prepared.open_time[-1])]}
     return digest(identity, 12)
 
 
-def _without_defaults(settings: dict, added_later: dict) -> dict:
-    return {k: v for k, v in settings.items() if k not in added_later or v != added_later[k]}
+def _without_added(settings: dict, section: str) -> dict:
+    """`settings` (one config section) less the keys added since CHECKPOINT_CONFIG_VERSION at their filled value."""
+    added = {k.removeprefix(f"{section}."): v for k, v in added_since(CHECKPOINT_CONFIG_VERSION).items()
+             if k.startswith(f"{section}.")}
+    return {k: v for k, v in settings.items() if k not in added or v != added[k]}
 
 
 class Checkpoint:

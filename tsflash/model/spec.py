@@ -63,22 +63,22 @@ def check_patch(patch, n: int | None = None, names: tuple[str, str] = ("patch", 
 class ModelSettings:
     """The model's hyperparameters: every field of `ModelConfig` but those the data fixes."""
 
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    mlp_ratio: int = 4
+    d_model: int = 256  # width of the residual stream
+    n_layers: int = 4  # transformer blocks
+    n_heads: int = 4  # attention heads; d_model / n_heads is the head size, even for rotary positions
+    mlp_ratio: int = 4  # the MLP's hidden width is mlp_ratio * d_model
     dropout: float = 0.0  # residual/MLP dropout only: attention dropout would force SDPA's MATH path on CPU
-    attention_backend: str = "auto"  # one of ATTENTION_BACKENDS
+    attention_backend: str = "auto"  # the fused SDPA kernel every attention call is forced onto; auto: timed per shape
     # Rotary base; 0 = auto: the smallest (2-digit) base whose slowest wavelength is at least
     # 4 x 131072 bars at this head size (tsflash.model.rotary.rotary_base_for), the same for every N.
     rope_base: float = 0.0
-    norm: str = "rmsnorm"  # one of NORMS
+    norm: str = "rmsnorm"  # the pre-norm before attention and MLP, without bias
     # The residual stream's dtype: "param" keeps it in the parameters' (float32 under bf16 autocast,
     # the published runs'); "compute" in autocast's (bf16 on CUDA): half the bytes for the norms and
     # residual adds, other numerics.
     residual: str = "param"
     # Bars per token: 1 = a token per bar (the published architecture); P > 1 = patch tokens
-    # (PatchTST's, Nie et al. 2023): the P x F features of P consecutive bars, flattened and
+    # (PatchTST's, Nie et al. 2023). The P x F features of P consecutive bars, flattened and
     # projected to d_model, enter as one token, and only the bar ending a patch is scored.
     patch: int = 1
 

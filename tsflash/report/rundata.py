@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tsflash.config import config_version
 from tsflash.errors import UserError
 from tsflash.runfolder import RunFolder, baseline_order, check_run_meta, read_json
 
@@ -80,6 +81,7 @@ def load_run(run_dir: Path | str) -> RunData:
         raise UserError(f"report: run folder not found: {rf.root}")
     run = check_run_meta(_required(rf.run_json), rf.run_json)
     config = _required(rf.config_json)
+    config_version(config, str(rf.root))  # a config newer than this code is refused
     data = _required(rf.data_json)
     ledger = _optional(rf.ledger_json, {"trials": [], "n_complete": 0})
     precision = _optional(rf.precision_json, {"available": False, "reason": "not run"})

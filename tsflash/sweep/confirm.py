@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from tsflash import atomic, engine
-from tsflash.config import ExperimentConfig, config_from_dict
+from tsflash.config import ExperimentConfig, config_from_dict, read_run_config
 from tsflash.data.source import configured_bar_count
 from tsflash.data.store import Bars, iso, load_bars, to_us
 from tsflash.data.synthetic import parse_source, random_walk_bars
@@ -173,7 +173,7 @@ def plan_confirm(run_dir: Path | str, start: str, end: str | None = None, data: 
     run.require_finished("confirm")
     if not run.ledger_json.exists() or not run.config_json.exists():
         raise UserError(f"confirm: {run.root} has no ledger.json/config.json; is it a finished `tsflash sweep` run?")
-    run_cfg = config_from_dict(read_json(run.config_json))
+    run_cfg = read_run_config(run.root)
     meta, ledger = run.read_run(), read_json(run.ledger_json)
     run_source = read_json(run.data_json) if run.data_json.exists() else {}
     d = run_cfg.data
@@ -285,7 +285,7 @@ def _write_provenance(setup: Setup, status: str) -> None:
              "run": setup.run.root.name, "run_range": list(setup.run_range), "seeds": setup.cfg.train.seeds,
              "candidates": [c["key"] for c in setup.candidates]}
     write_json(work.run_json, meta)
-    write_json(work.config_json, setup.cfg.to_dict())
+    write_json(work.config_json, setup.cfg.stored())
     if not work.data_json.exists():
         write_data_json(work, setup.cfg, setup.bars, setup.source, [setup.fold], 0.0)
 

@@ -15,8 +15,10 @@ Fees are not part of the run: they are applied at scoring time from the saved pe
 and gross returns (tsflash.scoring.daily), so `eval.fee_bps` is left out of the run key and of the
 folder's hash. Two sweeps differing only by fee are the same run and reuse every cell; a run is
 scored at the fee in its own config.json, and `tsflash report RUN` re-scores it at another fee.
-Run folders made before this rule carry a key that included the fee (`legacy_run_key`); --out
-naming one is still accepted, so published runs stay resumable.
+Run folders made before this rule carry a key that included the fee; --out naming any folder
+is accepted when its own config.json (of any config version) is this run's config, fee aside, and
+its run.json names the same data, trials and device type (`folder_run_key`), so published runs
+stay resumable under their recorded key.
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ from tsflash.config import (
     PRESETS_DIR,
     REDUCED_PRESET,
     ExperimentConfig,
-    config_from_dict,
     load_config,
     merge_overrides,
+    read_run_config,
     reduced_note,
 )
 from tsflash.data.synthetic import parse_source
 from tsflash.device import parse_devices, resolve_device
 from tsflash.errors import UserError
 from tsflash.identity import digest
-from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run, read_json
+from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run
 from tsflash.sweep.ledger import check_storage
 
 PRESETS = ("auto", "full", "cpu")
@@ -176,18 +178,25 @@ def make_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str) -> 
     return digest({"config": _fee_free(cfg), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
 
 
-def legacy_run_key(cfg: ExperimentConfig, data: str, trials: int, device: str) -> str:
-    """The run key of folders made while the fee was part of the run (e.g. reports/h200-btcusdt-1m).
-    Config keys added since are left out of `to_dict` at the value an older folder means
-    (config.ADDED_LATER), so the key stays the one the folder was made with."""
-    return digest({"config": cfg.to_dict(), "data": data, "trials": trials, "device": device.split(":")[0]}, 12)
+def folder_run_key(folder: RunFolder, cfg: ExperimentConfig, data: str, trials: int, device: str) -> str | None:
+    """The run key recorded in `folder` if it holds this run (config fee aside, data, trials, device
+    type), else None. A folder made while the fee was part of the key is matched by its config."""
+    meta = folder.read_run()
+    if meta.get("run_key") == make_run_key(cfg, data, trials, device):
+        return meta["run_key"]
+    if not folder.config_json.exists():
+        return None
+    same = (run_hash(read_run_config(folder.root)) == run_hash(cfg) and meta.get("data") == data
+            and meta.get("trials_per_length") == trials
+            and str(meta.get("device", "")).split(":")[0] == device.split(":")[0])
+    return meta.get("run_key") if same else None
 
 
 def _with_run_fee(cfg: ExperimentConfig, folder: RunFolder) -> tuple[ExperimentConfig, str]:
     """A resumed run is scored at the fee of its own config.json, whatever this command says."""
     if not folder.config_json.exists():
         return cfg, ""
-    fee = config_from_dict(read_json(folder.config_json)).eval.fee_bps
+    fee = read_run_config(folder.root).eval.fee_bps
     if fee == cfg.eval.fee_bps:
         return cfg, ""
     note = (f"this run is scored at eval.fee_bps={fee:g} (its config.json), not {cfg.eval.fee_bps:g}: fees are "
@@ -227,13 +236,13 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
         resumed = folder.exists()
         if resumed:
             meta = folder.read_run()
-            accepted = (run_key, legacy_run_key(cfg, opts.data, opts.trials, device))
-            if meta.get("run_key") not in accepted:
+            recorded = folder_run_key(folder, cfg, opts.data, opts.trials, device)
+            if recorded is None:
                 raise UserError(
                     f"--out {run_dir} holds a run of another configuration (run key {meta.get('run_key')}, "
                     f"this command {run_key}); choose another --out"
                 )
-            run_key = meta["run_key"]
+            run_key = recorded
             study_name = meta.get("study_name", f"tsflash-{run_key}")
     else:
         found = find_unfinished_run(opts.runs_root, run_hash(cfg), run_key)

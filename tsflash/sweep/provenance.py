@@ -129,7 +129,7 @@ def write_run_json(plan: SweepPlan) -> None:
     })
     write_json(folder.run_json, meta)
     if not folder.config_json.exists():
-        write_json(folder.config_json, plan.cfg.to_dict())
+        write_json(folder.config_json, plan.cfg.stored())
 
 
 def record_kernel_choices(folder: RunFolder, choices: dict) -> None:
