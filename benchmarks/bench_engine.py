@@ -10,8 +10,8 @@ configuration at N = 32768 over all five folds in <= 120 s, preparation in <= 10
 first edition's fixed 200-step budget (`--config first-edition`, the default here: the protocol's
 validated stopping makes the step count, hence the time, depend on the data). Each row keeps the
 steps trained and the compile outcome, so `--set train.compile=true` beside a plain run gives
-the compiled cell's cost, compiling included (`experiments/h200.sh compile`). Results go to
-runs/bench unless --out names reports/bench deliberately (experiments/h200.sh bench does).
+the compiled cell's cost, compiling included (`lab/h200.sh compile`). Results go to
+runs/bench unless --out names reports/bench deliberately (lab/h200.sh bench does).
 """
 
 from __future__ import annotations

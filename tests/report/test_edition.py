@@ -39,7 +39,7 @@ def plan_dir(tmp_path_factory):
 
 
 def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir, capsys):
-    calls = plan_dir / edition.CALLS_DIR  # two device calls' records, as experiments/third_edition_h200.sh writes them
+    calls = plan_dir / edition.CALLS_DIR  # two device calls' records, as lab/third_edition_h200.sh writes them
     calls.mkdir()
     for i, seconds in enumerate((540, 312)):
         (calls / f"2026-12-0{i + 6}T010000Z.json").write_text(json.dumps(

@@ -172,7 +172,7 @@ def test_commands_lists_every_planned_run_with_the_command_the_plan_shows(tmp_pa
     preregister.write_plan(laddered, tmp_path / "laddered")
     assert main(["preregister", "--commands", str(tmp_path / "laddered")]) == 0
     folder, command = capsys.readouterr().out.splitlines()[-1].split("\t")  # the ladder last, as in PLAN.md
-    assert folder == str(tmp_path / "laddered" / "ladder") and command.startswith("python experiments/power_ladder.py")
+    assert folder == str(tmp_path / "laddered" / "ladder") and command.startswith("python lab/power_ladder.py")
     assert f"\n{command}\n" in (tmp_path / "laddered" / "PLAN.md").read_text()
 
 
@@ -222,7 +222,7 @@ def test_the_ladder_states_what_no_rules_out_at_the_plans_rule(tmp_path, capsys)
     assert main(["preregister", "--lengths", "512,4096,32768", "--set", "train.restarts=4", "--ladder", "--out", str(out)]) == 0
     plan = json.loads((out / "PLAN.json").read_text())
     command = plan["ladder"]["command"]
-    assert command.startswith("python experiments/power_ladder.py") and "--lengths 512,32768" in command
+    assert command.startswith("python lab/power_ladder.py") and "--lengths 512,32768" in command
     assert "--set train.restarts=4" in command and "--set train.restarts=4" in plan["ladder"]["cost"]
     text = (out / "PLAN.md").read_text()
     assert wording.LADDER_RULE in text and f"{command} --runs {out / 'ladder'}" in text

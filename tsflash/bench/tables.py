@@ -3,7 +3,7 @@ plain against compiled (compile-cells.md), other models against the experiment's
 control (model-variants.md, which reads the published controls under the checkout's reports/),
 and the scaling over GPUs (scaling.md with scaling.json). Each `*_markdown` function turns
 results into Markdown (`tsflash.report.markdown.markdown_table`), each `write_*` reads the
-results' folder and writes the file; experiments/h200.sh calls them.
+results' folder and writes the file; lab/h200.sh calls them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tsflash.errors import UserError
 from tsflash.model import fastpath
 from tsflash.report.markdown import format_cell, markdown_table
 
-# What each variant folder of `experiments/h200.sh mfu` ran (mfu.md says it under the table).
+# What each variant folder of `lab/h200.sh mfu` ran (mfu.md says it under the table).
 MFU_VARIANTS = {
     "eager": "no torch.compile",
     "default": 'torch.compile mode "default" (inductor fuses the element-wise work)',
@@ -169,7 +169,7 @@ def write_compile_cells_markdown(folder: Path | str) -> Path:
     return path
 
 
-MODEL_REFERENCE = "experiment"  # experiments/h200.sh model-variants: the experiment's model, the others' reference
+MODEL_REFERENCE = "experiment"  # lab/h200.sh model-variants: the experiment's model, the others' reference
 
 
 def engine_seed(result: dict) -> int:
@@ -249,7 +249,7 @@ def _variant_summary(cells: dict[str, dict], diffs: dict[str, list[float]], ref:
     return markdown_table(header, rows)
 
 
-# The published controls (experiments/controls.py), in the checkout this package runs from
+# The published controls (lab/controls.py), in the checkout this package runs from
 CONTROLS_SUMMARY = Path(__file__).resolve().parents[2] / "reports" / "controls" / "protocol" / "summary.json"
 
 

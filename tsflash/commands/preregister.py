@@ -86,7 +86,7 @@ def register(sub) -> None:
                    help="a control: every arm's config on a synthetic market, e.g. "
                    "echo=synthetic:long-memory:0:strength=0.2 (repeatable; runs go to OUT/controls/NAME/<arm>)")
     p.add_argument("--ladder", action="store_true",
-                   help="add the strength ladder (experiments/power_ladder.py at the plan's --set overrides): what a "
+                   help="add the strength ladder (lab/power_ladder.py at the plan's --set overrides): what a "
                         "\"no\" rules out, its command and the sentence each of its outcomes will produce")
     p.add_argument("--aa-seeds", type=_seeds_type, default=None, metavar="S,S,...",
                    help="add the A/A replicate: every arm's config on the plan's own bars with these seeds (disjoint "

@@ -12,7 +12,7 @@ through torch.compile in mode COMPILE_MODE: inductor fuses the small element-wis
 (rotary, norms, GELU, casts) whose separate passes over memory dominate an eager step at small N
 (on the H200 at N=512: 18.2 of 25.3 ms, fused to 5.2 ms; the device idles 0.3 ms either way, so
 the step is bandwidth-, not launch-bound), and the mode "reduce-overhead" adds CUDA graphs. Which mode measures best is for
-`experiments/h200.sh mfu` to say (`tsflash bench train --compile MODE` per mode); COMPILE_MODE
+`lab/h200.sh mfu` to say (`tsflash bench train --compile MODE` per mode); COMPILE_MODE
 holds the answer. Eager runs instead, with the reason in the log, on CPU (a CPU cell is small:
 compiling costs more than it saves), without Triton, and when the compiler fails (the first
 failure switches the cell to eager).

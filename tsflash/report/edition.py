@@ -13,7 +13,7 @@ every number is one its run's report wrote (questions.json, results.json), so th
 say what the reports do not. Read under the
 plan's order rule (`wording.ORDER_RULE`): only complete stages are read, and every run of a stage not
 complete is listed as not run, whatever part of it has finished. The device time the plan used is
-the sum of its calls' records (calls/*.json, one per `experiments/third_edition_h200.sh` call).
+the sum of its calls' records (calls/*.json, one per `lab/third_edition_h200.sh` call).
 The plan is read as amended (`amended_plan`): the summary names each amendment, lists the runs it
 takes out of this edition with their reasons, and reads a power bracket's rungs (an amendment's
 controls with an oracle gain) as found or missed, one run a strength.

@@ -58,7 +58,7 @@ PLAN_DEVICE = "cuda"  # a plan is for the full config on a GPU, whatever machine
 AA_CONTROL = "aa"  # the A/A replicate's control name (`--aa-seeds`): runs in OUT/controls/aa/<arm>
 LADDER_DIR = "ladder"  # the ladder's replicates and summary: OUT/ladder (its command's --runs in PLAN.md)
 LADDER_RUN = "ladder"  # the ladder's name among the planned runs (--check, --stage, PLAN.json's order)
-CALLS_DIR = "calls"  # one record per device call (experiments/third_edition_h200.sh): the device time used
+CALLS_DIR = "calls"  # one record per device call (lab/third_edition_h200.sh): the device time used
 
 
 def parse_arm(text: str) -> tuple[str, list[str]]:
@@ -216,7 +216,7 @@ def _ledger_lines(plan: dict, out: Path) -> list[str]:
     return lines
 
 
-LADDER_SCRIPT = "experiments/power_ladder.py"  # the strength ladder (what a "no" rules out)
+LADDER_SCRIPT = "lab/power_ladder.py"  # the strength ladder (what a "no" rules out)
 
 
 def ladder_command(base: tuple[str, ...], *flags: str) -> str:
@@ -225,7 +225,7 @@ def ladder_command(base: tuple[str, ...], *flags: str) -> str:
 
 
 def _ladder_script():
-    """experiments/power_ladder.py of this checkout, loaded as a module (the experiment scripts are not
+    """lab/power_ladder.py of this checkout, loaded as a module (the experiment scripts are not
     a package): its cost plan prices the ladder from the same calibrated table as the arms."""
     path = Path(__file__).resolve().parents[2] / LADDER_SCRIPT
     if not path.is_file():
