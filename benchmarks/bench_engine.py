@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from tsflash.atomic import write_json
-from tsflash.commands.options import parse_lengths, parse_overrides
+from tsflash.overrides import parse_lengths, parse_overrides
 from tsflash.config import load_config
-from tsflash.data.source import load_data
+from tsflash.sweep.source import load_data
 from tsflash.device import device_name, resolve_device, sync
 from tsflash.engine import fold_data, prepare, run_fold
 from tsflash.data.store import load_bars
@@ -34,7 +34,7 @@ from tsflash.data.store import load_bars
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", required=True, help="store root, or synthetic:KIND[:SEED[:PARAMS]] (tsflash.data.source)")
+    ap.add_argument("--data", required=True, help="store root, or synthetic:KIND[:SEED[:PARAMS]] (tsflash.sweep.source)")
     ap.add_argument("--config", default="first-edition")
     ap.add_argument("--lengths", default="32768")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:K")

@@ -6,7 +6,7 @@
 
 writes .carry/state-third.tar (gzip-compressed; `tar xf` reads it) with the plan, its amendments
 (AMENDMENT.md, ...: the device reads the plan as amended) and the named runs
-(default: `tsflash preregister --next`, the runs the device script runs by default):
+(default: `python -m lab.plan --next`, the runs the device script runs by default):
 
 * a run not complete: what a resume reads back (cell summaries, fold scores, daily series, loss
   tables, the optuna ledger), not its per-bar cell files, checkpoints, figures or HTML (as
@@ -36,7 +36,10 @@ if str(REPO) not in sys.path:
 
 from tsflash.errors import UserError  # noqa: E402
 from tsflash.runfolder import RunFolder, left_out_of_record  # noqa: E402
+from tsflash.report import registration  # noqa: E402
 from tsflash.sweep import preregister  # noqa: E402
+
+from lab.plan_state import next_runs  # noqa: E402
 
 log = logging.getLogger("carry_state")
 
@@ -61,8 +64,8 @@ def run_files(root: Path) -> list[Path]:
 def state_files(plan_dir: Path, runs: list[str]) -> list[Path]:
     """The plan, its amendments (the device reads the plan as amended) and every run folder under each
     named run (a sweep's, or the ladder's replicates)."""
-    files = [plan_dir / preregister.PLAN_JSON, plan_dir / preregister.PLAN_MD,
-             *preregister.amendment_files(plan_dir)]
+    files = [plan_dir / registration.PLAN_JSON, plan_dir / registration.PLAN_MD,
+             *registration.amendment_files(plan_dir)]
     for run in runs:
         folder = plan_dir / run
         found = sorted({p.parent for p in folder.rglob("run.json")}) if folder.is_dir() else []
@@ -112,19 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
-        if not (args.plan / preregister.PLAN_JSON).is_file():
-            raise UserError(f"{args.plan}: no {preregister.PLAN_JSON} there")
+        if not (args.plan / registration.PLAN_JSON).is_file():
+            raise UserError(f"{args.plan}: no {registration.PLAN_JSON} there")
         if Path(CARRIED[1]).resolve() not in args.out.resolve().parents:
             raise UserError(f"--out must lie in {CARRIED[1]}/, which the call carries, got {args.out}")
-        runs = args.runs or preregister.next_runs(args.plan)[1]
+        runs = args.runs or next_runs(args.plan)[1]
         if not runs:
             raise UserError(f"{args.plan}: every stage of the plan is complete; nothing to carry")
         planned = {str(f.relative_to(args.plan)) for _, f, _ in preregister.ordered_commands(
             preregister.amended_plan(args.plan), args.plan)}
         if unknown := [r for r in runs if r not in planned]:
-            files = [p.name for p in preregister.amendment_files(args.plan)]
+            files = [p.name for p in registration.amendment_files(args.plan)]
             amended = f" as amended ({', '.join(files)})" if files else ""
-            raise UserError(f"run {unknown[0]} is not in {args.plan / preregister.PLAN_JSON}{amended}; its runs: "
+            raise UserError(f"run {unknown[0]} is not in {args.plan / registration.PLAN_JSON}{amended}; its runs: "
                             f"{' '.join(sorted(planned))}")
         files = state_files(args.plan, runs)
         partial = write_partial(files, args.out, Path.cwd())

@@ -157,7 +157,7 @@ def oracle_hits(folder: RunFolder, cells: list[dict]) -> dict[int, dict] | None:
     import torch
 
     from tsflash.config import config_from_dict
-    from tsflash.data.source import load_data
+    from tsflash.sweep.source import load_data
     from tsflash.dataset.labels import forward_log_returns, make_labels
     from tsflash.data.store import to_us
     from tsflash.data.synthetic import INTERVAL_US, LongMemory, echo_signal, grid_returns

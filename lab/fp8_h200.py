@@ -26,7 +26,7 @@ import torch
 
 from tsflash import atomic
 from tsflash.bench import fp8
-from tsflash.commands.options import parse_lengths, parse_overrides
+from tsflash.overrides import parse_lengths, parse_overrides
 from tsflash.config import load_config
 from tsflash.device import resolve_device
 

@@ -81,7 +81,7 @@ case "${1:-}" in
       echo "sweep on $n GPU(s) exit: $?"
       t1=$(date +%s.%N)
       tail -3 "$OUT/scaling-$n.log"
-      python3 -c "from pathlib import Path; from tsflash.bench.tables import add_scaling_time, record_scaling
+      python3 -c "from pathlib import Path; from lab.bench_tables import add_scaling_time, record_scaling
 total, calls = add_scaling_time(Path('$run'), $t1 - $t0)
 print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total, '$SCALING_LENGTHS', calls).read_text())"
     done
@@ -136,14 +136,14 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
         $profile --force --out "$dir/$mode" 2>&1 | tee "$OUT/mfu-$mode.log" | tail -16
       echo "mfu $mode exit: ${PIPESTATUS[0]}"
     done
-    python3 -c "from tsflash.bench.tables import write_mfu_markdown; print(write_mfu_markdown('$dir').read_text())"
+    python3 -c "from lab.bench_tables import write_mfu_markdown; print(write_mfu_markdown('$dir').read_text())"
     tar cf "$OUT/mfu.tar" "$dir" "$(dirname "$dir")/mfu.md"
     ;;
   compile)
     # torch.compile in the engine, cell by cell: the default config on the random walk (nothing to
     # carry), folds COMPILE_FOLDS (0,4) at N = 512, 4096, 32768, seed 0, first plain, then with
     # train.compile=true, one process each (a fresh compile cache: compiling is paid in full);
-    # reports/bench/compile-cells.md puts the two side by side (tsflash.bench.tables.write_compile_cells_markdown).
+    # reports/bench/compile-cells.md puts the two side by side (lab.bench_tables.write_compile_cells_markdown).
     # About 2 minutes per variant on the H200; COMPILE_VARIANTS=compiled reruns only that one (the
     # other's engine-cuda.json stays).
     d=${COMPILE_DIR:-reports/bench/compile-cells}
@@ -155,7 +155,7 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
         $flag --out "$d/$variant" 2>&1 | grep -v "^USDT" | tee "$OUT/compile-$variant.log" | tail -10
       echo "compile $variant exit: ${PIPESTATUS[0]}"
     done
-    python3 -c "from tsflash.bench.tables import write_compile_cells_markdown; print(write_compile_cells_markdown('$d').read_text())"
+    python3 -c "from lab.bench_tables import write_compile_cells_markdown; print(write_compile_cells_markdown('$d').read_text())"
     tar cf "$OUT/compile.tar" "$d" "$d.md"
     ;;
   model-variants)
@@ -167,7 +167,7 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     # VARIANTS (default "experiment fast"): experiment, fast (both changes), head128 or bf16-residual.
     # Results go to VARIANTS_TOP (reports/bench/model-variants)/seed<S>-folds<F>/<variant>/ (that
     # variant's folder is replaced, the others stay); VARIANTS_TOP.md is the table over every
-    # folder there (`tsflash.bench.tables.write_model_variants_markdown`), with the cells that found the
+    # folder there (`lab.bench_tables.write_model_variants_markdown`), with the cells that found the
     # echo counted at the published controls' bar. Keep one VARIANTS_DATA per VARIANTS_TOP.
     data=${VARIANTS_DATA:-synthetic:long-memory:0:strength=0.2}
     seed=${VARIANTS_SEED:-0}; folds=${VARIANTS_FOLDS:-0,2}
@@ -189,7 +189,7 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
       echo "variant $variant exit: ${PIPESTATUS[0]}"
       set +f
     done
-    python3 -c "from pathlib import Path; from tsflash.bench.tables import control_found_bar, write_model_variants_markdown as w
+    python3 -c "from pathlib import Path; from lab.bench_tables import control_found_bar, write_model_variants_markdown as w
 print(w(*sorted(p for p in Path('$top').iterdir() if p.is_dir()), out='$top.md', found_at=control_found_bar('$data')).read_text())"
     tar cf "$OUT/variants.tar" "$d" "$top.md"
     ;;

@@ -239,7 +239,7 @@ def echo_oracle_gain(root: Path) -> float | None:
     bar, over the class prior) of the calibrated sign of the planted drift (`echo_signal`) on every
     bar whose echo source exists, the flat third fitted on them (`direction_gain`). None on the null."""
     from tsflash.config import config_from_dict
-    from tsflash.data.source import load_data
+    from tsflash.sweep.source import load_data
     from tsflash.data.synthetic import INTERVAL_US, LongMemory, direction_gain, echo_signal, grid_returns
 
     folder = RunFolder(root)
@@ -548,7 +548,7 @@ def cost_plan(args, usable_s: float = 1200.0) -> dict:
     """Estimated seconds of one replicate on one H200 from the calibrated cost table (cuda rows),
     as estimated and with every longest-N cell at its maximum steps, how many fit in `usable_s`, and
     the whole ladder's (`schedule`: every rung's replicates) both ways."""
-    from tsflash.commands.options import parse_overrides
+    from tsflash.overrides import parse_overrides
     from tsflash.sweep.plan import SweepOptions, resolve_config
     from tsflash.sweep.progress import CostModel, fresh_works, prior_rates
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The pre-registered third edition on a lent H200, in resumable slices (issue 33): the planned runs
 # named in RUNS (their folders relative to the plan, e.g. "per-bar controls/aa/per-bar", or "ladder";
-# by default the plan's next stage's runs not complete, `tsflash preregister --next`), side by side on
-# the one GPU, each by its plan's own command (`tsflash preregister --commands`: a `tsflash sweep`, or
+# by default the plan's next stage's runs not complete, `python -m lab.plan --next`), side by side on
+# the one GPU, each by its plan's own command (`python -m lab.plan --commands`: a `tsflash sweep`, or
 # the ladder's script) with --time-budget BUDGET_S, stopped at LIMIT_S. Run from the repository root
 # there:
 #
@@ -28,10 +28,10 @@
 # (a store's folder is not a departure from the plan: its bars are fingerprinted in data.json).
 # Out: $OUT/state-third.tgz.* (the plan and the named runs, per-bar cell files and checkpoints left
 # behind: an interrupted cell trains again; and this call's record, $PLAN/calls/<start>.json: its
-# start, wall-clock seconds, runs and their exit codes, the GPU and how many, which `tsflash
-# preregister --summary` adds up as the device time the plan used) and $OUT/third-logs.tgz. Back
-# here, from the repository root: `cat <files_at>/state-third.tgz.* | tar xzf -`, then `tsflash
-# preregister --check reports/third-edition`.
+# start, wall-clock seconds, runs and their exit codes, the GPU and how many, which `python -m
+# lab.plan --summary` adds up as the device time the plan used) and $OUT/third-logs.tgz. Back
+# here, from the repository root: `cat <files_at>/state-third.tgz.* | tar xzf -`, then `python -m
+# lab.plan --check reports/third-edition`.
 # The checkout's tracked reports/ (about 116 MiB) is over the device's 64 MiB carry: call from a checkout
 # holding only this plan's reports, `git sparse-checkout set --no-cone '/*' '!/reports/*' '/reports/third-edition/'`
 # (`git sparse-checkout disable` afterwards), carrying .whl and .carry/packed. A warm machine goes back after
@@ -52,7 +52,7 @@ fi
 KEEP=${KEEP:-/tmp/tsflash-keep/$PLAN}  # the tests give each call a folder of its own
 if [ -d "$KEEP" ]; then cp -a "$KEEP/." "$PLAN/" && echo "restored the state an earlier call left in $KEEP"; fi
 if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not complete
-  RUNS=$(python3 -m tsflash.cli preregister --next "$PLAN") || exit 2
+  RUNS=$(python3 -m lab.plan --next "$PLAN") || exit 2
   if [ -z "$RUNS" ]; then
     echo "every stage of $PLAN/PLAN.json is complete: nothing to run" >&2
     exit 0
@@ -64,7 +64,7 @@ if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not compl
   RUNS="${next[*]:0:$RUNS_MAX}"
   echo "the plan's next runs: $RUNS"
 fi
-planned=$(python3 -m tsflash.cli preregister --commands "$PLAN") || exit 2
+planned=$(python3 -m lab.plan --commands "$PLAN") || exit 2
 
 # Every named run is found in the plan before any starts: a typo costs nothing.
 dirs=(); commands=()

@@ -14,11 +14,13 @@ import torch
 from tsflash.model import attention as attn
 from tsflash import device, engine
 from tsflash.bench import attention as attention_bench
-from tsflash.bench import common, precision, tables, trainstep
+from tsflash.bench import common, precision, trainstep
 from tsflash.model import flops
 from tsflash.cli import main
-from tsflash.commands.options import parse_lengths
+from tsflash.overrides import parse_lengths
 from tsflash.errors import UserError
+
+from lab import bench_tables as tables
 
 CPU = torch.device("cpu")
 

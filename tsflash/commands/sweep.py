@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from tsflash.commands import options
-from tsflash.commands.options import parse_overrides
+from tsflash.overrides import parse_overrides
 from tsflash.commands.runs import answer_sentences
 from tsflash.runfolder import RunFolder
 

@@ -719,7 +719,10 @@ def default_keys(rd: RunData) -> dict[int, str]:
     return {rd.n_of(k): k for k in keys}
 
 
-def compute(rd: RunData) -> Numbers:
+def compute(rd: RunData, replicate: object = None) -> Numbers:
+    """Every number of the run's report, once. `replicate`: a pre-registered A/A replicate's reading
+    (`tsflash.report.replicate.replicate_check`), which reads this module's tables, so it is computed
+    by the caller and handed in."""
     rows = fold_table(rd)
     keys = rd.trial_keys
     per_n = [summarize(rows, k) for k in keys]
@@ -729,9 +732,7 @@ def compute(rd: RunData) -> Numbers:
     stats = {k: series_stats(rd, k) for k in [*keys, *baselines] if k in rd.series}
     selection = run_selection(rd)
     forecast = forecast_question(rd, [s["series"] for s in primary])
-    from tsflash.report.replicate import replicate_check  # it reads this module's loss tables
-
     probe = probe_check(rd, primary, forecast.runs)
     return Numbers(rows, per_n, baselines, primary, selection, stats, forecast, trading_question(rd, selection),
-                   pbo_null_summary(selection), probe, replicate_check(rd),
+                   pbo_null_summary(selection), probe, replicate,
                    information_order(forecast.runs.ranking, probe, [s["n"] for s in primary]))

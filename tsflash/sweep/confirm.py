@@ -42,7 +42,7 @@ import numpy as np
 
 from tsflash import atomic, engine
 from tsflash.config import ExperimentConfig, config_from_dict
-from tsflash.data.source import configured_bar_count
+from tsflash.sweep.source import configured_bar_count
 from tsflash.data.store import Bars, iso, load_bars, to_us
 from tsflash.data.synthetic import parse_source, random_walk_bars
 from tsflash.errors import UserError

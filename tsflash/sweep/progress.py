@@ -261,7 +261,7 @@ def preset_config(preset: str, lengths: tuple[int, ...] = (512, 4096, 32768),
                   overrides: tuple[str, ...] = ()) -> ExperimentConfig:
     """The default config as a calibration row ran it: "full" or with the reduced CPU preset, and the
     row's --set items."""
-    from tsflash.commands.options import parse_overrides
+    from tsflash.overrides import parse_overrides
     from tsflash.sweep.plan import SweepOptions, resolve_config
 
     opts = SweepOptions(lengths=list(lengths), preset=preset, overrides=parse_overrides(list(overrides)))
@@ -284,7 +284,7 @@ def _row_protocol(row: Measured) -> tuple:
 
 
 def _bars_of(cfg: ExperimentConfig) -> int:
-    from tsflash.data.source import configured_bar_count
+    from tsflash.sweep.source import configured_bar_count
 
     return configured_bar_count(cfg)
 
@@ -468,7 +468,7 @@ def format_seconds(s: float) -> str:
 def fresh_works(cfg: ExperimentConfig, trials: int = 1, precision: bool = True) -> list[Work]:
     """Every piece of work of a new run of `cfg` (no cell saved yet): each fold's baselines, the
     model cells of every N, trial, fold and seed, the precision check, the report."""
-    from tsflash.data.source import configured_bar_count
+    from tsflash.sweep.source import configured_bar_count
 
     params, n_bars = n_params(cfg), configured_bar_count(cfg)
     works = [baseline_work(cfg, k, n_bars) for k in range(cfg.splits.n_folds)]

@@ -24,7 +24,7 @@ configuration trials (ledger.json; cells are not counted) and the variance of th
 Where things live: the options, config, run key and run folder choice in tsflash.sweep.plan; the
 ledger (configurations, cells, the heartbeat storage) in tsflash.sweep.ledger; the workers and the
 order of cells in tsflash.sweep.workers; run.json and data.json in tsflash.sweep.provenance; the cost estimates, ETA and log
-in tsflash.sweep.progress; the bars in tsflash.data.source.
+in tsflash.sweep.progress; the bars in tsflash.sweep.source.
 
 Sharing a study: `--storage postgresql://user:pass@host/db` (or any SQLAlchemy URL optuna
 accepts; needs the driver, e.g. psycopg2) together with an artifact store every host reaches
@@ -57,12 +57,13 @@ from optuna.trial import Trial
 from tsflash import engine
 from tsflash.bench.precision import bench_precision
 from tsflash.config import ExperimentConfig
-from tsflash.data.source import check_data, configured_bar_count, load_data
+from tsflash.sweep.source import check_data, configured_bar_count, load_data
 from tsflash.data.store import iso
 from tsflash.errors import UserError
 from tsflash.model import attention
 from tsflash.model.transformer import CausalTransformer, ModelConfig
 from tsflash.report import build_report
+from tsflash.sweep.preregister import resolved_arm
 from tsflash.runfolder import (
     BASELINE_DIR,
     RunFolder,
@@ -168,7 +169,7 @@ def _run_in_folder(plan: SweepPlan) -> Path:
                  "the run that completes it writes the report")
         return folder.root
     record_peak_memory(folder, "data, cells, precision check")  # what the report's cost section shows
-    written = None if plan.options.validation_only else build_report(folder.root)
+    written = None if plan.options.validation_only else build_report(folder.root, resolve=resolved_arm)
     mark_complete(folder)
     peak = record_peak_memory(folder, "data, cells, precision check" + ("" if written is None else ", report"))
     log.info("peak memory of the job: %.2f GiB (%s; run.json \"peak_memory\")", peak / 2**30,

@@ -1,4 +1,4 @@
-"""tsflash.dataset.inputs: `model_inputs` gives the features and labels the engine builds for a
+"""tsflash.engine.inputs: `model_inputs` gives the features and labels the engine builds for a
 fold (`engine.prepare` + `engine.fold_data`), bit for bit, when fitted on that fold's training bars."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The answer of a pre-registered plan, read from its runs' reports (issue 33, deliverable 4).
 
-    tsflash preregister --summary reports/third-edition
+    python -m lab.plan --summary reports/third-edition
 
 collects every figure an edition's README paragraph and closing note give (per architecture and N:
 the steps kept, question 1 over training runs, the nesting check and its two parts, the linear probe,
@@ -29,24 +29,15 @@ from tsflash.report.context import most_gpu_jobs
 from tsflash.report.probe import FOLLOWS
 from tsflash.report.questions import RESULTS_FILE as QUESTIONS_FILE
 from tsflash.report.wording import NA, NESTING_PART_NAMES, SCORE_NAMES, bps, fmt, label, plural, signed
+from tsflash.report.registration import (AA_CONTROL, CONTROL_RULES, LADDER_RUN, NOT_RUN, PLAN_JSON, amended_words,
+                                         plan_order_of, planned_runs)
 from tsflash.runfolder import RunFolder, read_json
-from tsflash.sweep.preregister import (AA_CONTROL, CALLS_DIR, LADDER_RUN, NOT_RUN, PLAN_JSON, amended_plan,
-                                       amended_words, device_calls, plan_order_of, plan_state, planned_runs)
+from tsflash.sweep.preregister import amended_plan
+
+from lab.plan_state import CALLS_DIR, device_calls, plan_state
 
 SUMMARY_MD, SUMMARY_JSON, SUMMARY_PNG = "SUMMARY.md", "summary.json", "summary.png"
-NO_FALSE_POSITIVE = ("met when question 1 over training runs does not say \"better\" and no length passes "
-                     "the trading gates")
-# How each control's expectation (wording.CONTROL_EXPECTATIONS) is read as met or not: stated in the
-# plan beside it (PLAN.md's controls table) and applied by `control_met` to the control's report.
-CONTROL_RULES = {
-    "long-memory": "met when question 1 over training runs says \"better\"",
-    "regime": f"met when the ranking check {FOLLOWS} (the linear probe's order)",
-    "random-walk": NO_FALSE_POSITIVE,
-    "iid": NO_FALSE_POSITIVE,
-    AA_CONTROL: "met when the A/A comparisons are calibrated: \"differ\" at most as often as the level allows",
-}
-
-
+__all__ = ["CONTROL_RULES", "control_met", "write_summary"]  # CONTROL_RULES: the package's, read here
 def control_met(kind: str, reading: dict) -> bool | None:
     """Is a control's expectation met by its reading (`_reading`), by `CONTROL_RULES`? None where
     the report has no reading for the rule (e.g. no ranking: fewer than three lengths)."""
@@ -145,7 +136,7 @@ def edition_summary(out: Path) -> dict:
                "complete": all(rows[n]["state"] == "complete" for n in st["runs"])} for st in plan_order_of(plan)]
     if not any(st["complete"] for st in stages):
         raise UserError(f"--summary {out}: no stage of plan {plan['plan_hash']} is complete, so nothing is read "
-                        f"(only complete stages are; `tsflash preregister --check {out}` shows each run's state)")
+                        f"(only complete stages are; `python -m lab.plan --check {out}` shows each run's state)")
     read = {n for st in stages if st["complete"] for n in st["runs"]}
     arms, controls = [], []
     for name, control, _, run_dir in planned_runs(plan, out):
@@ -316,7 +307,7 @@ def render_summary(s: dict) -> str:
 
     done = [st["stage"] for st in s["stages"] if st["complete"]]
     lines = [f"# The answer of plan {s['plan_hash']}", "",
-             f"Written by `tsflash preregister --summary` from the reports of the plan's runs ([PLAN.md](PLAN.md)); "
+             f"Written by `python -m lab.plan --summary` from the reports of the plan's runs ([PLAN.md](PLAN.md)); "
              f"every figure is one a report wrote. Data: `{s['data']}`, {s['range'][0]} .. {s['range'][1]}.", "",
              f"Stages complete: {len(done)} of {len(s['stages'])} ({', '.join(done)}). {ORDER_RULE}", ""]
     if s.get("amendments"):
