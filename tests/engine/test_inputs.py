@@ -12,7 +12,8 @@ import torch
 import tsflash
 from tsflash import engine
 from tsflash.config import load_config, merge_overrides, config_from_dict
-from tsflash.dataset import FEATURE_NAMES, model_inputs
+from tsflash.dataset import FEATURE_NAMES
+from tsflash.engine.inputs import model_inputs
 from tests.conftest import REPO
 
 

@@ -227,7 +227,7 @@ def test_on_a_machine_of_several_gpus_each_sweep_takes_a_worker_a_gpu(planned):
     (record,) = (root / "reports/third-edition/calls").glob("*.json")
     call = json.loads(record.read_text())
     assert call["gpu_count"] == 8
-    from tsflash.sweep.preregister import device_calls
+    from lab.plan_state import device_calls
 
     record.write_text(json.dumps(call | {"seconds": 10}))  # the stubbed call took no time: 10 s, read back
     assert device_calls(root / "reports/third-edition") | {"gpus": []} == {"calls": 1, "seconds": 10, "gpu_seconds": 80,

@@ -11,12 +11,11 @@ commands and its summary are the studies' bookkeeping: `python -m lab.plan` in a
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from tsflash.commands import options
-from tsflash.overrides import parse_overrides
 from tsflash.commands.sweep import with_symbol
+from tsflash.overrides import parse_overrides
 
 
 def _arm_type(text: str) -> tuple[str, list[str]]:

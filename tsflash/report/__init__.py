@@ -28,9 +28,9 @@ days; with fewer common days than `selection.cscv_blocks` the block count is red
 report says so).
 
 Layout: rundata (loading), rescore (fees at scoring time), compute (numbers), nesting (the nesting
-check: each long N cut to the shortest N against it, over training runs), edition (a pre-registered
-plan's answer, collated from its runs' reports: `tsflash preregister --summary`), wording (sentences and
-units), figures, context (the one template context), render (jinja2), outputs (results.json,
+check: each long N cut to the shortest N against it, over training runs), replicate (an A/A
+replicate against its arm), registration (a pre-registered plan read back: a run's departures),
+wording (sentences and units), figures, context (the one template context), render (jinja2), outputs (results.json,
 Parquet).
 """
 

@@ -39,7 +39,7 @@ The notes below are about these forecast-level tests.
   another counts as significantly higher, the answer is marked mixed), "worse" when some counts
   as higher and none as lower, "no better" otherwise. Why the skill condition: two forecasts
   without skill can differ truly and significantly in how far they stray from the no-skill
-  forecast. On the full-size random walk (H200), N=4096's direction loss was below N=512's with
+  forecast. On the full-size random walk (on a GPU), N=4096's direction loss was below N=512's with
   Holm p 0.009, because N=512 strayed further from 50/50; "less wrong than the shortest N" is not
   "forecasts better". Such differences are listed (`unskilled`) and the
   sentence names them, but they decide nothing.

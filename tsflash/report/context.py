@@ -20,6 +20,7 @@ from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.figures import CAPTIONS
 from tsflash.report.markdown import table as _table
 from tsflash.report.questions import forecast_section, trading_section, write_outputs
+from tsflash.report.registration import ArmResolver, deviations_sentence, plan_for
 from tsflash.report.rescore import rescores_cells
 from tsflash.report.rundata import RunData, seed_inference
 from tsflash.report.wording import (
@@ -38,7 +39,6 @@ from tsflash.report.wording import (
     too_short_line,
 )
 from tsflash.scoring.strategy import Strategy
-from tsflash.report.registration import ArmResolver, deviations_sentence, plan_for
 
 SECTIONS = (
     "The two questions and the answers",

@@ -98,7 +98,7 @@ def parse_control_set(text: str) -> tuple[str, str]:
 
 def parse_stage(text: str) -> tuple[str, list[str]]:
     """"first=per-bar,aa/per-bar,echo/*" -> ("first", [those patterns]): one stage of the plan's order,
-    its runs by their names in `tsflash preregister --check` (an arm, CONTROL/ARM, or ladder), each
+    its runs by their names in `python -m lab.plan --check` (an arm, CONTROL/ARM, or ladder), each
     name or shell pattern matching the runs not in an earlier stage."""
     name, sep, rest = text.partition("=")
     patterns = [p for p in rest.split(",") if p]
@@ -239,7 +239,7 @@ def _ladder_lengths(arm: dict) -> str:
 
 
 def _ladder_cost(base: tuple[str, ...], lengths: str) -> dict:
-    """The ladder's H200 seconds (every rung's replicates, expected and with every longest-N cell at its
+    """The ladder's GPU seconds (every rung's replicates, expected and with every longest-N cell at its
     maximum steps) and its replicates, by the script's own `cost_plan` at the plan's overrides."""
     script = _ladder_script()
     cost = script.cost_plan(script.parse_args(["--lengths", lengths, *[w for i in base for w in ("--set", i)]]))
@@ -366,7 +366,7 @@ def render_plan(plan: dict, out: Path) -> str:
     if plan.get("note"):
         lines += [plan["note"], ""]
     lines += [f"**Data**: `{plan['data']}`, {plan['symbol']}, {plan['range'][0]} .. {plan['range'][1]}.", "",
-              "| arm | overrides | config hash | lengths | seeds | folds | model cells | H200 time expected (all cells at max steps) |",
+              "| arm | overrides | config hash | lengths | seeds | folds | model cells | GPU time expected (all cells at max steps) |",
               "|---|---|---|---|---|---|---|---|"]
     for a in plan["arms"]:
         lines.append(f"| {a['name']} | {' '.join(f'`{o}`' for o in a['overrides']) or '-'} | `{a['config_hash']}` "
@@ -401,7 +401,7 @@ def render_plan(plan: dict, out: Path) -> str:
                   f"Every arm's config on each synthetic market, unchanged but for a control's own settings "
                   f"(runs in `{CONTROLS_DIR}/<control>/<arm>`); their reports list their departures from the plan "
                   "like the arms'.", "",
-                  "| control | source | its own settings | the answer it should give | read as | H200 time, all arms (all cells at max steps) |",
+                  "| control | source | its own settings | the answer it should give | read as | GPU time, all arms (all cells at max steps) |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {c['name']} | `{c['source']}` | {' '.join(f'`{o}`' for o in c.get('overrides', [])) or '-'} "
                   f"| {c['expect']} | {c.get('rule', '-')} | {c['gpu_seconds'] / 60:.0f} min ({c['gpu_seconds_worst'] / 60:.0f} min) |"
@@ -410,10 +410,10 @@ def render_plan(plan: dict, out: Path) -> str:
         lines += ["", "## What \"no\" rules out: the strength ladder", "", ladder["rule"], "",
                   f"Its design is the script's default (rungs and replicates chosen by its design study, "
                   f"`reports/controls/power/design/`): {ladder['replicates']} replicates, "
-                  f"{ladder['gpu_seconds'] / 3600:.1f} h of one H200 expected, {ladder['gpu_seconds_worst'] / 3600:.1f} h "
+                  f"{ladder['gpu_seconds'] / 3600:.1f} h of one GPU expected, {ladder['gpu_seconds_worst'] / 3600:.1f} h "
                   f"if every longest-N cell runs its maximum steps (`{ladder['cost']}`).", ""]
     lines += ["", "## The order of the runs", "", plan["order_rule"], "",
-              "| stage | runs | H200 time expected (all cells at max steps) | by its end |", "|---|---|---|---|"]
+              "| stage | runs | GPU time expected (all cells at max steps) | by its end |", "|---|---|---|---|"]
     done = done_worst = 0
     for stage in plan["order"]:
         done, done_worst = done + stage["gpu_seconds"], done_worst + stage["gpu_seconds_worst"]

@@ -57,13 +57,11 @@ from optuna.trial import Trial
 from tsflash import engine
 from tsflash.bench.precision import bench_precision
 from tsflash.config import ExperimentConfig
-from tsflash.sweep.source import check_data, configured_bar_count, load_data
 from tsflash.data.store import iso
 from tsflash.errors import UserError
 from tsflash.model import attention
 from tsflash.model.transformer import CausalTransformer, ModelConfig
 from tsflash.report import build_report
-from tsflash.sweep.preregister import resolved_arm
 from tsflash.runfolder import (
     BASELINE_DIR,
     RunFolder,
@@ -100,6 +98,7 @@ from tsflash.sweep.plan import (  # the sweep's public API: SweepOptions, plan_s
     nesting_unmeasured,
     plan_sweep,
 )
+from tsflash.sweep.preregister import resolved_arm
 from tsflash.sweep.progress import (
     CostModel,
     Progress,
@@ -122,6 +121,7 @@ from tsflash.sweep.provenance import (
     write_data_json,
     write_run_json,
 )
+from tsflash.sweep.source import check_data, configured_bar_count, load_data
 from tsflash.sweep.workers import CellQueue, CellTime, Job, cell_name, run_workers, worker_tag
 
 log = logging.getLogger(__name__)
@@ -382,7 +382,7 @@ def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], mod
 
 
 def work_left(folder: RunFolder, cfg: ExperimentConfig, trials: int, cost: CostModel) -> list[Work]:
-    """What resuming `folder` at `cfg` still runs, as the sweep prices it (`tsflash preregister --check`
+    """What resuming `folder` at `cfg` still runs, as the sweep prices it (`python -m lab.plan --check`
     adds these up over a plan): `cost` first learns the run's saved cells, then the baselines and model
     cells not saved, the precision check unless saved, and the report."""
     model_params = n_params(cfg)

@@ -9,12 +9,12 @@ import datetime as dt
 import logging
 from pathlib import Path
 
-from tsflash.data import fetch
 from tsflash.config import ExperimentConfig
-from tsflash.errors import UserError
-from tsflash.intervals import INTERVAL_US, US_PER_DAY
+from tsflash.data import fetch
 from tsflash.data.store import Bars, load_bars, to_us, verified_files, year_files, year_start_us
 from tsflash.data.synthetic import SOURCE_PREFIX, synthetic_bars
+from tsflash.errors import UserError
+from tsflash.intervals import INTERVAL_US, US_PER_DAY
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,12 @@ import pytest
 from tests.sweep.test_sweep import TINY
 
 from tsflash.cli import main
-from tsflash.report import edition
+from lab import edition
 from tsflash.report.probe import DOES_NOT_FOLLOW, FOLLOWS
 from tsflash.sweep import preregister
+from tsflash.report import registration
+from lab import plan_state as lab_plan
+from lab.plan import main as plan_main
 
 # A tiny plan that runs in seconds on the CPU: the sweep tests' tiny design with two seeds, the
 # context cut the nesting check needs and the linear probe.
@@ -31,7 +34,7 @@ def plan_dir(tmp_path_factory):
     for item in TINY_PLAN:
         argv += ["--set", item]
     assert main(argv) == 0
-    plan = json.loads((out / preregister.PLAN_JSON).read_text())
+    plan = json.loads((out / registration.PLAN_JSON).read_text())
     for stage, run_dir, command in preregister.ordered_commands(plan, out):
         if stage in ("first", "second"):
             assert main(shlex.split(command.replace("--device cuda", "--device cpu"))[1:]) == 0, command
@@ -39,15 +42,15 @@ def plan_dir(tmp_path_factory):
 
 
 def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir, capsys):
-    calls = plan_dir / edition.CALLS_DIR  # two device calls' records, as lab/third_edition_h200.sh writes them
+    calls = plan_dir / lab_plan.CALLS_DIR  # two device calls' records, as lab/third_edition_h200.sh writes them
     calls.mkdir()
     for i, seconds in enumerate((540, 312)):
         (calls / f"2026-12-0{i + 6}T010000Z.json").write_text(json.dumps(
             {"started": f"2026-12-0{i + 6}T01:00:00Z", "seconds": seconds, "runs": ["per-bar"], "exit_codes": [124],
              "budget_s": 520, "limit_s": 570, "gpu": "NVIDIA H200"}))
-    assert main(["preregister", "--check", str(plan_dir)]) == 0
+    assert plan_main(["--check", str(plan_dir)]) == 0
     assert "; device calls so far: 2, 852 s of wall-clock (calls/); left: about " in capsys.readouterr().out.splitlines()[0]
-    assert main(["preregister", "--summary", str(plan_dir)]) == 0
+    assert plan_main(["--summary", str(plan_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 of 3 stages read; not run: regime/per-bar, ladder"
     s = json.loads((plan_dir / edition.SUMMARY_JSON).read_text())
     assert [st["complete"] for st in s["stages"]] == [True, True, False]
@@ -102,11 +105,11 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
 
 
 def test_the_plan_states_how_each_control_is_read(plan_dir):
-    plan = json.loads((plan_dir / preregister.PLAN_JSON).read_text())
+    plan = json.loads((plan_dir / registration.PLAN_JSON).read_text())
     assert {c["name"]: c["rule"] for c in plan["controls"]} == {
         "iid": edition.CONTROL_RULES["iid"], "regime": edition.CONTROL_RULES["regime"],
         "aa": edition.CONTROL_RULES["aa"]}
-    assert f"| {edition.CONTROL_RULES['regime']} |" in (plan_dir / preregister.PLAN_MD).read_text()
+    assert f"| {edition.CONTROL_RULES['regime']} |" in (plan_dir / registration.PLAN_MD).read_text()
 
 
 def test_a_complete_ladder_stage_is_read_before_the_arms(tmp_path, capsys):
@@ -119,10 +122,10 @@ def test_a_complete_ladder_stage_is_read_before_the_arms(tmp_path, capsys):
     assert main(["preregister", "--lengths", "512,4096", "--data", "synthetic:random-walk:0", "--ladder",
                  "--stage", "power=ladder", "--out", str(out)]) == 0
     curve = {"effect": 0.0123, "ci": [0.005, 0.04], "how": "within the ladder"}
-    write_json(out / preregister.LADDER_DIR / "summary.json", {
+    write_json(out / registration.LADDER_DIR / "summary.json", {
         "complete": True, "replicates_done": 27, "replicates_planned": 27, "curve_80": {"log_loss": curve},
         "rungs": [{"strength": 0.05, "oracle_gain": 0.002}, {"strength": 0.2, "oracle_gain": 0.03}]})
-    assert main(["preregister", "--summary", str(out)]) == 0
+    assert plan_main(["--summary", str(out)]) == 0
     s = json.loads((out / edition.SUMMARY_JSON).read_text())
     assert s["ladder"] == {"read": True, "state": "complete", "sentence": wording.ladder_sentence(curve, 0.03, 0.002)}
     assert s["not_run"] == ["per-bar"] and s["arms"] == [] and not (out / edition.SUMMARY_PNG).exists()
@@ -140,12 +143,12 @@ def test_the_summary_of_an_amended_plan_names_the_amendment_and_the_runs_not_run
 
     out = tmp_path / "plan"
     shutil.copytree(plan_dir, out)
-    plan = json.loads((out / preregister.PLAN_JSON).read_text())
+    plan = json.loads((out / registration.PLAN_JSON).read_text())
     block = {"amendment": 1, "date": "2026-12-06", "plan_hash": plan["plan_hash"],
              "order": [{"stage": "first", "runs": ["per-bar", "aa/per-bar"]}, {"stage": "second", "runs": ["iid/per-bar"]}],
              "not_run": {"regime/per-bar": "5 h of one H200", "ladder": "8 h of one H200; a bracket stands in"}}
     (out / "AMENDMENT.md").write_text(f"# Amendment 1\n\n## Machine-read\n\n```json\n{json.dumps(block)}\n```\n")
-    assert main(["preregister", "--summary", str(out)]) == 0
+    assert plan_main(["--summary", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == \
         "2 of 2 stages read; not run in this edition: regime/per-bar, ladder"
     s = json.loads((out / edition.SUMMARY_JSON).read_text())
@@ -190,13 +193,13 @@ def test_each_control_rule_reads_met_not_met_or_no_reading(kind, reading, met):
 
 def test_no_summary_without_a_plan_or_before_a_stage_is_complete(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no data/ here: reading a plan needs no bar store
-    assert main(["preregister", "--summary", str(tmp_path / "nowhere")]) == 2
+    assert plan_main(["--summary", str(tmp_path / "nowhere")]) == 2
     assert "--summary" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
     out = tmp_path / "plan"
     assert main(["preregister", "--lengths", "16,32", "--data", "synthetic:random-walk:0", "--out", str(out)]) == 0
-    assert main(["preregister", "--check", str(out)]) == 0
+    assert plan_main(["--check", str(out)]) == 0
     capsys.readouterr()
-    assert main(["preregister", "--summary", str(out)]) == 2
+    assert plan_main(["--summary", str(out)]) == 2
     assert "no stage of plan" in capsys.readouterr().err
     assert not (out / edition.SUMMARY_MD).exists() and not (out / edition.SUMMARY_JSON).exists()
     assert main(["preregister", "--lengths", "16", "--out", str(tmp_path / "x")]) == 2  # the default store: none here
