@@ -250,7 +250,7 @@ def _variant_summary(cells: dict[str, dict], diffs: dict[str, list[float]], ref:
 
 
 # The published controls (lab/controls.py), in the checkout this package runs from
-CONTROLS_SUMMARY = Path(__file__).resolve().parents[2] / "reports" / "controls" / "protocol" / "summary.json"
+CONTROLS_SUMMARY = Path(__file__).resolve().parents[1] / "reports" / "controls" / "protocol" / "summary.json"
 
 
 def control_found_bar(data: str, summary: Path | str = CONTROLS_SUMMARY) -> float | None:

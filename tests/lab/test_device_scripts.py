@@ -111,7 +111,7 @@ def test_a_btc_job_without_its_bars_stops_the_call_before_any_job_starts(checkou
 def planned(tmp_path):
     """A bare copy of the device scripts with a real plan in reports/third-edition (a BTC arm, the
     iid null, the A/A replicate, whose seeds are one quoted word, and the ladder); python3 is the real one for
-    `-m tsflash.cli preregister` and a stub that records its argv for anything else."""
+    `-m lab.plan` and a stub that records its argv for anything else."""
     import sys
 
     root = tmp_path / "checkout"
@@ -124,7 +124,7 @@ def planned(tmp_path):
                    cwd=root, env=env, check=True, capture_output=True, timeout=120)
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    _stub(bin_, "python3", f'if [ "$1 $2 $3" = "-m tsflash.cli preregister" ]; then PYTHONPATH={REPO} exec {sys.executable} "$@"; fi\n'
+    _stub(bin_, "python3", f'if [ "$1 $2" = "-m lab.plan" ]; then PYTHONPATH={REPO} exec {sys.executable} "$@"; fi\n'
                            'printf "%s\\n" "$@" > "$ARGV_DIR/$$.argv"\n'
                            'echo "$TSFLASH_GPU_JOBS" > "$ARGV_DIR/$$.jobs"\n')
     _stub(bin_, "nvidia-smi", "echo stub\n")
