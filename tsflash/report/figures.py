@@ -196,7 +196,7 @@ def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
     return _save(fig, path)
 
 
-EDITION_SERIES = (  # (key of a length row of `tsflash.report.edition`, its part, legend)
+EDITION_SERIES = (  # (key of a length row of `lab.edition`, its part, legend)
     ("question1", "log_loss", "transformer, whole context (question 1)"),
     ("nesting", "log_loss", "transformer cut to the shortest N (nesting check)"),
     ("probe", None, "linear probe (over folds)"),

@@ -37,8 +37,8 @@ LADDER_DIR = "ladder"  # the ladder's replicates and summary: OUT/ladder (its co
 LADDER_RUN = "ladder"  # the ladder's name among the planned runs (--check, --stage, PLAN.json's order)
 
 # (name, items, base, symbol, lengths, source, (start, end), trials) -> one arm resolved, as JSON
-ArmResolver = Callable[[str, tuple[str, ...], tuple[str, ...], "str | None", tuple[int, ...], str, tuple[str, str],
-                        int], str]
+ArmResolver = Callable[[str, tuple[str, ...], tuple[str, ...], str | None, tuple[int, ...], str, tuple[str, str], int],
+                       str]
 
 NO_FALSE_POSITIVE = ("met when question 1 over training runs does not say \"better\" and no length passes "
                      "the trading gates")

@@ -233,12 +233,12 @@ def _ladder_script():
     return module
 
 
-def _ladder_lengths(arm: dict) -> str:
+def ladder_lengths(arm: dict) -> str:
     """The ladder's --lengths: the shortest and the longest N of the plan's first arm."""
     return f"{min(arm['lengths'])},{max(arm['lengths'])}"
 
 
-def _ladder_cost(base: tuple[str, ...], lengths: str) -> dict:
+def ladder_cost(base: tuple[str, ...], lengths: str) -> dict:
     """The ladder's GPU seconds (every rung's replicates, expected and with every longest-N cell at its
     maximum steps) and its replicates, by the script's own `cost_plan` at the plan's overrides."""
     script = _ladder_script()
@@ -303,9 +303,9 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         plan["primary"]["pooled"] = wording.POOLED_RULE  # ... and more seeds for question 1
     if ladder:  # its design (rungs, replicates) is the script's own default, chosen by its design study
         # N=512 against the longest N, resumable in slices like the arms
-        lengths = _ladder_lengths(first)
+        lengths = ladder_lengths(first)
         plan["ladder"] = {"command": ladder_command(base, "--device", "cuda", "--lengths", lengths, "--time-budget", "400"),
-                          "rule": wording.LADDER_RULE, "cost": ladder_command(base, "--plan")} | _ladder_cost(base, lengths)
+                          "rule": wording.LADDER_RULE, "cost": ladder_command(base, "--plan")} | ladder_cost(base, lengths)
     plan["ledger_entries"] = _ledger_entries(plan)
     plan["order"] = plan_order(plan, stages)
     plan["order_rule"] = wording.ORDER_RULE
