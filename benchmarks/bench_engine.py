@@ -10,8 +10,8 @@ configuration at N = 32768 over all five folds in <= 120 s, preparation in <= 10
 first edition's fixed 200-step budget (`--config first-edition`, the default here: the protocol's
 validated stopping makes the step count, hence the time, depend on the data). Each row keeps the
 steps trained and the compile outcome, so `--set train.compile=true` beside a plain run gives
-the compiled cell's cost, compiling included (`experiments/h200.sh compile`). Results go to
-runs/bench unless --out names reports/bench deliberately (experiments/h200.sh bench does).
+the compiled cell's cost, compiling included (`lab/h200.sh compile`). Results go to
+runs/bench unless --out names reports/bench deliberately (lab/h200.sh bench does).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from tsflash.atomic import write_json
-from tsflash.commands.options import parse_lengths, parse_overrides
+from tsflash.overrides import parse_lengths, parse_overrides
 from tsflash.config import load_config
-from tsflash.data.source import load_data
+from tsflash.sweep.source import load_data
 from tsflash.device import device_name, resolve_device, sync
 from tsflash.engine import fold_data, prepare, run_fold
 from tsflash.data.store import load_bars
@@ -34,7 +34,7 @@ from tsflash.data.store import load_bars
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", required=True, help="store root, or synthetic:KIND[:SEED[:PARAMS]] (tsflash.data.source)")
+    ap.add_argument("--data", required=True, help="store root, or synthetic:KIND[:SEED[:PARAMS]] (tsflash.sweep.source)")
     ap.add_argument("--config", default="first-edition")
     ap.add_argument("--lengths", default="32768")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:K")

@@ -71,8 +71,8 @@ def compile_cache_settings(monkeypatch):
 
 
 def load_experiment(name: str):
-    """experiments/<name>.py imported as a module (the experiment scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    """lab/<name>.py imported as a module (the experiment scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "lab" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -389,7 +389,7 @@ def test_devices_all_on_a_machine_without_cuda(tmp_path, monkeypatch, capsys):
 def test_a_reader_that_leaves_early_ends_the_command_quietly():
     """`tsflash ... | head` closes the pipe before the command has written: the command stops with
     128 + SIGPIPE and no traceback, as Unix tools do."""
-    proc = subprocess.Popen([sys.executable, "-m", "tsflash.cli", "preregister", "--commands", "reports/third-edition"],
+    proc = subprocess.Popen([sys.executable, "-m", "tsflash.cli", "preregister", "--check", "reports/third-edition/per-bar"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # before the interpreter has even imported tsflash: every write meets a closed pipe
     _, err = proc.communicate(timeout=120)

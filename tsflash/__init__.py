@@ -3,7 +3,7 @@
 Public API (see README, "In a notebook"):
     run_sweep, SweepResult           -- the sweep with the CLI's options as keywords (tsflash.api)
     CausalTransformer, ModelConfig   -- the model (tsflash.model.transformer)
-    model_inputs, ModelInputs        -- bars -> the model's (T, 14) features and labels (tsflash.dataset.inputs)
+    model_inputs, ModelInputs        -- bars -> the model's (T, 14) features and labels (tsflash.engine.inputs)
     random_walk_bars, load_bars      -- a seeded synthetic market; bars from the store (tsflash.data)
     load_config                      -- experiment presets (tsflash.config)
 and the subpackages data, dataset, model, engine, scoring, stats, sweep, report, bench. Everything
@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "run_sweep": "api", "SweepResult": "api",
     "CausalTransformer": "model.transformer", "ModelConfig": "model.transformer",
-    "model_inputs": "dataset.inputs", "ModelInputs": "dataset.inputs",
+    "model_inputs": "engine.inputs", "ModelInputs": "engine.inputs",
     "random_walk_bars": "data.synthetic", "load_bars": "data.store",
     "load_config": "config",
 }

@@ -69,7 +69,7 @@ def parse_devices(text: str, flag: str = "--devices") -> list[str]:
 
 
 def device_name(device: torch.device | str) -> str:
-    """"NVIDIA H200" or "cpu (x86_64, 2 logical cores, torch threads 2)"."""
+    """"NVIDIA <the GPU's model>" or "cpu (x86_64, 2 logical cores, torch threads 2)"."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

@@ -136,7 +136,7 @@ def test_far_windows_read_a_slow_regime_and_not_a_random_walk():
     on the log-loss). On an iid walk the far windows hold nothing and cost only their fit noise
     (measured: +0.00006, +0.0001). (The one-week echo of a 15-bar move, `long_memory_bars`, is no
     test of this probe: a 15-bar move is 1/800 of the 12288 bars between its windows 4096 and
-    16384, too diluted for a linear read; `experiments/probe.py` measures it at full size.)"""
+    16384, too diluted for a linear read; `lab/probe.py` measures it at full size.)"""
     loss, direction = _probe_gain(planted_market(1_000_000, drift=0.05, regime_bars=65536, seed=0))
     assert loss < -0.003 and direction < -0.004
     loss, direction = _probe_gain(planted_market(1_000_000, drift=0.0, regime_bars=65536, seed=2))

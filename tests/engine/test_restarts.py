@@ -124,7 +124,7 @@ def test_a_screened_cell_continues_alone_the_restart_best_validated_by_the_scree
     assert cell.cost["steps"] == singles[kept].cost["steps"]
     others = sum(t for r, t in enumerate(record["train_seconds"]) if r != kept)
     assert cell.cost["train_seconds"] > others > 0  # the kept run's whole time and the others' screening
-    # the recipes' simulation of screening (experiments/recipes.py, from full runs) keeps the same restart
+    # the recipes' simulation of screening (lab/recipes.py, from full runs) keeps the same restart
     from tests.conftest import load_experiment
 
     recipes = load_experiment("recipes")

@@ -24,6 +24,9 @@ from tsflash.scoring.metrics import DAILY_SUMS
 from tsflash.stats.runs import RunNoise, binomial_interval, simulate_runs
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions
+from tsflash.report import registration
+from lab import plan_state as lab_plan
+from lab.plan import main as plan_main
 
 KEYS = {n: f"n{n}" for n in LENGTHS}
 
@@ -163,7 +166,7 @@ def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, ca
     state, departures, question 1's answer, nesting verdict and A/A reading from its report."""
     out = tmp_path / "plan"
     preregister.write_plan(aa_plan, out)
-    assert main(["preregister", "--check", str(out)]) == 0
+    assert plan_main(["--check", str(out)]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"Plan {aa_plan['plan_hash']} (PLAN.json of {out}): 0 of 2 planned runs complete; "
                            "stages complete: 0 of 1; next: stage all, runs per-bar controls/aa/per-bar")
@@ -174,7 +177,7 @@ def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, ca
     replicate = _report_ready(tmp_path, out / "controls" / "aa" / "per-bar", rep)
     build_report(out / "per-bar")
     build_report(replicate)
-    rows = {r["run"]: r for r in preregister.plan_state(out)}
+    rows = {r["run"]: r for r in lab_plan.plan_state(out)}
     assert rows["per-bar"]["state"] == "complete" and rows["per-bar"]["departures"]  # make_run's config is not the plan's
     assert rows["per-bar"]["question1"] == "no better" and rows["per-bar"]["aa"] == ""
     assert rows["per-bar"]["ranking"] == json.loads((out / "per-bar" / "questions.json").read_text())[
@@ -182,7 +185,7 @@ def test_check_of_the_plans_folder_lists_every_planned_run(aa_plan, tmp_path, ca
     aa = json.loads((replicate / "results.json").read_text())["aa"]
     assert rows["aa/per-bar"]["aa"] == (f"{aa['differ']} of 8 say \"differ\" (calibrated); question 1 over both seed "
                                         f"sets: {aa['pooled']['answer']}; their nesting check: not measured")
-    assert main(["preregister", "--check", str(out)]) == 1  # departures
+    assert plan_main(["--check", str(out)]) == 1  # departures
     text = capsys.readouterr().out
     assert "2 of 2 planned runs complete; stages complete: 1 of 1 (all)." in text
     assert "\nDepartures from the plan:\n- per-bar: " in text
@@ -194,19 +197,19 @@ def test_the_plans_ladder_is_a_row_of_its_state(tmp_path, capsys):
     what "no" rules out from its summary.json (OUT/ladder, where PLAN.md's command writes it)."""
     out = tmp_path / "plan"
     assert main(["preregister", "--lengths", "512,4096", "--ladder", "--out", str(out)]) == 0
-    ladder = preregister.plan_state(out)[-1]
+    ladder = lab_plan.plan_state(out)[-1]
     assert (ladder["run"], ladder["state"], ladder["question1"]) == ("ladder", "not started", "")
-    write_json(out / preregister.LADDER_DIR / "summary.json", {
+    write_json(out / registration.LADDER_DIR / "summary.json", {
         "complete": False, "replicates_done": 4, "replicates_planned": 27,
         "rungs": [{"strength": 0.05, "oracle_gain": 0.002}, {"strength": 0.2, "oracle_gain": 0.03},
                   {"strength": None, "oracle_gain": None}],
         "curve_80": {"log_loss": {"effect": 0.0123, "ci": [0.005, 0.04], "how": "within the ladder"}}})
-    ladder = preregister.plan_state(out)[-1]
+    ladder = lab_plan.plan_state(out)[-1]
     assert ladder["state"] == "4 of 27 replicates"
     assert ladder["question1"] == wording.ladder_sentence({"effect": 0.0123, "ci": [0.005, 0.04],
                                                            "how": "within the ladder"}, 0.03, 0.002)
     capsys.readouterr()
-    assert main(["preregister", "--check", str(out)]) == 0
+    assert plan_main(["--check", str(out)]) == 0
     assert "| ladder | ladder | 4 of 27 replicates |" in capsys.readouterr().out
 
 

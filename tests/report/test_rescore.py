@@ -121,7 +121,7 @@ def test_the_crossed_test_is_a_re_report_that_needs_no_cell_files(run, tmp_path)
 
 
 def test_the_noise_control_trains_each_seed_once_and_rescores(run, tmp_path):
-    """experiments/noise_control.py: run_all reuses the finished seed-0 sweep (trained at 5 bps)
+    """lab/noise_control.py: run_all reuses the finished seed-0 sweep (trained at 5 bps)
     and re-scores it at 0 bps instead of training it again."""
     nc = load_experiment("noise_control")
     seed0 = tmp_path / "seed0"

@@ -19,6 +19,9 @@ from tsflash.errors import UserError
 from tsflash.runfolder import write_json
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions, resolve_config, run_hash
+from tsflash.report import registration
+from lab import plan_state as lab_plan
+from lab.plan import main as plan_main
 
 THIRD = REPO / "reports" / "third-edition"
 NOT_RUN = ["patch4", "aa/patch4", "echo/patch4", "iid/patch4", "ladder", "regime/per-bar", "regime/patch4",
@@ -39,10 +42,10 @@ def _complete(out: Path, run: str, plan: dict) -> None:
     """A run folder marked complete, as planned (its config and source), for the state readers."""
     name, _, arm = run.rpartition("/")
     control = next((c for c in plan["controls"] if c["name"] == name), None)
-    resolved = (preregister.control_arm(control, arm) if control else None) or \
+    resolved = (registration.control_arm(control, arm) if control else None) or \
         next(a for a in plan["arms"] if a["name"] == arm)
     cfg = config_from_dict(resolved["config"])
-    folder = preregister.run_dir_of(out, arm, control)
+    folder = registration.run_dir_of(out, arm, control)
     write_json(folder / "config.json", cfg.to_dict())
     write_json(folder / "run.json", {"config_hash": run_hash(cfg), "status": "complete", "trials_per_length": 1,
                                      "data": control["source"] if control else plan["data"]})
@@ -56,7 +59,7 @@ def third():
 
 def test_the_committed_amendment_applies_to_the_committed_plan(third):
     registered = json.loads((THIRD / "PLAN.json").read_text())
-    (block,) = preregister.read_amendments(THIRD)
+    (block,) = registration.read_amendments(THIRD)
     assert (block["file"], block["amendment"], block["date"]) == ("AMENDMENT.md", 1, "2026-12-06")
     assert third["plan_hash"] == registered["plan_hash"] == "2983a47e5e3c"  # the registered hash stays
     assert [(st["stage"], st["runs"]) for st in third["order"]] == [("per-bar-answer", FIRST_STAGE),
@@ -90,7 +93,7 @@ def test_the_bracket_is_the_per_bar_arms_config_at_its_own_lengths_on_its_echo(t
                                                       "train": {"short_fraction": 0.25, "ema_decay": 0.98,
                                                                 "restarts": 4, "restart_screen": 400}}), "cuda")[0]
         assert own["config_hash"] == run_hash(full)
-    again = json.loads(preregister._resolved_arm("per-bar", (), tuple(third["base_overrides"]), third["symbol"],
+    again = json.loads(preregister.resolved_arm("per-bar", (), tuple(third["base_overrides"]), third["symbol"],
                                                  (512, 4096, 32768), third["data"], tuple(third["range"]), 1))
     assert (again["config_hash"], again["run_key"]) == (per_bar["config_hash"], per_bar["run_key"]) == \
         ("722795cd", "da662682f222")
@@ -118,9 +121,9 @@ def test_next_check_and_commands_read_the_plan_as_amended(tmp_path, capsys):
     the not-run runs last with their reasons; the time left leaves them out. PLAN.json is unchanged."""
     out = _third_edition(tmp_path / "third-edition")
     before = (out / "PLAN.json").read_bytes()
-    assert main(["preregister", "--next", str(out)]) == 0
+    assert plan_main(["--next", str(out)]) == 0
     assert capsys.readouterr().out == "per-bar controls/aa/per-bar controls/echo/per-bar controls/iid/per-bar\n"
-    assert main(["preregister", "--check", str(out)]) == 0
+    assert plan_main(["--check", str(out)]) == 0
     text = capsys.readouterr().out
     first = text.splitlines()[0]
     assert first.startswith(f"Plan 2983a47e5e3c (PLAN.json of {out}), amended 2026-12-06 (AMENDMENT.md): "
@@ -131,14 +134,14 @@ def test_next_check_and_commands_read_the_plan_as_amended(tmp_path, capsys):
     assert ("| - | ladder | ladder | not run in this edition: 7.62 h of one H200 expected (8.85 h worst); the power "
             "bracket stands in for it |") in text
     assert text.index("| power-bracket | bracket-0.057/per-bar |") < text.index("| - | patch4 |")
-    rows = preregister.plan_state(out)
-    assert set(preregister.time_left(out, rows)) == {*FIRST_STAGE, *BRACKET}
+    rows = lab_plan.plan_state(out)
+    assert set(lab_plan.time_left(out, rows)) == {*FIRST_STAGE, *BRACKET}
     plan = preregister.amended_plan(out)
     for run in FIRST_STAGE:
         _complete(out, run, plan)
-    assert preregister.next_runs(out) == ("power-bracket", ["controls/bracket-0.113/per-bar",
+    assert lab_plan.next_runs(out) == ("power-bracket", ["controls/bracket-0.113/per-bar",
                                                             "controls/bracket-0.057/per-bar"])
-    assert main(["preregister", "--check", str(out)]) == 0  # a bracket run as resolved: no departure
+    assert plan_main(["--check", str(out)]) == 0  # a bracket run as resolved: no departure
     _complete(out, BRACKET[0], plan)
     capsys.readouterr()
     assert main(["preregister", "--check", str(out / "controls" / "bracket-0.113" / "per-bar")]) == 0
@@ -203,7 +206,7 @@ def test_an_amended_small_plan_runs_its_order_and_its_added_control_at_its_own_l
     assert amended["order"][1]["gpu_seconds"] == echo["gpu_seconds"] == echo["arms"][0]["gpu_seconds"] > 0
     assert amended["order"][0]["gpu_seconds"] == plan["order"][0]["gpu_seconds"]
     assert amended["ledger"][0]["with_plan"] == plan["ledger"][0]["with_plan"] - 2  # patch16's two lengths
-    assert main(["preregister", "--commands", str(plan_dir)]) == 0
+    assert plan_main(["--commands", str(plan_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[0] for line in lines] == [str(plan_dir / f) for f in
                                                        ("per-bar", "controls/aa/per-bar", "controls/echo/per-bar")]
@@ -218,7 +221,7 @@ def test_an_amended_small_plan_runs_its_order_and_its_added_control_at_its_own_l
                                                    "data": plan["data"], "trials_per_length": 1})
     assert main(["preregister", "--check", str(plan_dir / "patch16")]) == 1
     assert "run patch16: not run in this edition (AMENDMENT.md: too dear), yet it ran" in capsys.readouterr().out
-    assert main(["preregister", "--check", str(plan_dir)]) == 1  # and so in the plan's table
+    assert plan_main(["--check", str(plan_dir)]) == 1  # and so in the plan's table
     text = capsys.readouterr().out
     assert "| - | patch16 | patch16 | not run in this edition: too dear | 1 |" in text
     assert "- patch16: run patch16: not run in this edition (AMENDMENT.md: too dear), yet it ran" in text
@@ -233,10 +236,10 @@ def test_a_later_amendment_applies_over_the_earlier_and_check_names_both(plan_di
                                 {"stage": "null", "runs": ["iid/per-bar"]}],
                       "not_run": {"echo/per-bar": "its strength is found elsewhere"}}, "AMENDMENT-2.md")
     amended = preregister.amended_plan(plan_dir)
-    assert [a["file"] for a in preregister.read_amendments(plan_dir)] == ["AMENDMENT.md", "AMENDMENT-2.md"]
+    assert [a["file"] for a in registration.read_amendments(plan_dir)] == ["AMENDMENT.md", "AMENDMENT-2.md"]
     assert [st["stage"] for st in amended["order"]] == ["first", "null"]
     assert set(amended["not_run"]) == {"patch16", "aa/patch16", "iid/patch16", "echo/per-bar"}
-    assert main(["preregister", "--check", str(plan_dir)]) == 0
+    assert plan_main(["--check", str(plan_dir)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert ("amended 2026-12-06 (AMENDMENT.md) and 2026-12-09 (AMENDMENT-2.md): 0 of 3 planned runs complete, "
             "4 not run in this edition; stages complete: 0 of 2") in first
@@ -245,9 +248,9 @@ def test_a_later_amendment_applies_over_the_earlier_and_check_names_both(plan_di
 def _refused(plan_dir: Path, match: str, capsys) -> None:
     """Refused in one line naming the file, by the function and by --check (exit 2)."""
     with pytest.raises(UserError, match=match) as info:
-        preregister.read_amendments(plan_dir)
+        registration.read_amendments(plan_dir)
     assert "\n" not in str(info.value) and str(info.value).startswith(str(plan_dir / "AMENDMENT"))
-    assert main(["preregister", "--check", str(plan_dir)]) == 2
+    assert plan_main(["--check", str(plan_dir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(plan_dir / "AMENDMENT") in err[0], err
 
@@ -297,13 +300,13 @@ def test_amendments_apply_in_order_and_none_is_skipped(plan_dir, capsys):
     _write(plan_dir, _block(plan))
     _write(plan_dir, _block(plan, amendment=3), "AMENDMENT-3.md")
     with pytest.raises(UserError, match=r"AMENDMENT-3.md: amendment 3 has no AMENDMENT-2.md before it$"):
-        preregister.read_amendments(plan_dir)
+        registration.read_amendments(plan_dir)
     (plan_dir / "AMENDMENT-3.md").rename(plan_dir / "AMENDMENT-b.md")
     with pytest.raises(UserError, match=r"AMENDMENT-b.md: an amendment's file is AMENDMENT.md, then AMENDMENT-2.md"):
-        preregister.read_amendments(plan_dir)
+        registration.read_amendments(plan_dir)
     (plan_dir / "AMENDMENT-b.md").unlink()
     (plan_dir / "AMENDMENT.md").unlink()
-    assert preregister.read_amendments(plan_dir) == [] and preregister.amended_plan(plan_dir) == plan
+    assert registration.read_amendments(plan_dir) == [] and preregister.amended_plan(plan_dir) == plan
 
 
 def test_a_report_of_an_arm_of_an_amended_plan_loads_neither_torch_nor_optuna(plan_dir):

@@ -17,6 +17,9 @@ from tsflash.report import build_report, wording
 from tsflash.runfolder import RunFolder, write_json
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions, resolve_config, run_hash
+from tsflash.report import registration
+from lab import plan_state as lab_plan
+from lab.plan import main as plan_main
 
 ARMS = [("per-bar", []), ("patch16", ["model.patch=16"])]
 
@@ -79,14 +82,14 @@ def test_a_plan_is_written_once(plan, tmp_path):
 def test_a_run_as_planned_has_no_departure_and_each_change_is_named(plan, tmp_path):
     preregister.write_plan(plan, tmp_path)
     same = _run_of(plan, tmp_path, "per-bar")
-    assert preregister.deviations(plan, same) == ("per-bar", [])
+    assert registration.deviations(plan, same) == ("per-bar", [])
     changed = _run_of(plan, tmp_path, "patch16", **{"train.steps": 1200})
-    arm, found = preregister.deviations(plan, changed)
+    arm, found = registration.deviations(plan, changed)
     assert arm == "patch16" and found == [f"train.steps: planned {plan['arms'][1]['config']['train']['steps']}, ran 1200"]
     stray = _run_of(plan, tmp_path, "per-bar")
     stray = stray.rename(tmp_path / "other")
     write_json(stray / "run.json", {"config_hash": "00000000", "status": "complete"})
-    arm, found = preregister.deviations(plan, stray)
+    arm, found = registration.deviations(plan, stray)
     assert arm is None and "none of the plan's arms" in found[0]
 
 
@@ -142,11 +145,11 @@ def test_controls_run_every_arm_on_their_market_and_are_checked_against_it(tmp_p
     run = _run_of(plan, tmp_path / "controls" / "echo", "per-bar")
     write_json(run / "run.json", {"config_hash": plan["arms"][0]["config_hash"], "status": "complete", "data": source,
                                   "trials_per_length": 1})
-    assert preregister.plan_for(run) == tmp_path / "PLAN.json"
-    assert preregister.deviations(plan, run) == ("per-bar", [])
+    assert registration.plan_for(run) == tmp_path / "PLAN.json"
+    assert registration.deviations(plan, run) == ("per-bar", [])
     write_json(run / "run.json", {"config_hash": plan["arms"][0]["config_hash"], "status": "complete",
                                   "data": "synthetic:iid:0", "trials_per_length": 1})
-    assert preregister.deviations(plan, run)[1] == [f"data: planned {source!r}, ran 'synthetic:iid:0'"]
+    assert registration.deviations(plan, run)[1] == [f"data: planned {source!r}, ran 'synthetic:iid:0'"]
     with pytest.raises(UserError, match="--control names must differ"):
         preregister.build_plan(opts, ARMS, controls=[("a", source), ("a", source)])
     assert main(["preregister", "--control", "echo=data/store", "--out", str(tmp_path / "x")]) == 2
@@ -159,20 +162,20 @@ def test_commands_lists_every_planned_run_with_the_command_the_plan_shows(tmp_pa
     plan = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), ARMS,
                                   controls=[("null", "synthetic:iid:0")])
     preregister.write_plan(plan, tmp_path)
-    assert main(["preregister", "--commands", str(tmp_path)]) == 0
+    assert plan_main(["--commands", str(tmp_path)]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert [folder for folder, _ in lines] == [str(tmp_path / "per-bar"), str(tmp_path / "patch16"),
                                                str(tmp_path / "controls" / "null" / "per-bar"),
                                                str(tmp_path / "controls" / "null" / "patch16")]
     md = (tmp_path / "PLAN.md").read_text()
     assert all(f"{command} --time-budget 400" in md and f"--out {folder}" in command for folder, command in lines)
-    assert main(["preregister", "--commands", str(tmp_path / "nowhere")]) == 2
+    assert plan_main(["--commands", str(tmp_path / "nowhere")]) == 2
     assert "no PLAN.json there" in capsys.readouterr().err
     laddered = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), ARMS, ladder=True)
     preregister.write_plan(laddered, tmp_path / "laddered")
-    assert main(["preregister", "--commands", str(tmp_path / "laddered")]) == 0
+    assert plan_main(["--commands", str(tmp_path / "laddered")]) == 0
     folder, command = capsys.readouterr().out.splitlines()[-1].split("\t")  # the ladder last, as in PLAN.md
-    assert folder == str(tmp_path / "laddered" / "ladder") and command.startswith("python experiments/power_ladder.py")
+    assert folder == str(tmp_path / "laddered" / "ladder") and command.startswith("python lab/power_ladder.py")
     assert f"\n{command}\n" in (tmp_path / "laddered" / "PLAN.md").read_text()
 
 
@@ -188,7 +191,7 @@ def test_a_control_with_settings_of_its_own_is_resolved_costed_run_and_checked_w
                                   control_sets=[("regime", "splits.n_folds=10"), ("regime", "data.start=2018-07-06")])
     regime, null = plan["controls"]
     assert "arms" not in null and null["gpu_seconds"] == sum(a["gpu_seconds"] for a in plan["arms"])
-    per_bar = preregister.control_arm(regime, "per-bar")
+    per_bar = registration.control_arm(regime, "per-bar")
     assert (per_bar["folds"], per_bar["range"]) == (10, ["2018-07-06", "2025-06-30"])
     assert per_bar["config_hash"] != plan["arms"][0]["config_hash"]
     assert regime["gpu_seconds"] > 1.5 * null["gpu_seconds"]  # twice the folds
@@ -205,10 +208,10 @@ def test_a_control_with_settings_of_its_own_is_resolved_costed_run_and_checked_w
     write_json(run / "config.json", cfg.to_dict())
     write_json(run / "run.json", {"config_hash": run_hash(cfg), "status": "complete", "data": source,
                                   "trials_per_length": 1})
-    assert preregister.deviations(plan, run) == ("per-bar", [])
+    assert registration.deviations(plan, run) == ("per-bar", [])
     cfg.splits.n_folds = 5
     write_json(run / "config.json", cfg.to_dict())
-    assert preregister.deviations(plan, run)[1] == ["splits.n_folds: planned 10, ran 5"]
+    assert registration.deviations(plan, run)[1] == ["splits.n_folds: planned 10, ran 5"]
     with pytest.raises(UserError, match="--control-set echo: no --control of that name"):
         preregister.build_plan(opts, ARMS, controls=[("regime", source)], control_sets=[("echo", "splits.n_folds=10")])
     assert main(["preregister", "--control-set", "regime", "--out", str(tmp_path / "x")]) == 2
@@ -222,7 +225,7 @@ def test_the_ladder_states_what_no_rules_out_at_the_plans_rule(tmp_path, capsys)
     assert main(["preregister", "--lengths", "512,4096,32768", "--set", "train.restarts=4", "--ladder", "--out", str(out)]) == 0
     plan = json.loads((out / "PLAN.json").read_text())
     command = plan["ladder"]["command"]
-    assert command.startswith("python experiments/power_ladder.py") and "--lengths 512,32768" in command
+    assert command.startswith("python lab/power_ladder.py") and "--lengths 512,32768" in command
     assert "--set train.restarts=4" in command and "--set train.restarts=4" in plan["ladder"]["cost"]
     text = (out / "PLAN.md").read_text()
     assert wording.LADDER_RULE in text and f"{command} --runs {out / 'ladder'}" in text
@@ -258,7 +261,7 @@ def test_the_aa_replicate_is_every_arm_on_the_plans_bars_with_other_seeds(tmp_pa
     (aa,) = plan["controls"]
     assert (aa["name"], aa["kind"], aa["source"]) == ("aa", "aa", str(bars))
     assert aa["expect"] == wording.CONTROL_EXPECTATIONS["aa"]
-    own = preregister.control_arm(aa, "per-bar")
+    own = registration.control_arm(aa, "per-bar")
     assert own["config"]["train"]["seeds"] == [3, 4, 5] and plan["arms"][0]["seeds"] == [0, 1, 2]
     assert aa["gpu_seconds"] == pytest.approx(plan["arms"][0]["gpu_seconds"])
     command = preregister.sweep_command(plan, plan["arms"][0], out, aa)
@@ -270,7 +273,7 @@ def test_the_aa_replicate_is_every_arm_on_the_plans_bars_with_other_seeds(tmp_pa
     write_json(run / "config.json", cfg.to_dict())
     write_json(run / "run.json", {"config_hash": run_hash(cfg), "status": "complete", "data": str(bars),
                                   "trials_per_length": 1})
-    assert preregister.deviations(plan, run) == ("per-bar", [])
+    assert registration.deviations(plan, run) == ("per-bar", [])
     capsys.readouterr()
     assert main(["preregister", "--lengths", "512", "--aa-seeds", "2,3,4", "--out", str(tmp_path / "x")]) == 2
     assert "--aa-seeds must differ from every arm's seeds: per-bar trains seeds 0, 1, 2, --aa-seeds repeats 2" \
@@ -301,21 +304,21 @@ def test_stages_fix_the_order_the_runs_go_in_and_what_a_plan_cut_short_says(tmp_
     md = (out / "PLAN.md").read_text()
     assert wording.ORDER_RULE in md and "| first | per-bar, iid/per-bar |" in md and "# stage power" in md
     capsys.readouterr()
-    assert main(["preregister", "--commands", str(out)]) == 0
+    assert plan_main(["--commands", str(out)]) == 0
     folders = [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
     assert folders == [str(out / f) for f in ("per-bar", "controls/iid/per-bar", "ladder", "patch16", "controls/iid/patch16")]
-    assert main(["preregister", "--next", str(out)]) == 0
+    assert plan_main(["--next", str(out)]) == 0
     assert capsys.readouterr().out == "per-bar controls/iid/per-bar\n"
     _run_of(plan, out, "per-bar")  # complete
-    assert preregister.next_runs(out) == ("first", ["controls/iid/per-bar"])
+    assert lab_plan.next_runs(out) == ("first", ["controls/iid/per-bar"])
     run = _run_of(plan, out / "controls" / "iid", "per-bar")
     write_json(run / "run.json", {"config_hash": plan["arms"][0]["config_hash"], "status": "running",
                                   "data": "synthetic:iid:0", "trials_per_length": 1})
-    assert preregister.next_runs(out) == ("first", ["controls/iid/per-bar"])  # begun is not complete
+    assert lab_plan.next_runs(out) == ("first", ["controls/iid/per-bar"])  # begun is not complete
     write_json(run / "run.json", {"config_hash": plan["arms"][0]["config_hash"], "status": "complete",
                                   "data": "synthetic:iid:0", "trials_per_length": 1})
-    assert preregister.next_runs(out) == ("power", ["ladder"])
-    main(["preregister", "--check", str(out)])
+    assert lab_plan.next_runs(out) == ("power", ["ladder"])
+    plan_main(["--check", str(out)])
     text = capsys.readouterr().out
     assert "2 of 5 planned runs complete; stages complete: 1 of 3 (first); next: stage power, runs ladder" in text
     assert text.index("| first | iid/per-bar |") < text.index("| power | ladder |") < text.index("| rest | patch16 |")
@@ -331,7 +334,7 @@ def test_stages_fix_the_order_the_runs_go_in_and_what_a_plan_cut_short_says(tmp_
     assert main(["preregister", "--stage", "a=echo/*", "--out", str(tmp_path / "x")]) == 2
     assert "--stage a: 'echo/*' names no planned run" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
-    assert main(["preregister", "--next", str(tmp_path / "nowhere")]) == 2
+    assert plan_main(["--next", str(tmp_path / "nowhere")]) == 2
 
 
 def test_the_plan_gives_the_ledger_lines_its_runs_will_be_counted_by(tmp_path):
@@ -373,11 +376,11 @@ def test_an_unfinished_runs_state_counts_cells_whose_files_stayed_behind_apart(t
         folder.cell_marker("n16", 0, seed).write_text("{}")
         if npz:
             folder.cell_npz(stem).write_bytes(b"")
-    assert preregister._cells_state(folder, 4) == (
+    assert lab_plan._cells_state(folder, 4) == (
         "1 of 4 cells saved (1 more trained but lost: their per-bar files stayed on the device before their fold "
         "was scored; trained again)")
     folder.cell_npz(folder.cell_stem("n16", 0, 1)).write_bytes(b"")
-    assert preregister._cells_state(folder, 4) == "2 of 4 cells saved"
+    assert lab_plan._cells_state(folder, 4) == "2 of 4 cells saved"
 
 
 def test_check_prices_what_is_left_at_todays_table_and_the_runs_saved_cells(tmp_path, capsys):
@@ -392,12 +395,12 @@ def test_check_prices_what_is_left_at_todays_table_and_the_runs_saved_cells(tmp_
     plan = preregister.build_plan(opts, [("per-bar", [])], aa_seeds=[3, 4, 5])
     preregister.write_plan(plan, out)
     arm, aa = plan["arms"][0], plan["controls"][0]["arms"][0]
-    left = preregister.time_left(out, preregister.plan_state(out))
+    left = lab_plan.time_left(out, lab_plan.plan_state(out))
     assert set(left) == {"per-bar", "aa/per-bar"}
     expected, worst = (sum(v[i] for v in left.values()) for i in (0, 1))
     assert expected == pytest.approx(arm["gpu_seconds"] + aa["gpu_seconds"], abs=1.0)
     assert worst == pytest.approx(arm["gpu_seconds_worst"] + aa["gpu_seconds_worst"], abs=1.0)
-    main(["preregister", "--check", str(out)])
+    plan_main(["--check", str(out)])
     assert (f"left: about {format_seconds(expected)} of one H200 expected ({format_seconds(worst)} if every model cell "
             f"runs its most steps), {format_seconds(expected)} of it stage all's") in capsys.readouterr().out
 
@@ -414,12 +417,12 @@ def test_check_prices_what_is_left_at_todays_table_and_the_runs_saved_cells(tmp_
     for speed in (1.0, 2.0):
         write_json(folder.cell_marker("n512", 0, 0), {"key": "n512", "n": 512, "fold": 0, "seed": 0,
                                                       "seconds": speed * price, "cost": {}})
-        begun, _ = preregister.time_left(out, preregister.plan_state(out))["per-bar"]
+        begun, _ = lab_plan.time_left(out, lab_plan.plan_state(out))["per-bar"]
         # (PLAN.json's seconds are whole: up to half a second off, doubled at twice the speed)
         assert begun == pytest.approx(baselines + speed * (arm["gpu_seconds"] - baselines - price), abs=2.0)
     write_json(run / "run.json", {"config_hash": arm["config_hash"], "status": "complete", "data": plan["data"],
                                   "trials_per_length": 1})
-    assert set(preregister.time_left(out, preregister.plan_state(out))) == {"aa/per-bar"}
+    assert set(lab_plan.time_left(out, lab_plan.plan_state(out))) == {"aa/per-bar"}
 
 
 def test_the_ladders_time_left_is_its_replicates_not_done_at_its_scripts_price(tmp_path):
@@ -427,10 +430,10 @@ def test_the_ladders_time_left_is_its_replicates_not_done_at_its_scripts_price(t
     plan = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), [("per-bar", [])], ladder=True)
     preregister.write_plan(plan, out)
     _run_of(plan, out, "per-bar")  # the arm complete: what is left is the ladder's
-    left = preregister.time_left(out, preregister.plan_state(out))
+    left = lab_plan.time_left(out, lab_plan.plan_state(out))
     assert left == {"ladder": (plan["ladder"]["gpu_seconds"], plan["ladder"]["gpu_seconds_worst"])}
     fresh, fresh_worst = left["ladder"]
-    write_json(out / preregister.LADDER_DIR / "summary.json", {"complete": False, "replicates_done": 9,
+    write_json(out / registration.LADDER_DIR / "summary.json", {"complete": False, "replicates_done": 9,
                                                                 "replicates_planned": 27, "rungs": []})
-    left = preregister.time_left(out, preregister.plan_state(out))["ladder"]
+    left = lab_plan.time_left(out, lab_plan.plan_state(out))["ladder"]
     assert left == pytest.approx((fresh * 2 / 3, fresh_worst * 2 / 3))

@@ -20,7 +20,7 @@ from tests.conftest import sigkill_when
 from tests.sweep.test_workers import PYTHON_ENV
 
 from tsflash import cli
-from tsflash.commands.options import parse_lengths, parse_overrides
+from tsflash.overrides import parse_lengths, parse_overrides
 from tsflash.config import config_from_dict
 from tsflash.errors import UserError
 from tsflash.sweep.plan import folder_run_key, make_run_key, resolve_config, run_hash
@@ -466,7 +466,7 @@ def test_a_claims_era_run_folder_with_claims_left_is_refused(finished_run, data_
 def test_offline_fetch_says_how_to_import(tmp_path, monkeypatch):
     from tsflash.data import fetch
     from tsflash.config import ExperimentConfig
-    from tsflash.data.source import load_data
+    from tsflash.sweep.source import load_data
 
     calls = []
 
@@ -486,7 +486,7 @@ def test_offline_fetch_says_how_to_import(tmp_path, monkeypatch):
 
 def test_synthetic_data_has_the_configured_bar_count():
     from tsflash.config import ExperimentConfig
-    from tsflash.data.source import load_data
+    from tsflash.sweep.source import load_data
 
     cfg = ExperimentConfig()
     cfg.data.start, cfg.data.end = "2024-01-01", "2024-01-03"

@@ -1,8 +1,7 @@
-"""The benchmarks behind `tsflash bench` and the published bench tables: what they share, the
+"""The benchmarks behind `tsflash bench`: what they share, the
 timer, the ceilings and the JSON writer (`common`); the bf16-vs-float64 precision oracle the
 sweep runs too (`precision`); the attention crossover across N (`attention`); the training
-step, its MFU and its profile (`trainstep`); the FP8 oracle (`fp8`); and the Markdown tables
-published under reports/bench, built from the results there (`tables`). Each runs on CPU at
+step, its MFU and its profile (`trainstep`); and the FP8 oracle (`fp8`). Each runs on CPU at
 tiny sizes (the tests) and on CUDA (the figures); torch is loaded on first use of a name."""
 
 from tsflash._exports import lazy_exports
@@ -16,10 +15,6 @@ _EXPORTS = {
     "plot_attention": "attention",
     "bench_train": "trainstep", "measure_train_step": "trainstep", "train_table": "trainstep",
     "bench_precision_fp8": "fp8", "native_fp8_probe": "fp8", "Fp8Settings": "fp8",
-    "mfu_markdown": "tables", "write_mfu_markdown": "tables", "compile_cells_markdown": "tables",
-    "write_compile_cells_markdown": "tables", "model_variants_markdown": "tables",
-    "write_model_variants_markdown": "tables", "control_found_bar": "tables", "scaling_markdown": "tables",
-    "add_scaling_time": "tables", "record_scaling": "tables",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

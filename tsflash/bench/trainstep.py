@@ -4,7 +4,7 @@ clip, AdamW) of a fresh model at fixed tokens per step across N, its model FLOP 
 per-cell TFLOP/s too, over the matmul ceiling measured in the same run), where a step's device
 time goes (torch.profiler, by kernel kind) and the bytes inductor's fused kernels move against
 the copy ceiling. The tables of one result (the CLI's) are here; the published ones that put
-several side by side are in `tsflash.bench.tables`.
+several side by side are in `lab.bench_tables` (the published tables).
 
 The steps are timed with the device synchronised around `steps` real steps (each changes the
 model, so a library timer that repeats a call at will does not fit); peak memory and

@@ -5,8 +5,8 @@ A type function turns the text of one option into its value or raises
 ``tsflash bench train: error: argument --steps: must be an integer >= 1, got 0``, and exits 2.
 Where the project already has the rule (context lengths, devices, dates, overrides, symbols),
 the type function calls it: `_argument` turns its UserError into the argparse error. The text
-forms of two options are parsed here, for the commands and the scripts in benchmarks/ alike:
-`parse_lengths` ("512,4096") and `parse_overrides` (--set KEY=VALUE).
+forms of two options are parsed below them, in `tsflash.overrides` (`parse_lengths`, `parse_overrides`),
+so that the sweep and the benchmarks read --lengths and --set without importing the command line.
 
 The shared options are parent parsers made by a function each (`lengths_option`, `device_option`,
 `data_option`, `set_option`): a fresh parent per subcommand, because argparse shares a parent's
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from tsflash import config
 from tsflash.data.store import check_pair
 from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
+from tsflash.overrides import parse_lengths, parse_overrides
 
 
 def _argument(check: Callable, text: str, flag: str):
@@ -38,49 +38,6 @@ def _argument(check: Callable, text: str, flag: str):
         for prefix in (f"{flag}: ", f"{flag} "):
             message = message.removeprefix(prefix)
         raise argparse.ArgumentTypeError(message) from None
-
-
-# ---- the text of --lengths and --set ---------------------------------------------------------
-
-
-def parse_lengths(text: str, flag: str = "--lengths") -> list[int]:
-    """"512,4096" -> [512, 4096]: powers of two >= 2 (`tsflash.config.check_context_length`),
-    distinct, sorted."""
-    parts = [p.strip() for p in str(text).split(",")]
-    if not parts or any(p == "" for p in parts):
-        raise UserError(f"{flag}: give comma-separated powers of two such as 512,4096,32768, got {text!r}")
-    out = []
-    for p in parts:
-        try:
-            n = int(p)
-        except ValueError:
-            raise UserError(f"{flag}: every length must be an integer (a power of two >= 2), got {p!r}") from None
-        out.append(config.check_context_length(n, flag))
-    if len(set(out)) != len(out):
-        raise UserError(f"{flag}: lengths must be distinct, got {text!r}")
-    return sorted(out)
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """["train.steps=3", "model.d_model=16"] -> {"train": {"steps": 3}, "model": {"d_model": 16}}.
-
-    Values are TOML literals (3, 1e-3, true, [0, 1], "text"); a bare word is taken as a string.
-    """
-    out: dict = {}
-    for item in items or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set: expected KEY=VALUE such as train.steps=3, got {item!r}")
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw
-        node = out
-        *parents, leaf = key.strip().split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return out
 
 
 # ---- type functions --------------------------------------------------------------------------

@@ -2,23 +2,20 @@
 
     tsflash preregister --lengths 512,4096,32768 --arm per-bar= --arm patch16=model.patch=16 --out reports/third-edition
     tsflash preregister --check reports/third-edition/per-bar      # its departures from the plan (exit 1 if any)
-    tsflash preregister --check reports/third-edition              # every planned run: state, departures, answers
-    tsflash preregister --commands reports/third-edition           # each planned run's folder and sweep command
-    tsflash preregister --next reports/third-edition               # the runs the next device call runs
 
-Every reader takes the plan as amended: PLAN.json with AMENDMENT.md (then AMENDMENT-2.md, ...) beside
-it applied (`tsflash.sweep.preregister.amended_plan`).
+A run is checked against the plan as amended: PLAN.json with AMENDMENT.md (then AMENDMENT-2.md, ...)
+beside it applied (`tsflash.report.registration`). A plan's state as a whole, its next runs, its
+commands and its summary are the studies' bookkeeping: `python -m lab.plan` in a checkout.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from tsflash.commands import options
-from tsflash.commands.options import parse_overrides
 from tsflash.commands.sweep import with_symbol
+from tsflash.overrides import parse_overrides
 
 
 def _arm_type(text: str) -> tuple[str, list[str]]:
@@ -56,6 +53,9 @@ def _control_type(text: str) -> tuple[str, str]:
     return options._argument(parse_control, text, "--control")
 
 
+LAB_FLAGS = ("--commands", "--next", "--summary")
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "preregister",
@@ -65,9 +65,8 @@ def register(sub) -> None:
         "config hashes and run keys, seeds, folds, the primary test and its level, the nesting check, the trading "
         "gates, the trial count, the sentence each outcome will produce, the expected GPU time and the sweep "
         "commands (each arm into OUT/<arm>). A plan is written once; a dated AMENDMENT.md beside it changes its "
-        "order, adds controls or takes runs out, and every reader below applies it. With --check RUN, list the run's departures "
-        "from the PLAN.json in its parent folder (the report lists them too); with --summary PLAN, write the plan's "
-        "answer from its complete stages' reports (SUMMARY.md).",
+        "order, adds controls or takes runs out, and every reader applies it. With --check RUN, list the run's departures "
+        "from the PLAN.json in its parent folder (the report lists them too).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[
             options.lengths_option(None, "comma-separated context lengths, powers of two (default: the config's)"),
@@ -86,7 +85,7 @@ def register(sub) -> None:
                    help="a control: every arm's config on a synthetic market, e.g. "
                    "echo=synthetic:long-memory:0:strength=0.2 (repeatable; runs go to OUT/controls/NAME/<arm>)")
     p.add_argument("--ladder", action="store_true",
-                   help="add the strength ladder (experiments/power_ladder.py at the plan's --set overrides): what a "
+                   help="add the strength ladder (lab/power_ladder.py at the plan's --set overrides): what a "
                         "\"no\" rules out, its command and the sentence each of its outcomes will produce")
     p.add_argument("--aa-seeds", type=_seeds_type, default=None, metavar="S,S,...",
                    help="add the A/A replicate: every arm's config on the plan's own bars with these seeds (disjoint "
@@ -97,66 +96,35 @@ def register(sub) -> None:
                    "stage names go last). If the device time ends first, only complete stages are read")
     p.add_argument("--note", default="", help="a sentence for the plan's head: why this run, what it follows")
     p.add_argument("--out", type=Path, help="the plan's folder (the arms' run folders go inside it)")
-    p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder; "
-                   "given the plan's folder, every planned run's state, departures, question 1's answer, nesting "
-                   "check and A/A reading, as one table")
-    p.add_argument("--commands", type=Path, metavar="PLAN", help="print each planned run of the plan in folder PLAN, "
-                   "in the plan's order: its run folder, a tab, the command that runs it (an arm's or control's "
-                   "tsflash sweep, or the ladder's; add --time-budget to slice a sweep)")
-    p.add_argument("--next", type=Path, metavar="PLAN", help="print the folders (relative to PLAN) of the runs not "
-                   "complete in the plan's first stage not complete, on one line: what the next device call runs; "
-                   "nothing when every stage is complete")
-    p.add_argument("--summary", type=Path, metavar="PLAN", help="write SUMMARY.md and summary.json into PLAN: every "
-                   "figure of the plan's complete stages, per arm and N, and each control against the rule the plan "
-                   "stated for it, read from the runs' reports")
+    p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder")
+    for flag in LAB_FLAGS:  # moved to the lab: each says where, in one line
+        p.add_argument(flag, type=Path, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from tsflash.errors import UserError
+    from tsflash.report import registration
+    from tsflash.report.registration import PLAN_JSON
     from tsflash.sweep import preregister
     from tsflash.sweep.plan import SweepOptions
 
-    for flag, folder in (("--commands", args.commands), ("--next", args.next)):
-        if folder is not None and not (folder / preregister.PLAN_JSON).is_file():
-            raise UserError(f"{flag} {folder}: no {preregister.PLAN_JSON} there (write one with --out)")
-    if args.summary is not None:
-        from tsflash.report.edition import write_summary
-
-        md, js, summary = write_summary(args.summary)
-        done = sum(st["complete"] for st in summary["stages"])
-        print(f"{md}\n{js}\n{done} of {len(summary['stages'])} stages read"
-              + (f"; not run: {', '.join(summary['not_run'])}" if summary["not_run"] else "")
-              + (f"; {preregister.NOT_RUN}: {', '.join(summary['not_run_in_edition'])}"
-                 if summary["not_run_in_edition"] else ""))
-        return 0
-    if args.commands is not None:  # the plan as amended (AMENDMENT.md beside PLAN.json), in its order
-        for _, run_dir, command in preregister.ordered_commands(preregister.amended_plan(args.commands),
-                                                                args.commands):
-            print(f"{run_dir}\t{command}")
-        return 0
-    if args.next is not None:
-        stage, todo = preregister.next_runs(args.next)
-        if stage is None:
-            print("every stage of the plan is complete", file=sys.stderr)
-        else:
-            print(" ".join(todo))
-        return 0
-    if args.check is not None and (args.check / preregister.PLAN_JSON).is_file():  # the plan's folder: every run
-        rows = preregister.plan_state(args.check)
-        print(preregister.render_state(rows, args.check / preregister.PLAN_JSON))
-        return 1 if any(r["departures"] for r in rows) else 0
+    moved = [(f, getattr(args, f[2:])) for f in LAB_FLAGS] + [("--check", args.check)]
+    for flag, folder in moved:
+        if folder is not None and (flag != "--check" or (folder / PLAN_JSON).is_file()):
+            raise UserError(f"preregister {flag} {folder}: a plan's state, next runs, commands and summary are "
+                            f"the studies' bookkeeping now: run `python -m lab.plan {flag} {folder}` in a checkout")
     if args.check is not None:
-        plan_path = preregister.plan_for(args.check)
+        plan_path = registration.plan_for(args.check)
         if plan_path is None:
-            raise UserError(f"--check {args.check}: no {preregister.PLAN_JSON} in its parent folder "
+            raise UserError(f"--check {args.check}: no {PLAN_JSON} in its parent folder "
                             f"{args.check.resolve().parent}")
         from tsflash.runfolder import RunFolder
 
         arm, found, sentence = preregister.check_run(plan_path, args.check)
         folder = RunFolder(args.check)
         print(sentence + ("" if folder.is_complete() else " (The run is not complete yet.)"))
-        if preregister.replicated_run(args.check) is not None and folder.cell_summaries()[0]:
+        if registration.replicated_run(args.check) is not None and folder.cell_summaries()[0]:
             from tsflash.report.replicate import replicate_check
             from tsflash.report.rundata import load_run
             from tsflash.report.wording import aa_sentence

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tsflash.commands import options
-from tsflash.commands.options import parse_overrides
+from tsflash.overrides import parse_overrides
 
 
 def register(sub) -> None:
@@ -28,10 +28,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from tsflash.report import build_report
+    from tsflash.sweep.preregister import resolved_arm
 
     # Only what the user gave is passed, so a report without --set/--out is built exactly as before.
     given = {"overrides": parse_overrides(args.overrides) or None, "out_dir": args.out}
-    md, html = build_report(args.run_dir, **{k: v for k, v in given.items() if v is not None})
+    md, html = build_report(args.run_dir, resolve=resolved_arm, **{k: v for k, v in given.items() if v is not None})
     print(f"report: {md}")
     print(f"        {html}")
     return 0

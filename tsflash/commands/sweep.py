@@ -13,8 +13,8 @@ import shlex
 from pathlib import Path
 
 from tsflash.commands import options
-from tsflash.commands.options import parse_overrides
 from tsflash.commands.runs import answer_sentences
+from tsflash.overrides import parse_overrides
 from tsflash.runfolder import RunFolder
 
 

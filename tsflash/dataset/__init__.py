@@ -1,7 +1,6 @@
 """From bars to a model's inputs: causal per-bar features and the train-only normaliser
 (`features`), up/flat/down labels (`labels`), walk-forward folds with purges (`splits`), and
-context windows by index arithmetic (`windows`); a model's inputs from bars in one call, as the
-engine builds them (`inputs`: `model_inputs`); and the linear information probe per N on
+context windows by index arithmetic (`windows`); and the linear information probe per N on
 multi-scale aggregates of the last N bars (`probe`)."""
 
 from tsflash._exports import lazy_exports
@@ -10,7 +9,6 @@ _EXPORTS = {
     "FEATURE_NAMES": "features", "compute_features": "features", "Normalizer": "features",
     "CLASS_NAMES": "labels", "make_labels": "labels", "fit_flat_band": "labels",
     "WalkForward": "splits", "walk_forward_folds": "splits",
-    "model_inputs": "inputs", "ModelInputs": "inputs",
     "probe_features": "probe", "probe_windows": "probe", "run_probe": "probe",
     "eval_windows": "windows", "gather_windows": "windows", "BalancedWindows": "windows",
 }

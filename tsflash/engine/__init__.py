@@ -24,6 +24,8 @@ Stages, one module each (this package re-exports their public names):
     _baselines  run_baselines, run_probes, lagged_features class prior, logistic regression and the
                                                            linear information probe per N
     _cost       (FoldResult.cost)                          time, tokens/s, TFLOP/s, memory, kernels
+    inputs      model_inputs, ModelInputs                  a model's inputs from bars in one call, as
+                                                           `prepare` builds them (for a notebook)
     tsflash.model.flops  flops_per_token                         the one FLOPs rule (engine and bench)
 
 Data flow and leakage guards
@@ -52,6 +54,7 @@ from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_da
 from tsflash.engine._checkpoint import TRAINING_CHECKPOINT_FORMAT, TrainingState
 from tsflash.engine._train import lowest_val_loss_by, lr_at, run_fold, sample_starts, step_seed, train_until
 from tsflash.engine._restarts import cell_steps, restart_seeds, run_cell
+from tsflash.engine.inputs import ModelInputs, model_inputs
 from tsflash.model.flops import flops_per_token
 
 __all__ = [
@@ -59,6 +62,7 @@ __all__ = [
     "TRAINING_CHECKPOINT_FORMAT",
     "FoldData",
     "FoldResult",
+    "ModelInputs",
     "Prepared",
     "TrainingState",
     "cell_steps",
@@ -69,6 +73,7 @@ __all__ = [
     "lagged_features",
     "lowest_val_loss_by",
     "lr_at",
+    "model_inputs",
     "predict_range",
     "prepare",
     "restart_seeds",

@@ -366,7 +366,7 @@ def _train(model, fwd_model, optimizer, tc: TrainConfig, state: TrainingState, b
     clock = StepClock(device, state.train_seconds)
     step = first = state.step
     # A compiled forward compiles in its first step: the profiler would record every op of the
-    # compiling and autotuning too (on the H200 3-6 s more to process them, seen in no timer), so
+    # compiling and autotuning too (on the GPU 3-6 s more to process them, seen in no timer), so
     # the kernels are observed one step later, the same graph running (unless there is no later step).
     compiles = isinstance(fwd_model, fastpath.Compiled)
     model.train()

@@ -63,7 +63,7 @@ OP_KERNEL = {
 }
 OP_BACKEND = {op: backend for op, (backend, _) in OP_KERNEL.items()}
 # Numerical check of a candidate against a float64 reference on the same device: relative
-# Frobenius error bound per input dtype (bf16 fused kernels measure about 3e-3 on the H200).
+# Frobenius error bound per input dtype (bf16 fused kernels measure about 3e-3 on the GPU).
 CHECK_TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 2e-2, torch.bfloat16: 2e-2}
 GRAD_TOLERANCE_FACTOR = 4  # gradients go through one more reduction: allow 4x the output tolerance
 
@@ -184,7 +184,7 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk
 # Tie rule: the kernels are preferred in the order of FUSED_BACKENDS (cuDNN, then FLASH, then
 # EFFICIENT); the most preferred kernel whose median is within TIE_MARGIN of the fastest median
 # wins. So cuDNN is kept unless another kernel is more than 3 % faster. Timings taken while other
-# jobs share the GPU can flip a decision (on the H200, six jobs at once timed FLASH 24 % ahead at
+# jobs share the GPU can flip a decision (on the GPU, six jobs at once timed FLASH 24 % ahead at
 # N=32768, where alone cuDNN leads by 37 %), so a run keeps its first decisions: `pin` makes a later
 # invocation (a resume, another worker) use them untimed (tsflash.sweep.run reads them from run.json).
 

@@ -4,15 +4,15 @@ real shape and pinned, then (``train.compile``) the forward compiled, with an ea
 Why before the first step. `auto` times its candidate kernels (tsflash.model.attention, "auto"). Left
 to the model's first forward, that probe ran inside the first training step: inside its time,
 and inside the profiler window that records which kernel ran, so the cost record of N=512 on the
-H200 read "EFFICIENT+FLASH+cuDNN". `prepare` decides at the cell's training shape (batch, heads,
+GPU read "EFFICIENT+FLASH+cuDNN". `prepare` decides at the cell's training shape (batch, heads,
 N) first and pins the choice on every attention layer; the first step then sees one kernel.
 
 Compile. With ``train.compile = true`` the forward (and through AOTAutograd the backward) goes
 through torch.compile in mode COMPILE_MODE: inductor fuses the small element-wise ops
 (rotary, norms, GELU, casts) whose separate passes over memory dominate an eager step at small N
-(on the H200 at N=512: 18.2 of 25.3 ms, fused to 5.2 ms; the device idles 0.3 ms either way, so
+(on the published runs' GPU at N=512: 18.2 of 25.3 ms, fused to 5.2 ms; the device idles 0.3 ms either way, so
 the step is bandwidth-, not launch-bound), and the mode "reduce-overhead" adds CUDA graphs. Which mode measures best is for
-`experiments/h200.sh mfu` to say (`tsflash bench train --compile MODE` per mode); COMPILE_MODE
+`lab/h200.sh mfu` to say (`tsflash bench train --compile MODE` per mode); COMPILE_MODE
 holds the answer. Eager runs instead, with the reason in the log, on CPU (a CPU cell is small:
 compiling costs more than it saves), without Triton, and when the compiler fails (the first
 failure switches the cell to eager).
@@ -25,9 +25,9 @@ of a shape in a worker reuses the graph its first cell compiled, and a new N com
 (two with short windows mixed in). Compiling happens inside that first training step (counted in
 train_seconds; `model.compile_info["first_call_seconds"]` shows it). Without ``dynamic=False``
 dynamo made the second N's graph symbolic in the sizes and ran every later N through it (on the
-H200, in the sweep cells and in `bench train` alike, 32768 ran the graph compiled at 4096). Evaluation
+GPU, in the sweep cells and in `bench train` alike, 32768 ran the graph compiled at 4096). Evaluation
 (no-grad calls: validation, test, context cuts) runs eager (COMPILE_EVALUATION): each of its
-shapes, partial last batches included, would be a graph of its own (about 5 s each on the H200)
+shapes, partial last batches included, would be a graph of its own (about 5 s each on the GPU)
 for passes of 0.2-0.8 s per cell eager (docs/benchmarks.md). Inductor's caches (the FX graph and
 AOTAutograd caches) live in `compile_cache_dir()`, so a resumed or repeated run loads its
 kernels instead of compiling them (docs/benchmarks.md, "Compiling once").
@@ -55,7 +55,7 @@ from tsflash.device import is_oom, sync
 
 log = logging.getLogger(__name__)
 
-# torch.compile mode of train.compile. Measured (reports/bench/mfu.md, one H200, one call): "default"
+# torch.compile mode of train.compile. Measured (reports/bench/mfu.md, one GPU, one call): "default"
 # and "reduce-overhead" (CUDA graphs) run the training step equally fast (N=512 12.5 vs 12.4 ms,
 # 4096 19.7 vs 19.7, 32768 82.6 vs 82.7; eager 25.3 / 32.4 / 94.6): the compiled step is not
 # launch-bound (the device idles 0.3 ms of 12.5 at N=512), so "default": CUDA graphs keep
@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 COMPILE_MODE = "default"
 # "tuned" is tsflash's, not a torch.compile mode: "default" with inductor's own Triton kernels (the
 # fused element-wise work and norms, bandwidth-bound at d_model 256) tuned block size by block size,
-# and the matmuls left to cuBLAS (max-autotune's matmul tuning took 13.5 s per shape on the H200).
+# and the matmuls left to cuBLAS (max-autotune's matmul tuning took 13.5 s per shape on the GPU).
 # Measured (reports/bench/fusion/mfu.md): N=512 12.40 ms per step against 12.63, for 121 s of
 # compiling against 15: not worth it in cells of a few hundred steps, so not COMPILE_MODE.
 COMPILE_OPTIONS = {"tuned": {"max_autotune_pointwise": True, "coordinate_descent_tuning": True}}
@@ -226,7 +226,7 @@ class Compiled:
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()
         # A float denominator would be a constant of the compiled graph, and each fold has its own
-        # (the expected scored positions per window): on the H200 the second fold of N=512
+        # (the expected scored positions per window): on the GPU the second fold of N=512
         # recompiled for 62 s. The graph returns the loss summed (denominator 1), divided here:
         # total / 1 / d is total / d, bit for bit.
         scale = loss_denominator if targets is not None else None

@@ -107,7 +107,7 @@ class CausalSelfAttention(nn.Module):
         # The kernels take (B, H, T, hd) with any strides: q, k, v stay (B, T, H, hd) in memory, as
         # they come out of the projection (rotary reads and writes rows in order; the output comes
         # back in q's layout, so the head merge below is a view, not a copy). The head-major layout
-        # cost a transposing copy per layer: compiled, the H200's step at N=512 went from 13.8 to 12.7 ms.
+        # cost a transposing copy per layer: compiled, the GPU's step at N=512 went from 13.8 to 12.7 ms.
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd) views
         # `auto` decides at this shape unless `tsflash.model.fastpath.prepare` pinned the kernel already
         backend = attention.resolve_backend(self.backend_name, q.device, q.dtype, q.shape[-1], shape=(B, self.n_heads, T))

@@ -28,9 +28,9 @@ days; with fewer common days than `selection.cscv_blocks` the block count is red
 report says so).
 
 Layout: rundata (loading), rescore (fees at scoring time), compute (numbers), nesting (the nesting
-check: each long N cut to the shortest N against it, over training runs), edition (a pre-registered
-plan's answer, collated from its runs' reports: `tsflash preregister --summary`), wording (sentences and
-units), figures, context (the one template context), render (jinja2), outputs (results.json,
+check: each long N cut to the shortest N against it, over training runs), replicate (an A/A
+replicate against its arm), registration (a pre-registered plan read back: a run's departures),
+wording (sentences and units), figures, context (the one template context), render (jinja2), outputs (results.json,
 Parquet).
 """
 
@@ -48,7 +48,9 @@ from tsflash.report.compute import compute, run_selection
 from tsflash.report.context import SECTIONS, build_context, caveats, memory_kind, smoke_line, with_caveats
 from tsflash.report.figures import draw
 from tsflash.report.outputs import write_all
+from tsflash.report.registration import ArmResolver
 from tsflash.report.render import render
+from tsflash.report.replicate import replicate_check
 from tsflash.report.rescore import RESCORE_KEYS, check_overrides, default_out_dir, rescore, rescores_cells
 from tsflash.report.rundata import RunData, load_run
 from tsflash.report.wording import label, sentences
@@ -94,8 +96,8 @@ def check_writable(folder: Path) -> None:
             shutil.rmtree(made, ignore_errors=True)
 
 
-def build_report(run_dir: Path | str, *, overrides: dict | None = None,
-                 out_dir: Path | None = None) -> tuple[Path, Path]:
+def build_report(run_dir: Path | str, *, overrides: dict | None = None, out_dir: Path | None = None,
+                 resolve: ArmResolver | None = None) -> tuple[Path, Path]:
     """Write report.md, report.html, results.json, fold_metrics.parquet, daily_returns.parquet and
     figures/*.png; returns (report.md, report.html).
 
@@ -103,7 +105,9 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
     `out_dir`). With overrides such as {"eval.fee_bps": 2} every candidate and baseline is
     re-scored from the per-bar cell files (UserError when they are missing, or for a key that
     needs retraining) and the report goes to `out_dir`, default `<run>/rescored/fee-<x>bps/`,
-    with the re-scored daily series under its series/.
+    with the re-scored daily series under its series/. `resolve`: how a pre-registered plan's
+    amendment resolves a control it adds (`tsflash.sweep.preregister.resolved_arm`), needed only for
+    such a control's run.
     """
     t0 = time.perf_counter()
     rd = load_run(run_dir)
@@ -117,10 +121,10 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None,
             target = RunFolder(out)
             for name, s in rd.series.items():
                 target.write_series(name, s.days, s.net, s.gross)
-    nums = compute(rd)
+    nums = compute(rd, replicate_check(rd))
     words = with_caveats(sentences(nums), caveats(rd, nums), smoke_line(rd, nums))  # what the run cannot support leads
     figures = draw(rd, nums, out / "figures", memory_kind(nums.per_n))
-    context = build_context(rd, nums, words, figures, out)
+    context = build_context(rd, nums, words, figures, out, resolve)
     write_all(rd, nums, words, out)
     md, html = RunFolder(out).report_md, RunFolder(out).report_html
     atomic_text(md, render(context, "report.md.j2"))

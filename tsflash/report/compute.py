@@ -39,7 +39,7 @@ The notes below are about these forecast-level tests.
   another counts as significantly higher, the answer is marked mixed), "worse" when some counts
   as higher and none as lower, "no better" otherwise. Why the skill condition: two forecasts
   without skill can differ truly and significantly in how far they stray from the no-skill
-  forecast. On the full-size random walk (H200), N=4096's direction loss was below N=512's with
+  forecast. On the full-size random walk (on a GPU), N=4096's direction loss was below N=512's with
   Holm p 0.009, because N=512 strayed further from 50/50; "less wrong than the shortest N" is not
   "forecasts better". Such differences are listed (`unskilled`) and the
   sentence names them, but they decide nothing.
@@ -719,7 +719,10 @@ def default_keys(rd: RunData) -> dict[int, str]:
     return {rd.n_of(k): k for k in keys}
 
 
-def compute(rd: RunData) -> Numbers:
+def compute(rd: RunData, replicate: object = None) -> Numbers:
+    """Every number of the run's report, once. `replicate`: a pre-registered A/A replicate's reading
+    (`tsflash.report.replicate.replicate_check`), which reads this module's tables, so it is computed
+    by the caller and handed in."""
     rows = fold_table(rd)
     keys = rd.trial_keys
     per_n = [summarize(rows, k) for k in keys]
@@ -729,9 +732,7 @@ def compute(rd: RunData) -> Numbers:
     stats = {k: series_stats(rd, k) for k in [*keys, *baselines] if k in rd.series}
     selection = run_selection(rd)
     forecast = forecast_question(rd, [s["series"] for s in primary])
-    from tsflash.report.replicate import replicate_check  # it reads this module's loss tables
-
     probe = probe_check(rd, primary, forecast.runs)
     return Numbers(rows, per_n, baselines, primary, selection, stats, forecast, trading_question(rd, selection),
-                   pbo_null_summary(selection), probe, replicate_check(rd),
+                   pbo_null_summary(selection), probe, replicate,
                    information_order(forecast.runs.ranking, probe, [s["n"] for s in primary]))

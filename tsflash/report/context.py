@@ -20,6 +20,7 @@ from tsflash.report.compute import METRICS, Numbers
 from tsflash.report.figures import CAPTIONS
 from tsflash.report.markdown import table as _table
 from tsflash.report.questions import forecast_section, trading_section, write_outputs
+from tsflash.report.registration import ArmResolver, deviations_sentence, plan_for
 from tsflash.report.rescore import rescores_cells
 from tsflash.report.rundata import RunData, seed_inference
 from tsflash.report.wording import (
@@ -38,7 +39,6 @@ from tsflash.report.wording import (
     too_short_line,
 )
 from tsflash.scoring.strategy import Strategy
-from tsflash.sweep.preregister import deviations_sentence, plan_for
 
 SECTIONS = (
     "The two questions and the answers",
@@ -99,7 +99,7 @@ def with_caveats(words: dict, found: list[str], smoke: str | None = None) -> dic
     return words | {"forecast": words["forecast"] + NOT_EVIDENCE, "sentence": words["sentence"] + NOT_EVIDENCE}
 
 
-def verdict_section(rd: RunData, words: dict) -> dict:
+def verdict_section(rd: RunData, words: dict, resolve: ArmResolver | None = None) -> dict:
     cfg = rd.config
     notes = []
     if rd.data.get("kind") == "synthetic":
@@ -109,7 +109,7 @@ def verdict_section(rd: RunData, words: dict) -> dict:
                      f"the run `{rd.run_dir.name}` (which charged {rd.rescored_from['run_fee_bps']:g} bps); nothing "
                      f"was retrained. Trading rule: {Strategy.from_config(cfg).describe()}.")
     if plan := plan_for(rd.run_dir):  # a pre-registered run: its departures from the plan, or "none"
-        notes.append(deviations_sentence(plan, rd.run_dir))
+        notes.append(deviations_sentence(plan, rd.run_dir, resolve))
     seeds = seed_inference(cfg)
     if rd.rescored_from and "eval.seed_inference" in rd.rescored_from["overrides"]:
         notes.append(f"re-reported from the run `{rd.run_dir.name}` with eval.seed_inference = {seeds}; nothing was "
@@ -365,7 +365,8 @@ def report_title(rd: RunData) -> str:
             f"N = {', '.join(map(str, cfg['lengths']))}{caveat}")
 
 
-def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[str, Path], out_dir: Path) -> dict:
+def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[str, Path], out_dir: Path,
+                  resolve: ArmResolver | None = None) -> dict:
     """The context of report.md.j2 and report.html.j2."""
     figures = {name: {"src": path.relative_to(out_dir).as_posix(), "file": path, "caption": CAPTIONS[name]}
                for name, path in figure_paths.items()}
@@ -375,7 +376,7 @@ def build_context(rd: RunData, nums: Numbers, words: dict, figure_paths: dict[st
         "title": report_title(rd),
         "page_title": f"tsflash report: {out_dir.name}",
         "headings": SECTIONS,
-        "verdict": verdict_section(rd, words),
+        "verdict": verdict_section(rd, words, resolve),
         "setup": setup_section(rd, nums),
         "cost": cost_section(nums, figures, cfg["data"]["interval"], rd.run.get("peak_memory"),
                              rd.run.get("invocations", [])),

@@ -196,7 +196,7 @@ def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
     return _save(fig, path)
 
 
-EDITION_SERIES = (  # (key of a length row of `tsflash.report.edition`, its part, legend)
+EDITION_SERIES = (  # (key of a length row of `lab.edition`, its part, legend)
     ("question1", "log_loss", "transformer, whole context (question 1)"),
     ("nesting", "log_loss", "transformer cut to the shortest N (nesting check)"),
     ("probe", None, "linear probe (over folds)"),
@@ -204,7 +204,7 @@ EDITION_SERIES = (  # (key of a length row of `tsflash.report.edition`, its part
 
 
 def plot_edition(arms: list[dict], path: Path) -> Path:
-    """A plan's answer at a glance (`tsflash preregister --summary`): per arm, each longer N's log-loss
+    """A plan's answer at a glance (`python -m lab.plan --summary`, lab/edition.py): per arm, each longer N's log-loss
     per bar minus the shortest N's with its 95 % interval, for the transformer with its whole context,
     the same model cut to the shortest N, and the linear probe; below 0 the longer N forecasts better,
     and a cut model above 0 has lost short-range skill in training."""

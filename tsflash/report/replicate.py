@@ -31,6 +31,7 @@ import scipy.stats
 from tsflash.report.compute import PRIOR, SCORES, RunQuestion, default_keys, load_losses, run_question
 from tsflash.report.nesting import NestingCheck, nesting_check
 from tsflash.report.questions import runs_results
+from tsflash.report.registration import replicated_run
 from tsflash.report.rundata import RunData, load_run, seed_inference
 from tsflash.runfolder import RunFolder
 from tsflash.scoring.daily import ENSEMBLE
@@ -170,8 +171,6 @@ def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys
 def replicate_check(rd: RunData) -> AACheck:
     """The reading of a pre-registered A/A replicate's run folder against its arm's run (OUT/<arm>,
     beside the plan); an empty reason-less check for any other run (nothing to show)."""
-    from tsflash.sweep.preregister import replicated_run
-
     if (own := replicated_run(rd.run_dir)) is None:
         return AACheck()
     arm, inference = own.name, seed_inference(rd.config)

@@ -266,7 +266,7 @@ CONTROL_EXPECTATIONS = {
 }
 
 
-# What "no" rules out: the strength ladder's 80 % point (experiments/power_ladder.py, `detection_curve`),
+# What "no" rules out: the strength ladder's 80 % point (lab/power_ladder.py, `detection_curve`),
 # by where it lies against the planted strengths ("how")
 LADDER_LEADS = {"within the ladder": "A far-context effect of at least {effect} nats per moved bar would have been found "
                                      "with 80 % probability",

@@ -42,7 +42,6 @@ import numpy as np
 
 from tsflash import atomic, engine
 from tsflash.config import ExperimentConfig, config_from_dict, read_run_config
-from tsflash.data.source import configured_bar_count
 from tsflash.data.store import Bars, iso, load_bars, to_us
 from tsflash.data.synthetic import parse_source, random_walk_bars
 from tsflash.errors import UserError
@@ -59,6 +58,7 @@ from tsflash.scoring.daily import (
 )
 from tsflash.scoring.strategy import Strategy
 from tsflash.sweep.run import cell_summary
+from tsflash.sweep.source import configured_bar_count
 
 log = logging.getLogger(__name__)
 

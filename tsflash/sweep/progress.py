@@ -10,8 +10,8 @@ a CALIBRATED prior, corrected by what this run measures:
     else                                        -> units * prior rate(N) * speed of this machine
 
 The prior rate is seconds per unit of cells measured on a machine class (`CALIBRATION`, each row
-naming where its figures come from: published H200 sweeps, the CPU preset timed on 2 x86_64
-cores, the third edition's rule alone on the H200), interpolated in log N between the measured
+naming where its figures come from in calibration.toml's [sources]: published GPU sweeps, the CPU
+preset timed on 2 x86_64 cores, the third edition's rule alone on a GPU), interpolated in log N between the measured
 lengths, from the rows of the cell's training protocol where the table has them
 (`training_protocol`: validated restarts screened at a step run nearly all of their screening
 steps, so their cells cost more per unit than early stopping leaves of a default cell). The speed
@@ -38,6 +38,7 @@ import logging
 import math
 import sys
 import time
+import tomllib
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,7 +64,9 @@ LONG_RUN_S = 2 * 3600.0
 
 
 # ---------------------------------------------------------------------------------------------
-# The calibration: measured cells
+# The calibration: measured cells, read from calibration.toml beside this module
+
+CALIBRATION_FILE = Path(__file__).with_name("calibration.toml")
 
 
 @dataclass(frozen=True)
@@ -98,43 +101,6 @@ class MeasuredOnce:
     source: str
 
 
-_H200_SE = "reports/h200-btcusdt-1m-second-edition/cells/n*/*.cell.json (H200, seeds 0-2, 2026-12-01)"
-_H200_AA = "runs/device-logs/aa-call1.log + aa-call2.log, not committed (H200, seeds 3-5, 2026-12-02)"
-_CPU_2 = ("reports/bench/estimate-cpu/ (cells/*/*.cell.json, precision.json, sweep.log) of `tsflash sweep --lengths "
-          "512,4096,32768`, 8 min 41.5 s wall-clock on 2 idle x86_64 cores, torch 2.13.0+cpu, 2026-12-02; "
-          "docs/benchmarks.md")
-# The rule of the third edition (4 validated restarts screened at step 400, a weight average, a quarter
-# of each long batch as 512-bar windows), one cell at each N alone on the H200: its screening restarts
-# run nearly all of their 400 steps, where a default cell stops at about half of its 600
-# (`training_protocol`). Recomputed by tests/sweep/test_progress.py.
-_RULE = ("train.short_fraction=0.25", "train.ema_decay=0.98", "train.restarts=4", "train.restart_screen=400")
-_H200_RULE = ("reports/recipes/compile-check/eager/cells/n*/fold0-seed0.cell.json (H200, each sweep alone, "
-              "2026-12-05)")
-CALIBRATION = (
-    Measured("cuda", "full", 512, 15, 8.61, 7.55, 273.3, 600, _H200_SE),
-    Measured("cuda", "full", 4096, 15, 9.81, 8.30, 237.3, 600, _H200_SE),
-    Measured("cuda", "full", 32768, 15, 29.46, 27.14, 284.0, 600, _H200_SE),
-    Measured("cuda", "full", 512, 15, 7.63, 6.51, 245.3, 600, _H200_AA),
-    Measured("cuda", "full", 4096, 15, 11.55, 9.95, 297.3, 600, _H200_AA),
-    Measured("cuda", "full", 32768, 15, 34.42, 31.79, 337.3, 600, _H200_AA),
-    Measured("cuda", "full", 512, 1, 38.40, 35.10, 1360.0, 1800, _H200_RULE, _RULE),
-    Measured("cuda", "full", 32768, 1, 126.35, 118.44, 1480.0, 1800, _H200_RULE, _RULE),
-    Measured("cpu", "cpu", 512, 6, 4.55, 2.96, 12.0, 12, _CPU_2),
-    Measured("cpu", "cpu", 4096, 6, 10.56, 6.78, 12.0, 12, _CPU_2),
-    Measured("cpu", "cpu", 32768, 6, 59.88, 38.47, 12.0, 12, _CPU_2),
-)
-CALIBRATION_OTHER = (
-    MeasuredOnce("cuda", "full", "baseline", 7.44, 5, (), _H200_SE),
-    MeasuredOnce("cuda", "full", "baseline", 8.24, 5, (), _H200_AA),
-    MeasuredOnce("cuda", "full", "precision", 3.67, 1, (512, 4096, 32768), _H200_SE),
-    MeasuredOnce("cuda", "full", "precision", 3.5, 1, (512, 4096, 32768), _H200_AA),
-    MeasuredOnce("cuda", "full", "report", 4.6, 1, (512, 4096, 32768), _H200_SE),
-    MeasuredOnce("cuda", "full", "report", 5.0, 1, (512, 4096, 32768), _H200_AA),
-    MeasuredOnce("cpu", "cpu", "baseline", 7.15, 2, (), _CPU_2),
-    MeasuredOnce("cpu", "cpu", "precision", 46.5, 1, (512, 4096, 32768), _CPU_2),
-    MeasuredOnce("cpu", "cpu", "report", 4.1, 1, (512, 4096, 32768), _CPU_2),
-)
-
 
 @dataclass(frozen=True)
 class MeasuredPatch:
@@ -152,22 +118,28 @@ class MeasuredPatch:
     source: str
 
 
-# Several recipe jobs shared the H200 for these (three to five processes): a patch cell alone is
-# faster, so the price stays above it, as an over-estimate should. Recomputed by tests/sweep/test_progress.py.
-_H200_PATCH16 = ("reports/recipes/pools/patch16/baseline/long-memory/cells/n*/*-seed0.json (H200, shared by five "
-                 "recipe jobs, 2026-12-02)")
-_H200_PATCH16_LABELS = ("reports/recipes/pools/patch16-labels/baseline/long-memory/cells/n*/*-seed?.json (H200, "
-                        "shared by three recipe jobs, 2026-12-02)")
-_H200_PATCH4 = ("reports/recipes/pools/unfinished-patch4-seed?/short-mix-ema-fast/long-memory/cells/n*/*-seed?.json "
-                "(H200, shared by six recipe jobs, 2026-12-05)")
-CALIBRATION_PATCH = (
-    MeasuredPatch("cuda", 4, 512, 524288, 7, 0.10076, _H200_PATCH4),
-    MeasuredPatch("cuda", 4, 32768, 524288, 14, 0.23041, _H200_PATCH4),
-    MeasuredPatch("cuda", 16, 512, 131072, 5, 0.01719, _H200_PATCH16),
-    MeasuredPatch("cuda", 16, 32768, 131072, 5, 0.01832, _H200_PATCH16),
-    MeasuredPatch("cuda", 16, 512, 2097152, 15, 0.06742, _H200_PATCH16_LABELS),
-    MeasuredPatch("cuda", 16, 32768, 2097152, 15, 0.09378, _H200_PATCH16_LABELS),
-)
+def _load_calibration(path: Path = CALIBRATION_FILE) -> tuple[tuple[Measured, ...], tuple[MeasuredOnce, ...],
+                                                          tuple[MeasuredPatch, ...]]:
+    """The rows of calibration.toml, each with its source's words from [sources] (a row naming a
+    source the table lacks is an error: every figure says where it comes from)."""
+    with open(path, "rb") as f:
+        table = tomllib.load(f)
+    sources, protocols = table["sources"], table.get("protocols", {})
+
+    def row(r: dict) -> dict:
+        r = dict(r)
+        r["source"] = sources[r["source"]]
+        if "protocol" in r:
+            r["overrides"] = tuple(protocols[r.pop("protocol")])
+        if "lengths" in r:
+            r["lengths"] = tuple(r["lengths"])
+        return r
+
+    return (tuple(Measured(**row(r)) for r in table["cells"]), tuple(MeasuredOnce(**row(r)) for r in table["other"]),
+            tuple(MeasuredPatch(**row(r)) for r in table["patch"]))
+
+
+CALIBRATION, CALIBRATION_OTHER, CALIBRATION_PATCH = _load_calibration()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,7 +168,7 @@ def training_protocol(train: TrainConfig) -> tuple:
     steps): how many of them early stopping leaves run and what a step costs beside its FLOPs.
     Screened restarts run nearly all of their screening steps, where one default training stops at
     about half of its most, so a cell of the third edition's rule took 1.3 to 1.6 times the default
-    protocol's price alone on the H200 (`_H200_RULE`): a cell is priced from rows of its own
+    protocol's price alone on one GPU (calibration.toml, source "rule"): a cell is priced from rows of its own
     protocol where the table has them."""
     return (train.restarts, train.restart_screen, train.short_fraction, train.ema_decay)
 
@@ -218,7 +190,7 @@ def model_work(cfg: ExperimentConfig, n: int, params: int) -> Work:
     (a patch model's cell in a per-bar one's units: the comment below says why)."""
     # A patch model (model.patch = p) is counted as a per-bar one at the same bars a step: its own
     # FLOPs (`flops_per_token(..., patch=p)`) are 1/7 of that at N=32768, yet its cells do not run at
-    # the FLOPs' speed (a step's bars still pass the data path and the embedding: measured on the H200,
+    # the FLOPs' speed (a step's bars still pass the data path and the embedding: measured on the GPU,
     # 2x to 45x slower than their FLOPs at the per-bar rates). Its price is these units times its
     # measured seconds a step over the per-bar cells' (`Calibration.patch_factor`, CALIBRATION_PATCH).
     fpt = flops_per_token(params, cfg.model.n_layers, cfg.model.d_model, n)  # per bar
@@ -261,7 +233,7 @@ def preset_config(preset: str, lengths: tuple[int, ...] = (512, 4096, 32768),
                   overrides: tuple[str, ...] = ()) -> ExperimentConfig:
     """The default config as a calibration row ran it: "full" or with the reduced CPU preset, and the
     row's --set items."""
-    from tsflash.commands.options import parse_overrides
+    from tsflash.overrides import parse_overrides
     from tsflash.sweep.plan import SweepOptions, resolve_config
 
     opts = SweepOptions(lengths=list(lengths), preset=preset, overrides=parse_overrides(list(overrides)))
@@ -284,7 +256,7 @@ def _row_protocol(row: Measured) -> tuple:
 
 
 def _bars_of(cfg: ExperimentConfig) -> int:
-    from tsflash.data.source import configured_bar_count
+    from tsflash.sweep.source import configured_bar_count
 
     return configured_bar_count(cfg)
 
@@ -468,7 +440,7 @@ def format_seconds(s: float) -> str:
 def fresh_works(cfg: ExperimentConfig, trials: int = 1, precision: bool = True) -> list[Work]:
     """Every piece of work of a new run of `cfg` (no cell saved yet): each fold's baselines, the
     model cells of every N, trial, fold and seed, the precision check, the report."""
-    from tsflash.data.source import configured_bar_count
+    from tsflash.sweep.source import configured_bar_count
 
     params, n_bars = n_params(cfg), configured_bar_count(cfg)
     works = [baseline_work(cfg, k, n_bars) for k in range(cfg.splits.n_folds)]

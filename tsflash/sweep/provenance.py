@@ -69,7 +69,7 @@ GPU_JOBS_ENV = "TSFLASH_GPU_JOBS"
 
 def gpu_jobs() -> int | None:
     """$TSFLASH_GPU_JOBS: how many jobs a device script started side by side on this invocation's GPU
-    (experiments/*_h200.sh set it), so that a report can say its wall-clock and throughput were
+    (lab/*_h200.sh set it), so that a report can say its wall-clock and throughput were
     shared; None when nothing says."""
     text = os.environ.get(GPU_JOBS_ENV, "").strip()
     if not text:

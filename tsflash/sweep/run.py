@@ -24,7 +24,7 @@ configuration trials (ledger.json; cells are not counted) and the variance of th
 Where things live: the options, config, run key and run folder choice in tsflash.sweep.plan; the
 ledger (configurations, cells, the heartbeat storage) in tsflash.sweep.ledger; the workers and the
 order of cells in tsflash.sweep.workers; run.json and data.json in tsflash.sweep.provenance; the cost estimates, ETA and log
-in tsflash.sweep.progress; the bars in tsflash.data.source.
+in tsflash.sweep.progress; the bars in tsflash.sweep.source.
 
 Sharing a study: `--storage postgresql://user:pass@host/db` (or any SQLAlchemy URL optuna
 accepts; needs the driver, e.g. psycopg2) together with an artifact store every host reaches
@@ -57,7 +57,6 @@ from optuna.trial import Trial
 from tsflash import engine
 from tsflash.bench.precision import bench_precision
 from tsflash.config import ExperimentConfig
-from tsflash.data.source import check_data, configured_bar_count, load_data
 from tsflash.data.store import iso
 from tsflash.errors import UserError
 from tsflash.model import attention
@@ -99,6 +98,7 @@ from tsflash.sweep.plan import (  # the sweep's public API: SweepOptions, plan_s
     nesting_unmeasured,
     plan_sweep,
 )
+from tsflash.sweep.preregister import resolved_arm
 from tsflash.sweep.progress import (
     CostModel,
     Progress,
@@ -121,6 +121,7 @@ from tsflash.sweep.provenance import (
     write_data_json,
     write_run_json,
 )
+from tsflash.sweep.source import check_data, configured_bar_count, load_data
 from tsflash.sweep.workers import CellQueue, CellTime, Job, cell_name, run_workers, worker_tag
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ def _run_in_folder(plan: SweepPlan) -> Path:
                  "the run that completes it writes the report")
         return folder.root
     record_peak_memory(folder, "data, cells, precision check")  # what the report's cost section shows
-    written = None if plan.options.validation_only else build_report(folder.root)
+    written = None if plan.options.validation_only else build_report(folder.root, resolve=resolved_arm)
     mark_complete(folder)
     peak = record_peak_memory(folder, "data, cells, precision check" + ("" if written is None else ", report"))
     log.info("peak memory of the job: %.2f GiB (%s; run.json \"peak_memory\")", peak / 2**30,
@@ -381,7 +382,7 @@ def _todo(folder: RunFolder, cfg: ExperimentConfig, slot_lengths: list[int], mod
 
 
 def work_left(folder: RunFolder, cfg: ExperimentConfig, trials: int, cost: CostModel) -> list[Work]:
-    """What resuming `folder` at `cfg` still runs, as the sweep prices it (`tsflash preregister --check`
+    """What resuming `folder` at `cfg` still runs, as the sweep prices it (`python -m lab.plan --check`
     adds these up over a plan): `cost` first learns the run's saved cells, then the baselines and model
     cells not saved, the precision check unless saved, and the report."""
     model_params = n_params(cfg)

@@ -26,7 +26,7 @@ sampled values of later configurations depend on which had finished when they we
 in any parallel search.
 
 Data. Each worker loads and prepares the data once, on its own device, and reuses it for all its
-cells (about a second at full size on the H200 host, in parallel with the other workers).
+cells (about a second at full size on the GPU host, in parallel with the other workers).
 """
 
 from __future__ import annotations
