@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 import torch
 
-from tsflash.overrides import parse_lengths
+from tsflash.config import parse_lengths
 from tsflash.config import load_config
 from tsflash.engine import contiguous_runs, split_validation
 from tsflash.intervals import INTERVAL_US, bars_per_day

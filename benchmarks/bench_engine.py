@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from tsflash.atomic import write_json
-from tsflash.overrides import parse_lengths, parse_overrides
+from tsflash.config import parse_lengths, parse_overrides
 from tsflash.config import load_config
 from tsflash.sweep.source import load_data
 from tsflash.device import device_name, resolve_device, sync

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from tsflash import atomic
-from tsflash.overrides import parse_lengths, parse_overrides
+from tsflash.config import parse_lengths, parse_overrides
 from tsflash.config import merge_overrides
 from tsflash.engine import fold_data, prepare, run_fold
 from tsflash.report.markdown import markdown_table

@@ -177,7 +177,7 @@ def engine_seed(result: dict) -> int:
     overrides; results written before it recorded "seed" say it through those)."""
     if "seed" in result:
         return result["seed"]
-    from tsflash.overrides import parse_overrides
+    from tsflash.config import parse_overrides
     from tsflash.config import load_config
 
     seeds = parse_overrides(result.get("overrides", [])).get("train", {}).get("seeds")

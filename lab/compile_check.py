@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
 from tsflash.atomic import write_json, write_text  # noqa: E402
-from tsflash.overrides import parse_overrides  # noqa: E402
+from tsflash.config import parse_overrides  # noqa: E402
 from tsflash.runfolder import RunFolder  # noqa: E402
 
 log = logging.getLogger("compile_check")

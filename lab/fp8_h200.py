@@ -26,7 +26,7 @@ import torch
 
 from tsflash import atomic
 from tsflash.bench import fp8
-from tsflash.overrides import parse_lengths, parse_overrides
+from tsflash.config import parse_lengths, parse_overrides
 from tsflash.config import load_config
 from tsflash.device import resolve_device
 

@@ -35,7 +35,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
 from tsflash.atomic import write_text  # noqa: E402
-from tsflash.overrides import parse_overrides  # noqa: E402
+from tsflash.config import parse_overrides  # noqa: E402
 from tsflash.runfolder import RunFolder  # noqa: E402
 from tsflash.stats.runs import run_level_test, runs_from_means  # noqa: E402
 

@@ -548,7 +548,7 @@ def cost_plan(args, usable_s: float = 1200.0) -> dict:
     """Estimated seconds of one replicate on one H200 from the calibrated cost table (cuda rows),
     as estimated and with every longest-N cell at its maximum steps, how many fit in `usable_s`, and
     the whole ladder's (`schedule`: every rung's replicates) both ways."""
-    from tsflash.overrides import parse_overrides
+    from tsflash.config import parse_overrides
     from tsflash.sweep.plan import SweepOptions, resolve_config
     from tsflash.sweep.progress import CostModel, fresh_works, prior_rates
 

@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
 from tsflash.atomic import write_text  # noqa: E402
-from tsflash.overrides import parse_overrides  # noqa: E402
+from tsflash.config import parse_overrides  # noqa: E402
 from tsflash.config import config_from_dict, merge_overrides  # noqa: E402
 from tsflash.sweep.source import configured_bar_count  # noqa: E402
 from tsflash.data.store import fingerprint, load_bars  # noqa: E402

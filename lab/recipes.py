@@ -88,7 +88,7 @@ if str(REPO) not in sys.path:
 from tsflash import cli  # noqa: E402
 from tsflash.atomic import write_json, write_text  # noqa: E402
 from lab.bench_tables import control_found_bar  # noqa: E402
-from tsflash.overrides import parse_overrides  # noqa: E402
+from tsflash.config import parse_overrides  # noqa: E402
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.scoring.metrics import hit_rate_from_confusion  # noqa: E402
 from tsflash.stats.runs import Runs, crossed_seed_test, run_level_test, runs_from_means  # noqa: E402

@@ -59,7 +59,7 @@ def test_a_symbol_that_is_no_spot_pair_is_one_line(bad, tmp_path, monkeypatch, c
 def test_sweep_symbol_sets_data_symbol():
     args = cli.build_parser().parse_args(["sweep", "--symbol", "ethusdt", "--set", "train.steps=2"])
     from tsflash.commands.sweep import _command_line, with_symbol
-    from tsflash.overrides import parse_overrides
+    from tsflash.config import parse_overrides
 
     assert with_symbol(parse_overrides(args.overrides), args.symbol) == {"data": {"symbol": "ETHUSDT"},
                                                                           "train": {"steps": 2}}

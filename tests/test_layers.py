@@ -21,7 +21,7 @@ LAYERS = [
     ("bench",),
     ("report",),
     ("engine",),
-    ("overrides",),
+    ("config_docs",),
     ("config",),
     ("dataset",),
     ("scoring", "model"),

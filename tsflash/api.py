@@ -15,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsflash.config import merge_overrides
+from tsflash.config import merge_overrides, parse_lengths, parse_overrides
 from tsflash.data.store import check_pair
-from tsflash.overrides import parse_lengths, parse_overrides
 
 
 @dataclass

@@ -17,7 +17,7 @@ from tsflash.bench import attention as attention_bench
 from tsflash.bench import common, precision, trainstep
 from tsflash.model import flops
 from tsflash.cli import main
-from tsflash.overrides import parse_lengths
+from tsflash.config import parse_lengths
 from tsflash.errors import UserError
 
 from lab import bench_tables as tables

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from tests.conftest import load_experiment, one_thread
 
-from tsflash.overrides import parse_overrides
+from tsflash.config import parse_overrides
 from tsflash.sweep.run import SweepOptions, run_sweep
 
 LENGTHS = [16, 32, 128]

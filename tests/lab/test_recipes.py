@@ -235,7 +235,7 @@ def test_a_candidates_run_has_the_committed_screens_config_hash():
     """The default preset's eval.probe is pinned off for the screens, so a new seed of a committed
     candidate resolves to the committed run's config but for train.seeds (and pools with it)."""
     from tests.conftest import REPO
-    from tsflash.overrides import parse_overrides
+    from tsflash.config import parse_overrides
     from tsflash.config import config_from_dict, load_config, merge_overrides
 
     committed = json.loads((REPO / "reports/recipes/short-mix-ema/long-memory/config.json").read_text())

@@ -20,7 +20,7 @@ from tests.conftest import sigkill_when
 from tests.sweep.test_workers import PYTHON_ENV
 
 from tsflash import cli
-from tsflash.overrides import parse_lengths, parse_overrides
+from tsflash.config import parse_lengths, parse_overrides
 from tsflash.config import config_from_dict
 from tsflash.errors import UserError
 from tsflash.sweep.plan import folder_run_key, make_run_key, resolve_config, run_hash

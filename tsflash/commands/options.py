@@ -5,7 +5,7 @@ A type function turns the text of one option into its value or raises
 ``tsflash bench train: error: argument --steps: must be an integer >= 1, got 0``, and exits 2.
 Where the project already has the rule (context lengths, devices, dates, overrides, symbols),
 the type function calls it: `_argument` turns its UserError into the argparse error. The text
-forms of two options are parsed below them, in `tsflash.overrides` (`parse_lengths`, `parse_overrides`),
+forms of two options are parsed below them, in `tsflash.config` (`parse_lengths`, `parse_overrides`),
 so that the sweep and the benchmarks read --lengths and --set without importing the command line.
 
 The shared options are parent parsers made by a function each (`lengths_option`, `device_option`,
@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tsflash import config
+from tsflash.config import parse_lengths, parse_overrides
 from tsflash.data.store import check_pair
 from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
-from tsflash.overrides import parse_lengths, parse_overrides
 
 
 def _argument(check: Callable, text: str, flag: str):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tsflash.commands import options
 from tsflash.commands.sweep import with_symbol
-from tsflash.overrides import parse_overrides
+from tsflash.config import parse_overrides
 
 
 def _arm_type(text: str) -> tuple[str, list[str]]:

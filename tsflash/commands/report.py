@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tsflash.commands import options
-from tsflash.overrides import parse_overrides
+from tsflash.config import parse_overrides
 
 
 def register(sub) -> None:

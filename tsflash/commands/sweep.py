@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tsflash.commands import options
 from tsflash.commands.runs import answer_sentences
-from tsflash.overrides import parse_overrides
+from tsflash.config import parse_overrides
 from tsflash.runfolder import RunFolder
 
 

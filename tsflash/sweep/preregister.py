@@ -36,11 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tsflash.atomic import write_text as atomic_text
-from tsflash.config import config_from_dict, recipe_words
+from tsflash.config import config_from_dict, parse_overrides, recipe_words
 from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
 from tsflash.identity import digest
-from tsflash.overrides import parse_overrides
 from tsflash.report import registration, wording
 from tsflash.report.registration import (
     AA_CONTROL,

@@ -233,7 +233,7 @@ def preset_config(preset: str, lengths: tuple[int, ...] = (512, 4096, 32768),
                   overrides: tuple[str, ...] = ()) -> ExperimentConfig:
     """The default config as a calibration row ran it: "full" or with the reduced CPU preset, and the
     row's --set items."""
-    from tsflash.overrides import parse_overrides
+    from tsflash.config import parse_overrides
     from tsflash.sweep.plan import SweepOptions, resolve_config
 
     opts = SweepOptions(lengths=list(lengths), preset=preset, overrides=parse_overrides(list(overrides)))
