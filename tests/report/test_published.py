@@ -32,7 +32,7 @@ from tsflash.report.compute import compute
 from tsflash.report.context import caveats, smoke_line, with_caveats
 from tsflash.report.outputs import write_all
 from tsflash.report.rundata import load_run
-from tsflash.report.wording import sentences
+from tsflash.report.wording import LEAD_WORDS, sentences
 
 REPO = Path(__file__).resolve().parents[2]
 REPORTS = REPO / "reports"
@@ -140,6 +140,9 @@ def differences(folder: Path, rebuilt: Path) -> dict[str, dict[str, object]]:
     return out
 
 
+LEADS: dict[str, list[str]] = {}  # each rebuilt source's two lead sentences, for the test of their length
+
+
 def measure(folders: list[Path]) -> dict[str, dict]:
     """{folder relative to the repository: differences} for every folder, each source rebuilt once."""
     found: dict[str, dict] = {}
@@ -154,6 +157,8 @@ def measure(folders: list[Path]) -> dict[str, dict]:
             if source not in built:
                 built[source] = Path(tmp) / str(len(built))
                 rebuild(source, built[source])
+                answers = _read_json(built[source] / questions.RESULTS_FILE)
+                LEADS[source.relative_to(REPO).as_posix()] = [answers[q]["lead"] for q in ("forecast", "trading")]
             if diff := differences(folder, built[source]):
                 found[key] = diff
     return found
@@ -249,6 +254,10 @@ def test_every_published_folder_rebuilds_with_its_numbers():
                 if not _matches(w.get(path), g.get(path), cause(folder, name, path)):
                     unexpected[f"{folder} {name} {path}"] = {"frozen": w.get(path), "now": g.get(path)}
     assert not unexpected, json.dumps(dict(list(unexpected.items())[:20]), indent=1)
+    # every published run, rebuilt, leads each question with one sentence of at most 40 words
+    assert len(LEADS) >= 60
+    long = {k: lead for k, leads in LEADS.items() for lead in leads if len(lead.split()) > LEAD_WORDS}
+    assert not long, long
 
 
 def test_every_frozen_departure_has_a_reason():
