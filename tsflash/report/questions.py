@@ -1,6 +1,7 @@
 """The report's two-questions sections: their tables, sentences and files, from the numbers of
 `tsflash.report.compute` (ForecastQuestion, TradingQuestion, the run's selection) and the
-sentences of `tsflash.report.wording`.
+sentences of `tsflash.report.wording`. Each section opens with its lead sentence (at most 40
+words), a small table (`lead_table`, `trading_lead_table`) and the figure; the rest follows.
 
 Question 1 (forecasting) shows, beside the classification table: the nesting check (each long N
 cut to the shortest N against the shortest N, `tsflash.report.nesting`), the direction apart from
