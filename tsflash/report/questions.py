@@ -311,7 +311,9 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
             "dm_sentence": dm_sentence(fq) if fq.available else forecast_sentence(fq), "runs": runs_table(nums),
             "ranking": ranking, "nesting": nesting, "probe": probe, "aa": aa, "paired": paired_table(nums),
             "decomposition": decomposition_table(nums), "fold_level": None if fq.available else fold_level_table(nums),
-            "runs_notes": runs_notes, "paired_notes": paired_notes, "baseline_notes": baseline_notes}
+            "runs_notes": runs_notes, "paired_notes": paired_notes, "baseline_notes": baseline_notes,
+            # tsflash confirm's page keeps the whole sentence and every note in one list
+            "sentence": words["forecast"], "notes": baseline_notes + runs_notes + paired_notes}
 
 
 def trading_table(nums: Numbers) -> dict:
