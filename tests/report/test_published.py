@@ -239,9 +239,13 @@ def _matches(want, got, why: str | None) -> bool:
 
 
 FOLDERS = published_folders()
+# a sparse checkout without the published folders (only CI's full clone must have them)
+needs_reports = pytest.mark.skipif(not (REPORTS / "h200-btcusdt-1m-second-edition" / "results.json").exists(),
+                                   reason="the published run folders are not checked out")
 
 
-@pytest.mark.slow  # all the published folders, each run's numbers once: about 30 s on 2 cores
+@needs_reports
+@pytest.mark.slow  # all the published folders, each run's numbers once: about 15 s on 2 cores
 def test_every_published_folder_rebuilds_with_its_numbers():
     assert len(FOLDERS) >= 70, "the published run folders and their re-reports"
     found, expected = collapsed(measure(FOLDERS)), frozen()
@@ -260,6 +264,7 @@ def test_every_published_folder_rebuilds_with_its_numbers():
     assert not long, long
 
 
+@needs_reports
 def test_every_frozen_departure_has_a_reason():
     groups = json.loads(DEPARTURES.read_text())["groups"]
     assert [g["cause"] for g in groups] == sorted({g["cause"] for g in groups}), "one group per cause"
@@ -271,6 +276,7 @@ def test_every_frozen_departure_has_a_reason():
                 assert all(cause(folder, name, p) == g["cause"] for p in paths), (folder, name)
 
 
+@needs_reports
 def test_a_re_report_is_rebuilt_from_the_run_above_it():
     nested = [f for f in FOLDERS if not (f / "run.json").exists()]
     assert nested, "the committed re-reports"

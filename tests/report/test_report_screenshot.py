@@ -48,6 +48,9 @@ def test_both_leads_are_above_the_fold_in_chromium(tmp_path):
 
 
 def test_the_committed_screenshot_says_the_leads_were_above_the_fold():
-    committed = json.loads((REPO / "reports" / "bench" / "report-screenshot" / "boxes.json").read_text())
+    path = REPO / "reports" / "bench" / "report-screenshot" / "boxes.json"
+    if not path.exists():
+        pytest.skip("reports/bench/ is not checked out")
+    committed = json.loads(path.read_text())
     assert committed["above_the_fold"] == {"lead-forecast": True, "lead-trading": True}
     assert committed["viewport"]["width"] == 1280
