@@ -101,8 +101,11 @@ def test_a_cut_model_that_lost_volatility_skill_fails_and_the_answer_says_so(tmp
     assert sentence.startswith(f"Nesting check (each longer N scored with its context cut to the last {CUT} bars")
     assert f": {NESTING_FAILS}. N=64 cut to 32 bars +" in sentence and "; flat-vs-move part +" in sentence
     assert sentence in text and sentence in html.read_text()
-    answer = next(line for line in text.splitlines() if line.startswith("Question 1 (forecasting): "))  # a smoke run: not bold
-    assert f"The nesting check {NESTING_FAILS}: N=64 cut to 32 bars +" in answer
+    # the lead (a smoke run: not bold) says the check fails; the whole sentence says by how much
+    answer = next(line for line in text.splitlines() if line.startswith("Question 1 (forecasting): "))
+    assert "the nesting check fails" in answer and len(answer.split()) <= 43  # the lead's 40 and its prefix
+    full = json.loads((run / "questions.json").read_text())["forecast"]["sentence"]
+    assert f"The nesting check {NESTING_FAILS}: N=64 cut to 32 bars +" in full
     assert results["nesting"]["verdict"] == "fails" and results["nesting"]["tests"][0]["lost_skill"]
     assert results["nesting"]["tests"][0]["cut_minus_shortest"]["move"]["p_holm"] <= 0.05
     questions = json.loads((run / "questions.json").read_text())

@@ -126,20 +126,23 @@ def test_a_smoke_run_says_so_first_and_sets_no_verdict_in_bold(tmp_path):
     text, page = md.read_text(), html.read_text()
     assert _opening(text) == [text.splitlines()[0], SMOKE_NOTE] and text.splitlines()[0].startswith("# ")
     assert "**Question" not in text and "**Answer" not in text
-    assert re.search(r"^Question 1 \(forecasting\): .*Not evidence", text, flags=re.M)
+    assert re.search(r"^Question 1 \(forecasting\): .*\(not evidence: see above\)\.$", text, flags=re.M)
     assert "Reduced preset" not in text and text.count("Smoke test of the method") == 1
     assert page.index(f"<p>{SMOKE_NOTE}</p>") < page.index("<h2>")
     assert "<strong>Question" not in page and "<strong>Answer" not in page and "class='verdict'" not in page
 
 
 def test_a_full_run_keeps_its_bold_verdict(tmp_path):
-    md, html = build_report(make_run(tmp_path, drift=0.0, preset="full"))
+    run = make_run(tmp_path, drift=0.0, preset="full")
+    md, html = build_report(run)
     text, page = md.read_text(), html.read_text()
     assert _opening(text) == [text.splitlines()[0]] and "Smoke test" not in text
     for answer in ("Question 1 (forecasting): ", "Question 2 (trading): "):
         assert re.search(rf"^\*\*{re.escape(answer)}.*\*\*$", text, flags=re.M)
-        assert f"<p class='verdict'><strong>{answer}" in page
-    assert text.count("**Answer: ") == 2
+        assert re.search(rf"<p id='lead-\w+' class='verdict'><strong>{re.escape(answer)}", page)
+    questions = json.loads((run / "questions.json").read_text())
+    for q in ("forecast", "trading"):  # each lead opens the answers and its question's section, in bold
+        assert text.count(f"{questions[q]['lead']}**") == 2
 
 
 def test_a_run_made_before_the_smoke_line_gets_it_once(tmp_path):
@@ -202,10 +205,14 @@ def test_when_every_candidate_loses_no_best_one_is_named(tmp_path):
     rd = load_run(run)
     assert all(rd.series[k].net.mean() < 0 for k in rd.trial_keys)
     text = build_report(run)[0].read_text()
-    verdict = re.search(r"^\*\*Question 2 \(trading\): (.*)\*\*$", text, flags=re.M).group(1)
+    lead = re.search(r"^\*\*Question 2 \(trading\): (.*)\*\*$", text, flags=re.M).group(1)
+    assert lead.startswith("No: no candidate makes money after fees of 5 bps (mean daily net "), lead
+    verdict = json.loads((run / "questions.json").read_text())["trading"]["sentence"]
     assert re.match(r"No: no candidate makes money after fees\. Every context length's mean daily net return is "
                     r"negative at 5 bps under the (one-bar|horizon) rule \(", verdict), verdict
-    assert "N=" not in verdict and "best" not in verdict  # no candidate is singled out
+    assert verdict in text  # the whole sentence opens the trading rule's section
+    for said in (lead, verdict):
+        assert "N=" not in said and "best" not in said  # no candidate is singled out
     assert "- No candidate passes, and none makes money after fees." in text
     q = json.loads((run / "questions.json").read_text())["trading"]
     assert q["none_profitable"] is True and q["n_profitable"] == 0 and q["passed"] is False

@@ -103,7 +103,7 @@ def test_markdown_and_html_show_the_same_context(tmp_path):
 
     from tsflash.report import build_report
     from tsflash.report.compute import compute
-    from tsflash.report.context import build_context
+    from tsflash.report.context import build_context, caveats, smoke_line, with_caveats
     from tsflash.report.rundata import load_run
     from tsflash.report.wording import sentences
 
@@ -111,12 +111,15 @@ def test_markdown_and_html_show_the_same_context(tmp_path):
     md, page = (p.read_text() for p in build_report(run))
     rd = load_run(run)
     nums = compute(rd)
-    ctx = build_context(rd, nums, sentences(nums), {}, run)
-    texts = [ctx["verdict"]["sentence"], ctx["verdict"]["forecast"], *ctx["verdict"]["reasons"],
-             ctx["selection"]["intro"], ctx["selection"]["pbo"], ctx["forecast"]["sentence"], *ctx["forecast"]["notes"],
+    words = with_caveats(sentences(nums), caveats(rd, nums), smoke_line(rd, nums))  # as build_report words them
+    ctx = build_context(rd, nums, words, {}, run)
+    fc = ctx["forecast"]
+    texts = [ctx["verdict"]["sentence"], ctx["verdict"]["forecast_lead"], ctx["verdict"]["trading_lead"],
+             *ctx["verdict"]["reasons"], ctx["selection"]["intro"], ctx["selection"]["pbo"], fc["lead"],
+             fc["runs_sentence"], fc["dm_sentence"], *fc["runs_notes"], *fc["paired_notes"], *fc["baseline_notes"],
              ctx["trading"]["intro"], *ctx["trading"]["notes"]]
     for section in ("setup", "cost", "benefit", "forecast", "trading", "selection", "precision", "reproducibility"):
-        for key in ("summary", "folds", "table", "paired", "decomposition", "fold_level"):
+        for key in ("summary", "folds", "table", "paired", "decomposition", "fold_level", "lead_table", "runs"):
             t = ctx[section].get(key)
             if t:
                 texts += [c for row in [t["header"], *t["rows"]] for c in row if c]

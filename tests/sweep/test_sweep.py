@@ -131,12 +131,14 @@ def test_rerun_same_out_recomputes_nothing(finished_run, data_arg, monkeypatch, 
     monkeypatch.setenv("TSFLASH_GPU_JOBS", "3")  # as a device script that starts three jobs side by side says
     capsys.readouterr()
     assert cli.main(sweep_argv(data_arg, finished_run)) == 0
-    # a finished sweep's last lines (issue 55): both answers as the report wrote them, then the report's path
+    # a finished sweep's last lines (issue 55; issue 57: the two lead sentences end it): the report's path,
+    # then both leads as the report wrote them
     questions = json.loads((finished_run / "questions.json").read_text())
     assert capsys.readouterr().out.splitlines()[-3:] == [
-        f"question 1 (forecasting): {questions['forecast']['sentence']}",
-        f"question 2 (trading): {questions['trading']['sentence']}",
-        f"report: {finished_run / 'report.md'} (and report.html)"]
+        f"report: {finished_run / 'report.md'} (and report.html)",
+        f"question 1 (forecasting): {questions['forecast']['lead']}",
+        f"question 2 (trading): {questions['trading']['lead']}"]
+    assert all(len(questions[q]["lead"].split()) <= 40 for q in ("forecast", "trading"))
     assert questions["trading"]["sentence"].startswith("No") and questions["trading"]["sentence"].endswith(NOT_EVIDENCE)
     assert {p: p.stat().st_mtime_ns for p in cell_markers(finished_run)} == before
     first, second = json.loads((finished_run / "run.json").read_text())["invocations"]

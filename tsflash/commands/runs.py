@@ -36,12 +36,14 @@ def read_questions(folder: RunFolder) -> dict:
 
 
 def answer_sentences(folder: RunFolder) -> list[str]:
-    """Question 1's and question 2's sentences, one line each, from questions.json; [] before the report exists."""
+    """Question 1's and question 2's lead sentences, one line each, from questions.json (the whole
+    sentence where a report was written before the leads); [] before the report exists."""
     questions = read_questions(folder)
     if not questions:
         return []
-    return [f"question 1 (forecasting): {questions.get('forecast', {}).get('sentence') or '-'}",
-            f"question 2 (trading): {questions.get('trading', {}).get('sentence') or '-'}"]
+    forecast, trading = questions.get("forecast", {}), questions.get("trading", {})
+    return [f"question 1 (forecasting): {forecast.get('lead') or forecast.get('sentence') or '-'}",
+            f"question 2 (trading): {trading.get('lead') or trading.get('sentence') or '-'}"]
 
 
 def answer_line(folder: RunFolder) -> str:

@@ -120,10 +120,10 @@ def run(args) -> int:
     # mistake); the run logs the reduced-preset banner itself.
     run_dir = sweep.run_sweep(sweep.plan_sweep(opts))
     folder = RunFolder(run_dir)
-    if folder.report_md.exists():  # the answers last, as `tsflash runs` reads them, then where the report is
+    if folder.report_md.exists():  # where the report is, then the two lead sentences last, as `tsflash runs` reads them
+        print(f"report: {folder.report_md} (and {folder.report_html.name})")
         for line in answer_sentences(folder):
             print(line)
-        print(f"report: {folder.report_md} (and {folder.report_html.name})")
     elif opts.validation_only and RunFolder(run_dir).is_complete():
         print(f"run folder: {run_dir} (complete; no report: --validation-only)")
     else:

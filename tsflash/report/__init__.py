@@ -6,14 +6,15 @@ ledger.json, precision.json, cells/**/*.cell.json, series/*.npz) through
 optuna. With `overrides` (scoring keys only, `rescore.RESCORE_KEYS`) it re-scores the run from
 its saved per-bar positions and writes the re-scored report to another folder. Sections, in order:
 
-    1. the question and the verdict (one sentence, key numbers first)
+    1. the questions and their answers (one lead sentence each, at most 40 words)
     2. setup            data source and range, bars, folds with dates, horizon, flat band, fees,
                         model, budget
     3. cost vs N        epoch time, tokens/s, peak memory, backend, TFLOP/s (table + plot)
-    4. benefit vs N     accuracy, balanced accuracy, log-loss, MCC with fold spread, baselines
-                        alongside (table + plot); equity curves before and after fees
-    5. selection        per candidate daily Sharpe, PSR, DSR (trial count, Sharpe variance);
-                        PBO with the CSCV logit and out-of-sample rank histograms; the gates
+    4. question 1       its lead, each longer N against the shortest over training runs (table),
+                        the benefit figure; then, under their own headings, the tests over runs,
+                        the forecast-level tests, the baselines, the nesting check, probe and A/A
+    5. question 2       its lead, each candidate after fees (table), the equity curves; then the
+                        trading rule per candidate and the selection gates (Sharpe, PSR, DSR, PBO)
     6. precision        the bf16-vs-float64 oracle at each N
     7. reproducibility  command, git commit, packages, device, seed, config hash, data fingerprint
 

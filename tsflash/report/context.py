@@ -30,6 +30,7 @@ from tsflash.report.wording import (
     fmt,
     label,
     linear_fit,
+    not_evidence_lead,
     pct_per_day,
     percent,
     plural,
@@ -96,7 +97,8 @@ def with_caveats(words: dict, found: list[str], smoke: str | None = None) -> dic
     words = words | {"caveats": found, "smoke": smoke}
     if not found and not smoke:
         return words
-    return words | {"forecast": words["forecast"] + NOT_EVIDENCE, "sentence": words["sentence"] + NOT_EVIDENCE}
+    leads = {k: not_evidence_lead(words[k]) for k in ("forecast_lead", "trading_lead") if k in words}
+    return words | {"forecast": words["forecast"] + NOT_EVIDENCE, "sentence": words["sentence"] + NOT_EVIDENCE} | leads
 
 
 def verdict_section(rd: RunData, words: dict, resolve: ArmResolver | None = None) -> dict:
@@ -126,8 +128,9 @@ def verdict_section(rd: RunData, words: dict, resolve: ArmResolver | None = None
                 f"Deflated Sharpe Ratio >= {cfg['selection']['min_dsr']} and PBO <= {cfg['selection']['max_pbo']})? "
                 "And at what cost?")
     return {"question": question, "smoke": words.get("smoke"), "caveats": words.get("caveats", []),
-            "forecast": words["forecast"],
-            "sentence": words["sentence"], "reasons": words["reasons"], "notes": notes}
+            "forecast_lead": words["forecast_lead"],
+            "sentence": words["sentence"], "trading_lead": words["trading_lead"], "reasons": words["reasons"],
+            "notes": notes}
 
 
 def _setup_items(rd: RunData, nums: Numbers) -> list[list]:

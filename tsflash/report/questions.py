@@ -1,6 +1,7 @@
 """The report's two-questions sections: their tables, sentences and files, from the numbers of
 `tsflash.report.compute` (ForecastQuestion, TradingQuestion, the run's selection) and the
-sentences of `tsflash.report.wording`.
+sentences of `tsflash.report.wording`. Each section opens with its lead sentence (at most 40
+words), a small table (`lead_table`, `trading_lead_table`) and the figure; the rest follows.
 
 Question 1 (forecasting) shows, beside the classification table: the nesting check (each long N
 cut to the shortest N against the shortest N, `tsflash.report.nesting`), the direction apart from
@@ -29,11 +30,14 @@ from tsflash.report.wording import (
     SCORE_NAMES,
     aa_sentence,
     bps,
+    dm_sentence,
     effective_sentence,
     fmt,
+    forecast_sentence,
     label,
     nesting_sentence,
     pbo_null_sentence,
+    pct_per_day,
     percent,
     plural,
     pooled_nesting_sentence,
@@ -43,6 +47,7 @@ from tsflash.report.wording import (
     ranking_sentence,
     return_bps,
     run_power_sentence,
+    run_sentence,
     signed,
     signs,
     trial_count_sentence,
@@ -101,6 +106,34 @@ def runs_table(nums: Numbers) -> dict | None:
                          f"{fmt(r.t, '+.2f')} ({df_text(r.df)})", fmt(r.p, ".3g"), fmt(p.p_holm, ".3g"),
                          fmt(res.counts(p)) if family == "the answer" else "",
                          fmt(c.seed_sd, ".2g"), fmt(math.sqrt(c.between_fold), ".2g")])
+    return _table(head, body)
+
+
+def lead_table(nums: Numbers) -> dict | None:
+    """The table under question 1's lead: each longer N against the shortest N over training runs
+    (the answer's family), its difference per bar, 95 % interval, Holm p and runs."""
+    runs = nums.forecast.runs
+    if not runs.available:
+        return None
+    short = label(nums.forecast.shortest)
+    head = [f"N against {short}", "score", "difference per bar", "95 % interval", "Holm p",
+            f"runs (N, {short})"]
+    body = [[f"{label(p.series)} − {short}", SCORE_NAMES[p.score], signed(p.result.estimate),
+             f"[{signed(p.result.ci[0])}, {signed(p.result.ci[1])}]", fmt(p.p_holm, ".3g"),
+             f"{p.result.n_runs_b}, {p.result.n_runs_a}"] for p in runs.result.comparisons]
+    return _table(head, body)
+
+
+def trading_lead_table(nums: Numbers) -> dict | None:
+    """The table under question 2's lead: per candidate, its mean daily net return after fees, its
+    net Sharpe ratio a year and its break-even fee."""
+    rows = {r["series"]: r for r in nums.trading.rows}
+    cands = nums.selection.candidates
+    if not cands:
+        return None
+    head = ["configuration", f"mean daily net ({nums.trading.fee_bps:g} bps)", "net Sharpe/yr", "break-even fee"]
+    body = [[label(c["key"]), pct_per_day(c["mean"]), fmt(c.get("sharpe_annual"), ".2f"),
+             bps(rows[c["key"]]["break_even_fee_bps"]) if c["key"] in rows else "n/a"] for c in cands]
     return _table(head, body)
 
 
@@ -226,15 +259,18 @@ def fold_level_table(nums: Numbers) -> dict | None:
 
 
 def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
+    """Question 1's section: its lead and lead table first, then the tests over training runs, the
+    forecast-level tests, the baselines, the nesting check and the other diagnostics, each with its notes."""
     fq = nums.forecast
-    notes = ["Direction apart from volatility: the log-loss of a bar that moved is -log(p_up + p_down) - log q, "
+    baseline_notes = ["Direction apart from volatility: the log-loss of a bar that moved is -log(p_up + p_down) - log q, "
              "q the forecast's up-vs-down probability, and of a flat bar -log p_flat; the first part (flat-vs-move) "
              "is what a volatility forecast improves, the second (up-vs-down, ln 2 = 0.6931 for a coin flip) is "
              "direction. Skill is the class prior's log-loss minus the configuration's; the direction share is the "
              "part of that skill from the up-vs-down part. The volatility baseline is the logistic regression with "
              "the sign of every directional feature removed."]
+    runs_notes, paired_notes = [], []
     if fq.runs.available:
-        notes.append("Over training runs (the answer): each run (fold, seed) is its mean loss per bar on the fold's "
+        runs_notes.append("Over training runs (the answer): each run (fold, seed) is its mean loss per bar on the fold's "
                      "test bars; per fold, the mean over seeds of N's runs minus the mean over seeds of the shortest "
                      "N's; the test is the one-sample t of these fold differences (df = folds - 1), so its variance "
                      "carries the seed-to-seed and run-to-run variation and the fold-to-fold variation of the benefit "
@@ -244,11 +280,11 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      "difference decides only when its winner also beats the class prior over runs (the skill rows, "
                      "their own Holm family). Seed sd: a run's spread about its N's fold mean; between-fold sd: what "
                      "the fold differences spread beyond the seeds.")
-        notes += [t for t in (run_power_sentence(fq.runs),) if t]
+        runs_notes += [t for t in (run_power_sentence(fq.runs),) if t]
     elif fq.available:
-        notes.append(f"Over training runs: {fq.runs.reason}; the forecast-level tests below do not answer question 1.")
+        runs_notes.append(f"Over training runs: {fq.runs.reason}; the forecast-level tests below do not answer question 1.")
     if fq.available:
-        notes.append(f"Paired tests at the forecast level ({fq.source}; they say whether these seed ensembles' "
+        paired_notes.append(f"Paired tests at the forecast level ({fq.source}; they say whether these seed ensembles' "
                      "forecasts differ on these days, not whether training at N forecasts better): the seed ensemble per N (mean of the seeds' probabilities), "
                      "scored on the same test bars as its reference. Scores: the per-bar log-loss, and the direction "
                      "score, the up-vs-down log-loss on every bar whose outcome moved. Diebold-Mariano on UTC-daily "
@@ -257,7 +293,7 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      f"{plural(len(fq.comparisons), 'comparison')}. Signs per fold and per seed: \"-\" where the "
                      "configuration has the lower loss.")
     else:
-        notes.append(f"No paired test: {fq.source}. The table shows what the cell summaries allow: each "
+        paired_notes.append(f"No paired test: {fq.source}. The table shows what the cell summaries allow: each "
                      "configuration's fold-mean log-loss minus the reference's, fold by fold (\"-\": lower loss), "
                      "and the directional hit rate from the pooled confusion matrices; the up-vs-down split of the "
                      "log-loss needs the per-bar forecasts.")
@@ -270,9 +306,14 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
     aa = {"sentence": aa_sentence(replicate) if replicate else "", "table": aa_table(replicate),
           "pooled": pooled_sentence(replicate) if replicate else "",
           "pooled_nesting": pooled_nesting_sentence(replicate) if replicate else ""}
-    return {"sentence": words["forecast"], "decomposition": decomposition_table(nums), "runs": runs_table(nums),
+    return {"lead": words["forecast_lead"], "lead_table": lead_table(nums), "figure": figure,
+            "runs_sentence": run_sentence(fq) if fq.available else "",
+            "dm_sentence": dm_sentence(fq) if fq.available else forecast_sentence(fq), "runs": runs_table(nums),
             "ranking": ranking, "nesting": nesting, "probe": probe, "aa": aa, "paired": paired_table(nums),
-            "fold_level": None if fq.available else fold_level_table(nums), "notes": notes, "figure": figure}
+            "decomposition": decomposition_table(nums), "fold_level": None if fq.available else fold_level_table(nums),
+            "runs_notes": runs_notes, "paired_notes": paired_notes, "baseline_notes": baseline_notes,
+            # tsflash confirm's page keeps the whole sentence and every note in one list
+            "sentence": words["forecast"], "notes": baseline_notes + runs_notes + paired_notes}
 
 
 def trading_table(nums: Numbers) -> dict:
@@ -302,7 +343,7 @@ def trading_section(nums: Numbers) -> dict:
     notes = [t for t in (trial_count_sentence(s.trial_count), effective_sentence(s.deflation, s.n_trials),
                          power_sentence(s.deflation, s.n_trials, PERIODS_PER_YEAR, source),
                          pbo_null_sentence(nums.pbo_null, s.verdict.max_pbo)) if t]
-    return {"intro": intro, "table": trading_table(nums), "notes": notes}
+    return {"intro": intro, "table": trading_table(nums), "notes": notes, "lead_table": trading_lead_table(nums)}
 
 
 def results(nums: Numbers, words: dict) -> dict:
@@ -311,7 +352,7 @@ def results(nums: Numbers, words: dict) -> dict:
     d = s.deflation
     return {
         "forecast": {"answer": fq.answer, "mixed": fq.mixed, "available": fq.available, "source": fq.source,
-                     "sentence": words["forecast"], "shortest": fq.shortest,
+                     "sentence": words["forecast"], "lead": words["forecast_lead"], "shortest": fq.shortest,
                      "runs": runs_results(fq.runs, nums.information_order),
                      "dm_answer": fq.dm_answer, "dm_mixed": fq.dm_mixed,
                      "comparisons": [{k: getattr(p, k) for k in p.__dataclass_fields__} | {"counts": fq.counts(p)}
@@ -321,6 +362,7 @@ def results(nums: Numbers, words: dict) -> dict:
         "trading": {"strategy": tq.strategy.kind, "horizon": tq.strategy.horizon, "threshold": tq.strategy.threshold,
                     "fee_bps": tq.fee_bps, "n_candidates": tq.n_candidates, "n_profitable": tq.n_profitable,
                     "none_profitable": tq.none_profitable, "passed": s.verdict.passed, "sentence": words["sentence"],
+                    "lead": words["trading_lead"],
                     "rows": tq.rows,
                     "n_trials": s.n_trials, "n_effective": d.effective.n_effective if d else None,
                     "n_trials_effective": d.n_trials_effective if d else None,

@@ -409,6 +409,69 @@ def forecast_sentence(fq) -> str:
     return " ".join(t for t in (text, nesting_answer(fq.nesting)) if t)
 
 
+LEAD_WORDS = 40  # a lead sentence's most words: the answer in one reading, before any table
+
+
+def words_in(text: str) -> int:
+    """The words of a sentence, as the lead's limit counts them (runs of non-space)."""
+    return len(text.split())
+
+
+def _lead(text: str, fallback: str) -> str:
+    # four words kept free for a run with caveats' "(not evidence: see above)"
+    return text if words_in(text) <= LEAD_WORDS - 4 else fallback
+
+
+def forecast_lead(fq) -> str:
+    """Question 1 in one sentence of at most LEAD_WORDS words: the answer over training runs and its
+    strongest comparison, and a failed nesting check. The full sentence and the tests follow it."""
+    runs = fq.runs
+    fails = "; the nesting check fails" if fq.nesting.failed else ""
+    if not runs.available:
+        return _lead(f"Not answered over training runs: {runs.reason}{fails}.",
+                     f"Not answered over training runs{fails}; the tests below say why.")
+    res, shortest = runs.result, label(fq.shortest)
+
+    def one(p) -> str:
+        return (f"{label(p.series)} on the {SCORE_NAMES[p.score]}, {signed(p.result.estimate)} per bar, "
+                f"Holm p {fmt(p.p_holm, '.3g')}")
+
+    counted = [p for p in res.comparisons if res.counts(p)]
+    if res.answer == "better":
+        best = min((p for p in counted if p.mean_diff < 0), key=lambda p: p.p_holm)
+        text = f"Yes: a longer context forecasts better than {shortest} over training runs ({one(best)})"
+        text += "; not at every length" if res.mixed else ""
+    elif res.answer == "worse":
+        worst = min((p for p in counted if p.mean_diff > 0), key=lambda p: p.p_holm)
+        text = f"No: a longer context forecasts worse than {shortest} over training runs ({one(worst)})"
+    else:
+        best = min(res.comparisons, key=lambda p: p.p_holm)
+        text = f"No better: no longer context differs from {shortest} over training runs (closest: {one(best)})"
+    return _lead(text + fails + ".", f"{RUN_ANSWER_LEADS.get(res.answer or 'no better', 'No answer')}; the table says by how much.")
+
+
+def trading_lead(nums) -> str:
+    """Question 2 in one sentence of at most LEAD_WORDS words: yes or no after fees and the gates."""
+    tq, v = nums.trading, nums.selection.verdict
+    fee = f"{tq.fee_bps:g} bps"
+    dsr = NA if v.dsr is None or not math.isfinite(v.dsr) else f"{v.dsr:.3f}"
+    pbo = NA if v.pbo is None or not math.isfinite(v.pbo) else f"{v.pbo:.2f}"
+    if v.selected is None:
+        return "No answer: no candidate could be scored; the gates below say why."
+    trials = f"over {plural(v.n_trials, 'trial')}"
+    if tq.none_profitable:
+        means = [r["mean"] for r in nums.selection.candidates]
+        text = (f"{QUESTION2_LEADS['no money']} of {fee} (mean daily net {_range(means, pct_per_day)}); DSR {dsr} "
+                f"{trials}.")
+    elif v.passed:
+        text = (f"{QUESTION2_LEADS['passes'].format(length=label(v.selected))} after {fee} fees (DSR {dsr}, PBO "
+                f"{pbo}, {trials}).")
+    else:
+        text = (f"{QUESTION2_LEADS['none passes']} after {fee} fees ({label(v.selected)}, the best in-sample: DSR "
+                f"{dsr}, PBO {pbo}, {trials}).")
+    return _lead(text, "No: see the gates below." if not v.passed else "Yes: see the gates below.")
+
+
 NESTING_PART_NAMES = {"log_loss": "log-loss", "move": "flat-vs-move part", "direction": "up-vs-down part"}
 NESTING_FAILS = "fails: training, not the context, is the cause of part of the gap"
 
@@ -682,6 +745,11 @@ def support_sentences(short_lengths: list[int], gap: float | None, spread: float
 NOT_EVIDENCE = " Not evidence: see what this run can support, above."  # after each answer of a run with caveats
 
 
+def not_evidence_lead(lead: str) -> str:
+    """A lead of a run with caveats: still one sentence, marked as not evidence."""
+    return lead.rstrip(".") + " (not evidence: see above)."
+
+
 def effective_sentence(d, n_trials: int) -> str:
     if d is None:
         return ""
@@ -721,4 +789,5 @@ def sentences(nums) -> dict:
     else:
         trading = verdict_sentence(v, reasons[0], nums.candidate_row(v.selected), accuracy, best_baseline)
     return {"sentence": trading, "forecast": forecast_sentence(nums.forecast), "reasons": reasons,
+            "forecast_lead": forecast_lead(nums.forecast), "trading_lead": trading_lead(nums),
             "notes": selection_notes(s.dropped, s.n_blocks, s.n_blocks_used, len(s.days))}
