@@ -26,9 +26,9 @@ from pathlib import Path
 from tsflash.atomic import write_json, write_text
 from tsflash.errors import UserError
 from tsflash.report.context import most_gpu_jobs
-from tsflash.report.probe import FOLLOWS
+from tsflash.report.diagnostics.nesting import NESTING_PART_NAMES
 from tsflash.report.questions import RESULTS_FILE as QUESTIONS_FILE
-from tsflash.report.wording import NA, NESTING_PART_NAMES, SCORE_NAMES, bps, fmt, label, plural, signed
+from tsflash.report.wording import FOLLOWS, NA, SCORE_NAMES, bps, fmt, label, plural, signed
 from tsflash.report.registration import (AA_CONTROL, CONTROL_RULES, LADDER_RUN, NOT_RUN, PLAN_JSON, amended_words,
                                          plan_order_of, planned_runs)
 from tsflash.runfolder import RunFolder, read_json

@@ -130,7 +130,7 @@ def _cells_state(folder: RunFolder, planned: int) -> str:
 
 
 def _aa_state(aa: dict) -> str:
-    """The A/A column of `plan_state` from a replicate's results.json "aa" (`tsflash.report.replicate`)."""
+    """The A/A column of `plan_state` from a replicate's results.json "aa" (`tsflash.report.diagnostics.replicate`)."""
     if not aa["comparisons"]:
         return f"no reading: {aa['reason']}"
     text = f"{aa['differ']} of {aa['comparisons']} say \"differ\" ({'' if aa['calibrated'] else 'not '}calibrated)"

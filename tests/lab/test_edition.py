@@ -12,7 +12,7 @@ from tests.sweep.test_sweep import TINY
 
 from tsflash.cli import main
 from lab import edition
-from tsflash.report.probe import DOES_NOT_FOLLOW, FOLLOWS
+from tsflash.report.wording import DOES_NOT_FOLLOW, FOLLOWS
 from tsflash.sweep import preregister
 from tsflash.report import registration
 from lab import plan_state as lab_plan

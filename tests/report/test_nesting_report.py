@@ -1,4 +1,4 @@
-"""The nesting check in the report (issue 29, `tsflash.report.nesting`), on fake run folders whose
+"""The nesting check in the report (issue 29, `tsflash.report.diagnostics.nesting`), on fake run folders whose
 long-N cells carry the cut scoring: the split adds up, a cut model that lost volatility skill fails
 the check and question 1's answer says so, an equal one passes, a folder without the per-bar cells
 is tested on the log-loss alone, runs without cut scoring say "not measured", and the published
@@ -15,8 +15,8 @@ from tests.report.test_report import make_run
 
 from tsflash.report import build_report, load_run
 from tsflash.report.compute import compute
-from tsflash.report.nesting import PER_BAR, SUMMARIES, nesting_check, part_means
-from tsflash.report.wording import NESTING_FAILS, forecast_sentence, nesting_sentence
+from tsflash.report.diagnostics.nesting import PER_BAR, SUMMARIES, nesting_check, nesting_sentence, part_means
+from tsflash.report.wording import NESTING_FAILS, forecast_sentence
 from tsflash.runfolder import write_json
 from tsflash.scoring.metrics import classification_metrics, direction_metrics
 

@@ -1,4 +1,4 @@
-"""The linear information probe in the report (`tsflash.report.probe`): the probe's difference to
+"""The linear information probe in the report (`tsflash.report.diagnostics.probe`): the probe's difference to
 the shortest N is the t over its fold differences, Holm over the longer N decides, and the sentence
 says whether a linear reader finds far information, with the transformer's test beside it."""
 
@@ -10,8 +10,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tsflash.report.probe import PROBE_SCORES, ProbeCheck, ProbeRow, fold_difference, probe_check
-from tsflash.report.wording import probe_sentence
+from tsflash.report.diagnostics.probe import (
+    PROBE_SCORES,
+    ProbeCheck,
+    ProbeRow,
+    fold_difference,
+    probe_check,
+    probe_sentence,
+)
 from tsflash.runfolder import baseline_order, probe_n
 from tsflash.stats.runs import one_sample_t
 

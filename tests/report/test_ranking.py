@@ -12,15 +12,8 @@ from tests.report.test_replicate import _report_ready, pair_tables
 from tests.stats.test_ranking import three
 
 from tsflash.report import build_report, wording
-from tsflash.report.probe import (
-    DOES_NOT_FOLLOW,
-    FOLLOWS,
-    NO_ORDER,
-    Difference,
-    ProbeCheck,
-    ProbeStep,
-    information_order,
-)
+from tsflash.report.diagnostics.probe import Difference, ProbeCheck, ProbeStep
+from tsflash.report.diagnostics.ranking import DOES_NOT_FOLLOW, FOLLOWS, NO_ORDER, information_order, ranking_sentence
 from tsflash.stats.runs import ranking_check
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions
@@ -67,7 +60,7 @@ def _probe(*reads_more: bool) -> ProbeCheck:
 def test_the_ranking_is_held_to_the_order_of_the_information(shifts, probe, expected):
     ranking = ranking_check(three(np.random.default_rng(0), shifts))
     assert information_order(ranking, _probe(*probe), [512, 4096, 32768]) == expected
-    text = wording.ranking_sentence(ranking, _probe(*probe).steps, expected)
+    text = ranking_sentence(ranking, _probe(*probe).steps, expected)
     assert (f"the ranking {expected}." if expected != NO_ORDER else "no order to hold the ranking to") in text
     assert ("N=4096 reads more than N=512" if probe[0] else "N=4096 no more shown than N=512") in text
 

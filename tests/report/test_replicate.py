@@ -1,4 +1,4 @@
-"""The A/A reading of a pre-registered replicate (issue 33, deliverable 3; `tsflash.report.replicate`):
+"""The A/A reading of a pre-registered replicate (issue 33, deliverable 3; `tsflash.report.diagnostics.replicate`):
 the replicate's seeds against the arm's at every N and score by question 1's primary test, its
 false-positive rate measured on simulated A/A pairs, and the reading in the replicate's report."""
 
@@ -15,10 +15,9 @@ from tests.report.test_report import LENGTHS, make_run
 from tsflash.cli import main
 from tsflash.report import build_report
 from tsflash.report.compute import LOSS_FILE, SCORES, write_table
-from tsflash.report.replicate import compare, replicate_check
+from tsflash.report.diagnostics.replicate import aa_sentence, compare, pooled_sentence, replicate_check
 from tsflash.report.rundata import load_run
 from tsflash.report import wording
-from tsflash.report.wording import aa_sentence, pooled_sentence
 from tsflash.runfolder import write_json
 from tsflash.scoring.metrics import DAILY_SUMS
 from tsflash.stats.runs import RunNoise, binomial_interval, simulate_runs
@@ -229,8 +228,9 @@ def test_the_nesting_check_over_both_seed_sets(tmp_path):
     from the summaries; a long model that lost its volatility skill in both seed sets fails it."""
     from tests.report.test_nesting_report import PRIMARY, nested_run
 
-    from tsflash.report.nesting import SUMMARIES, nesting_check
-    from tsflash.report.replicate import pooled_nesting
+    from tsflash.report.diagnostics.nesting import SUMMARIES, nesting_check
+    from tsflash.report.diagnostics import replicate
+    from tsflash.report.diagnostics.replicate import pooled_nesting
 
     arm = nested_run(tmp_path / "arm", {64: 1.0})
     replicate = nested_run(tmp_path / "replicate", {64: 1.0})
@@ -244,5 +244,5 @@ def test_the_nesting_check_over_both_seed_sets(tmp_path):
     alone = nesting_check(load_run(arm), PRIMARY)
     assert alone.seeds_per_fold == 3 and check.tests[0].parts["log_loss"].n_runs_a == 2 * alone.tests[0].parts[
         "log_loss"].n_runs_a
-    assert wording.pooled_nesting_sentence(SimpleNamespace(arm="per-bar", pooled_nesting=check)).startswith(
+    assert replicate.pooled_nesting_sentence(SimpleNamespace(arm="per-bar", pooled_nesting=check)).startswith(
         f"{wording.POOLED_LEAD}: Nesting check (")

@@ -125,9 +125,8 @@ def run(args) -> int:
         folder = RunFolder(args.check)
         print(sentence + ("" if folder.is_complete() else " (The run is not complete yet.)"))
         if registration.replicated_run(args.check) is not None and folder.cell_summaries()[0]:
-            from tsflash.report.replicate import replicate_check
+            from tsflash.report.diagnostics.replicate import aa_sentence, replicate_check
             from tsflash.report.rundata import load_run
-            from tsflash.report.wording import aa_sentence
 
             print(aa_sentence(replicate_check(load_run(args.check))))  # its reading against the arm's run
         return 1 if found or arm is None else 0

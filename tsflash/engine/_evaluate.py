@@ -103,7 +103,7 @@ def _empty(*shape, dtype=np.float64):
 _CUT_PREFIX = "y_prob_ctx"  # + the cut m: probabilities with the context cut to m bars
 FAR_CONTEXT_METRICS = ("log_loss", "accuracy", "balanced_accuracy", "mcc")
 # The parts of the cut scoring's log-loss (flat-vs-move, up-vs-down on the bars that moved), so that
-# the report's nesting check can split it from the cell summaries alone (tsflash.report.nesting):
+# the report's nesting check can split it from the cell summaries alone (tsflash.report.diagnostics.nesting):
 # published folders keep the summaries, not the per-bar arrays.
 FAR_CONTEXT_PARTS = ("move_log_loss", "direction_log_loss_moves", "moves_fraction")
 

@@ -28,10 +28,11 @@ trades, enters with 0). PBO uses CSCV on the candidates' daily net returns align
 days; with fewer common days than `selection.cscv_blocks` the block count is reduced (and the
 report says so).
 
-Layout: rundata (loading), rescore (fees at scoring time), compute (numbers), nesting (the nesting
-check: each long N cut to the shortest N against it, over training runs), replicate (an A/A
-replicate against its arm), registration (a pre-registered plan read back: a run's departures),
-wording (sentences and units), figures, context (the one template context), render (jinja2), outputs (results.json,
+Layout: rundata (loading), rescore (fees at scoring time), runlevel (question 1 over training runs
+and its loss table), compute (numbers), diagnostics (one module per check: the nesting check, the
+linear probe, the ranking check, the power, an A/A replicate; registered in one list),
+registration (a pre-registered plan read back: a run's departures), wording (sentences and
+units), figures, context (the one template context), render (jinja2), outputs (results.json,
 Parquet).
 """
 
@@ -51,7 +52,6 @@ from tsflash.report.figures import draw
 from tsflash.report.outputs import write_all
 from tsflash.report.registration import ArmResolver
 from tsflash.report.render import render
-from tsflash.report.replicate import replicate_check
 from tsflash.report.rescore import RESCORE_KEYS, check_overrides, default_out_dir, rescore, rescores_cells
 from tsflash.report.rundata import RunData, load_run
 from tsflash.report.wording import label, sentences
@@ -122,7 +122,7 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None, out_dir:
             target = RunFolder(out)
             for name, s in rd.series.items():
                 target.write_series(name, s.days, s.net, s.gross)
-    nums = compute(rd, replicate_check(rd))
+    nums = compute(rd)
     words = with_caveats(sentences(nums), caveats(rd, nums), smoke_line(rd, nums))  # what the run cannot support leads
     figures = draw(rd, nums, out / "figures", memory_kind(nums.per_n))
     context = build_context(rd, nums, words, figures, out, resolve)

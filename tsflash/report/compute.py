@@ -50,10 +50,10 @@ The notes below are about these forecast-level tests.
   says the paired tests cannot be computed and shows the fold-level differences from the cell
   summaries instead.
 
-The nesting check (`tsflash.report.nesting`): each long N scored with its context cut to the
-shortest N against the shortest-N model on the same test bars, over training runs, split into
-the flat-vs-move and up-vs-down parts; a failed check means the long models' training lost
-short-range skill, and question 1's answer says so.
+The diagnostics (`tsflash.report.diagnostics`: the nesting check, the linear probe, the ranking
+check, the power, an A/A replicate's reading) are computed after the two questions, in their
+list's order, into `Numbers.diagnostics`. Question 1's answer reads the nesting check: a failed
+check means the long models' training lost short-range skill, and the answer says so.
 
 Question 2, trading: is any of it tradable after multiple testing? The candidates' daily net
 returns under the run's trading rule (`tsflash.scoring.strategy`) go through the DSR and PBO gates
@@ -67,42 +67,70 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
 from tsflash.intervals import INTERVAL_US, bars_per_day
-from tsflash.report.nesting import NestingCheck, nesting_check
-from tsflash.report.probe import ProbeCheck, information_order, probe_check
+from tsflash.report.diagnostics import run_all
+from tsflash.report.diagnostics.nesting import NestingCheck
 from tsflash.report.rundata import RunData, seed_inference
-from tsflash.runfolder import RunFolder, baseline_series_name, is_baseline
-from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
-from tsflash.scoring.metrics import DAILY_SUMS, hit_rate_from_confusion
+from tsflash.report.runlevel import (  # question 1 over runs and its loss table, also read from here
+    LOSS_FILE as LOSS_FILE,
+)
+from tsflash.report.runlevel import (
+    POWER_SEEDS as POWER_SEEDS,
+)
+from tsflash.report.runlevel import (
+    PRIOR as PRIOR,
+)
+from tsflash.report.runlevel import (
+    SCORES as SCORES,
+)
+from tsflash.report.runlevel import (
+    RunQuestion as RunQuestion,
+)
+from tsflash.report.runlevel import (
+    default_keys as default_keys,
+)
+from tsflash.report.runlevel import (
+    load_losses as load_losses,
+)
+from tsflash.report.runlevel import (
+    losses_from_cells as losses_from_cells,
+)
+from tsflash.report.runlevel import (
+    losses_from_sweep as losses_from_sweep,
+)
+from tsflash.report.runlevel import (
+    read_table as read_table,
+)
+from tsflash.report.runlevel import (
+    run_question as run_question,
+)
+from tsflash.report.runlevel import (
+    runs_results as runs_results,
+)
+from tsflash.report.runlevel import (
+    write_table as write_table,
+)
+from tsflash.runfolder import baseline_series_name, is_baseline
+from tsflash.scoring.daily import ENSEMBLE
+from tsflash.scoring.metrics import hit_rate_from_confusion
 from tsflash.scoring.strategy import Strategy
 from tsflash.stats import SelectionInputError
 from tsflash.stats.forecasts import (
-    ONE_SEED,
-    RunAnswer,
     counts,
     diebold_mariano,
     forecast_answer,
     holm,
-    run_answer,
     significant,
 )
 from tsflash.stats.gate import RunSelection, TrialLedger, pbo_informative, select_run
 from tsflash.stats.pbo import CSCV_BLOCKS
 from tsflash.stats.runs import (
-    RankingCheck,
-    Runs,
-    RunTestInputError,
-    min_detectable_difference,
     pbo_null,
-    pooled_components,
-    ranking_check,
-    run_level_test,
-    runs_from_table,
 )
 from tsflash.stats.sharpe import PERIODS_PER_YEAR, sharpe
 
@@ -229,86 +257,9 @@ def series_stats(rd: RunData, name: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # The two questions
 
-LOSS_FILE = "forecast_daily.parquet"  # per (series, member, fold, day) loss sums, beside the report
 LOGREG = baseline_series_name("logreg")
-PRIOR = baseline_series_name("prior")
 VOLATILITY = baseline_series_name("volatility")
 _Z = NormalDist().inv_cdf(0.975)
-# score -> (column of summed losses, column of the bar count it is averaged over)
-SCORES = {"log_loss": ("log_loss", "n_labelled"), "direction": ("direction_loss", "n_moves")}
-
-
-# ---------------------------------------------------------------------------------------------
-# The per-day loss table: columns series, member, fold, day and tsflash.scoring.metrics.DAILY_SUMS
-
-
-def losses_from_sweep(rd: RunData, names: list[str]) -> dict | None:
-    """The loss tables the sweep wrote per trial and baseline (forecasts/*.npz); None when any is missing."""
-    tables = [read_losses(rd.folder, name) for name in names]
-    return concat_losses(tables) if names and all(t is not None for t in tables) else None
-
-
-def losses_from_cells(rd: RunData) -> dict | None:
-    """The loss table of every configuration (each seed and the seed ensemble) and baseline, from
-    the per-bar cells; None when any cell's .npz is missing."""
-    folder, parts = rd.folder, []
-    groups: dict[tuple[str, int], list[int]] = {}
-    for c in rd.cells:
-        groups.setdefault((c["key"], c["fold"]), []).append(c["seed"])
-    stems = [folder.cell_stem(k, f, s) for (k, f), seeds in groups.items() for s in seeds]
-    stems += [folder.baseline_stem(b["fold"], b["name"]) for b in rd.baselines]
-    if not stems or not all(RunFolder.cell_npz(s).exists() for s in stems):
-        return None
-    for (key, fold), seeds in sorted(groups.items()):
-        seeds = sorted(seeds)
-        parts.append(fold_losses(key, fold, [cell_arrays(folder.cell_stem(key, fold, s)) for s in seeds],
-                                 [f"seed{s}" for s in seeds]))
-    for b in rd.baselines:
-        parts.append(fold_losses(baseline_series_name(b["name"]), b["fold"],
-                                 [cell_arrays(folder.baseline_stem(b["fold"], b["name"]))]))
-    return concat_losses(parts)
-
-
-def write_table(table: dict, path: Path) -> Path:
-    """The loss table as Parquet (atomically), days as date32."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from tsflash import atomic
-
-    cols = {k: pa.array(table[k].tolist(), type=pa.string()) for k in ("series", "member")}
-    cols |= {"fold": pa.array(table["fold"], type=pa.int64()), "day": pa.array(table["day"].astype("datetime64[D]"))}
-    cols |= {k: pa.array(table[k], type=pa.float64()) for k in DAILY_SUMS}
-    with atomic.atomic_path(path) as tmp:
-        pq.write_table(pa.table(cols), tmp)
-    return path
-
-
-def read_table(path: Path) -> dict | None:
-    """The loss table `write_table` wrote, or None when `path` does not exist."""
-    if not path.exists():
-        return None
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(path)
-    out = {k: np.array(t.column(k).to_pylist(), dtype=object) for k in ("series", "member")}
-    out["fold"] = t.column("fold").to_numpy().astype(np.int64)
-    out["day"] = t.column("day").to_numpy().astype("datetime64[D]")
-    return out | {k: t.column(k).to_numpy().astype(np.float64) for k in DAILY_SUMS}
-
-
-def load_losses(rd: RunData) -> tuple[dict | None, str]:
-    """(loss table or None, where it came from, or why it is missing): the sweep's per-trial loss
-    files (forecasts/*.npz), else the per-bar cells, else LOSS_FILE beside the report."""
-    names = [*rd.trial_keys, *sorted({baseline_series_name(b["name"]) for b in rd.baselines})]
-    for table, source in ((lambda: losses_from_sweep(rd, names), "the sweep's per-day loss sums (forecasts/)"),
-                          (lambda: losses_from_cells(rd), "per-bar cells"),
-                          (lambda: read_table(rd.run_dir / LOSS_FILE), LOSS_FILE)):
-        found = table()
-        if found is not None:
-            return found, source
-    return None, (f"this run folder has neither its per-day loss sums (forecasts/ or {LOSS_FILE}) nor its "
-                  "per-bar cells (cells/**/*.npz)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,90 +409,6 @@ def fold_level(rd: RunData, names: list[str], references: list[str]) -> list[dic
     return rows
 
 
-# ---------------------------------------------------------------------------------------------
-# Question 1 over training runs: the answer
-
-
-POWER_SEEDS = (3, 6)  # the seeds per arm and fold at which the report gives the detectable difference
-
-
-@dataclass
-class RunQuestion:
-    """Question 1 over training runs (`tsflash.stats.forecasts.run_answer`), or why it cannot be
-    tested (`reason`); `power[score]`: the smallest difference per bar detected with 80 % power
-    at each of POWER_SEEDS seeds, from the variance components measured on that score."""
-
-    available: bool
-    reason: str = ""
-    result: RunAnswer | None = None
-    n_folds: int = 0
-    seeds_per_fold: int = 0
-    power: dict[str, dict[int, float]] = field(default_factory=dict)
-    seed_sd: dict[str, float] = field(default_factory=dict)  # per score, pooled over the comparisons
-    between_sd: dict[str, float] = field(default_factory=dict)
-    inference: str = "fold"  # eval.seed_inference: the family's test (tsflash.stats.runs.run_level_test)
-    ranking: RankingCheck | None = None  # each N against the next shorter one, log-loss (three lengths or more)
-
-    @property
-    def answer(self) -> str | None:
-        return self.result.answer if self.result else None
-
-
-def _prior_runs(table: dict, score: str) -> Runs:
-    """The no-skill forecast as one run per fold (it has no seeds: the skill tests admit one run)."""
-    loss, count = SCORES[score]
-    m = (table["series"] == PRIOR) & (table["member"] == ENSEMBLE)
-    return Runs(PRIOR, table["fold"][m], np.zeros(int(m.sum()), np.int64), table["day"][m], table[loss][m],
-                table[count][m])
-
-
-def _power(results: list, n_folds: int) -> tuple[dict[int, float], float, float]:
-    """(detectable difference per seed count, seed sd, between-fold sd): the components averaged
-    over `results` (variances, so the mean of variances)."""
-    c = pooled_components(results)
-    if c is None or n_folds < 2:
-        return {}, math.nan, math.nan
-    try:
-        mdd = {k: min_detectable_difference(c, n_folds, k) for k in POWER_SEEDS}
-    except (RunTestInputError, ValueError):  # the noncentral t turns NaN far out on degenerate components
-        mdd = {}
-    return mdd, math.sqrt(c.within_fold_seed), math.sqrt(c.between_fold)
-
-
-def run_question(table: dict, primary: list[str], inference: str = "fold") -> RunQuestion:
-    """Each longer N against the shortest over training runs, on both scores (one Holm family),
-    the skill tests against the class prior where the run has it, and the power. `inference`: the
-    config's eval.seed_inference for the family (the skill tests stay the fold t: the prior has
-    no seeds)."""
-    if len(primary) < 2:
-        return RunQuestion(False, "there is no longer context length to compare with the shortest")
-    try:
-        runs = {(n, sc): runs_from_table(table, n, loss=SCORES[sc][0], count=SCORES[sc][1]) for n in primary
-                for sc in SCORES}
-    except RunTestInputError as exc:
-        return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}")
-    seeds = min(len(r.seeds_of(f)) for r in runs.values() for f in r.folds)
-    folds = len(runs[(primary[0], "log_loss")].folds)
-    if seeds < 2:
-        return RunQuestion(False, ONE_SEED, n_folds=folds, seeds_per_fold=seeds)
-    has_prior = bool(((table["series"] == PRIOR) & (table["member"] == ENSEMBLE)).any())
-    try:
-        vs_shortest = {(n, primary[0], sc): run_level_test(runs[(primary[0], sc)], runs[(n, sc)], seeds=inference)
-                       for n in primary[1:] for sc in SCORES}
-        vs_prior = {(n, PRIOR, sc): run_level_test(_prior_runs(table, sc), runs[(n, sc)], min_seeds_per_fold=1)
-                    for n in primary for sc in SCORES} if has_prior else {}
-        ranking = ranking_check([runs[(n, "log_loss")] for n in primary], seeds=inference) if len(primary) > 2 else None
-    except RunTestInputError as exc:
-        return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}", n_folds=folds,
-                           seeds_per_fold=seeds)
-    out = RunQuestion(True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds,
-                      inference=inference, ranking=ranking)
-    for sc in SCORES:
-        mine = [r for (_, _, score), r in vs_shortest.items() if score == sc]
-        out.power[sc], out.seed_sd[sc], out.between_sd[sc] = _power(mine, folds)
-    return out
-
-
 @dataclass
 class ForecastQuestion:
     """Question 1's numbers: the answer over training runs (`runs`), the forecast-level paired
@@ -559,7 +426,7 @@ class ForecastQuestion:
     decomposition: list[dict] = field(default_factory=list)
     fold_level: list[dict] = field(default_factory=list)  # always (from the summaries)
     table: dict | None = field(default=None, repr=False)  # the loss table (written beside the report)
-    nesting: NestingCheck = field(default_factory=NestingCheck)  # always (from the cells)
+    nesting: NestingCheck = field(default_factory=NestingCheck)  # the nesting check, which the answer reads
 
     @property
     def answer(self) -> str | None:
@@ -591,8 +458,7 @@ def forecast_question(rd: RunData, primary: list[str]) -> ForecastQuestion:
                                                                  for x in rd.baselines)]
     refs = [r for r in (shortest, LOGREG, PRIOR) if r and (not is_baseline(r) or r in baselines)]
     out = ForecastQuestion(False, "", shortest, fold_level=fold_level(rd, primary + baselines,
-                                                                        [r for r in refs if r != PRIOR]),
-                           nesting=nesting_check(rd, primary))
+                                                                        [r for r in refs if r != PRIOR]))
     table, source = load_losses(rd)
     out.source = source
     if table is None or shortest is None:
@@ -703,26 +569,15 @@ class Numbers:
     forecast: ForecastQuestion  # question 1: over training runs, and paired tests of the forecasts
     trading: TradingQuestion  # question 2: the trading rule per candidate (the gates are `selection`)
     pbo_null: dict | None = None  # PBO's null distribution for the run's candidates and days
-    probe: ProbeCheck = field(default_factory=ProbeCheck)  # the linear information probe per N (eval.probe)
-    replicate: object = None  # a pre-registered A/A replicate's reading (tsflash.report.replicate.AACheck)
-    information_order: str | None = None  # the ranking check against the probe's steps (probe.information_order)
+    diagnostics: dict[str, Any] = field(default_factory=dict)  # name -> numbers (tsflash.report.diagnostics)
 
     def candidate_row(self, key: str | None) -> dict | None:
         return next((r for r in self.selection.candidates if r["key"] == key), None)
 
 
-def default_keys(rd: RunData) -> dict[int, str]:
-    """N -> the trial key of the primary configuration at N: the enqueued default (slot "n<N>/0");
-    trials searched with --trials appear as extra table rows, not in the plots against N."""
-    enqueued = {t.get("key") for t in rd.ledger.get("trials", []) if str(t.get("slot", "")).endswith("/0")}
-    keys = [k for k in rd.trial_keys if k in enqueued] or [k for k in rd.trial_keys if "-" not in k]
-    return {rd.n_of(k): k for k in keys}
-
-
-def compute(rd: RunData, replicate: object = None) -> Numbers:
-    """Every number of the run's report, once. `replicate`: a pre-registered A/A replicate's reading
-    (`tsflash.report.replicate.replicate_check`), which reads this module's tables, so it is computed
-    by the caller and handed in."""
+def compute(rd: RunData) -> Numbers:
+    """Every number of the run's report, once: the tables and the two questions, then every
+    diagnostic of `tsflash.report.diagnostics.DIAGNOSTICS` in its order."""
     rows = fold_table(rd)
     keys = rd.trial_keys
     per_n = [summarize(rows, k) for k in keys]
@@ -732,7 +587,8 @@ def compute(rd: RunData, replicate: object = None) -> Numbers:
     stats = {k: series_stats(rd, k) for k in [*keys, *baselines] if k in rd.series}
     selection = run_selection(rd)
     forecast = forecast_question(rd, [s["series"] for s in primary])
-    probe = probe_check(rd, primary, forecast.runs)
-    return Numbers(rows, per_n, baselines, primary, selection, stats, forecast, trading_question(rd, selection),
-                   pbo_null_summary(selection), probe, replicate,
-                   information_order(forecast.runs.ranking, probe, [s["n"] for s in primary]))
+    nums = Numbers(rows, per_n, baselines, primary, selection, stats, forecast, trading_question(rd, selection),
+                   pbo_null_summary(selection))
+    run_all(rd, nums)
+    forecast.nesting = nums.diagnostics["nesting"]  # question 1's answer says when the check fails
+    return nums

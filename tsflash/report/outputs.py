@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tsflash import atomic
 from tsflash.report.compute import Numbers
+from tsflash.report.diagnostics import DIAGNOSTICS
 from tsflash.report.rundata import RunData
 from tsflash.report.wording import label
 from tsflash.runfolder import is_baseline
@@ -54,7 +55,6 @@ def results(rd: RunData, nums: Numbers, words: dict) -> dict:
         "verdict_sentence": words["sentence"],
         "verdict": verdict_results(nums, words["reasons"]),
         "selection": selection_results(rd, nums, words["notes"]),
-        "nesting": nums.forecast.nesting.to_dict(),  # the nesting check (tsflash.report.nesting)
         "per_configuration": nums.per_n,
         "baselines": nums.baselines,
         "precision": rd.precision,
@@ -63,10 +63,9 @@ def results(rd: RunData, nums: Numbers, words: dict) -> dict:
         "reproducibility": {k: rd.run.get(k) for k in _REPRODUCIBILITY}
         | {"data_fingerprint": rd.data.get("fingerprint", {})},
     }
-    if nums.probe.available:
-        out["probe"] = nums.probe.to_dict()  # the linear information probe per N (tsflash.report.probe)
-    if nums.replicate is not None and nums.replicate.arm:
-        out["aa"] = nums.replicate.to_dict()  # a pre-registered A/A replicate's reading (tsflash.report.replicate)
+    for d in DIAGNOSTICS:  # the nesting check, the probe, an A/A replicate's reading: what each gives
+        if (found := d.to_json(nums.diagnostics[d.name])) is not None:
+            out[d.name] = found
     if rd.rescored_from:
         out["rescored"] = {"run": rd.run_dir.name, **rd.rescored_from}
     return out

@@ -4,7 +4,7 @@ sentences of `tsflash.report.wording`. Each section opens with its lead sentence
 words), a small table (`lead_table`, `trading_lead_table`) and the figure; the rest follows.
 
 Question 1 (forecasting) shows, beside the classification table: the nesting check (each long N
-cut to the shortest N against the shortest N, `tsflash.report.nesting`), the direction apart from
+cut to the shortest N against the shortest N, `tsflash.report.diagnostics.nesting`), the direction apart from
 volatility (each N's log-loss split into its flat-vs-move and up-vs-down parts, the skill over
 the class prior and the share of it that is direction), and the paired tests (Holm-adjusted)
 with their figure. Question 2 (trading) shows the trading rule per candidate (turnover, gross and
@@ -23,30 +23,26 @@ from pathlib import Path
 
 from tsflash import atomic
 from tsflash.report.compute import LOGREG, LOSS_FILE, Numbers, write_table
+from tsflash.report.diagnostics import OWN, RUNS, sections
 from tsflash.report.markdown import table as _table
 from tsflash.report.rundata import RunData
+from tsflash.report.runlevel import runs_results as runs_results  # questions.json's forecast.runs
 from tsflash.report.wording import (
-    NESTING_PART_NAMES,
+    CROSSED_WORDS,
     SCORE_NAMES,
-    aa_sentence,
     bps,
+    df_text,
     dm_sentence,
     effective_sentence,
     fmt,
     forecast_sentence,
     label,
-    nesting_sentence,
     pbo_null_sentence,
     pct_per_day,
     percent,
     plural,
-    pooled_nesting_sentence,
-    pooled_sentence,
     power_sentence,
-    probe_sentence,
-    ranking_sentence,
     return_bps,
-    run_power_sentence,
     run_sentence,
     signed,
     signs,
@@ -58,16 +54,6 @@ from tsflash.stats.sharpe import PERIODS_PER_YEAR
 PAIRED_CAPTION = ("Question 1: per-bar loss differences of each N against the shortest N, the logistic baseline and the "
                   "no-skill forecast (class prior)")
 RESULTS_FILE = "questions.json"
-
-# What eval.seed_inference = "crossed" tests, in the report's words (tsflash.stats.runs.crossed_seed_test).
-CROSSED_WORDS = ("the crossed test over folds and seeds (a seed is one set of initial weights for every fold, so its "
-                 "effect is common to its folds: its variance, from the folds x seeds table, is added to the fold "
-                 "differences', Satterthwaite degrees of freedom)")
-
-
-def df_text(df: float) -> str:
-    """A test's degrees of freedom: whole for the t over folds, one decimal for Satterthwaite's."""
-    return f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
 
 
 def _name(key: str) -> str:
@@ -137,100 +123,6 @@ def trading_lead_table(nums: Numbers) -> dict | None:
     return _table(head, body)
 
 
-def nesting_table(check) -> dict | None:
-    """The nesting check per longer N and part: cut minus the shortest N over training runs (the
-    test), beside the gap (full minus the shortest) and the far context (full minus cut)."""
-    if not check.tests:
-        return None
-    short = f"N={check.cut}"
-    head = ["N (context cut to the shortest N)", "part (per labelled bar)", f"runs ({short}, cut)",
-            f"cut − {short}", "95 % interval", "t (df)", "p", "Holm p (over longer N)", f"gap: full − {short}",
-            "far context: full − cut", "verdict"]
-    body = []
-    for t in check.tests:
-        gaps = check.gaps.get(t.n, {})
-        for part in [p for p in NESTING_PART_NAMES if p in t.parts or p in gaps]:
-            gap = gaps[part].estimate if part in gaps else math.nan
-            row = [f"N={t.n} cut to {t.cut}", NESTING_PART_NAMES[part]]
-            r = t.parts.get(part)
-            if r is None:  # the gap's part is known, the cut model's is not
-                body.append(row + ["not measured"] + [""] * 5 + [signed(gap), "", ""])
-                continue
-            verdict = ("lost skill" if t.lost_skill else "no significant loss") if part == "log_loss" else ""
-            body.append(row + [f"{r.n_runs_a}, {r.n_runs_b}", signed(r.estimate), f"[{signed(r.ci[0])}, {signed(r.ci[1])}]",
-                               f"{fmt(r.t, '+.2f')} ({df_text(r.df)})", fmt(r.p, ".3g"), fmt(r.p_holm, ".3g"), signed(gap),
-                               signed(gap - r.estimate), verdict])
-    return _table(head, body)
-
-
-def nesting_notes(check) -> list[str]:
-    """How the check is computed, and what of it this run could not measure."""
-    if not check.tests:
-        return []
-    notes = [f"How: every evaluation context of the cut scoring holds the same last {check.cut} bars as "
-             f"N={check.cut}'s, so both forecasts rest on the same information. Each run (fold, seed) is its mean "
-             "loss per labelled bar on the fold's test bars; per fold, the mean over seeds of the cut model's runs "
-             f"minus the mean over seeds of N={check.cut}'s; the test is {CROSSED_WORDS if check.inference == 'crossed' else 'the one-sample t of these fold differences'} "
-             "(`tsflash.stats.runs.run_level_test`, the test of question 1), Holm over the longer N within each "
-             "part; the log-loss decides, its parts say where the difference lies. Positive: the cut model "
-             "forecasts worse. Gap = far context + (cut − shortest), exactly, on the same runs; the gap's test is "
-             f"question 1's. Source: {check.source}."]
-    if check.parts_reason:
-        notes.append(f"The split of the cut model's log-loss into its parts: not measured in this run "
-                     f"({check.parts_reason}); the gap's parts are the cells' move_log_loss and moves_fraction × "
-                     "direction_log_loss_moves, which add up to the log-loss up to the 1e-12 probability floor.")
-    else:
-        notes.append("The split (per labelled bar, each probability floored at 1e-12): flat-vs-move −log(p_up + "
-                     "p_down) on a bar that moved and −log p_flat on a flat bar; up-vs-down −log q_y on a bar that "
-                     "moved (q_up = p_up / (p_up + p_down)), 0 on a flat bar. The log-loss of this table is their "
-                     "sum run by run, so the parts add up exactly; it differs from the 3-class −log p_y by at most "
-                     f"{check.residual:.2g} nats per bar over these runs (where a probability is floored).")
-    return notes
-
-
-def probe_table(check) -> dict | None:
-    """Per N: the probe's scores, its difference to the shortest N over folds, and the transformer's
-    difference over training runs (question 1's test) beside it."""
-    if not check.available:
-        return None
-    short = f"N={check.shortest}"
-    head = ["N", "probe: log-loss", "probe: direction score", f"probe: log-loss − {short} [95 % over folds]", "p",
-            "Holm p", f"probe: direction − {short}", f"transformer: log-loss − {short} [95 % over runs]", "p"]
-    body = []
-    for r in check.rows:
-        row = [f"N={r.n}", fmt(r.means["log_loss"]), fmt(r.means["direction_log_loss_moves"])]
-        d, dd, t = r.vs_shortest.get("log_loss"), r.vs_shortest.get("direction_log_loss_moves"), r.transformer
-        row += ([f"{signed(d.mean)} [{signed(d.lo)}, {signed(d.hi)}]", fmt(d.p, ".3g"), fmt(r.p_holm, ".3g"),
-                 signed(dd.mean)] if d is not None else ["", "", "", ""])
-        row += ([f"{signed(t.estimate)} [{signed(t.ci[0])}, {signed(t.ci[1])}]", fmt(t.p, ".3g")] if t is not None
-                else ["", ""])
-        body.append(row)
-    return _table(head, body)
-
-
-PROBE_NOTE = ("How: `eval.probe` (`tsflash.dataset.probe`). Per bar t and window w in 1, 4, 16, ... (powers of 4 "
-              "below N, then N), the sum of the log returns of bars t-w+1 .. t and the log of their realised "
-              "volatility; standardised and clipped on the fitted rows, then the logistic baseline's multinomial "
-              "regression (C 0.01). Every N is fitted on the same labelled training rows (those with a whole "
-              "context of the longest N, at most the baselines' 200,000 by their seeded draw), so the N differ in "
-              "their columns alone. The probe has no seeds: its difference is the t of the fold differences "
-              "(df = folds - 1), Holm over the longer N; the transformer's is question 1's test over training "
-              "runs. Negative: N forecasts better than the shortest N. A probe that gains where the transformer "
-              "does not says the information is there and training does not use it.")
-
-
-def aa_table(check) -> dict | None:
-    """A pre-registered A/A replicate's comparisons (`tsflash.report.replicate`): replicate minus
-    the arm's run per N and score, by question 1's primary test."""
-    if not check or not check.available:
-        return None
-    head = ["N", "score", "replicate − arm's run per bar [95 % over runs]", "p", "Holm p", "says"]
-    body = [[f"N={r.n}", SCORE_NAMES[r.score], f"{signed(r.result.estimate)} [{signed(r.result.ci[0])}, "
-             f"{signed(r.result.ci[1])}]", fmt(r.result.p, ".3g"), fmt(r.p_holm, ".3g"),
-             "differ" if r.result.p <= check.alpha else "no difference"] for r in check.rows]
-    return _table(head, body)
-
-
 def paired_table(nums: Numbers) -> dict | None:
     comps = nums.forecast.comparisons
     if not comps:
@@ -280,7 +172,6 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      "difference decides only when its winner also beats the class prior over runs (the skill rows, "
                      "their own Holm family). Seed sd: a run's spread about its N's fold mean; between-fold sd: what "
                      "the fold differences spread beyond the seeds.")
-        runs_notes += [t for t in (run_power_sentence(fq.runs),) if t]
     elif fq.available:
         runs_notes.append(f"Over training runs: {fq.runs.reason}; the forecast-level tests below do not answer question 1.")
     if fq.available:
@@ -297,23 +188,16 @@ def forecast_section(nums: Numbers, words: dict, figure: dict | None) -> dict:
                      "configuration's fold-mean log-loss minus the reference's, fold by fold (\"-\": lower loss), "
                      "and the directional hit rate from the pooled confusion matrices; the up-vs-down split of the "
                      "log-loss needs the per-bar forecasts.")
-    ranking = ranking_sentence(fq.runs.ranking, nums.probe.steps, nums.information_order)
-    nesting = {"sentence": nesting_sentence(fq.nesting), "table": nesting_table(fq.nesting),
-               "notes": nesting_notes(fq.nesting)}
-    probe = {"sentence": probe_sentence(nums.probe), "table": probe_table(nums.probe),
-             "notes": [PROBE_NOTE] if nums.probe.available else []}
-    replicate = nums.replicate
-    aa = {"sentence": aa_sentence(replicate) if replicate else "", "table": aa_table(replicate),
-          "pooled": pooled_sentence(replicate) if replicate else "",
-          "pooled_nesting": pooled_nesting_sentence(replicate) if replicate else ""}
+    within_runs = sections(nums, RUNS)  # diagnostics read beside the tests over training runs (ranking, power)
     return {"lead": words["forecast_lead"], "lead_table": lead_table(nums), "figure": figure,
             "runs_sentence": run_sentence(fq) if fq.available else "",
             "dm_sentence": dm_sentence(fq) if fq.available else forecast_sentence(fq), "runs": runs_table(nums),
-            "ranking": ranking, "nesting": nesting, "probe": probe, "aa": aa, "paired": paired_table(nums),
+            "runs_diagnostics": within_runs, "diagnostics": sections(nums, OWN), "paired": paired_table(nums),
             "decomposition": decomposition_table(nums), "fold_level": None if fq.available else fold_level_table(nums),
             "runs_notes": runs_notes, "paired_notes": paired_notes, "baseline_notes": baseline_notes,
             # tsflash confirm's page keeps the whole sentence and every note in one list
-            "sentence": words["forecast"], "notes": baseline_notes + runs_notes + paired_notes}
+            "sentence": words["forecast"],
+            "notes": baseline_notes + runs_notes + [n for d in within_runs for n in d["notes"]] + paired_notes}
 
 
 def trading_table(nums: Numbers) -> dict:
@@ -353,7 +237,7 @@ def results(nums: Numbers, words: dict) -> dict:
     return {
         "forecast": {"answer": fq.answer, "mixed": fq.mixed, "available": fq.available, "source": fq.source,
                      "sentence": words["forecast"], "lead": words["forecast_lead"], "shortest": fq.shortest,
-                     "runs": runs_results(fq.runs, nums.information_order),
+                     "runs": runs_results(fq.runs, nums.diagnostics["ranking"].information),
                      "dm_answer": fq.dm_answer, "dm_mixed": fq.dm_mixed,
                      "comparisons": [{k: getattr(p, k) for k in p.__dataclass_fields__} | {"counts": fq.counts(p)}
                                      for p in fq.comparisons],
@@ -383,32 +267,6 @@ def results(nums: Numbers, words: dict) -> dict:
 
 def _annual(sr: float | None) -> float | None:
     return None if sr is None else sr * math.sqrt(PERIODS_PER_YEAR)
-
-
-def runs_results(runs, information: str | None = None) -> dict:
-    """questions.json's run-level part: the answer, why none, each test and the power; `information`:
-    the ranking check against the probe's order (`tsflash.report.probe.information_order`)."""
-    out = {"available": runs.available, "reason": runs.reason, "answer": runs.answer, "n_folds": runs.n_folds,
-           "seeds_per_fold": runs.seeds_per_fold, "power_80": {sc: {str(k): v for k, v in m.items()}
-                                                               for sc, m in runs.power.items()},
-           "seed_sd": runs.seed_sd, "between_fold_sd": runs.between_sd, "comparisons": [], "skill": []}
-    if runs.result is None:
-        return out
-    out["mixed"] = runs.result.mixed
-    if (ranking := runs.ranking) is not None:
-        out["ranking"] = {"verdict": ranking.verdict, "estimates_in_order": ranking.estimates_in_order,
-                          "information_order": information,
-                          "pairs": [{"series": r.arm_b, "reference": r.arm_a, "estimate": r.estimate, "ci": list(r.ci),
-                                     "p": r.p, "p_holm": r.p_holm, "verdict": r.verdict} for r in ranking.pairs]}
-    for key, comps in (("comparisons", runs.result.comparisons), ("skill", runs.result.skill.values())):
-        for p in comps:
-            r = p.result
-            out[key].append({"series": p.series, "reference": p.reference, "score": p.score, "estimate": r.estimate,
-                             "se": r.se, "df": r.df, "t": r.t, "p": r.p, "p_holm": p.p_holm, "ci": list(r.ci),
-                             "n_runs": [r.n_runs_a, r.n_runs_b], "fold_differences": list(r.fold_differences),
-                             "seed_sd": r.components.seed_sd, "between_fold_var": r.components.between_fold,
-                             "decides": runs.result.counts(p) if key == "comparisons" else None})
-    return out
 
 
 def write_outputs(rd: RunData, nums: Numbers, words: dict, out_dir: Path) -> dict | None:

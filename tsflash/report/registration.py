@@ -26,7 +26,6 @@ from tsflash.config import config_from_dict
 from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
 from tsflash.report import wording
-from tsflash.report.probe import FOLLOWS
 from tsflash.report.rescore import flat_overrides
 from tsflash.runfolder import RunFolder, read_json
 
@@ -46,7 +45,7 @@ NO_FALSE_POSITIVE = ("met when question 1 over training runs does not say \"bett
 # plan beside it (PLAN.md's controls table) and applied to the control's report when a plan is collated.
 CONTROL_RULES = {
     "long-memory": "met when question 1 over training runs says \"better\"",
-    "regime": f"met when the ranking check {FOLLOWS} (the linear probe's order)",
+    "regime": f"met when the ranking check {wording.FOLLOWS} (the linear probe's order)",
     "random-walk": NO_FALSE_POSITIVE,
     "iid": NO_FALSE_POSITIVE,
     AA_CONTROL: "met when the A/A comparisons are calibrated: \"differ\" at most as often as the level allows",

@@ -11,18 +11,15 @@ differences are per bar, series minus reference (negative: the series forecasts 
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 
 from tsflash.config import SMOKE
 from tsflash.intervals import bars_as_time
-from tsflash.report.compute import PRIOR
-from tsflash.report.probe import NO_ORDER
+from tsflash.report.runlevel import PRIOR
 from tsflash.runfolder import BASELINE_PREFIX, decode_trial_key, is_baseline, probe_n
 from tsflash.stats.forecasts import ALPHA, winner
 from tsflash.stats.gate import Reason, Verdict
-from tsflash.stats.runs import IN_ORDER, OUT_OF_ORDER
 
 NA = "n/a"
 
@@ -193,6 +190,20 @@ def signs(diffs) -> str:
     [-0.1, 0.2, nan] -> "- + ?"."""
     return " ".join("?" if not math.isfinite(d) else ("-" if d < 0 else "+" if d > 0 else "0") for d in diffs)
 
+
+# What eval.seed_inference = "crossed" tests, in the report's words (tsflash.stats.runs.crossed_seed_test).
+CROSSED_WORDS = ("the crossed test over folds and seeds (a seed is one set of initial weights for every fold, so its "
+                 "effect is common to its folds: its variance, from the folds x seeds table, is added to the fold "
+                 "differences', Satterthwaite degrees of freedom)")
+
+
+def df_text(df: float) -> str:
+    """A test's degrees of freedom: whole for the t over folds, one decimal for Satterthwaite's."""
+    return f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
+
+
+# The ranking check held to the linear probe's order (`tsflash.report.diagnostics.ranking.information_order`)
+FOLLOWS, DOES_NOT_FOLLOW, NO_ORDER = "follows the information", "does not follow the information", "no information order"
 
 SCORE_NAMES = {"log_loss": "log-loss", "direction": "direction score"}
 ALPHA_TEXT = f"{100 * ALPHA:g} %"
@@ -406,7 +417,7 @@ def forecast_sentence(fq) -> str:
                 f"per-bar forecasts; a rerun keeps them).{_fold_wins(fq)}")
     else:
         text = " ".join(t for t in (run_sentence(fq), dm_sentence(fq)) if t)
-    return " ".join(t for t in (text, nesting_answer(fq.nesting)) if t)
+    return " ".join(t for t in (text, fq.nesting.answer()) if t)
 
 
 LEAD_WORDS = 40  # a lead sentence's most words: the answer in one reading, before any table
@@ -472,40 +483,7 @@ def trading_lead(nums) -> str:
     return _lead(text, "No: see the gates below." if not v.passed else "Yes: see the gates below.")
 
 
-NESTING_PART_NAMES = {"log_loss": "log-loss", "move": "flat-vs-move part", "direction": "up-vs-down part"}
 NESTING_FAILS = "fails: training, not the context, is the cause of part of the gap"
-
-
-def _nested(t, part: str = "log_loss") -> str:
-    """"N=32768 cut to 512 bars +0.0054 per bar against N=512 (95 % [...], p 0.056, Holm p 0.056)"."""
-    r = t.parts[part]
-    return (f"N={t.n} cut to {t.cut} bars {signed(r.estimate)} per bar against N={t.cut} (95 % "
-            f"[{signed(r.ci[0])}, {signed(r.ci[1])}], p {fmt(r.p, '.3g')}, Holm p {fmt(r.p_holm, '.3g')})")
-
-
-def _nested_parts(t) -> str:
-    """"; flat-vs-move part +0.003 (Holm p 0.01), up-vs-down part +0.002 (Holm p 0.2)" where measured."""
-    parts = [p for p in ("move", "direction") if p in t.parts]
-    return "".join(f"; {NESTING_PART_NAMES[p]} {signed(t.parts[p].estimate)} (Holm p {fmt(t.parts[p].p_holm, '.3g')})"
-                   for p in parts)
-
-
-def nesting_sentence(check) -> str:
-    """The nesting check's verdict with its numbers: "passes", "fails: ..." or "not measured"."""
-    if check.verdict == "not measured":
-        return f"Nesting check: not measured in this run ({check.reason})."
-    lead = (f"Nesting check (each longer N scored with its context cut to the last {check.cut} bars, which every "
-            f"evaluation context holds, against N={check.cut} on the same test bars; over training runs, "
-            f"{plural(check.seeds_per_fold, 'seed')} per fold, Holm over {plural(len(check.tests), 'longer N', 'longer Ns')})")
-    if check.failed:
-        who = "these models" if len(check.failed) > 1 else "this model"
-        return (f"{lead}: {NESTING_FAILS}. " + "; ".join(_nested(t) + _nested_parts(t) for t in check.failed)
-                + f". A long context cannot remove information, so {who} lost short-range skill in training.")
-    worst = max(check.tests, key=lambda t: t.parts["log_loss"].estimate)
-    power = (f"; at this design the check finds a loss of {check.detectable:.2g} per bar with 80 % power"
-             if check.detectable else "")
-    return (f"{lead}: passes: no longer N cut to {check.cut} bars forecasts significantly worse than N={check.cut} "
-            f"(the largest difference: {_nested(worst)}{_nested_parts(worst)}){power}.")
 
 
 RANKING_RULE = ("Each N against the next shorter one over training runs, on the log-loss, by the primary test, Holm "
@@ -516,136 +494,6 @@ RANKING_RULE = ("Each N against the next shorter one over training runs, on the 
                 "one's, t over folds, Holm over the steps): it \"follows the information\" when at every step the "
                 "transformer is significantly better where the probe reads more and not significantly worse where "
                 "it does not, and the probe reads more at some step.")
-
-
-def ranking_sentence(check, steps=(), information: str | None = None) -> str:
-    """The ranking check's reading with its numbers (`tsflash.stats.runs.RankingCheck`), and with the
-    linear probe's steps (`tsflash.report.probe.ProbeStep`) the order of the information it is held to
-    (`information_order`); "" without a check."""
-    if check is None:
-        return ""
-    return _ranking_reading(check) + (_information_reading(steps, information) if information else "")
-
-
-def _information_reading(steps, information: str) -> str:
-    each = "; ".join(f"N={t.longer} {'reads more' if t.reads_more else 'no more shown'} than N={t.shorter} "
-                     f"({signed(t.difference.mean)} per bar, Holm p {fmt(t.p_holm, '.3g')})" for t in steps)
-    tail = ("no order to hold the ranking to (the probe finds no longer N holding more)"
-            if information == NO_ORDER else f"the ranking {information}")
-    return (f" Against the information the lengths hold, as the linear probe reads it (each N against the next "
-            f"shorter one, t over folds, Holm over the steps: {each}): {tail}.")
-
-
-def _ranking_reading(check) -> str:
-    pairs = "; ".join(f"{label(r.arm_b)} minus {label(r.arm_a)} {signed(r.estimate)} per bar [{signed(r.ci[0])}, "
-                      f"{signed(r.ci[1])}], Holm p {fmt(r.p_holm, '.3g')}" for r in check.pairs)
-    lead = (f"Ranking check (each N against the next shorter one over training runs, log-loss, Holm over "
-            f"{plural(len(check.pairs), 'pair')}): {pairs}")
-    if check.verdict == IN_ORDER:
-        return f"{lead}: in order: every longer N forecasts better than the next shorter one."
-    if check.verdict == OUT_OF_ORDER:
-        worse = [r for r in check.pairs if r.verdict == "worse"]
-        return f"{lead}: out of order: " + ", ".join(f"{label(r.arm_b)} forecasts worse than {label(r.arm_a)}"
-                                                     for r in worse) + "."
-    return (f"{lead}: not shown: " + ("the estimates fall with N, but not every step is significant."
-                                      if check.estimates_in_order else "the estimates do not fall with N at every step."))
-
-
-PROBE_LEAD = ("Linear information probe (a logistic regression on sums of log returns and log realised volatility over "
-              "windows of 1, 4, 16, ... bars up to N; every N fitted on the same rows, scored on the same test bars)")
-
-
-def probe_sentence(check) -> str:
-    """The probe's verdict: does a linear reader get more from the longest windows than from the shortest?"""
-    if not check.available:
-        return ""
-    short = check.shortest
-    if check.longest is None:
-        return f"{PROBE_LEAD}: at N={short} only; no longer N to compare."
-
-    def one(r) -> str:
-        d = r.vs_shortest["log_loss"]
-        ci = f" [{d.lo:+.2g}, {d.hi:+.2g}], p {d.p:.2g}, Holm p {r.p_holm:.2g}" if d.folds > 1 else " (one fold: no interval)"
-        return f"N={r.n} minus N={short} {d.mean:+.2g} nats per bar{ci}"
-
-    longer = check.rows[1:]
-    found = [r for r in longer if r.reads_more]
-    folds = longer[-1].vs_shortest["log_loss"].folds
-    verdict = (f"the far bars hold information a linear reader finds (at {', '.join(f'N={r.n}' for r in found)})"
-               if found else f"the longer windows give a linear reader nothing significant over N={short}'s")
-    out = f"{PROBE_LEAD}, over {plural(folds, 'fold')}: " + "; ".join(one(r) for r in longer) + f": {verdict}."
-    used = [r for r in found if r.transformer is not None]
-    if used:
-        out += " The transformer at the same N, over training runs: " + "; ".join(
-            f"N={r.n} {r.transformer.estimate:+.2g} (p {r.transformer.p:.2g})" for r in used) + "."
-    return out
-
-
-AA_LEAD = "A/A replicate"
-
-
-def aa_sentence(check) -> str:
-    """A pre-registered A/A replicate's reading (`tsflash.report.replicate`): how often question 1's
-    primary test says "differ" between disjoint runs of one config, against its level; "" for a run
-    that is no replicate."""
-    if not check.arm:
-        return ""
-    if not check.available:
-        return f"{AA_LEAD} of arm {check.arm}: no reading yet: {check.reason}."
-    n, k = len(check.rows), check.differ
-    test = "the fold t" if check.inference == "fold" else "the crossed test"
-    seeds = lambda s: ", ".join(map(str, s))  # noqa: E731
-    head = (f"{AA_LEAD} of arm {check.arm} (seeds {seeds(check.replicate_seeds)} against the arm's "
-            f"{seeds(check.run_seeds)}: the same config on the same bars, so no true difference), by question 1's "
-            f"primary test ({test}) at each N and score: {k} of {n} comparisons say \"differ\" at alpha "
-            f"{check.alpha:g} ({check.differ_holm} after Holm over the {n}); a calibrated test says so in "
-            f"{check.alpha * n:.2g} of {n} on average"
-            + (f", and in at least {k} with probability {check.tail:.2g} were they independent (they share runs "
-               "and folds)" if k else ""))
-    if check.calibrated:
-        return head + ": within the test's level on these bars at this design."
-    return (head + ": more often than its level allows, so the primary test is not calibrated on these bars at "
-            "this design, and a \"differ\" in question 1 of the arm's run is read with that.")
-
-
-def pooled_sentence(check) -> str:
-    """Question 1 over the arm's seeds and its A/A replicate's together (`tsflash.report.replicate`),
-    the primary reading of a plan with the replicate; "" without one."""
-    if not check.arm or check.pooled is None:
-        return ""
-    return (f"{POOLED_LEAD} (the arm's seeds and the replicate's, {plural(check.pooled.seeds_per_fold, 'seed')} "
-            f"per fold): " + run_sentence(SimpleNamespace(runs=check.pooled, shortest=check.shortest)))
-
-
-def pooled_nesting_sentence(check) -> str:
-    """The nesting check over an arm's seeds and its A/A replicate's together; "" without it."""
-    if not check.arm or check.pooled_nesting is None:
-        return ""
-    return f"{POOLED_LEAD}: {nesting_sentence(check.pooled_nesting)}"
-
-
-def nesting_answer(check) -> str:
-    """What question 1's answer adds from the nesting check: a sentence only when it fails."""
-    if not check.failed:
-        return ""
-    return (f"The nesting check {NESTING_FAILS}: " + "; ".join(_nested(t) for t in check.failed)
-            + f": in training, the long model lost short-range skill that N={check.cut} learns.")
-
-
-def run_power_sentence(runs) -> str:
-    """The smallest difference the run-level test detects with 80 % power, at 3 and at 6 seeds."""
-    if not runs.available or not any(runs.power.values()):
-        return ""
-    parts = []
-    for sc, mdd in runs.power.items():
-        if mdd:
-            at = " and ".join(f"{mdd[k]:.2g} at {plural(k, 'seed')}" for k in sorted(mdd))
-            parts.append(f"on the {SCORE_NAMES[sc]} {at} (seed sd {runs.seed_sd[sc]:.2g}, between-fold sd "
-                         f"{runs.between_sd[sc]:.2g})")
-    return (f"Power over training runs: from the variance components measured here, the smallest true difference "
-            f"per bar (nats) the run-level test detects with 80 % power at {ALPHA_TEXT} (two-sided, before Holm) "
-            f"over {plural(runs.n_folds, 'fold')}: " + "; ".join(parts) + ". More seeds shrink only the seed part; "
-            "more folds shrink both.")
 
 
 def _range(values, fmt_one) -> str:

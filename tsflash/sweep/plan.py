@@ -147,7 +147,7 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
 
 
 def nesting_unmeasured(cfg: ExperimentConfig) -> str | None:
-    """Why this config's report cannot run the nesting check (tsflash.report.nesting), or None: it
+    """Why this config's report cannot run the nesting check (tsflash.report.diagnostics.nesting), or None: it
     scores each longer N with its context cut to the shortest N, so eval.context_cuts must hold it."""
     lengths = sorted(cfg.lengths)
     if len(lengths) < 2 or lengths[0] in cfg.eval.context_cuts:

@@ -5,8 +5,8 @@ The probe baselines "probe-<N>" (`tsflash.engine._baselines`; the model is `tsfl
 are deterministic given the fold: every N is fitted on the same rows, so the probe at N minus the
 probe at the shortest N is the information its longer windows add, tested by the one-sample t of
 the fold differences (df = folds - 1). Beside it, question 1's test of the transformer at N minus the
-shortest N over training runs (the answer's test, `RunQuestion`), on the same log-loss. The
-sentence is in wording.py, the table in questions.py.
+shortest N over training runs (the answer's test, `RunQuestion`), on the same log-loss. Its
+sentence and table are here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tsflash.report.diagnostics.base import OWN
+from tsflash.report.markdown import table as _table
 from tsflash.report.rundata import RunData
+from tsflash.report.wording import fmt, plural, signed
 from tsflash.runfolder import baseline_series_name, probe_n
 from tsflash.stats.forecasts import holm
 from tsflash.stats.runs import ALPHA, one_sample_t
@@ -159,19 +162,90 @@ def _steps(per_n: list[tuple[int, dict[int, float]]]) -> list[ProbeStep]:
     return [ProbeStep(a, b, d, float(q)) for (a, b, d), q in zip(diffs, adjusted)]
 
 
-FOLLOWS, DOES_NOT_FOLLOW, NO_ORDER = "follows the information", "does not follow the information", "no information order"
+# ---------------------------------------------------------------------------------------------
+# Its sentences and table
 
 
-def information_order(ranking, probe: ProbeCheck, lengths: list[int]) -> str | None:
-    """The ranking check held to the order of the information the lengths hold, as the linear probe
-    measures it (`ProbeCheck.steps`): FOLLOWS when, at every step, the transformer is significantly
-    better where the probe reads more and not significantly worse where it does not (and the probe
-    reads more at some step); DOES_NOT_FOLLOW otherwise; NO_ORDER when the probe reads more at no
-    step (nothing to rank by). `lengths`: the ranking's N in order. None without both, or when the
-    probe's steps are not the ranking's pairs."""
-    if ranking is None or [(t.shorter, t.longer) for t in probe.steps] != list(zip(lengths, lengths[1:])):
+PROBE_LEAD = ("Linear information probe (a logistic regression on sums of log returns and log realised volatility over "
+              "windows of 1, 4, 16, ... bars up to N; every N fitted on the same rows, scored on the same test bars)")
+
+
+def probe_sentence(check) -> str:
+    """The probe's verdict: does a linear reader get more from the longest windows than from the shortest?"""
+    if not check.available:
+        return ""
+    short = check.shortest
+    if check.longest is None:
+        return f"{PROBE_LEAD}: at N={short} only; no longer N to compare."
+
+    def one(r) -> str:
+        d = r.vs_shortest["log_loss"]
+        ci = f" [{d.lo:+.2g}, {d.hi:+.2g}], p {d.p:.2g}, Holm p {r.p_holm:.2g}" if d.folds > 1 else " (one fold: no interval)"
+        return f"N={r.n} minus N={short} {d.mean:+.2g} nats per bar{ci}"
+
+    longer = check.rows[1:]
+    found = [r for r in longer if r.reads_more]
+    folds = longer[-1].vs_shortest["log_loss"].folds
+    verdict = (f"the far bars hold information a linear reader finds (at {', '.join(f'N={r.n}' for r in found)})"
+               if found else f"the longer windows give a linear reader nothing significant over N={short}'s")
+    out = f"{PROBE_LEAD}, over {plural(folds, 'fold')}: " + "; ".join(one(r) for r in longer) + f": {verdict}."
+    used = [r for r in found if r.transformer is not None]
+    if used:
+        out += " The transformer at the same N, over training runs: " + "; ".join(
+            f"N={r.n} {r.transformer.estimate:+.2g} (p {r.transformer.p:.2g})" for r in used) + "."
+    return out
+
+
+def probe_table(check) -> dict | None:
+    """Per N: the probe's scores, its difference to the shortest N over folds, and the transformer's
+    difference over training runs (question 1's test) beside it."""
+    if not check.available:
         return None
-    if not any(t.reads_more for t in probe.steps):
-        return NO_ORDER
-    ok = all(r.verdict == "better" if t.reads_more else r.verdict != "worse" for t, r in zip(probe.steps, ranking.pairs))
-    return FOLLOWS if ok else DOES_NOT_FOLLOW
+    short = f"N={check.shortest}"
+    head = ["N", "probe: log-loss", "probe: direction score", f"probe: log-loss − {short} [95 % over folds]", "p",
+            "Holm p", f"probe: direction − {short}", f"transformer: log-loss − {short} [95 % over runs]", "p"]
+    body = []
+    for r in check.rows:
+        row = [f"N={r.n}", fmt(r.means["log_loss"]), fmt(r.means["direction_log_loss_moves"])]
+        d, dd, t = r.vs_shortest.get("log_loss"), r.vs_shortest.get("direction_log_loss_moves"), r.transformer
+        row += ([f"{signed(d.mean)} [{signed(d.lo)}, {signed(d.hi)}]", fmt(d.p, ".3g"), fmt(r.p_holm, ".3g"),
+                 signed(dd.mean)] if d is not None else ["", "", "", ""])
+        row += ([f"{signed(t.estimate)} [{signed(t.ci[0])}, {signed(t.ci[1])}]", fmt(t.p, ".3g")] if t is not None
+                else ["", ""])
+        body.append(row)
+    return _table(head, body)
+
+
+PROBE_NOTE = ("How: `eval.probe` (`tsflash.dataset.probe`). Per bar t and window w in 1, 4, 16, ... (powers of 4 "
+              "below N, then N), the sum of the log returns of bars t-w+1 .. t and the log of their realised "
+              "volatility; standardised and clipped on the fitted rows, then the logistic baseline's multinomial "
+              "regression (C 0.01). Every N is fitted on the same labelled training rows (those with a whole "
+              "context of the longest N, at most the baselines' 200,000 by their seeded draw), so the N differ in "
+              "their columns alone. The probe has no seeds: its difference is the t of the fold differences "
+              "(df = folds - 1), Holm over the longer N; the transformer's is question 1's test over training "
+              "runs. Negative: N forecasts better than the shortest N. A probe that gains where the transformer "
+              "does not says the information is there and training does not use it.")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The linear information probe as a report diagnostic (`tsflash.report.diagnostics.base.Diagnostic`)."""
+
+    name: str = "probe"
+    heading: str = "Information probe"
+    placement: str = OWN
+
+    def compute(self, rd: RunData, nums) -> ProbeCheck:
+        return probe_check(rd, nums.primary, nums.forecast.runs)
+
+    def rows(self, check: ProbeCheck) -> dict | None:
+        return probe_table(check)
+
+    def sentences(self, check: ProbeCheck) -> dict[str, list[str]]:
+        return {"lead": [probe_sentence(check)], "notes": [PROBE_NOTE] if check.available else []}
+
+    def to_json(self, check: ProbeCheck) -> dict | None:
+        return check.to_dict() if check.available else None
+
+
+DIAGNOSTIC = Probe()

@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tsflash.report.diagnostics.base import OWN
+from tsflash.report.markdown import table as _table
 from tsflash.report.rundata import RunData, seed_inference
+from tsflash.report.wording import CROSSED_WORDS, NESTING_FAILS, df_text, fmt, plural, signed
 from tsflash.runfolder import RunFolder
 from tsflash.scoring.metrics import bar_losses
 from tsflash.stats.runs import (
@@ -76,6 +79,10 @@ class NestingCheck:
     @property
     def failed(self) -> list[NestingTest]:
         return [t for t in self.tests if t.lost_skill]
+
+    def answer(self) -> str:
+        """What question 1's answer adds from the check (`nesting_answer`)."""
+        return nesting_answer(self)
 
     def to_dict(self) -> dict:
         """results.json's and questions.json's "nesting": the verdict, each test and gap as numbers."""
@@ -242,3 +249,125 @@ def _detectable(results: list[RunTestResult], n_folds: int, n_seeds: int) -> flo
         return min_detectable_difference(comps, n_folds, n_seeds)
     except (RunTestInputError, ValueError):  # degenerate components (no spread at all)
         return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Its sentences and table
+
+
+NESTING_PART_NAMES = {"log_loss": "log-loss", "move": "flat-vs-move part", "direction": "up-vs-down part"}
+
+
+def _nested(t, part: str = "log_loss") -> str:
+    """"N=32768 cut to 512 bars +0.0054 per bar against N=512 (95 % [...], p 0.056, Holm p 0.056)"."""
+    r = t.parts[part]
+    return (f"N={t.n} cut to {t.cut} bars {signed(r.estimate)} per bar against N={t.cut} (95 % "
+            f"[{signed(r.ci[0])}, {signed(r.ci[1])}], p {fmt(r.p, '.3g')}, Holm p {fmt(r.p_holm, '.3g')})")
+
+
+def _nested_parts(t) -> str:
+    """"; flat-vs-move part +0.003 (Holm p 0.01), up-vs-down part +0.002 (Holm p 0.2)" where measured."""
+    parts = [p for p in ("move", "direction") if p in t.parts]
+    return "".join(f"; {NESTING_PART_NAMES[p]} {signed(t.parts[p].estimate)} (Holm p {fmt(t.parts[p].p_holm, '.3g')})"
+                   for p in parts)
+
+
+def nesting_sentence(check) -> str:
+    """The nesting check's verdict with its numbers: "passes", "fails: ..." or "not measured"."""
+    if check.verdict == "not measured":
+        return f"Nesting check: not measured in this run ({check.reason})."
+    lead = (f"Nesting check (each longer N scored with its context cut to the last {check.cut} bars, which every "
+            f"evaluation context holds, against N={check.cut} on the same test bars; over training runs, "
+            f"{plural(check.seeds_per_fold, 'seed')} per fold, Holm over {plural(len(check.tests), 'longer N', 'longer Ns')})")
+    if check.failed:
+        who = "these models" if len(check.failed) > 1 else "this model"
+        return (f"{lead}: {NESTING_FAILS}. " + "; ".join(_nested(t) + _nested_parts(t) for t in check.failed)
+                + f". A long context cannot remove information, so {who} lost short-range skill in training.")
+    worst = max(check.tests, key=lambda t: t.parts["log_loss"].estimate)
+    power = (f"; at this design the check finds a loss of {check.detectable:.2g} per bar with 80 % power"
+             if check.detectable else "")
+    return (f"{lead}: passes: no longer N cut to {check.cut} bars forecasts significantly worse than N={check.cut} "
+            f"(the largest difference: {_nested(worst)}{_nested_parts(worst)}){power}.")
+
+
+def nesting_answer(check) -> str:
+    """What question 1's answer adds from the nesting check: a sentence only when it fails."""
+    if not check.failed:
+        return ""
+    return (f"The nesting check {NESTING_FAILS}: " + "; ".join(_nested(t) for t in check.failed)
+            + f": in training, the long model lost short-range skill that N={check.cut} learns.")
+
+
+def nesting_table(check) -> dict | None:
+    """The nesting check per longer N and part: cut minus the shortest N over training runs (the
+    test), beside the gap (full minus the shortest) and the far context (full minus cut)."""
+    if not check.tests:
+        return None
+    short = f"N={check.cut}"
+    head = ["N (context cut to the shortest N)", "part (per labelled bar)", f"runs ({short}, cut)",
+            f"cut − {short}", "95 % interval", "t (df)", "p", "Holm p (over longer N)", f"gap: full − {short}",
+            "far context: full − cut", "verdict"]
+    body = []
+    for t in check.tests:
+        gaps = check.gaps.get(t.n, {})
+        for part in [p for p in NESTING_PART_NAMES if p in t.parts or p in gaps]:
+            gap = gaps[part].estimate if part in gaps else math.nan
+            row = [f"N={t.n} cut to {t.cut}", NESTING_PART_NAMES[part]]
+            r = t.parts.get(part)
+            if r is None:  # the gap's part is known, the cut model's is not
+                body.append(row + ["not measured"] + [""] * 5 + [signed(gap), "", ""])
+                continue
+            verdict = ("lost skill" if t.lost_skill else "no significant loss") if part == "log_loss" else ""
+            body.append(row + [f"{r.n_runs_a}, {r.n_runs_b}", signed(r.estimate), f"[{signed(r.ci[0])}, {signed(r.ci[1])}]",
+                               f"{fmt(r.t, '+.2f')} ({df_text(r.df)})", fmt(r.p, ".3g"), fmt(r.p_holm, ".3g"), signed(gap),
+                               signed(gap - r.estimate), verdict])
+    return _table(head, body)
+
+
+def nesting_notes(check) -> list[str]:
+    """How the check is computed, and what of it this run could not measure."""
+    if not check.tests:
+        return []
+    notes = [f"How: every evaluation context of the cut scoring holds the same last {check.cut} bars as "
+             f"N={check.cut}'s, so both forecasts rest on the same information. Each run (fold, seed) is its mean "
+             "loss per labelled bar on the fold's test bars; per fold, the mean over seeds of the cut model's runs "
+             f"minus the mean over seeds of N={check.cut}'s; the test is {CROSSED_WORDS if check.inference == 'crossed' else 'the one-sample t of these fold differences'} "
+             "(`tsflash.stats.runs.run_level_test`, the test of question 1), Holm over the longer N within each "
+             "part; the log-loss decides, its parts say where the difference lies. Positive: the cut model "
+             "forecasts worse. Gap = far context + (cut − shortest), exactly, on the same runs; the gap's test is "
+             f"question 1's. Source: {check.source}."]
+    if check.parts_reason:
+        notes.append(f"The split of the cut model's log-loss into its parts: not measured in this run "
+                     f"({check.parts_reason}); the gap's parts are the cells' move_log_loss and moves_fraction × "
+                     "direction_log_loss_moves, which add up to the log-loss up to the 1e-12 probability floor.")
+    else:
+        notes.append("The split (per labelled bar, each probability floored at 1e-12): flat-vs-move −log(p_up + "
+                     "p_down) on a bar that moved and −log p_flat on a flat bar; up-vs-down −log q_y on a bar that "
+                     "moved (q_up = p_up / (p_up + p_down)), 0 on a flat bar. The log-loss of this table is their "
+                     "sum run by run, so the parts add up exactly; it differs from the 3-class −log p_y by at most "
+                     f"{check.residual:.2g} nats per bar over these runs (where a probability is floored).")
+    return notes
+
+
+@dataclass(frozen=True)
+class Nesting:
+    """The nesting check as a report diagnostic (`tsflash.report.diagnostics.base.Diagnostic`)."""
+
+    name: str = "nesting"
+    heading: str = "Nesting check"
+    placement: str = OWN
+
+    def compute(self, rd: RunData, nums) -> NestingCheck:
+        return nesting_check(rd, [s["series"] for s in nums.primary])
+
+    def rows(self, check: NestingCheck) -> dict | None:
+        return nesting_table(check)
+
+    def sentences(self, check: NestingCheck) -> dict[str, list[str]]:
+        return {"lead": [nesting_sentence(check)], "notes": nesting_notes(check)}
+
+    def to_json(self, check: NestingCheck) -> dict | None:
+        return check.to_dict()
+
+
+DIAGNOSTIC = Nesting()

@@ -16,7 +16,7 @@ crossed test's 80 % detectable difference at N=32768 halves from three seeds to 
 0.0042 nats per bar on the log-loss, reports/controls/aa/summary.md), at no GPU time beyond the A/A's.
 
 So is the nesting check over both seed sets (`pooled_nesting`). The replicate's own report carries
-all three (`replicate_check`); the sentences are in wording.py.
+all three (`replicate_check`), with the sentences and the table here.
 """
 
 from __future__ import annotations
@@ -24,15 +24,26 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 import scipy.stats
 
-from tsflash.report.compute import PRIOR, SCORES, RunQuestion, default_keys, load_losses, run_question
-from tsflash.report.nesting import NestingCheck, nesting_check
-from tsflash.report.questions import runs_results
+from tsflash.report.diagnostics.base import OWN
+from tsflash.report.diagnostics.nesting import NestingCheck, nesting_check, nesting_sentence
+from tsflash.report.markdown import table as _table
 from tsflash.report.registration import replicated_run
 from tsflash.report.rundata import RunData, load_run, seed_inference
+from tsflash.report.runlevel import (
+    PRIOR,
+    SCORES,
+    RunQuestion,
+    default_keys,
+    load_losses,
+    run_question,
+    runs_results,
+)
+from tsflash.report.wording import POOLED_LEAD, SCORE_NAMES, fmt, plural, run_sentence, signed
 from tsflash.runfolder import RunFolder
 from tsflash.scoring.daily import ENSEMBLE
 from tsflash.stats.forecasts import holm
@@ -185,3 +196,86 @@ def replicate_check(rd: RunData) -> AACheck:
     if check.available:
         check.pooled_nesting = pooled_nesting(run, rd)
     return check
+
+
+# ---------------------------------------------------------------------------------------------
+# Its sentences and table
+
+
+AA_LEAD = "A/A replicate"
+
+
+def aa_sentence(check) -> str:
+    """A pre-registered A/A replicate's reading (`tsflash.report.diagnostics.replicate`): how often question 1's
+    primary test says "differ" between disjoint runs of one config, against its level; "" for a run
+    that is no replicate."""
+    if not check.arm:
+        return ""
+    if not check.available:
+        return f"{AA_LEAD} of arm {check.arm}: no reading yet: {check.reason}."
+    n, k = len(check.rows), check.differ
+    test = "the fold t" if check.inference == "fold" else "the crossed test"
+    seeds = lambda s: ", ".join(map(str, s))  # noqa: E731
+    head = (f"{AA_LEAD} of arm {check.arm} (seeds {seeds(check.replicate_seeds)} against the arm's "
+            f"{seeds(check.run_seeds)}: the same config on the same bars, so no true difference), by question 1's "
+            f"primary test ({test}) at each N and score: {k} of {n} comparisons say \"differ\" at alpha "
+            f"{check.alpha:g} ({check.differ_holm} after Holm over the {n}); a calibrated test says so in "
+            f"{check.alpha * n:.2g} of {n} on average"
+            + (f", and in at least {k} with probability {check.tail:.2g} were they independent (they share runs "
+               "and folds)" if k else ""))
+    if check.calibrated:
+        return head + ": within the test's level on these bars at this design."
+    return (head + ": more often than its level allows, so the primary test is not calibrated on these bars at "
+            "this design, and a \"differ\" in question 1 of the arm's run is read with that.")
+
+
+def pooled_sentence(check) -> str:
+    """Question 1 over the arm's seeds and its A/A replicate's together (`tsflash.report.diagnostics.replicate`),
+    the primary reading of a plan with the replicate; "" without one."""
+    if not check.arm or check.pooled is None:
+        return ""
+    return (f"{POOLED_LEAD} (the arm's seeds and the replicate's, {plural(check.pooled.seeds_per_fold, 'seed')} "
+            f"per fold): " + run_sentence(SimpleNamespace(runs=check.pooled, shortest=check.shortest)))
+
+
+def pooled_nesting_sentence(check) -> str:
+    """The nesting check over an arm's seeds and its A/A replicate's together; "" without it."""
+    if not check.arm or check.pooled_nesting is None:
+        return ""
+    return f"{POOLED_LEAD}: {nesting_sentence(check.pooled_nesting)}"
+
+
+def aa_table(check) -> dict | None:
+    """A pre-registered A/A replicate's comparisons (`tsflash.report.diagnostics.replicate`): replicate minus
+    the arm's run per N and score, by question 1's primary test."""
+    if not check or not check.available:
+        return None
+    head = ["N", "score", "replicate − arm's run per bar [95 % over runs]", "p", "Holm p", "says"]
+    body = [[f"N={r.n}", SCORE_NAMES[r.score], f"{signed(r.result.estimate)} [{signed(r.result.ci[0])}, "
+             f"{signed(r.result.ci[1])}]", fmt(r.result.p, ".3g"), fmt(r.p_holm, ".3g"),
+             "differ" if r.result.p <= check.alpha else "no difference"] for r in check.rows]
+    return _table(head, body)
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """An A/A replicate's reading as a report diagnostic (`tsflash.report.diagnostics.base.Diagnostic`)."""
+
+    name: str = "aa"
+    heading: str = "A/A replicate"
+    placement: str = OWN
+
+    def compute(self, rd: RunData, nums) -> AACheck:
+        return replicate_check(rd)
+
+    def rows(self, check: AACheck) -> dict | None:
+        return aa_table(check)
+
+    def sentences(self, check: AACheck) -> dict[str, list[str]]:
+        return {"lead": [aa_sentence(check)], "after": [pooled_sentence(check), pooled_nesting_sentence(check)]}
+
+    def to_json(self, check: AACheck) -> dict | None:
+        return check.to_dict() if check.arm else None
+
+
+DIAGNOSTIC = Replicate()

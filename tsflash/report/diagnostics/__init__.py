@@ -1,0 +1,35 @@
+"""The report's diagnostics, each one module owning its numbers, its table and its sentences
+(`base.Diagnostic`), registered once in DIAGNOSTICS.
+
+`tsflash.report.compute.compute` runs them in the list's order into `Numbers.diagnostics` (a later
+one may read an earlier one's numbers: the ranking reads the probe's); question 1's section
+(`tsflash.report.questions.forecast_section`) shows them in the same order, and results.json
+(`tsflash.report.outputs`) holds what each gives. A new diagnostic is a module here and one line below.
+"""
+
+from __future__ import annotations
+
+from tsflash.report.diagnostics import nesting, power, probe, ranking, replicate
+from tsflash.report.diagnostics.base import OWN, RUNS, Diagnostic, section
+
+DIAGNOSTICS: list[Diagnostic] = [
+    nesting.DIAGNOSTIC,  # each long N cut to the shortest N against it (issue 29)
+    probe.DIAGNOSTIC,  # the linear information probe per N (eval.probe)
+    ranking.DIAGNOSTIC,  # each N against the next shorter one, held to the probe's order
+    power.DIAGNOSTIC,  # question 1's detectable difference at 3 and 6 seeds
+    replicate.DIAGNOSTIC,  # a pre-registered A/A replicate against its arm (issue 33)
+]
+
+__all__ = ["DIAGNOSTICS", "OWN", "RUNS", "Diagnostic", "run_all", "section", "sections"]
+
+
+def run_all(rd, nums) -> dict:
+    """{name: numbers} of every diagnostic, computed in the list's order into `nums.diagnostics`."""
+    for d in DIAGNOSTICS:
+        nums.diagnostics[d.name] = d.compute(rd, nums)
+    return nums.diagnostics
+
+
+def sections(nums, placement: str) -> list[dict]:
+    """The context of every diagnostic shown at `placement` (OWN or RUNS), in the list's order."""
+    return [s for d in DIAGNOSTICS if d.placement == placement and (s := section(d, nums.diagnostics[d.name]))["shown"]]
