@@ -229,8 +229,7 @@ def test_the_nesting_check_over_both_seed_sets(tmp_path):
     from tests.report.test_nesting_report import PRIMARY, nested_run
 
     from tsflash.report.diagnostics.nesting import SUMMARIES, nesting_check
-    from tsflash.report.diagnostics import replicate
-    from tsflash.report.diagnostics.replicate import pooled_nesting
+    from tsflash.report.diagnostics.replicate import pooled_nesting, pooled_nesting_sentence
 
     arm = nested_run(tmp_path / "arm", {64: 1.0})
     replicate = nested_run(tmp_path / "replicate", {64: 1.0})
@@ -244,5 +243,5 @@ def test_the_nesting_check_over_both_seed_sets(tmp_path):
     alone = nesting_check(load_run(arm), PRIMARY)
     assert alone.seeds_per_fold == 3 and check.tests[0].parts["log_loss"].n_runs_a == 2 * alone.tests[0].parts[
         "log_loss"].n_runs_a
-    assert replicate.pooled_nesting_sentence(SimpleNamespace(arm="per-bar", pooled_nesting=check)).startswith(
+    assert pooled_nesting_sentence(SimpleNamespace(arm="per-bar", pooled_nesting=check)).startswith(
         f"{wording.POOLED_LEAD}: Nesting check (")

@@ -39,8 +39,8 @@ SCORES = {"log_loss": ("log_loss", "n_labelled"), "direction": ("direction_loss"
 
 def losses_from_sweep(rd: RunData, names: list[str]) -> dict | None:
     """The loss tables the sweep wrote per trial and baseline (forecasts/*.npz); None when any is missing."""
-    tables = [read_losses(rd.folder, name) for name in names]
-    return concat_losses(tables) if names and all(t is not None for t in tables) else None
+    tables = [t for name in names if (t := read_losses(rd.folder, name)) is not None]
+    return concat_losses(tables) if names and len(tables) == len(names) else None
 
 
 def losses_from_cells(rd: RunData) -> dict | None:
@@ -195,7 +195,7 @@ def default_keys(rd: RunData) -> dict[int, str]:
     trials searched with --trials appear as extra table rows, not in the plots against N."""
     enqueued = {t.get("key") for t in rd.ledger.get("trials", []) if str(t.get("slot", "")).endswith("/0")}
     keys = [k for k in rd.trial_keys if k in enqueued] or [k for k in rd.trial_keys if "-" not in k]
-    return {rd.n_of(k): k for k in keys}
+    return {n: k for k in keys if (n := rd.n_of(k)) is not None}  # every trial key has cells, so an N
 
 
 def runs_results(runs, information: str | None = None) -> dict:

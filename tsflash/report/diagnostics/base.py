@@ -15,9 +15,20 @@ OWN, RUNS = "own", "runs"
 
 
 class Diagnostic(Protocol):
-    name: str  # its key in `Numbers.diagnostics`, in the context and in results.json
-    heading: str  # its heading in the report (OWN)
-    placement: str  # OWN or RUNS
+    @property
+    def name(self) -> str:
+        """Its key in `Numbers.diagnostics`, in the context and in results.json."""
+        ...
+
+    @property
+    def heading(self) -> str:
+        """Its heading in the report (OWN)."""
+        ...
+
+    @property
+    def placement(self) -> str:
+        """OWN or RUNS."""
+        ...
 
     def compute(self, rd: Any, nums: Any) -> Any:
         """Its numbers, from the run's data (`RunData`) and the report's numbers so far (`Numbers`)."""
@@ -40,7 +51,7 @@ def section(d: Diagnostic, numbers: Any) -> dict:
     """The context of one diagnostic: its heading, placement, sentences and table; `shown` when it
     has a sentence or a table to show."""
     words = d.sentences(numbers)
-    out = {"name": d.name, "heading": d.heading, "placement": d.placement, "table": d.rows(numbers),
+    out: dict[str, Any] = {"name": d.name, "heading": d.heading, "placement": d.placement, "table": d.rows(numbers),
            "lead": [t for t in words.get("lead", []) if t], "after": [t for t in words.get("after", []) if t],
            "notes": [t for t in words.get("notes", []) if t]}
     out["shown"] = bool(out["lead"] or out["table"] or out["after"] or out["notes"])
