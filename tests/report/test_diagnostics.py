@@ -13,7 +13,7 @@ from tests.report.test_report import make_run
 
 from tsflash.report import build_report, diagnostics, load_run
 from tsflash.report.compute import compute
-from tsflash.report.diagnostics import DIAGNOSTICS, OWN, RUNS, sections
+from tsflash.report.diagnostics import DIAGNOSTICS, OWN, RUNS, TRADING, sections
 from tsflash.report.markdown import table
 
 
@@ -53,7 +53,7 @@ def test_every_diagnostic_module_is_registered_once():
     modules = {m.name for m in pkgutil.iter_modules(diagnostics.__path__)} - {"base"}
     assert {type(d).__module__.rpartition(".")[2] for d in DIAGNOSTICS} == modules
     names = [d.name for d in DIAGNOSTICS]
-    assert len(set(names)) == len(names) and all(d.placement in (OWN, RUNS) for d in DIAGNOSTICS)
+    assert len(set(names)) == len(names) and all(d.placement in (OWN, RUNS, TRADING) for d in DIAGNOSTICS)
 
 
 def test_the_report_computes_and_shows_them_in_the_lists_order(tmp_path, monkeypatch):
@@ -70,19 +70,24 @@ def test_the_report_computes_and_shows_them_in_the_lists_order(tmp_path, monkeyp
 @pytest.mark.parametrize("registered", [[Tiny()]], indirect=True)
 def test_a_new_diagnostic_is_one_module_and_one_line(tmp_path, registered):
     folder = make_run(tmp_path, drift=0.0)
+    counts = Tiny().compute(load_run(folder), compute(load_run(folder)))
     md, html = build_report(folder)
     text = md.read_text()
-    assert "### Tiny check\n\n**Tiny check: 24 cells over 2 lengths.**\n\n| what | how many |" in text
+    assert (f"### Tiny check\n\n**Tiny check: {counts['cells']} cells over {counts['lengths']} lengths.**\n\n"
+            "| what | how many |") in text
     assert "How: it counts them." in text
     assert text.index("### Nesting check") < text.index("### Tiny check") < text.index("## Question 2")
     assert "<h3>Tiny check</h3>" in html.read_text()
-    assert json.loads((folder / "results.json").read_text())["tiny"] == {"cells": 24, "lengths": 2}
+    assert json.loads((folder / "results.json").read_text())["tiny"] == counts
 
 
-@pytest.mark.parametrize("registered", [[Tiny(name="tiny-runs", heading="", placement=RUNS)]], indirect=True)
-def test_one_read_beside_the_tests_over_training_runs(tmp_path, registered):
+@pytest.mark.parametrize(("registered", "within"), [
+    ([Tiny(name="tiny-runs", heading="", placement=RUNS)], ("### Over training runs", "### Forecast-level tests")),
+    ([Tiny(name="tiny-gates", heading="", placement=TRADING)], ("### Trading rule per candidate", "### Selection gates")),
+], indirect=["registered"])
+def test_one_shown_inside_a_questions_section(tmp_path, registered, within):
     folder = make_run(tmp_path, drift=0.0)
     text = build_report(folder)[0].read_text()
-    runs, rest = text.split("### Over training runs", 1)[1].split("### Forecast-level tests", 1)
-    assert "**Tiny check: 24 cells over 2 lengths.**" in runs and "How: it counts them." in runs
-    assert "Tiny check" not in rest
+    head, (inside, rest) = text.split(within[0], 1)[0], text.split(within[0], 1)[1].split(within[1], 1)
+    assert "**Tiny check: " in inside and "| what | how many |" in inside and "How: it counts them." in inside
+    assert "Tiny check" not in head + rest

@@ -12,7 +12,8 @@ import pytest
 
 from tsflash.report.compute import PRIOR, SCORES, run_question
 from tsflash.report.context import steps_text, with_caveats
-from tsflash.report.wording import NOT_EVIDENCE, pbo_null_sentence, run_sentence, support_sentences
+from tsflash.report.diagnostics.pbo_null import pbo_null_sentence
+from tsflash.report.wording import NOT_EVIDENCE, run_sentence, support_sentences
 from tsflash.scoring.daily import ENSEMBLE
 from tsflash.stats.forecasts import ONE_SEED
 from tsflash.stats.gate import TrialLedger

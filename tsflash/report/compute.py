@@ -64,7 +64,6 @@ one equal-weight portfolio, as the sweep scores them), and whether any candidate
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -127,11 +126,8 @@ from tsflash.stats.forecasts import (
     holm,
     significant,
 )
-from tsflash.stats.gate import RunSelection, TrialLedger, pbo_informative, select_run
+from tsflash.stats.gate import RunSelection, TrialLedger, select_run
 from tsflash.stats.pbo import CSCV_BLOCKS
-from tsflash.stats.runs import (
-    pbo_null,
-)
 from tsflash.stats.sharpe import PERIODS_PER_YEAR, sharpe
 
 METRICS = (
@@ -211,31 +207,6 @@ def run_selection(rd: RunData) -> RunSelection:
                       n_blocks=int(cfg.get("cscv_blocks", CSCV_BLOCKS)), periods_per_year=PERIODS_PER_YEAR,
                       ledger=TrialLedger.read(), fingerprint=(getattr(rd, "data", None) or {}).get("fingerprint", {}).get("sha256"),
                       config_hash=(getattr(rd, "run", None) or {}).get("config_hash"))
-
-
-PBO_NULL_REPLICATES = 200  # enough for the quantiles a sentence gives; seeded, so the report is reproducible
-
-
-@functools.lru_cache(maxsize=8)
-def _pbo_null_values(n_candidates: int, n_days: int, n_blocks: int) -> np.ndarray:
-    return pbo_null(n_candidates, n_days, n_blocks, n_replicates=PBO_NULL_REPLICATES,
-                    rng=np.random.default_rng(0)).values
-
-
-def pbo_null_summary(selection: RunSelection) -> dict | None:
-    """PBO's null distribution for the run's candidate count, common days and blocks (iid returns,
-    `tsflash.stats.runs.pbo_null`), with P(PBO >= observed) and whether the observed PBO says more
-    than noise (`tsflash.stats.gate.pbo_informative`); None when the gates did not run."""
-    p = selection.verdict.pbo_result
-    if p is None:
-        return None
-    k, t, blocks = len(selection.verdict.table), len(selection.days), int(selection.n_blocks_used)
-    values = _pbo_null_values(k, t, blocks)
-    return {"n_candidates": k, "n_days": t, "n_blocks": blocks, "replicates": len(values), "observed": float(p.pbo),
-            "mean": float(values.mean()), "q05": float(np.quantile(values, 0.05)),
-            "q95": float(np.quantile(values, 0.95)), "p_at_least": float(np.mean(values >= p.pbo)),
-            "p_above_max": float(np.mean(values > selection.verdict.max_pbo)),
-            "informative": bool(pbo_informative(values, p.pbo))}
 
 
 def _sharpe_or_nan(x) -> float:
@@ -568,7 +539,6 @@ class Numbers:
     series_stats: dict[str, dict]  # candidates' and baselines' daily statistics (gross Sharpe, ...)
     forecast: ForecastQuestion  # question 1: over training runs, and paired tests of the forecasts
     trading: TradingQuestion  # question 2: the trading rule per candidate (the gates are `selection`)
-    pbo_null: dict | None = None  # PBO's null distribution for the run's candidates and days
     diagnostics: dict[str, Any] = field(default_factory=dict)  # name -> numbers (tsflash.report.diagnostics)
 
     def candidate_row(self, key: str | None) -> dict | None:
@@ -587,8 +557,7 @@ def compute(rd: RunData) -> Numbers:
     stats = {k: series_stats(rd, k) for k in [*keys, *baselines] if k in rd.series}
     selection = run_selection(rd)
     forecast = forecast_question(rd, [s["series"] for s in primary])
-    nums = Numbers(rows, per_n, baselines, primary, selection, stats, forecast, trading_question(rd, selection),
-                   pbo_null_summary(selection))
+    nums = Numbers(rows, per_n, baselines, primary, selection, stats, forecast, trading_question(rd, selection))
     run_all(rd, nums)
     forecast.nesting = nums.diagnostics["nesting"]  # question 1's answer says when the check fails
     return nums

@@ -3,13 +3,14 @@
 sentences of `tsflash.report.wording`. Each section opens with its lead sentence (at most 40
 words), a small table (`lead_table`, `trading_lead_table`) and the figure; the rest follows.
 
-Question 1 (forecasting) shows, beside the classification table: the nesting check (each long N
-cut to the shortest N against the shortest N, `tsflash.report.diagnostics.nesting`), the direction apart from
-volatility (each N's log-loss split into its flat-vs-move and up-vs-down parts, the skill over
-the class prior and the share of it that is direction), and the paired tests (Holm-adjusted)
-with their figure. Question 2 (trading) shows the trading rule per candidate (turnover, gross and
-net returns, break-even fee), the gates with the raw and the effective number of trials, and the
-power of the gate.
+Question 1 (forecasting) shows, beside the classification table: the tests over training runs,
+the direction apart from volatility (each N's log-loss split into its flat-vs-move and up-vs-down
+parts, the skill over the class prior and the share of it that is direction), and the paired tests
+(Holm-adjusted) with their figure. Question 2 (trading) shows the trading rule per candidate
+(turnover, gross and net returns, break-even fee) and the gates. The diagnostics (the nesting
+check, the probe, the ranking, the power, an A/A replicate, what a "no" rules out, PBO under the
+null) come from `tsflash.report.diagnostics`, each with its own sentences and table, in the order of
+its list.
 
 `write_outputs` writes the files of these sections beside the report: forecast_daily.parquet
 (the per-day loss sums the paired tests read, small enough to commit with a published run),
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from tsflash import atomic
 from tsflash.report.compute import LOGREG, LOSS_FILE, Numbers, write_table
-from tsflash.report.diagnostics import OWN, RUNS, sections
+from tsflash.report.diagnostics import OWN, RUNS, TRADING, sections
 from tsflash.report.markdown import table as _table
 from tsflash.report.rundata import RunData
 from tsflash.report.runlevel import runs_results as runs_results  # questions.json's forecast.runs
@@ -33,15 +34,12 @@ from tsflash.report.wording import (
     bps,
     df_text,
     dm_sentence,
-    effective_sentence,
     fmt,
     forecast_sentence,
     label,
-    pbo_null_sentence,
     pct_per_day,
     percent,
     plural,
-    power_sentence,
     return_bps,
     run_sentence,
     signed,
@@ -223,11 +221,12 @@ def trading_section(nums: Numbers) -> dict:
              "at which the mean net return per bar is exactly 0 (negative: the rule loses before fees). "
              f"{plural(tq.n_profitable, 'candidate')} of {tq.n_candidates} "
              f"{'has' if tq.n_profitable == 1 else 'have'} a positive mean daily net return.")
-    source = s.trial_count.source if s.trial_count else None
-    notes = [t for t in (trial_count_sentence(s.trial_count), effective_sentence(s.deflation, s.n_trials),
-                         power_sentence(s.deflation, s.n_trials, PERIODS_PER_YEAR, source),
-                         pbo_null_sentence(nums.pbo_null, s.verdict.max_pbo)) if t]
-    return {"intro": intro, "table": trading_table(nums), "notes": notes, "lead_table": trading_lead_table(nums)}
+    own = [t for t in (trial_count_sentence(s.trial_count),) if t]
+    gates = sections(nums, TRADING)  # what a "no" rules out, PBO under the null
+    return {"intro": intro, "table": trading_table(nums), "own_notes": own, "diagnostics": gates,
+            "lead_table": trading_lead_table(nums),
+            # tsflash confirm's page keeps every note in one list
+            "notes": own + [n for d in gates for n in d["notes"]]}
 
 
 def results(nums: Numbers, words: dict) -> dict:
@@ -261,7 +260,7 @@ def results(nums: Numbers, words: dict) -> dict:
                     "pass_line_null_annual": _annual(d.min_sharpe_null if d else None),
                     "power80_sharpe_annual": _annual(d.power_sharpe if d else None),
                     "power80_sharpe_null_annual": _annual(d.power_sharpe_null if d else None),
-                    "pbo_null": nums.pbo_null},
+                    "pbo_null": nums.diagnostics["pbo_null"].summary},
     }
 
 

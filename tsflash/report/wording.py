@@ -2,8 +2,9 @@
 verdict sentences.
 
 Selection returns numbers, flags and `tsflash.stats.gate.Reason` codes, and
-`tsflash.report.questions` the paired tests and the trading rule's numbers; every sentence a
-reader sees is written here, so the Markdown and the HTML say the same thing. Sharpe ratios are
+`tsflash.report.questions` the paired tests and the trading rule's numbers; the two questions'
+sentences are written here, each diagnostic's in its module of `tsflash.report.diagnostics` with the
+formats below, so the Markdown and the HTML say the same thing. Sharpe ratios are
 per day (daily net returns) and say so; returns are percentages with their period; loss
 differences are per bar, series minus reference (negative: the series forecasts better).
 """
@@ -516,28 +517,6 @@ def no_money_sentence(v: Verdict, trading, candidates: list[dict]) -> str:
             f"{dsr_s} over {plural(v.n_trials, 'trial')}, below {v.min_dsr}.")
 
 
-def power_sentence(d, n_trials: int, periods_per_year: float, count_source: str | None = None) -> str:
-    """What a "no" rules out: the pass line of the DSR gate (the Sharpe ratio an observed one must
-    cross, about 50 % power) with the trials' measured variance and with the null variance 1/T,
-    the true Sharpe ratio needed for 80 % power, and the selected candidate's minimum track record
-    length (`gate.Deflation`)."""
-    if d is None:
-        return "Power: not computable (the gates did not run)."
-    ann = math.sqrt(periods_per_year)
-    yearly = lambda x: NA if x is None else f"{x * ann:.2f}"  # noqa: E731
-    trl = ("never: its Sharpe ratio does not exceed SR0" if not math.isfinite(d.min_trl)
-           else f"{plural(math.ceil(d.min_trl), 'day')}")
-    source = f" ({count_source})" if count_source else ""
-    return (f"Power: with {plural(d.t, 'day')} and {plural(n_trials, 'trial')}{source}, the line an observed "
-            f"annualised Sharpe ratio must cross to pass the DSR gate at {d.confidence:g} (about 50 % power; normal "
-            f"returns) is {yearly(d.min_sharpe)} with the trials' measured Sharpe variance and "
-            f"{yearly(d.min_sharpe_null)} with the null variance 1/T ({yearly(d.min_sharpe_effective)} with "
-            f"{plural(d.n_trials_effective, 'effective trial')}); 80 % power needs a true Sharpe ratio near "
-            f"{yearly(d.power_sharpe)} ({yearly(d.power_sharpe_null)} with the null variance). A true Sharpe ratio "
-            f"below that is not ruled out by a \"no\". Minimum track record length of the highest-Sharpe candidate "
-            f"against SR0: {trl}.")
-
-
 def trial_count_sentence(tc) -> str:
     """Where the DSR's trial count came from (`gate.TrialCount`)."""
     if tc is None:
@@ -550,21 +529,6 @@ def trial_count_sentence(tc) -> str:
     if tc.not_counted:
         text += " Not counted: " + "; ".join(tc.not_counted) + "."
     return text
-
-
-def pbo_null_sentence(null: dict | None, max_pbo: float) -> str:
-    """PBO's null distribution for the candidates and days at hand, and whether PBO says anything."""
-    if not null:
-        return ""
-    text = (f"PBO under the null (iid normal daily returns, {plural(null['n_candidates'], 'candidate')}, "
-            f"{plural(null['n_days'], 'day')}, {plural(null['n_blocks'], 'block')}, {null['replicates']} seeded "
-            f"replicates): mean {null['mean']:.3f}, 5 % to 95 % from {null['q05']:.2f} to {null['q95']:.2f}; noise "
-            f"alone gives PBO >= the observed {null['observed']:.3f} in {null['p_at_least']:.0%} of replicates and "
-            f"fails the PBO gate (> {max_pbo:g}) in {null['p_above_max']:.0%}.")
-    if null["informative"]:
-        return text + " The observed PBO lies outside that range, so it says more than noise would."
-    return text + (" PBO is not informative here: with so few candidates the observed value lies inside what noise "
-                   "gives, so neither a pass nor a fail of the PBO gate tells overfitting from chance.")
 
 
 def too_short_line(steps: int, lengths: list[int]) -> str:
@@ -596,17 +560,6 @@ NOT_EVIDENCE = " Not evidence: see what this run can support, above."  # after e
 def not_evidence_lead(lead: str) -> str:
     """A lead of a run with caveats: still one sentence, marked as not evidence."""
     return lead.rstrip(".") + " (not evidence: see above)."
-
-
-def effective_sentence(d, n_trials: int) -> str:
-    if d is None:
-        return ""
-    e = d.effective
-    return (f"Effective number of trials: {e.n_effective:.2f} among the {plural(e.n_columns, 'candidate')} ({e.method}, "
-            f"over their daily net returns); scaled to the ledger's {plural(n_trials, 'trial')} and rounded: "
-            f"{d.n_trials_effective}. DSR of the highest-Sharpe candidate with the effective count: "
-            f"{fmt(d.dsr_effective.dsr, '.3f')} (SR0 {per_day(d.dsr_effective.sr0)}); with the raw count it is the DSR "
-            "of the table.")
 
 
 def selection_notes(dropped: list[str], n_blocks: int, n_used: int | None, n_days: int) -> list[str]:

@@ -2,15 +2,15 @@
 (`base.Diagnostic`), registered once in DIAGNOSTICS.
 
 `tsflash.report.compute.compute` runs them in the list's order into `Numbers.diagnostics` (a later
-one may read an earlier one's numbers: the ranking reads the probe's); question 1's section
-(`tsflash.report.questions.forecast_section`) shows them in the same order, and results.json
-(`tsflash.report.outputs`) holds what each gives. A new diagnostic is a module here and one line below.
+one may read an earlier one's numbers: the ranking reads the probe's); the two questions' sections
+(`tsflash.report.questions`) show them in the same order, and results.json (`tsflash.report.outputs`)
+holds what each gives. A new diagnostic is a module here and one line below.
 """
 
 from __future__ import annotations
 
-from tsflash.report.diagnostics import nesting, power, probe, ranking, replicate
-from tsflash.report.diagnostics.base import OWN, RUNS, Diagnostic, section
+from tsflash.report.diagnostics import gate_power, nesting, pbo_null, power, probe, ranking, replicate
+from tsflash.report.diagnostics.base import OWN, RUNS, TRADING, Diagnostic, section
 
 DIAGNOSTICS: list[Diagnostic] = [
     nesting.DIAGNOSTIC,  # each long N cut to the shortest N against it (issue 29)
@@ -18,9 +18,11 @@ DIAGNOSTICS: list[Diagnostic] = [
     ranking.DIAGNOSTIC,  # each N against the next shorter one, held to the probe's order
     power.DIAGNOSTIC,  # question 1's detectable difference at 3 and 6 seeds
     replicate.DIAGNOSTIC,  # a pre-registered A/A replicate against its arm (issue 33)
+    gate_power.DIAGNOSTIC,  # what question 2's "no" rules out: effective trials, the DSR's pass line and power
+    pbo_null.DIAGNOSTIC,  # PBO's null distribution for the run's candidates and days
 ]
 
-__all__ = ["DIAGNOSTICS", "OWN", "RUNS", "Diagnostic", "run_all", "section", "sections"]
+__all__ = ["DIAGNOSTICS", "OWN", "RUNS", "TRADING", "Diagnostic", "run_all", "section", "sections"]
 
 
 def run_all(rd, nums) -> dict:
@@ -31,5 +33,5 @@ def run_all(rd, nums) -> dict:
 
 
 def sections(nums, placement: str) -> list[dict]:
-    """The context of every diagnostic shown at `placement` (OWN or RUNS), in the list's order."""
+    """The context of every diagnostic shown at `placement` (OWN, RUNS or TRADING), in the list's order."""
     return [s for d in DIAGNOSTICS if d.placement == placement and (s := section(d, nums.diagnostics[d.name]))["shown"]]

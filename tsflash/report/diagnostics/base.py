@@ -2,16 +2,17 @@
 
 A diagnostic owns its numbers (`compute`, from the run's data and the numbers computed before it,
 with the statistics of `tsflash.stats`), its table (`rows`), its sentences (`sentences`) and what
-results.json holds of it (`to_json`). `placement` says where question 1's section shows it: OWN,
-under its own heading after the baselines; RUNS, inside "Over training runs" (its bold sentences
-after the runs' table, its notes after theirs).
+results.json holds of it (`to_json`). `placement` says where the report shows it: OWN, under its own
+heading in question 1's section, after the baselines; RUNS, inside question 1's "Over training runs"
+(its bold sentences after the runs' table, its notes after theirs); TRADING, after question 2's
+trading rule (its notes after the trial count's).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-OWN, RUNS = "own", "runs"
+OWN, RUNS, TRADING = "own", "runs", "trading"
 
 
 class Diagnostic(Protocol):
@@ -27,7 +28,7 @@ class Diagnostic(Protocol):
 
     @property
     def placement(self) -> str:
-        """OWN or RUNS."""
+        """OWN, RUNS or TRADING."""
         ...
 
     def compute(self, rd: Any, nums: Any) -> Any:
@@ -51,8 +52,14 @@ def section(d: Diagnostic, numbers: Any) -> dict:
     """The context of one diagnostic: its heading, placement, sentences and table; `shown` when it
     has a sentence or a table to show."""
     words = d.sentences(numbers)
-    out: dict[str, Any] = {"name": d.name, "heading": d.heading, "placement": d.placement, "table": d.rows(numbers),
-           "lead": [t for t in words.get("lead", []) if t], "after": [t for t in words.get("after", []) if t],
-           "notes": [t for t in words.get("notes", []) if t]}
+    out: dict[str, Any] = {
+        "name": d.name,
+        "heading": d.heading,
+        "placement": d.placement,
+        "table": d.rows(numbers),
+        "lead": [t for t in words.get("lead", []) if t],
+        "after": [t for t in words.get("after", []) if t],
+        "notes": [t for t in words.get("notes", []) if t],
+    }
     out["shown"] = bool(out["lead"] or out["table"] or out["after"] or out["notes"])
     return out

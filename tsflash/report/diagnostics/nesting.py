@@ -14,7 +14,8 @@ bar; the log-loss of the check is their sum, run by run, so the parts add up exa
 the 3-class log-loss -log p_y wherever no probability is floored (the largest difference over the
 runs is recorded). Each part is a mean over the run's labelled bars. Beside the check: the gap (the
 full N minus the shortest, the same runs) and the far context (full minus cut): gap = far context +
-cut minus shortest, exactly. The sentences are in wording.py, the table in questions.py.
+cut minus shortest, exactly. Its sentences and table are below; question 1's answer reads a failed
+check (`nesting_answer`, through `NestingCheck.answer`).
 """
 
 from __future__ import annotations
