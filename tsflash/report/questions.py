@@ -27,7 +27,7 @@ from tsflash.report.compute import LOGREG, LOSS_FILE, Numbers, write_table
 from tsflash.report.diagnostics import OWN, RUNS, TRADING, sections
 from tsflash.report.markdown import table as _table
 from tsflash.report.rundata import RunData
-from tsflash.report.runlevel import runs_results as runs_results  # questions.json's forecast.runs
+from tsflash.report.runlevel import runs_results
 from tsflash.report.wording import (
     CROSSED_WORDS,
     SCORE_NAMES,
