@@ -241,7 +241,7 @@ def _forecast_brief(a: dict) -> str:
     text += f" ({'; '.join(tested)})" if tested else ""
     probe = [r for r in a["lengths"][1:] if r["probe"]]
     if probe:
-        more = [label(r["series"]) for r in probe if r["probe"]["reads_more"]]  # the report's rule (report.probe)
+        more = [label(r["series"]) for r in probe if r["probe"]["reads_more"]]  # the report's rule (diagnostics.probe)
         text += f"; the linear probe reads more at {', '.join(more)}" if more else "; the linear probe reads no more at any longer N"
     return text + "."
 
