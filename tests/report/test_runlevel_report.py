@@ -13,6 +13,7 @@ import pytest
 from tsflash.report.compute import PRIOR, SCORES, run_question
 from tsflash.report.context import steps_text, with_caveats
 from tsflash.report.diagnostics.pbo_null import pbo_null_sentence
+from tsflash.report.diagnostics.power import with_power
 from tsflash.report.wording import NOT_EVIDENCE, run_sentence, support_sentences
 from tsflash.scoring.daily import ENSEMBLE
 from tsflash.stats.forecasts import ONE_SEED
@@ -48,7 +49,7 @@ def _fq(runs, shortest="n1"):
 
 
 def test_no_difference_over_runs_answers_no_better():
-    runs = run_question(fake_table(0.0), ["n1", "n2"])
+    runs = with_power(run_question(fake_table(0.0), ["n1", "n2"]))  # the power is its diagnostic's number
     assert runs.available and runs.answer == "no better"
     assert len(runs.result.comparisons) == 2 and set(runs.power) == set(SCORES)
     assert runs.power["log_loss"][6] < runs.power["log_loss"][3]  # more seeds detect smaller differences

@@ -74,12 +74,10 @@ import numpy as np
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.report.diagnostics import run_all
 from tsflash.report.diagnostics.nesting import NestingCheck
+from tsflash.report.diagnostics.power import POWER_SEEDS as POWER_SEEDS
 from tsflash.report.rundata import RunData, seed_inference
 from tsflash.report.runlevel import (  # question 1 over runs and its loss table, also read from here
     LOSS_FILE as LOSS_FILE,
-)
-from tsflash.report.runlevel import (
-    POWER_SEEDS as POWER_SEEDS,
 )
 from tsflash.report.runlevel import (
     PRIOR as PRIOR,

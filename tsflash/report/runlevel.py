@@ -1,12 +1,12 @@
 """Question 1 over training runs and the per-day loss table it reads: `run_question` (each longer N
-against the shortest, Holm over both scores, the skill tests and the power), its JSON
-(`runs_results`) and `load_losses`. Below `compute` so that a diagnostic (an A/A replicate reads
+against the shortest, Holm over both scores, and the skill tests), its JSON (`runs_results`) and
+`load_losses`. The power and the ranking check are their diagnostics' numbers
+(`tsflash.report.diagnostics.power.with_power`, `tsflash.report.diagnostics.ranking.with_ranking`). Below `compute` so that a diagnostic (an A/A replicate reads
 another run folder) can run question 1's test without the whole report's numbers.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,9 +21,6 @@ from tsflash.stats.runs import (
     RankingCheck,
     Runs,
     RunTestInputError,
-    min_detectable_difference,
-    pooled_components,
-    ranking_check,
     run_level_test,
     runs_from_table,
 )
@@ -110,14 +107,12 @@ def load_losses(rd: RunData) -> tuple[dict | None, str]:
 # Question 1 over training runs: the answer
 
 
-POWER_SEEDS = (3, 6)  # the seeds per arm and fold at which the report gives the detectable difference
-
-
 @dataclass
 class RunQuestion:
     """Question 1 over training runs (`tsflash.stats.forecasts.run_answer`), or why it cannot be
-    tested (`reason`); `power[score]`: the smallest difference per bar detected with 80 % power
-    at each of POWER_SEEDS seeds, from the variance components measured on that score."""
+    tested (`reason`). `power`, `seed_sd` and `between_sd` (per score) are filled by
+    `tsflash.report.diagnostics.power.with_power`, `ranking` by
+    `tsflash.report.diagnostics.ranking.with_ranking`."""
 
     available: bool
     reason: str = ""
@@ -143,22 +138,9 @@ def _prior_runs(table: dict, score: str) -> Runs:
                 table[count][m])
 
 
-def _power(results: list, n_folds: int) -> tuple[dict[int, float], float, float]:
-    """(detectable difference per seed count, seed sd, between-fold sd): the components averaged
-    over `results` (variances, so the mean of variances)."""
-    c = pooled_components(results)
-    if c is None or n_folds < 2:
-        return {}, math.nan, math.nan
-    try:
-        mdd = {k: min_detectable_difference(c, n_folds, k) for k in POWER_SEEDS}
-    except (RunTestInputError, ValueError):  # the noncentral t turns NaN far out on degenerate components
-        mdd = {}
-    return mdd, math.sqrt(c.within_fold_seed), math.sqrt(c.between_fold)
-
-
 def run_question(table: dict, primary: list[str], inference: str = "fold") -> RunQuestion:
     """Each longer N against the shortest over training runs, on both scores (one Holm family),
-    the skill tests against the class prior where the run has it, and the power. `inference`: the
+    the skill tests against the class prior where the run has it. `inference`: the
     config's eval.seed_inference for the family (the skill tests stay the fold t: the prior has
     no seeds)."""
     if len(primary) < 2:
@@ -178,16 +160,11 @@ def run_question(table: dict, primary: list[str], inference: str = "fold") -> Ru
                        for n in primary[1:] for sc in SCORES}
         vs_prior = {(n, PRIOR, sc): run_level_test(_prior_runs(table, sc), runs[(n, sc)], min_seeds_per_fold=1)
                     for n in primary for sc in SCORES} if has_prior else {}
-        ranking = ranking_check([runs[(n, "log_loss")] for n in primary], seeds=inference) if len(primary) > 2 else None
     except RunTestInputError as exc:
         return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}", n_folds=folds,
                            seeds_per_fold=seeds)
-    out = RunQuestion(True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds,
-                      inference=inference, ranking=ranking)
-    for sc in SCORES:
-        mine = [r for (_, _, score), r in vs_shortest.items() if score == sc]
-        out.power[sc], out.seed_sd[sc], out.between_sd[sc] = _power(mine, folds)
-    return out
+    return RunQuestion(True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds,
+                       inference=inference)
 
 
 def default_keys(rd: RunData) -> dict[int, str]:

@@ -1,18 +1,48 @@
 """Question 1's power in the report: the smallest true difference per bar the run-level test detects
-with 80 % power at 3 and 6 seeds, from the variance components measured on the run
-(`tsflash.stats.runs.min_detectable_difference`, computed with question 1 in
-`tsflash.report.runlevel.run_question`, whose JSON holds it as `power_80`). Shown inside "Over
-training runs", after its notes.
+with 80 % power at 3 and 6 seeds, from the variance components of question 1's comparisons
+(`power_of`, by `tsflash.stats.runs.min_detectable_difference`). `with_power` stores it in the
+`RunQuestion`, whose JSON holds it as `power_80`. Shown inside "Over training runs", after its notes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 from tsflash.report.diagnostics.base import RUNS
 from tsflash.report.rundata import RunData
-from tsflash.report.runlevel import RunQuestion
+from tsflash.report.runlevel import SCORES, RunQuestion
 from tsflash.report.wording import ALPHA_TEXT, SCORE_NAMES, plural
+from tsflash.stats.runs import RunTestInputError, min_detectable_difference, pooled_components
+
+POWER_SEEDS = (3, 6)  # the seeds per arm and fold at which the report gives the detectable difference
+
+
+def power_of(results: list, n_folds: int) -> tuple[dict[int, float], float, float]:
+    """(detectable difference per seed count, seed sd, between-fold sd) of run-level tests
+    (`tsflash.stats.runs.RunTestResult`): the components averaged over `results` (variances, so the
+    mean of variances)."""
+    c = pooled_components(results)
+    if c is None or n_folds < 2:
+        return {}, math.nan, math.nan
+    try:
+        mdd = {k: min_detectable_difference(c, n_folds, k) for k in POWER_SEEDS}
+    except (RunTestInputError, ValueError):  # the noncentral t turns NaN far out on degenerate components
+        mdd = {}
+    return mdd, math.sqrt(c.within_fold_seed), math.sqrt(c.between_fold)
+
+
+def with_power(runs: RunQuestion) -> RunQuestion:
+    """`runs` with its power per score, from its comparisons with the shortest N on that score;
+    `runs` itself when question 1 was not tested."""
+    if runs.result is None:
+        return runs
+    out = dataclasses.replace(runs, power={}, seed_sd={}, between_sd={})
+    for sc in SCORES:
+        mine = [p.result for p in runs.result.comparisons if p.score == sc]
+        out.power[sc], out.seed_sd[sc], out.between_sd[sc] = power_of(mine, runs.n_folds)
+    return out
 
 
 def run_power_sentence(runs) -> str:
@@ -40,6 +70,7 @@ class Power:
     placement: str = RUNS
 
     def compute(self, rd: RunData, nums) -> RunQuestion:
+        nums.forecast.runs = with_power(nums.forecast.runs)  # questions.json reads it there
         return nums.forecast.runs
 
     def rows(self, runs: RunQuestion) -> dict | None:

@@ -1,21 +1,42 @@
 """The ranking check in the report: each N against the next shorter one over training runs, on the
-log-loss, by question 1's primary test (`tsflash.stats.runs.ranking_check`, computed with question 1
-in `tsflash.report.runlevel.run_question`), and with the linear probe the order of the information
-the lengths hold that it is held to (`information_order`). Shown inside "Over training runs".
+log-loss, by question 1's primary test (`ranking_of`, by `tsflash.stats.runs.ranking_check`; stored
+in the `RunQuestion` by `with_ranking`), and with the linear probe the order of the information the
+lengths hold that it is held to (`information_order`). Shown inside "Over training runs".
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tsflash.report.diagnostics.base import RUNS
 from tsflash.report.diagnostics.probe import ProbeCheck
 from tsflash.report.rundata import RunData
+from tsflash.report.runlevel import SCORES, RunQuestion
 from tsflash.report.wording import DOES_NOT_FOLLOW, FOLLOWS, NO_ORDER, fmt, label, plural, signed
-from tsflash.stats.runs import IN_ORDER, OUT_OF_ORDER, RankingCheck
+from tsflash.stats.runs import IN_ORDER, OUT_OF_ORDER, RankingCheck, RunTestInputError, ranking_check, runs_from_table
 
-__all__ = ["DOES_NOT_FOLLOW", "FOLLOWS", "NO_ORDER", "Ranking", "RankingReading", "information_order", "ranking_sentence"]
+__all__ = ["DOES_NOT_FOLLOW", "FOLLOWS", "NO_ORDER", "Ranking", "RankingReading", "information_order", "ranking_of",
+           "ranking_sentence", "with_ranking"]
 
+
+def ranking_of(table: dict, primary: list[str], inference: str = "fold") -> RankingCheck:
+    """The ranking check of the loss table's series `primary` (in increasing N, three or more) on
+    the log-loss, each pair by question 1's test (`inference`: eval.seed_inference)."""
+    loss, count = SCORES["log_loss"]
+    return ranking_check([runs_from_table(table, n, loss=loss, count=count) for n in primary], seeds=inference)
+
+
+def with_ranking(runs: RunQuestion, table: dict | None, primary: list[str]) -> RunQuestion:
+    """`runs` with its ranking check (`ranking_of`) where question 1 was tested on three lengths or
+    more; a ranking pair that cannot be tested leaves question 1 untested, as its own tests do."""
+    if not runs.available or table is None or len(primary) < 3:
+        return runs
+    try:
+        return dataclasses.replace(runs, ranking=ranking_of(table, primary, runs.inference))
+    except RunTestInputError as exc:
+        return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}", n_folds=runs.n_folds,
+                           seeds_per_fold=runs.seeds_per_fold)
 
 
 def information_order(ranking, probe: ProbeCheck, lengths: list[int]) -> str | None:
@@ -85,7 +106,9 @@ class Ranking:
     placement: str = RUNS
 
     def compute(self, rd: RunData, nums) -> RankingReading:
-        ranking, probe = nums.forecast.runs.ranking, nums.diagnostics["probe"]
+        fq = nums.forecast
+        fq.runs = with_ranking(fq.runs, fq.table, [s["series"] for s in nums.primary])  # questions.json reads it there
+        ranking, probe = fq.runs.ranking, nums.diagnostics["probe"]
         return RankingReading(ranking, tuple(probe.steps),
                               information_order(ranking, probe, [s["n"] for s in nums.primary]))
 

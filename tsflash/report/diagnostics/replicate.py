@@ -31,6 +31,8 @@ import scipy.stats
 
 from tsflash.report.diagnostics.base import OWN
 from tsflash.report.diagnostics.nesting import NestingCheck, nesting_check, nesting_sentence
+from tsflash.report.diagnostics.power import with_power
+from tsflash.report.diagnostics.ranking import with_ranking
 from tsflash.report.markdown import table as _table
 from tsflash.report.registration import replicated_run
 from tsflash.report.rundata import RunData, load_run, seed_inference
@@ -173,8 +175,8 @@ def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys
     except RunTestInputError as exc:
         return AACheck(arm, f"the comparison cannot be tested over training runs: {exc}", inference, alpha)
     rows = [AARow(r.n, r.score, r.result, float(p)) for r, p in zip(rows, holm([r.result.p for r in rows]))]
-    pooled = run_question(pooled_table(run, replicate, run_keys, replicate_keys), [run_keys[n] for n in lengths],
-                          inference)
+    table, primary = pooled_table(run, replicate, run_keys, replicate_keys), [run_keys[n] for n in lengths]
+    pooled = with_power(with_ranking(run_question(table, primary, inference), table, primary))
     return AACheck(arm, "", inference, alpha, tuple(sorted(seeds[0])), tuple(sorted(seeds[1])), rows, pooled,
                    run_keys[lengths[0]])
 
