@@ -7,7 +7,8 @@ the steps kept, question 1 over training runs, the nesting check and its two par
 the trading figures and gates, the cost), each control's reading against the rule the plan stated
 for it (`CONTROL_RULES`, met or not), the A/A reading and what "no" rules out, into SUMMARY.md and
 summary.json beside PLAN.md, with summary.png (per arm, the transformer, the same model cut to the
-shortest N and the linear probe against N: `figures.plot_edition`) and, at its head, the answer in
+shortest N and the linear probe against N) and answer.png (question 1 on both scores, each arm beside
+its echo and iid controls: `lab.edition_figures`) and, at its head, the answer in
 brief, one paragraph per question as the README gives them (`answer_brief`). Nothing is recomputed:
 every number is one its run's report wrote (questions.json, results.json), so the summary cannot
 say what the reports do not. Read under the
@@ -36,7 +37,7 @@ from tsflash.sweep.preregister import amended_plan
 
 from lab.plan_state import CALLS_DIR, device_calls, plan_state
 
-SUMMARY_MD, SUMMARY_JSON, SUMMARY_PNG = "SUMMARY.md", "summary.json", "summary.png"
+SUMMARY_MD, SUMMARY_JSON, SUMMARY_PNG, ANSWER_PNG = "SUMMARY.md", "summary.json", "summary.png", "answer.png"
 __all__ = ["CONTROL_RULES", "control_met", "write_summary"]  # CONTROL_RULES: the package's, read here
 def control_met(kind: str, reading: dict) -> bool | None:
     """Is a control's expectation met by its reading (`_reading`), by `CONTROL_RULES`? None where
@@ -84,12 +85,25 @@ def _cell_seconds(run_dir: Path) -> float:
     return float(sum((c["cost"].get(k) or 0.0) for c in cells for k in ("train_seconds", "val_seconds", "eval_seconds")))
 
 
+def _comparisons(questions: dict) -> dict:
+    """Question 1's comparisons over training runs, by (series, score)."""
+    return {(c["series"], c["score"]): c for c in questions["forecast"].get("runs", {}).get("comparisons", [])}
+
+
+def _question1_rows(questions: dict, results: dict) -> list[dict]:
+    """Per N, question 1's test on each score (None for the reference): a control's rows for the answer figure."""
+    comparisons = _comparisons(questions)
+    return [{"series": row["series"], "n": row["n"],
+             "question1": {score: _test(comparisons.get((row["series"], score))) for score in SCORE_NAMES}}
+            for row in results["per_configuration"]]
+
+
 def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
     """One arm's figures per N, its gates, sentences and cost, from its report."""
     questions, results = _report(run_dir)
     reading = _reading(questions, results)
     forecast, trading = questions["forecast"], questions["trading"]
-    comparisons = {(c["series"], c["score"]): c for c in forecast.get("runs", {}).get("comparisons", [])}
+    comparisons = _comparisons(questions)
     nesting = forecast.get("nesting") or {}
     tests = {t["n"]: t for t in nesting.get("tests", [])}
     probe = {r["n"]: r for r in (results.get("probe") or {}).get("rows", [])}
@@ -145,12 +159,14 @@ def edition_summary(out: Path) -> dict:
         if control is None:
             arms.append(_arm_summary(name, run_dir, out))
             continue
-        reading = _reading(*_report(run_dir))
+        questions, results = _report(run_dir)
+        reading = _reading(questions, results)
         controls.append({"run": name, "control": control["name"], "kind": control["kind"],
                          "arm": run_dir.name, "expect": control["expect"], "rule": control.get("rule", ""),  # as planned
                          "met": control_met(control["kind"], reading), "cell_seconds": _cell_seconds(run_dir),
                          # a power bracket's rung (an amendment's): found or missed, not met or not
-                         "oracle_gain": control.get("oracle_gain"), "amendment": control.get("amendment")} | reading)
+                         "oracle_gain": control.get("oracle_gain"), "amendment": control.get("amendment"),
+                         "lengths": _question1_rows(questions, results)} | reading)
     ladder = None
     if LADDER_RUN in rows:
         ladder = {"read": LADDER_RUN in read, "state": rows[LADDER_RUN]["state"],
@@ -320,6 +336,9 @@ def render_summary(s: dict) -> str:
                   *(f"- {run}: {reason}" for run, reason in s["not_run_in_edition"].items()), ""]
     lines += ["## The answer in brief", "", *answer_brief(s), ""]
     if s["arms"]:
+        lines += [f"![Question 1: each longer N minus the shortest on the log-loss and the direction score, "
+                  f"the market beside its echo and iid controls]({ANSWER_PNG})", ""]
+    if s["arms"]:
         lines += [f"![Each longer N minus the shortest, per arm: the transformer, the same model cut to the shortest N, "
                   f"the linear probe]({SUMMARY_PNG})", ""]
     for a in s["arms"]:
@@ -357,14 +376,15 @@ def render_summary(s: dict) -> str:
 
 
 def write_summary(out: Path) -> tuple[Path, Path, dict]:
-    """SUMMARY.md, summary.json and (with an arm read) summary.png into the plan's folder (each
+    """SUMMARY.md, summary.json and (with an arm read) summary.png and answer.png into the plan's folder (each
     written whole, then renamed)."""
-    from tsflash.report.figures import plot_edition
+    from lab.edition_figures import plot_answer, plot_edition
 
     s = edition_summary(out)
     out = Path(out)
     if s["arms"]:
         plot_edition(s["arms"], out / SUMMARY_PNG)
+        plot_answer(s, out / ANSWER_PNG)
     write_json(out / SUMMARY_JSON, s, strict=True, end="\n")
     write_text(out / SUMMARY_MD, render_summary(s))
     return out / SUMMARY_MD, out / SUMMARY_JSON, s

@@ -11,7 +11,7 @@ import pytest
 from tests.sweep.test_sweep import TINY
 
 from tsflash.cli import main
-from lab import edition
+from lab import edition, edition_figures
 from tsflash.report.wording import DOES_NOT_FOLLOW, FOLLOWS
 from tsflash.sweep import preregister
 from tsflash.report import registration
@@ -86,8 +86,18 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     assert iid["met"] == (iid["question1"] != "better" and not iid["trading_passed"])
     aa = controls["aa/per-bar"]
     assert aa["aa_differ"][1] > 0 and aa["met"] == aa["aa_calibrated"]
+    # a control's question 1 per N, as its report wrote it: the answer figure's rows
+    iid_questions = json.loads((plan_dir / "controls" / "iid" / "per-bar" / "questions.json").read_text())
+    (iid_long,) = [c for c in iid_questions["forecast"]["runs"]["comparisons"]
+                   if (c["series"], c["score"]) == ("n32", "direction")]
+    assert [r["n"] for r in iid["lengths"]] == [16, 32] and iid["lengths"][0]["question1"]["direction"] is None
+    assert iid["lengths"][1]["question1"]["direction"] == {"estimate": iid_long["estimate"], "ci": iid_long["ci"],
+                                                          "p": iid_long["p_holm"]}
     md = (plan_dir / edition.SUMMARY_MD).read_text()
-    assert (plan_dir / edition.SUMMARY_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({edition.SUMMARY_PNG})" in md
+    for png in (edition.SUMMARY_PNG, edition.ANSWER_PNG):
+        assert (plan_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png})" in md
+    # the README's figure: the market beside its iid control; not the A/A replicate
+    assert [name for name, _ in edition_figures.answer_series(s)] == ["per-bar (market)", "iid control (per-bar)"]
     assert "**Not run** (their stage is not complete): regime/per-bar, ladder." in md
     assert "| N=32 | 3 (3..3) |" in md and "Not run: the strength ladder's stage is not complete (not started)." in md
     assert f"| iid | per-bar | {iid['question1']} |" in md and "- A/A (aa/per-bar): " in md

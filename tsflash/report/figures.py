@@ -196,37 +196,6 @@ def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
     return _save(fig, path)
 
 
-EDITION_SERIES = (  # (key of a length row of `lab.edition`, its part, legend)
-    ("question1", "log_loss", "transformer, whole context (question 1)"),
-    ("nesting", "log_loss", "transformer cut to the shortest N (nesting check)"),
-    ("probe", None, "linear probe (over folds)"),
-)
-
-
-def plot_edition(arms: list[dict], path: Path) -> Path:
-    """A plan's answer at a glance (`python -m lab.plan --summary`, lab/edition.py): per arm, each longer N's log-loss
-    per bar minus the shortest N's with its 95 % interval, for the transformer with its whole context,
-    the same model cut to the shortest N, and the linear probe; below 0 the longer N forecasts better,
-    and a cut model above 0 has lost short-range skill in training."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, max(len(arms), 1), figsize=(6 * max(len(arms), 1), 3.8), squeeze=False)
-    for ax, arm in zip(axes[0], arms):
-        rows = arm["lengths"][1:]  # the shortest N is the reference
-        ns = [r["n"] for r in rows]
-        for i, (key, part, name) in enumerate(EDITION_SERIES):
-            tests = [(r["n"], r[key] if part is None else r[key][part]) for r in rows]
-            tests = [(n, t) for n, t in tests if t]
-            if not tests:
-                continue
-            x = np.array([n for n, _ in tests], dtype=float) * 2 ** (0.1 * (i - 1))
-            _interval(ax, x, [(t["estimate"], *t["ci"]) for _, t in tests], name, "o")
-        _difference_axes(ax, ns, f"Δ log-loss per bar vs {label(arm['lengths'][0]['series'])}" if arm["lengths"]
-                         else "Δ log-loss", f"{arm['arm']}: longer N minus the shortest (< 0: better)")
-    fig.suptitle("Over training runs, 95 % intervals (the probe: over folds)")
-    fig.tight_layout()
-    return _save(fig, path)
-
-
 def draw(rd: RunData, nums: Numbers, fig_dir: Path, memory_kind: str) -> dict[str, Path]:
     """Every figure the numbers allow, as {name: path} (names as in CAPTIONS)."""
     out = {}
