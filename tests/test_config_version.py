@@ -156,6 +156,14 @@ def test_a_config_newer_than_this_code_is_refused_naming_the_folder_and_both_ver
         migrate({"config_version": "2"})
 
 
+def test_a_plan_check_of_a_newer_folder_names_the_folder(tmp_path):
+    from tsflash.report.registration import deviations
+
+    folder = newer_folder(tmp_path)
+    with pytest.raises(UserError, match=rf"^{folder}: config_version {CONFIG_VERSION + 1} is newer"):
+        deviations({"arms": []}, folder)
+
+
 def test_a_folder_without_a_config_is_one_line(tmp_path):
     with pytest.raises(UserError, match=rf"^{tmp_path}: no config.json, not a run folder$"):
         read_run_config(tmp_path)

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from tsflash.config import config_from_dict
+from tsflash.config import read_run_config
 from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
 from tsflash.report import wording
@@ -110,7 +110,7 @@ def deviations(plan: dict, run_dir: Path) -> tuple[str | None, list[str]]:
     folder = RunFolder(run_dir)
     if not folder.config_json.exists():
         raise UserError(f"{run_dir}: no config.json, not a sweep run folder")
-    cfg = config_from_dict(read_json(folder.config_json))
+    cfg = read_run_config(run_dir)  # a newer config is refused naming the folder
     run = folder.read_run()
     run_hash = run.get("config_hash")  # tsflash.sweep.plan.run_hash of the config, as the sweep recorded it
     arms = {a["name"]: a for a in plan["arms"]}
