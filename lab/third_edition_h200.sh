@@ -36,7 +36,10 @@
 # holding only this plan's reports, `git sparse-checkout set --no-cone '/*' '!/reports/*' '/reports/third-edition/'`
 # (`git sparse-checkout disable` afterwards), carrying .whl and .carry/packed. A warm machine goes back after
 # a short idle time: start the next call as soon as one returns; its state comes back from $KEEP (below).
-# A slice shorter than three of the longest N's cells (about 450 s on an H100) starts no fold at that N.
+# A slice shorter than three of the longest N's cells (about 450 s on an H100) starts no fold at that N,
+# except a run's first cell where none of its cells at that N is measured (it starts on a guess, so that
+# every slice makes progress): on a machine about to go back, a short last call trains a cell whose fold
+# cannot finish, and that cell trains again later. Size the last call of a session to a whole fold.
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source lab/device_env.sh
 PLAN=${PLAN:-reports/third-edition}
