@@ -31,7 +31,7 @@ from tsflash.report.diagnostics.nesting import NESTING_PART_NAMES
 from tsflash.report.questions import RESULTS_FILE as QUESTIONS_FILE
 from tsflash.report.wording import FOLLOWS, NA, SCORE_NAMES, bps, fmt, label, plural, signed
 from tsflash.report.registration import (AA_CONTROL, CONTROL_RULES, LADDER_RUN, NOT_RUN, PLAN_JSON, amended_words,
-                                         plan_order_of, planned_runs)
+                                         plan_order_of, planned_runs, run_dir_of)
 from tsflash.runfolder import RunFolder, read_json
 from tsflash.sweep.preregister import amended_plan
 
@@ -90,12 +90,25 @@ def _comparisons(questions: dict) -> dict:
     return {(c["series"], c["score"]): c for c in questions["forecast"].get("runs", {}).get("comparisons", [])}
 
 
-def _question1_rows(questions: dict, results: dict) -> list[dict]:
-    """Per N, question 1's test on each score (None for the reference): a control's rows for the answer figure."""
-    comparisons = _comparisons(questions)
+def _question1_rows(questions: dict, results: dict, runs: dict | None = None) -> list[dict]:
+    """Per N, question 1's test on each score (None for the reference): a control's rows for the
+    answer figure; `runs`: another run-level reading of the same lengths (the pooled one)."""
+    comparisons = _comparisons({"forecast": {"runs": runs}} if runs is not None else questions)
     return [{"series": row["series"], "n": row["n"],
              "question1": {score: _test(comparisons.get((row["series"], score))) for score in SCORE_NAMES}}
             for row in results["per_configuration"]]
+
+
+def _pooled(aa: dict, arm_results: dict) -> dict | None:
+    """Question 1 over the arm's seeds and its A/A replicate's together (results.json "aa" of the
+    replicate, `tsflash.report.diagnostics.replicate`): the plan's primary reading with a replicate."""
+    pooled = aa.get("pooled")
+    if not pooled or not pooled.get("comparisons"):
+        return None
+    nesting = aa.get("pooled_nesting") or {}
+    return {"seeds_per_fold": pooled.get("seeds_per_fold"), "question1": pooled.get("answer") or "",
+            "mixed": bool(pooled.get("mixed")), "nesting": nesting.get("verdict") or "",
+            "lengths": _question1_rows({}, arm_results, pooled)}
 
 
 def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
@@ -153,7 +166,7 @@ def edition_summary(out: Path) -> dict:
                         f"(only complete stages are; `python -m lab.plan --check {out}` shows each run's state)")
     read = {n for st in stages if st["complete"] for n in st["runs"]}
     arms, controls = [], []
-    for name, control, _, run_dir in planned_runs(plan, out):
+    for name, control, arm_plan, run_dir in planned_runs(plan, out):
         if name not in read:
             continue
         if control is None:
@@ -166,7 +179,14 @@ def edition_summary(out: Path) -> dict:
                          "met": control_met(control["kind"], reading), "cell_seconds": _cell_seconds(run_dir),
                          # a power bracket's rung (an amendment's): found or missed, not met or not
                          "oracle_gain": control.get("oracle_gain"), "amendment": control.get("amendment"),
-                         "lengths": _question1_rows(questions, results)} | reading)
+                         "lengths": _question1_rows(questions, results)} | reading
+                        | ({"pooled": _pooled(results["aa"], _report(run_dir_of(out, arm_plan["name"]))[1])}
+                           if control["kind"] == AA_CONTROL and results.get("aa") and arm_plan["name"] in read else {}))
+    for a in arms:  # the replicate's pooled reading is the arm's primary question 1
+        a["pooled"] = next((c.pop("pooled") for c in controls if c["kind"] == AA_CONTROL and c["arm"] == a["arm"]
+                            and c.get("pooled")), None)
+    for c in controls:
+        c.pop("pooled", None)
     ladder = None
     if LADDER_RUN in rows:
         ladder = {"read": LADDER_RUN in read, "state": rows[LADDER_RUN]["state"],
@@ -191,10 +211,24 @@ def _steps(r: dict) -> str:
     return f"{fmt(r['steps_mean'], '.0f')} ({fmt(r['steps_min'], '.0f')}..{fmt(r['steps_max'], '.0f')})"
 
 
+def _pooled_markdown(a: dict, shortest: str) -> list[str]:
+    """Question 1 over the arm's seeds and its A/A replicate's, per N, as a table; [] without it."""
+    if not (pooled := a.get("pooled")):
+        return []
+    lines = [f"**Question 1 over both seed sets** ({plural(pooled['seeds_per_fold'] or 0, 'seed')} a fold, the plan's "
+             f"primary reading): {pooled['question1'] or NA}{' (mixed)' if pooled['mixed'] else ''}; nesting check over "
+             f"both: {pooled['nesting'] or NA}.", "",
+             f"| N | log-loss minus {shortest} | direction score minus {shortest} |", "|---|---|---|"]
+    lines += [f"| {label(r['series'])} | {_ci(r['question1']['log_loss'])} | {_ci(r['question1']['direction'])} |"
+              for r in pooled["lengths"]]
+    return [*lines, ""]
+
+
 def _arm_markdown(a: dict, controls: list[dict]) -> list[str]:
     shortest = label(a["lengths"][0]["series"]) if a["lengths"] else "the shortest N"
     lines = [f"## {a['arm']} ([`{a['folder']}/report.md`]({a['folder']}/report.md))", "",
-             f"**Question 1**: {a['sentence']}", "", f"**Question 2**: {a['trading_sentence']}", "",
+             f"**Question 1**: {a['sentence']}", "", *_pooled_markdown(a, shortest),
+             f"**Question 2**: {a['trading_sentence']}", "",
              f"| N | steps kept, mean (range) | log-loss minus {shortest} | direction score minus {shortest} "
              f"| cut to the shortest N minus {shortest}: log-loss | flat-vs-move part | up-vs-down part "
              f"| linear probe minus its {shortest} | break-even fee | net Sharpe (annual) | DSR | train s per cell "
@@ -230,7 +264,7 @@ def _arm_markdown(a: dict, controls: list[dict]) -> list[str]:
 
 
 def _smallest_p(a: dict) -> tuple[dict, str, dict] | None:
-    """(length row, score, test) of the arm's question-1 comparison with the smallest Holm p."""
+    """(length row, score, test) of the arm's (or its pooled reading's) question-1 comparison with the smallest Holm p."""
     tests = [(r, score, t) for r in a["lengths"] for score, t in r["question1"].items() if t]
     return min(tests, key=lambda x: x[2]["p"] if x[2]["p"] is not None else 2.0, default=None)
 
@@ -239,10 +273,17 @@ def _forecast_brief(a: dict) -> str:
     """"per-bar: no better (smallest Holm p: N=32768 on the log-loss, +0.0015 [...]); nesting check
     fails (N=32768 cut to N=512 +0.0054 [...]; flat-vs-move +0.003, up-vs-down +0.002); the probe
     reads more at N=4096"."""
-    text = f"{a['arm']}: {a['question1'] or 'no answer over runs'}"
-    if low := _smallest_p(a):
-        r, score, t = low
-        text += f" (smallest Holm p: {label(r['series'])} on the {SCORE_NAMES[score]}, {_ci(t)})"
+    if pooled := a.get("pooled"):  # the plan's primary reading: the arm's seeds and its replicate's
+        text = f"{a['arm']}, over {plural(pooled['seeds_per_fold'] or 0, 'seed')} a fold: {pooled['question1'] or 'no answer over runs'}"
+        if low := _smallest_p(pooled):
+            r, score, t = low
+            text += f" (smallest Holm p: {label(r['series'])} on the {SCORE_NAMES[score]}, {_ci(t)})"
+        text += f"; the arm's own seeds alone: {a['question1'] or 'no answer over runs'}"
+    else:
+        text = f"{a['arm']}: {a['question1'] or 'no answer over runs'}"
+        if low := _smallest_p(a):
+            r, score, t = low
+            text += f" (smallest Holm p: {label(r['series'])} on the {SCORE_NAMES[score]}, {_ci(t)})"
     text += f"; nesting check {a['nesting'] or NA}"
     # the lengths that failed it, else the longest: where a long context lost the most short-range skill
     shown = ([r for r in a["lengths"] if r["lost_skill"]] or a["lengths"][-1:]) if len(a["lengths"]) > 1 else []

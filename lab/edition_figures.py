@@ -43,9 +43,10 @@ def plot_edition(arms: list[dict], path: Path) -> Path:
 
 
 def answer_series(summary: dict) -> list[tuple[str, list[dict]]]:
-    """(legend, length rows) of every arm and, beside it, its echo and iid controls (not the A/A
-    replicate, not a power bracket's rungs), in the summary's order."""
-    out = [(f"{a['arm']} (market)", a["lengths"]) for a in summary["arms"]]
+    """(legend, length rows) of every arm, over both seed sets where its A/A replicate was read (the
+    plan's primary reading), and beside it its echo and iid controls (not a power bracket's rungs)."""
+    out = [(f"{a['arm']} (market, {a['pooled']['seeds_per_fold']} seeds)", a["pooled"]["lengths"]) if a.get("pooled")
+           else (f"{a['arm']} (market)", a["lengths"]) for a in summary["arms"]]
     out += [(f"{c['control']} control ({c['arm']})", c["lengths"]) for c in summary["controls"]
             if c["kind"] in ANSWER_CONTROLS and c.get("oracle_gain") is None and c.get("lengths")]
     return out

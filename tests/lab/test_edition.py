@@ -97,7 +97,7 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     for png in (edition.SUMMARY_PNG, edition.ANSWER_PNG):
         assert (plan_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png})" in md
     # the README's figure: the market beside its iid control; not the A/A replicate
-    assert [name for name, _ in edition_figures.answer_series(s)] == ["per-bar (market)", "iid control (per-bar)"]
+    assert [name for name, _ in edition_figures.answer_series(s)] == ["per-bar (market, 4 seeds)", "iid control (per-bar)"]
     assert "**Not run** (their stage is not complete): regime/per-bar, ladder." in md
     assert "| N=32 | 3 (3..3) |" in md and "Not run: the strength ladder's stage is not complete (not started)." in md
     assert f"| iid | per-bar | {iid['question1']} |" in md and "- A/A (aa/per-bar): " in md
@@ -107,7 +107,18 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     brief = md.split("## The answer in brief\n\n")[1].split("\n\n")[0].splitlines()
     assert [line.split("**")[1] for line in brief] == ["Forecasting", "Trading", "What \"no\" rules out",
                                                         "Controls", "Cost"]
-    assert brief[0].startswith(f"1. **Forecasting**: per-bar: {arm['question1']} (smallest Holm p: N=")
+    pooled = arm["pooled"]  # the plan's primary reading: the arm's seeds and its A/A replicate's together
+    aa_pooled = json.loads((plan_dir / "controls" / "aa" / "per-bar" / "results.json").read_text())["aa"]["pooled"]
+    (both,) = [c for c in aa_pooled["comparisons"] if (c["series"], c["score"]) == ("n32", "log_loss")]
+    assert pooled["seeds_per_fold"] == 4 and pooled["question1"] == aa_pooled["answer"]
+    assert pooled["lengths"][1]["question1"]["log_loss"] == {"estimate": both["estimate"], "ci": both["ci"],
+                                                             "p": both["p_holm"]}
+    assert "pooled" not in controls["aa/per-bar"]
+    assert "**Question 1 over both seed sets** (4 seeds a fold, the plan's primary reading)" in md
+    assert [rows for _, rows in edition_figures.answer_series(s)][0] == pooled["lengths"]
+    assert brief[0].startswith(f"1. **Forecasting**: per-bar, over 4 seeds a fold: {pooled['question1']} "
+                               f"(smallest Holm p: N=32 on the ")
+    assert f"; the arm's own seeds alone: {arm['question1']}" in brief[0]
     assert f"nesting check {arm['nesting']} (N=32 cut to the shortest N " in brief[0]
     assert "not measured: the strength ladder's stage is not complete." in brief[2]
     assert "as expected" in brief[3] or "not as expected" in brief[3]
