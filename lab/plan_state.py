@@ -108,6 +108,30 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
     return left
 
 
+def fold_seconds(out: Path, run: str) -> dict[int, float]:
+    """Seconds of one H200 that a whole fold of planned run `run` takes at each N it still trains: its
+    seeds at the longest cell the run has saved at that N, else at the cost table's price. A device
+    call shorter than a fold at N finishes no fold there (`tsflash.sweep.workers.CellQueue`)."""
+    plan = amended_plan(out)
+    (resolved, run_dir), = [(r, d) for name, _, r, d in planned_runs(plan, out) if name == run]
+    cfg = config_from_dict(resolved["config"])
+    cost = CostModel(prior_rates(PLAN_DEVICE))
+    works = [w for w in work_left(RunFolder(run_dir), cfg, plan["trials_per_n"], cost) if w.kind == "model"]
+    return {n: len(cfg.train.seeds) * max(cost.longest(w) for w in works if w.n == n)
+            for n in sorted({w.n for w in works})}
+
+
+def _fold_words(out: Path, run: str) -> str:
+    """" A whole fold of RUN takes about 6m 0s of one H200 at N=32768, ...": how long a call must be."""
+    folds = fold_seconds(out, run)
+    if not folds:
+        return ""
+    at = ", ".join(f"{format_seconds(s)} at N={n}" for n, s in sorted(folds.items(), reverse=True))
+    return (f" A whole fold of {run} takes about {at} of one H200 (its seeds at the run's longest saved cell, else "
+            "the cost table); a device call shorter than that trains no fold at that N, or trains cells that are "
+            "lost when the machine goes back.")
+
+
 def next_runs(out: Path, rows: list[dict] | None = None) -> tuple[str | None, list[str]]:
     """(the first stage with a run not complete, its runs not complete: their folders relative to the
     plan's), or (None, []) when every stage is complete: what the next device call runs."""
@@ -182,6 +206,11 @@ def _time_left_words(out: Path, rows: list[dict], order: list[dict], stage: str,
                "PLAN.json priced the whole plan at ") + f"{f(planned)} ({f(planned_worst)})")
 
 
+def _run_of(rows: list[dict], folder: str) -> str:
+    """The planned run's name of a folder relative to the plan (`next_runs`' words)."""
+    return next(r["run"] for r in rows if r["folder"] == folder)
+
+
 def render_state(rows: list[dict], plan_path: Path) -> str:
     """`plan_state` as Markdown: a line naming the plan (and its amendments), then a table of the
     planned runs in the plan's order, those an amendment does not run last."""
@@ -208,6 +237,7 @@ def render_state(rows: list[dict], plan_path: Path) -> str:
             + (f"; next: stage {stage}, runs {' '.join(todo)} (`python -m lab.plan --next`)" if stage else "")
             + _calls_words(device_calls(plan_path.parent))
             + (_time_left_words(plan_path.parent, rows, order, stage, bool(amended)) if stage else "")
-            + ".\n\n" + markdown_table(head, body))
+            + "." + (_fold_words(plan_path.parent, _run_of(rows, todo[0])) if stage else "")
+            + "\n\n" + markdown_table(head, body))
     departing = [f"- {r['run']}: " + "; ".join(r["departures"]) for r in rows if r["departures"]]
     return text + ("\n\nDepartures from the plan:\n" + "\n".join(departing) if departing else "")

@@ -39,7 +39,8 @@
 # A slice shorter than three of the longest N's cells (about 450 s on an H100) starts no fold at that N,
 # except a run's first cell where none of its cells at that N is measured (it starts on a guess, so that
 # every slice makes progress): on a machine about to go back, a short last call trains a cell whose fold
-# cannot finish, and that cell trains again later. Size the last call of a session to a whole fold.
+# cannot finish, and that cell trains again later. Size the last call of a session to a whole fold
+# (`python -m lab.plan --check` says how long one of the next run takes at each N).
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source lab/device_env.sh
 PLAN=${PLAN:-reports/third-edition}

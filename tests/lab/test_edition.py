@@ -17,6 +17,7 @@ from tsflash.sweep import preregister
 from tsflash.report import registration
 from lab import plan_state as lab_plan
 from lab.plan import main as plan_main
+from tsflash.sweep.progress import format_seconds
 
 # A tiny plan that runs in seconds on the CPU: the sweep tests' tiny design with two seeds, the
 # context cut the nesting check needs and the linear probe.
@@ -49,7 +50,14 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
             {"started": f"2026-12-0{i + 6}T01:00:00Z", "seconds": seconds, "runs": ["per-bar"], "exit_codes": [124],
              "budget_s": 520, "limit_s": 570, "gpu": "NVIDIA H200"}))
     assert plan_main(["--check", str(plan_dir)]) == 0
-    assert "; device calls so far: 2, 852 s of wall-clock (calls/); left: about " in capsys.readouterr().out.splitlines()[0]
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "; device calls so far: 2, 852 s of wall-clock (calls/); left: about " in first
+    # how long a call must be to finish a fold of the next run: its seeds at the cost table's price per N
+    folds = lab_plan.fold_seconds(plan_dir, "regime/per-bar")
+    assert list(folds) == [16, 32] and all(v > 0 for v in folds.values()) and folds[32] >= folds[16]
+    assert (f" A whole fold of regime/per-bar takes about {format_seconds(folds[32])} at N=32, "
+            f"{format_seconds(folds[16])} at N=16 of one H200") in first
+    assert lab_plan.fold_seconds(plan_dir, "per-bar") == {}  # complete: nothing left to train
     assert plan_main(["--summary", str(plan_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 of 3 stages read; not run: regime/per-bar, ladder"
     s = json.loads((plan_dir / edition.SUMMARY_JSON).read_text())
