@@ -111,9 +111,13 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
 def fold_seconds(out: Path, run: str) -> dict[int, float]:
     """Seconds of one H200 that a whole fold of planned run `run` takes at each N it still trains: its
     seeds at the longest cell the run has saved at that N, else at the cost table's price. A device
-    call shorter than a fold at N finishes no fold there (`tsflash.sweep.workers.CellQueue`)."""
+    call shorter than a fold at N finishes no fold there (`tsflash.sweep.workers.CellQueue`). {} for
+    the ladder and for a run with nothing left to train."""
     plan = amended_plan(out)
-    (resolved, run_dir), = [(r, d) for name, _, r, d in planned_runs(plan, out) if name == run]
+    found = [(r, d) for name, _, r, d in planned_runs(plan, out) if name == run]
+    if not found:  # the ladder: its script's replicates, not folds of one sweep
+        return {}
+    (resolved, run_dir), = found
     cfg = config_from_dict(resolved["config"])
     cost = CostModel(prior_rates(PLAN_DEVICE))
     works = [w for w in work_left(RunFolder(run_dir), cfg, plan["trials_per_n"], cost) if w.kind == "model"]

@@ -58,6 +58,7 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     assert (f" A whole fold of regime/per-bar takes about {format_seconds(folds[32])} at N=32, "
             f"{format_seconds(folds[16])} at N=16 of one H200") in first
     assert lab_plan.fold_seconds(plan_dir, "per-bar") == {}  # complete: nothing left to train
+    assert lab_plan.fold_seconds(plan_dir, "ladder") == {}  # its script's replicates, not one sweep's folds
     assert plan_main(["--summary", str(plan_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 of 3 stages read; not run: regime/per-bar, ladder"
     s = json.loads((plan_dir / edition.SUMMARY_JSON).read_text())
