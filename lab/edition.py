@@ -31,7 +31,7 @@ from tsflash.report.diagnostics.nesting import NESTING_PART_NAMES
 from tsflash.report.questions import RESULTS_FILE as QUESTIONS_FILE
 from tsflash.report.wording import FOLLOWS, NA, SCORE_NAMES, bps, fmt, label, plural, signed
 from tsflash.report.registration import (AA_CONTROL, CONTROL_RULES, LADDER_RUN, NOT_RUN, PLAN_JSON, amended_words,
-                                         plan_order_of, planned_runs, run_dir_of)
+                                         plan_order_of, planned_runs)
 from tsflash.runfolder import RunFolder, read_json
 from tsflash.sweep.preregister import amended_plan
 
@@ -85,30 +85,27 @@ def _cell_seconds(run_dir: Path) -> float:
     return float(sum((c["cost"].get(k) or 0.0) for c in cells for k in ("train_seconds", "val_seconds", "eval_seconds")))
 
 
-def _comparisons(questions: dict) -> dict:
-    """Question 1's comparisons over training runs, by (series, score)."""
-    return {(c["series"], c["score"]): c for c in questions["forecast"].get("runs", {}).get("comparisons", [])}
-
-
-def _question1_rows(questions: dict, results: dict, runs: dict | None = None) -> list[dict]:
-    """Per N, question 1's test on each score (None for the reference): a control's rows for the
-    answer figure; `runs`: another run-level reading of the same lengths (the pooled one)."""
-    comparisons = _comparisons({"forecast": {"runs": runs}} if runs is not None else questions)
+def _question1_rows(runs: dict, lengths: list[dict]) -> list[dict]:
+    """Per N of `lengths` (rows with "series" and "n"), question 1's test on each score from a
+    run-level reading `runs` (questions.json's forecast.runs, or a replicate's pooled one); None for
+    the reference."""
+    comparisons = {(c["series"], c["score"]): c for c in runs.get("comparisons", [])}
     return [{"series": row["series"], "n": row["n"],
              "question1": {score: _test(comparisons.get((row["series"], score))) for score in SCORE_NAMES}}
-            for row in results["per_configuration"]]
+            for row in lengths]
 
 
-def _pooled(aa: dict, arm_results: dict) -> dict | None:
+def _pooled(aa: dict, lengths: list[dict]) -> dict | None:
     """Question 1 over the arm's seeds and its A/A replicate's together (results.json "aa" of the
-    replicate, `tsflash.report.diagnostics.replicate`): the plan's primary reading with a replicate."""
+    replicate, `tsflash.report.diagnostics.replicate`) at the arm's `lengths`: the plan's primary
+    reading with a replicate; None without one."""
     pooled = aa.get("pooled")
     if not pooled or not pooled.get("comparisons"):
         return None
     nesting = aa.get("pooled_nesting") or {}
     return {"seeds_per_fold": pooled.get("seeds_per_fold"), "question1": pooled.get("answer") or "",
             "mixed": bool(pooled.get("mixed")), "nesting": nesting.get("verdict") or "",
-            "lengths": _question1_rows({}, arm_results, pooled)}
+            "lengths": _question1_rows(pooled, lengths)}
 
 
 def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
@@ -116,7 +113,7 @@ def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
     questions, results = _report(run_dir)
     reading = _reading(questions, results)
     forecast, trading = questions["forecast"], questions["trading"]
-    comparisons = _comparisons(questions)
+    question1 = {r["series"]: r["question1"] for r in _question1_rows(forecast.get("runs", {}), results["per_configuration"])}
     nesting = forecast.get("nesting") or {}
     tests = {t["n"]: t for t in nesting.get("tests", [])}
     probe = {r["n"]: r for r in (results.get("probe") or {}).get("rows", [])}
@@ -131,7 +128,7 @@ def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
         lengths.append({
             "series": key, "n": n, "steps_mean": row.get("steps_mean"), "steps_min": row.get("steps_min"),
             "steps_max": row.get("steps_max"),
-            "question1": {score: _test(comparisons.get((key, score))) for score in SCORE_NAMES},
+            "question1": question1[key],
             "nesting": {part: _test(test.get(part)) for part in NESTING_PART_NAMES},
             "lost_skill": tests.get(n, {}).get("lost_skill"),  # the nesting check fails at this N
             "probe": _test(step, "p") | {"p_holm": probe[n].get("p_holm"), "reads_more": probe[n].get("reads_more")}
@@ -165,8 +162,8 @@ def edition_summary(out: Path) -> dict:
         raise UserError(f"--summary {out}: no stage of plan {plan['plan_hash']} is complete, so nothing is read "
                         f"(only complete stages are; `python -m lab.plan --check {out}` shows each run's state)")
     read = {n for st in stages if st["complete"] for n in st["runs"]}
-    arms, controls = [], []
-    for name, control, arm_plan, run_dir in planned_runs(plan, out):
+    arms, controls, replicas = [], [], {}  # replicas: an arm's folder name -> its A/A replicate's results.json "aa"
+    for name, control, _, run_dir in planned_runs(plan, out):
         if name not in read:
             continue
         if control is None:
@@ -179,14 +176,12 @@ def edition_summary(out: Path) -> dict:
                          "met": control_met(control["kind"], reading), "cell_seconds": _cell_seconds(run_dir),
                          # a power bracket's rung (an amendment's): found or missed, not met or not
                          "oracle_gain": control.get("oracle_gain"), "amendment": control.get("amendment"),
-                         "lengths": _question1_rows(questions, results)} | reading
-                        | ({"pooled": _pooled(results["aa"], _report(run_dir_of(out, arm_plan["name"]))[1])}
-                           if control["kind"] == AA_CONTROL and results.get("aa") and arm_plan["name"] in read else {}))
+                         "lengths": _question1_rows(questions["forecast"].get("runs", {}),
+                                                    results["per_configuration"])} | reading)
+        if control["kind"] == AA_CONTROL and results.get("aa"):
+            replicas[run_dir.name] = results["aa"]
     for a in arms:  # the replicate's pooled reading is the arm's primary question 1
-        a["pooled"] = next((c.pop("pooled") for c in controls if c["kind"] == AA_CONTROL and c["arm"] == a["arm"]
-                            and c.get("pooled")), None)
-    for c in controls:
-        c.pop("pooled", None)
+        a["pooled"] = _pooled(replicas.get(a["arm"], {}), a["lengths"])
     ladder = None
     if LADDER_RUN in rows:
         ladder = {"read": LADDER_RUN in read, "state": rows[LADDER_RUN]["state"],

@@ -81,6 +81,13 @@ def device_calls(out: Path) -> dict:
             "gpus": sorted({c.get("gpu") or "unknown" for c in calls})}
 
 
+def _works_left(plan: dict, resolved: dict, run_dir: Path) -> tuple[CostModel, list]:
+    """(the cost model that has learnt the run's saved cells, the work a resume of the planned run
+    still does), priced as a sweep prices it (`tsflash.sweep.run.work_left`)."""
+    cost = CostModel(prior_rates(PLAN_DEVICE))
+    return cost, work_left(RunFolder(run_dir), config_from_dict(resolved["config"]), plan["trials_per_n"], cost)
+
+
 def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
     """Seconds of one H200 (expected; every model cell at its most steps) that each run not complete
     (`rows`, `plan_state`) still needs, by name, priced as a sweep would price it now: the calibrated
@@ -93,9 +100,9 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
     for name, _, resolved, run_dir in planned_runs(plan, out):
         if state[name] == "complete" or name in plan.get("not_run", {}):
             continue
-        cost = CostModel(calibration)
+        cost, works = _works_left(plan, resolved, run_dir)
         expected = worst = 0.0
-        for work in work_left(RunFolder(run_dir), config_from_dict(resolved["config"]), plan["trials_per_n"], cost):
+        for work in works:
             seconds = cost.seconds(work)
             expected += seconds
             worst += seconds + (calibration.extra_at_max_steps(work, seconds) if work.kind == "model" else 0.0)
@@ -118,11 +125,10 @@ def fold_seconds(out: Path, run: str) -> dict[int, float]:
     if not found:  # the ladder: its script's replicates, not folds of one sweep
         return {}
     (resolved, run_dir), = found
-    cfg = config_from_dict(resolved["config"])
-    cost = CostModel(prior_rates(PLAN_DEVICE))
-    works = [w for w in work_left(RunFolder(run_dir), cfg, plan["trials_per_n"], cost) if w.kind == "model"]
-    return {n: len(cfg.train.seeds) * max(cost.longest(w) for w in works if w.n == n)
-            for n in sorted({w.n for w in works})}
+    cost, works = _works_left(plan, resolved, run_dir)
+    models = [w for w in works if w.kind == "model"]
+    seeds = len(resolved["config"]["train"]["seeds"])
+    return {n: seeds * max(cost.longest(w) for w in models if w.n == n) for n in sorted({w.n for w in models})}
 
 
 def _fold_words(out: Path, run: str) -> str:
