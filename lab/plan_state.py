@@ -116,10 +116,11 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
 
 
 def fold_seconds(out: Path, run: str) -> dict[int, float]:
-    """Seconds of one H200 that a whole fold of planned run `run` takes at each N it still trains: its
-    seeds at the longest cell the run has saved at that N, else at the cost table's price. A device
-    call shorter than a fold at N finishes no fold there (`tsflash.sweep.workers.CellQueue`). {} for
-    the ladder and for a run with nothing left to train."""
+    """Seconds that a whole fold of planned run `run` takes at each N it still trains: its seeds at the
+    longest cell the run has saved at that N (on the card that trained it), else at the cost table's
+    price on one H200. A device call sliced by fold and shorter than a fold at N finishes no fold
+    there (`tsflash.sweep.workers.CellQueue`). {} for the ladder and for a run with nothing left to
+    train."""
     plan = amended_plan(out)
     found = [(r, d) for name, _, r, d in planned_runs(plan, out) if name == run]
     if not found:  # the ladder: its script's replicates, not folds of one sweep
@@ -132,14 +133,14 @@ def fold_seconds(out: Path, run: str) -> dict[int, float]:
 
 
 def _fold_words(out: Path, run: str) -> str:
-    """" A whole fold of RUN takes about 6m 0s of one H200 at N=32768, ...": how long a call must be."""
+    """" A whole fold of RUN takes about 6m 0s at N=32768, ...": how long a call must be."""
     folds = fold_seconds(out, run)
     if not folds:
         return ""
     at = ", ".join(f"{format_seconds(s)} at N={n}" for n, s in sorted(folds.items(), reverse=True))
-    return (f" A whole fold of {run} takes about {at} of one H200 (its seeds at the run's longest saved cell, else "
-            "the cost table); a device call shorter than that trains no fold at that N, or trains cells that are "
-            "lost when the machine goes back.")
+    return (f" A whole fold of {run} takes about {at} (its seeds at the longest cell the run saved at that N, on "
+            "the card that trained it; else the cost table's price on one H200); a device call shorter than that "
+            "trains no fold at that N, or trains cells that are lost when the machine goes back.")
 
 
 def next_runs(out: Path, rows: list[dict] | None = None) -> tuple[str | None, list[str]]:

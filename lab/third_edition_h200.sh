@@ -7,6 +7,7 @@
 # there:
 #
 #   BUDGET_S=520 LIMIT_S=570 bash lab/third_edition_h200.sh         # the next stage's runs
+#   SLICE_BY=cell BUDGET_S=520 LIMIT_S=570 bash lab/third_edition_h200.sh   # a call another follows on this machine
 #   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=570 bash lab/third_edition_h200.sh
 #
 # At most RUNS_MAX (default 1) runs a call when RUNS is not given: the stage's first run not
@@ -36,10 +37,13 @@
 # holding only this plan's reports, `git sparse-checkout set --no-cone '/*' '!/reports/*' '/reports/third-edition/'`
 # (`git sparse-checkout disable` afterwards), carrying .whl and .carry/packed. A warm machine goes back after
 # a short idle time: start the next call as soon as one returns; its state comes back from $KEEP (below).
-# A slice shorter than three of the longest N's cells (about 450 s on an H100) starts no fold at that N,
-# except a run's first cell where none of its cells at that N is measured (it starts on a guess, so that
-# every slice makes progress): on a machine about to go back, a short last call trains a cell whose fold
-# cannot finish, and that cell trains again later. Size the last call of a session to a whole fold
+# SLICE_BY (a sweep's --slice-by, default fold): where a call's slice may end. By fold, a slice shorter
+# than three of the longest N's cells (about 450 s on an H100) starts no fold at that N, except a run's
+# first cell where none of its cells at that N is measured (it starts on a guess, so that every slice makes
+# progress). By cell, any cell that fits starts: the per-bar files of a fold left half done stay in $KEEP
+# for the next call on the same warm machine, and are lost only when the machine goes back. So call with
+# SLICE_BY=cell while another call follows, and let the session's last call slice by fold; a fold begun
+# comes first in the next call (tsflash.sweep.workers.CellQueue). Size the last call to a whole fold
 # (`python -m lab.plan --check` says how long one of the next run takes at each N).
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source lab/device_env.sh
@@ -47,6 +51,8 @@ PLAN=${PLAN:-reports/third-edition}
 BUDGET_S=${BUDGET_S:-520}
 LIMIT_S=${LIMIT_S:-570}
 RUNS_MAX=${RUNS_MAX:-1}  # the stage's runs a call when RUNS is not named (the head says why)
+SLICE_BY=${SLICE_BY:-fold}  # where a slice may end (the head says when cell)
+case $SLICE_BY in fold|cell) ;; *) echo "SLICE_BY must be fold or cell, got '$SLICE_BY'" >&2; exit 2 ;; esac
 if [ ! -f "$PLAN/PLAN.json" ]; then
   echo "no $PLAN/PLAN.json: carry the plan in .carry/state-third.tar" >&2
   exit 2
@@ -112,6 +118,7 @@ for ((i = 0; i < ${#dirs[@]}; i++)); do
     fi
     args+=("$1"); shift
   done
+  [ "${program[*]}" = "-m tsflash.cli" ] && args+=(--slice-by "$SLICE_BY")  # the ladder's script slices by replicate
   # the last --time-budget wins: this call's slice, also over the ladder's planned 400
   # TSFLASH_GPU_JOBS: each run records that its slice shared the GPU (its report says its cost is shared)
   TSFLASH_GPU_JOBS=${#dirs[@]} OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "$LIMIT_S" \

@@ -125,6 +125,7 @@ BAD = [
     ([*SWEEP, "--trials", "0"], r"tsflash sweep: error: argument --trials: must be an integer >= 1, got 0"),
     ([*SWEEP, "--seed", "-1"], r"tsflash sweep: error: argument --seed: must be an integer >= 0, got -1"),
     ([*SWEEP, "--time-budget", "0"], r"tsflash sweep: error: argument --time-budget: must be a number > 0, got 0"),
+    ([*SWEEP, "--slice-by", "seed"], r"tsflash sweep: error: argument --slice-by: invalid choice: 'seed' \(choose from '?fold'?, '?cell'?\)"),
     ([*SWEEP, "--preset", "gpu"], r"tsflash: error: --preset must be one of auto, full, cpu, got 'gpu'"),
     ([*SWEEP, "--config", "nosuch"], r"tsflash: error: unknown preset 'nosuch'; known presets: .*default.*"),
     ([*SWEEP, "--config", "no.toml"], r"tsflash: error: config file not found: no.toml"),

@@ -57,15 +57,19 @@ def test_the_readme_python_runs_as_written(monkeypatch, tmp_path, capsys):
 
 
 def test_run_sweep_options_match_the_cli(tmp_path):
+    from tsflash.sweep.plan import plan_sweep
+
     opts = api.sweep_options("512,4096", data="synthetic:random-walk", set={"train.steps": 3}, symbol="ethusdt",
-                             seed=3, out=tmp_path / "r", time_budget=60)
+                             seed=3, out=tmp_path / "r", time_budget=60, slice_by="cell")
     assert opts.lengths == [512, 4096] and opts.overrides == {"train": {"steps": 3}, "data": {"symbol": "ETHUSDT"}}
-    assert opts.seed == 3 and opts.time_budget == 60 and opts.out == tmp_path / "r"
+    assert opts.seed == 3 and opts.time_budget == 60 and opts.slice_by == "cell" and opts.out == tmp_path / "r"
     assert opts.command.startswith("tsflash.run_sweep(lengths=[512, 4096], data='synthetic:random-walk'")
     assert api.sweep_options(set=["train.steps=3", "model.d_model=16"]).overrides == {
         "train": {"steps": 3}, "model": {"d_model": 16}}
     with pytest.raises(UserError, match="Binance spot pair"):
         api.sweep_options(symbol="eth")
+    with pytest.raises(UserError, match=r"--slice-by must be one of fold, cell \(where a --time-budget slice may end\), got 'seed'"):
+        plan_sweep(api.sweep_options(data="synthetic:random-walk", slice_by="seed"))
 
 
 def prose(text: str) -> list[str]:

@@ -155,6 +155,7 @@ def test_the_third_edition_runs_each_named_run_by_its_plans_own_command(planned)
                               "reports/third-edition/per-bar"]
     for out, argv in by_out.items():
         assert argv[:4] == ["-m", "tsflash.cli", "sweep", "--lengths"] and argv[-2:] == ["--time-budget", "300"]
+        assert argv[-4:-2] == ["--slice-by", "fold"]  # by default a slice ends between folds
         data = argv[argv.index("--data") + 1]
         assert data == ("synthetic:iid:0" if "iid" in out else ".carry/data")  # the plan's store is not here
     # each run records that its slice shared the GPU with the call's other three
@@ -173,6 +174,21 @@ def test_the_third_edition_runs_each_named_run_by_its_plans_own_command(planned)
     assert call["runs"] == ["per-bar", "controls/aa/per-bar", "controls/iid/per-bar", "ladder"]
     assert call["exit_codes"] == [0, 0, 0, 0] and call["budget_s"] == 300 and call["gpu"] == "stub"
     assert 0 <= call["seconds"] < 120 and call["started"].endswith("Z")
+
+
+def test_slice_by_cell_reaches_the_sweeps_and_a_bad_value_stops_the_call_before_any_starts(planned):
+    root, env = planned
+    done = _third(root, env, RUNS="per-bar ladder", BUDGET_S="300", SLICE_BY="cell")
+    assert done.returncode == 0, done.stdout + done.stderr
+    argvs = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
+    (sweep,) = [a for a in argvs if a[0] == "-m"]
+    (ladder,) = [a for a in argvs if a[0] == "lab/power_ladder.py"]
+    assert sweep[-4:] == ["--slice-by", "cell", "--time-budget", "300"] and "--slice-by" not in ladder
+    for p in Path(env["ARGV_DIR"]).glob("*.argv"):
+        p.unlink()
+    bad = _third(root, env, RUNS="per-bar", SLICE_BY="folds")
+    assert bad.returncode == 2 and "SLICE_BY must be fold or cell, got 'folds'" in bad.stderr
+    assert not list(Path(env["ARGV_DIR"]).glob("*.argv"))
 
 
 def test_a_run_not_in_the_plan_stops_the_call_before_any_starts(planned):

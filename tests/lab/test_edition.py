@@ -56,7 +56,7 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     folds = lab_plan.fold_seconds(plan_dir, "regime/per-bar")
     assert list(folds) == [16, 32] and all(v > 0 for v in folds.values()) and folds[32] >= folds[16]
     assert (f" A whole fold of regime/per-bar takes about {format_seconds(folds[32])} at N=32, "
-            f"{format_seconds(folds[16])} at N=16 of one H200") in first
+            f"{format_seconds(folds[16])} at N=16 (its seeds at the longest cell the run saved") in first
     assert lab_plan.fold_seconds(plan_dir, "per-bar") == {}  # complete: nothing left to train
     assert lab_plan.fold_seconds(plan_dir, "ladder") == {}  # its script's replicates, not one sweep's folds
     assert plan_main(["--summary", str(plan_dir)]) == 0

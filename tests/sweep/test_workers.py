@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 from collections import Counter
 from pathlib import Path
 
@@ -273,6 +274,46 @@ def test_a_fold_half_done_counts_only_its_cells_left_and_a_cell_queued_again_com
     run.saved.discard(("n64", 0, 0))  # its per-bar files were left behind before the fold was scored
     run.saved |= {("n64", 1, 0)}
     assert [run.run(job) for job in run.queue()] == ["n64/0/0", "n64/1/1", "n64/1/2", "score n64"]
+
+
+def test_sliced_by_cell_a_cell_starts_when_it_alone_fits_and_a_fold_begun_comes_first(tmp_path, monkeypatch, caplog):
+    """--slice-by cell (a run folder kept whole between slices): three seeds of 100 s measured and
+    250 s left run two seeds of the N=128 fold, where whole folds would run none of them. The next
+    slice, by whole folds, finishes that fold before it starts another: a carry that leaves per-bar
+    files behind would lose its saved seeds. Each cell takes its measured time on a fake clock."""
+    from tsflash.sweep import workers
+
+    clock = [0.0]
+    monkeypatch.setattr(workers, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep))
+    run = FakeRun(tmp_path, folds=2, seeds=3, baselines=False, precision=False)
+    seconds = lambda n: 100.0 if n == 128 else 1.0  # noqa: E731
+    measured = lambda n: CellTime(seconds(n), measured=True)  # noqa: E731
+
+    def ran(queue):
+        out = []
+        for job in queue:
+            clock[0] += seconds(job.params.get("n", 0))
+            out.append(run.run(job))
+        return out
+
+    by_cell = run.queue(deadline=clock[0] + 250, estimate=measured, whole_folds=False)
+    n64 = [f"n64/{k}/{s}" for k in (0, 1) for s in range(3)] + ["score n64"]
+    assert ran(by_cell) == ["n128/0/0", "n128/0/1"] + n64 and by_cell.out_of_time
+    by_fold = run.queue(deadline=clock[0] + 350, estimate=measured)  # fold 1's 300 s would fit too
+    assert ran(by_fold)[0] == "n128/0/2"
+    with caplog.at_level(logging.WARNING, logger="tsflash.sweep.workers"):
+        short = run.queue(deadline=clock[0] + 50, estimate=measured, whole_folds=False)
+        assert ran(short) == [] and short.out_of_time
+    assert "a cell at N=128 take 100 s" in caplog.text and "slice (50 s)" in caplog.text
+
+
+def test_a_fold_begun_comes_before_a_larger_n(tmp_path):
+    """A resumed run, both configurations open and one seed of the N=64 fold saved: that fold is
+    finished before the N=128 fold starts."""
+    run = FakeRun(tmp_path, folds=1, seeds=2, baselines=False, precision=False)
+    assert run.ledger.pop() is not None and run.ledger.pop() is not None  # both open, as an earlier slice left them
+    run.saved.add(("n64", 0, 1))
+    assert [run.run(job) for job in run.queue()] == ["n64/0/0", "score n64", "n128/0/0", "n128/0/1", "score n128"]
 
 
 def test_a_configuration_popped_but_not_yet_drawn_by_another_worker_queues_cells_with_their_n(tmp_path):

@@ -58,6 +58,10 @@ def register(sub) -> None:
                    "this run's measured cell times, else the calibrated ones; the first cell starts on a calibrated "
                    "guess, never when this run measured it longer than the whole budget); "
                    "rerun the same command to resume (for machines with a per-session time limit)")
+    p.add_argument("--slice-by", choices=("fold", "cell"), default="fold",
+                   help="with --time-budget, where a slice may end: between folds (default; a run folder carried to "
+                   "the next slice without its per-bar cells/*/*.npz files loses no trained cell) or between cells "
+                   "(more of the budget trains, for a run folder kept whole until the next slice)")
     p.add_argument("--validation-only", action="store_true",
                    help="log each cell's validation loss instead of its test scores and write no report (a "
                    "screen on data whose test bars must stay unread; `tsflash report` writes the report later)")
@@ -114,6 +118,7 @@ def run(args) -> int:
         command=_command_line(args),
         precision=not args.no_precision,
         time_budget=args.time_budget,
+        slice_by=args.slice_by,
         validation_only=args.validation_only,
     )
     # plan_sweep resolves and validates the whole config (one line, exit 2, nothing written on a

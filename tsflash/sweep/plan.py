@@ -48,6 +48,9 @@ PRESETS = ("auto", "full", "cpu")
 CPU_PRESET = PRESETS_DIR / "cpu.toml"
 
 
+SLICE_BY = ("fold", "cell")  # SweepOptions.slice_by
+
+
 @dataclass
 class SweepOptions:
     """What the user asked for (the CLI's arguments, validated by `plan_sweep`)."""
@@ -74,6 +77,10 @@ class SweepOptions:
     # Seconds after which no new cell is started (the run stops cleanly and the same command
     # resumes it): for machines with a per-session time limit. None = no limit.
     time_budget: float | None = None
+    # Where a slice may end: "fold" (a run folder carried to the next slice without its per-bar
+    # cells/*/*.npz files loses no trained cell) or "cell" (more of the budget trains; for a run
+    # folder kept whole until the next slice).
+    slice_by: str = "fold"
     # A screen on data it will later be judged on (a recipe chosen on BTC's validation tails): the
     # log shows each cell's validation loss instead of its test scores, and no report is written.
     validation_only: bool = False
@@ -209,6 +216,9 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
     """Validate the options and resolve config, device and run folder (no training, no data)."""
     if opts.trials < 1:
         raise UserError(f"--trials must be >= 1 (trials per context length), got {opts.trials}")
+    if opts.slice_by not in SLICE_BY:
+        raise UserError(f"--slice-by must be one of {', '.join(SLICE_BY)} (where a --time-budget slice may end), "
+                        f"got {opts.slice_by!r}")
     if parse_source(opts.data) is None and not Path(opts.data).is_dir():
         raise UserError(
             f"--data: bar store folder not found: {opts.data} (create it with `tsflash data import FOLDER` "

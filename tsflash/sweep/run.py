@@ -234,7 +234,8 @@ def _work(plan: SweepPlan, device: str, index: int, n_workers: int) -> dict:
         deadline = None if opts.time_budget is None else t0 + opts.time_budget
         queue = CellQueue(ledger, cells=functools.partial(_cells_of, folder, cfg, files),
                           params_of=functools.partial(_params_of, cfg, opts.trials), deadline=deadline,
-                          estimate=functools.partial(_cell_time, cost, cfg, model_params))
+                          estimate=functools.partial(_cell_time, cost, cfg, model_params),
+                          whole_folds=opts.slice_by == "fold")
         jobs = 0
         try:
             for job in queue:

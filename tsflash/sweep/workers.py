@@ -99,24 +99,26 @@ class CellQueue:
     deadline : time.monotonic() after which no new cell, baselines or precision job starts
         (scoring a finished configuration still does).
     estimate(n) -> CellTime : a model cell's expected time at N; with a deadline, a cell starts only
-        when its fold's cells not yet saved (itself among them) are expected to end before it: a
-        sliced run stops between folds, not inside a cell or a fold. A fold is scored from its seeds'
-        per-bar cell files together, and a state carried between slices leaves those files behind
-        (a lent GPU's 64 MiB), so a fold left half done in one slice is trained again whole in a
-        later one. Except this queue's first model cell when its time is a guess (no cell of the
-        run has finished at that N), so that every slice makes progress; a fold whose cells left
-        took longer than the whole slice in this run never starts (a hard limit around the slice
-        would cut it and lose its training): the log says how long a slice it needs.
+        when it is expected to end before it, and with whole_folds only when its fold's cells not
+        yet saved (itself among them) are: a sliced run then stops between folds. A fold is scored
+        from its seeds' per-bar cell files together, so a state carried between slices without
+        those files loses the cells of a fold left half done (they train again). Except this queue's
+        first model cell when its time is a guess (no cell of the run has finished at that N), so
+        that every slice makes progress; a cell (a fold, with whole_folds) that took longer than the
+        whole slice in this run never starts (a hard limit around the slice would cut it and lose
+        its training): the log says how long a slice it needs.
 
-    Model cells come largest N first, then by configuration, fold and seed: a fold's seeds one after
-    another, whatever order they were queued in (a cell queued again comes back to its fold).
+    Model cells of a fold begun (some of its seeds saved) come first, then largest N, then by
+    configuration, fold and seed: a fold's seeds one after another, whatever order they were queued
+    in (a cell queued again comes back to its fold), and a fold begun is finished before another.
     """
 
     def __init__(self, ledger: Ledger, *, cells: Callable[[str], list[tuple[int, int, bool]]],
                  params_of: Callable[[Trial], tuple[dict, str]], deadline: float | None = None, poll_s: float = POLL_S,
-                 estimate: Callable[[int], CellTime] | None = None):
+                 estimate: Callable[[int], CellTime] | None = None, whole_folds: bool = True):
         self.ledger, self.cells, self.params_of = ledger, cells, params_of
         self.deadline, self.poll_s, self.estimate = deadline, poll_s, estimate
+        self.whole_folds = whole_folds
         self.out_of_time = False
         self.cells_started = 0  # model cells this queue has handed out
         self._too_long = False  # a waiting cell was passed over as expected to end after the deadline
@@ -164,9 +166,10 @@ class CellQueue:
                 log.info("time budget: the cells left are expected to end after it; none started")
                 if self._measured_too_long:
                     n, seconds = max(self._measured_too_long.items())
-                    log.warning("time budget: the cells left of a fold at N=%d take %.0f s at the longest cell this run "
-                                "measured, longer than this whole slice (%.0f s); give a slice at least "
-                                "that long to finish them", n, seconds, self.deadline - self._opened_at)
+                    what = "the cells left of a fold" if self.whole_folds else "a cell"
+                    log.warning("time budget: %s at N=%d take %.0f s at the longest cell this run measured, longer "
+                                "than this whole slice (%.0f s); give a slice at least that long to finish them",
+                                what, n, seconds, self.deadline - self._opened_at)
             if late or self._too_long or not running:
                 return None
             log.debug("nothing to pop; waiting on %d cell(s) of other workers", len(running))
@@ -191,27 +194,32 @@ class CellQueue:
             return None
         fixed = cell.system_attrs.get("fixed_params", {})
         n, fold, seed = (int(fixed.get(name, -1)) for name in ("n", "fold", "seed"))
-        if kind == "cell" and not self._fits(n, cell.user_attrs.get("key", ""), fold):
+        key = cell.user_attrs.get("key", "")
+        if kind == "cell" and not self._fits(n, key, fold):
             self._too_long = True
             return None
-        return _RANK[kind], -n, int(cell.user_attrs.get("config", -1)), fold, seed, cell.number
+        begun = kind == "cell" and self._fold_cells(key, fold)[1] > 0
+        return _RANK[kind], not begun, -n, int(cell.user_attrs.get("config", -1)), fold, seed, cell.number
 
-    def _left_in_fold(self, key: str, fold: int) -> int:
-        """The cells of configuration `key`'s fold not saved yet (one popped now among them)."""
+    def _fold_cells(self, key: str, fold: int) -> tuple[int, int]:
+        """(not saved, saved) cells of configuration `key`'s fold, its cells read once a pop; the
+        first at least 1 (one popped now among them)."""
         if key not in self._cells_now:
             self._cells_now[key] = self.cells(key)
-        return max(1, sum(1 for k, _, done in self._cells_now[key] if k == fold and not done))
+        done = [d for k, _, d in self._cells_now[key] if k == fold]
+        return max(1, done.count(False)), done.count(True)
 
     def _fits(self, n: int, key: str, fold: int) -> bool:
         """A cell at N of configuration `key`'s fold may start: no deadline or estimate, this queue's
-        first cell on a guessed time, or the fold's cells left (`_left_in_fold`, read only here)
-        expected to end in time."""
+        first cell on a guessed time, or it (with whole_folds, its fold's cells left) expected to end
+        in time."""
         if self.deadline is None or self.estimate is None:
             return True
         seconds, measured = self.estimate(n)
         if self.cells_started == 0 and not measured:
             return True
-        seconds *= self._left_in_fold(key, fold)
+        if self.whole_folds:
+            seconds *= self._fold_cells(key, fold)[0]
         if measured and seconds > self.deadline - self._opened_at:
             self._measured_too_long[n] = seconds
         return time.monotonic() + seconds <= self.deadline
