@@ -18,7 +18,7 @@ from tsflash.report.questions import RESULTS_FILE
 from tsflash.report.registration import (LADDER_DIR, LADDER_RUN, NOT_RUN, amended_words, deviations, plan_order_of,
                                          planned_runs)
 from tsflash.runfolder import RunFolder, read_json
-from tsflash.sweep.preregister import PLAN_DEVICE, ladder_cost, ladder_lengths, amended_plan
+from tsflash.sweep.preregister import PLAN_DEVICE, amended_plan
 from tsflash.sweep.progress import CostModel, format_seconds, prior_rates
 from tsflash.sweep.run import work_left
 
@@ -108,6 +108,8 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
             worst += seconds + (calibration.extra_at_max_steps(work, seconds) if work.kind == "model" else 0.0)
         left[name] = (expected, worst)
     if "ladder" in plan and state[LADDER_RUN] != "complete" and LADDER_RUN not in plan.get("not_run", {}):
+        from lab.power_ladder import ladder_cost, ladder_lengths
+
         ladder = ladder_cost(tuple(plan["base_overrides"]), ladder_lengths(plan["arms"][0]))
         summary = read_json(path) if (path := out / LADDER_DIR / "summary.json").exists() else None
         share = 1 - summary["replicates_done"] / summary["replicates_planned"] if summary else 1.0

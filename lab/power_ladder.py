@@ -567,6 +567,36 @@ def cost_plan(args, usable_s: float = 1200.0) -> dict:
             "replicates_planned": planned, "ladder_s": planned * expected, "ladder_worst_s": planned * worst}
 
 
+LADDER_SCRIPT = "lab/power_ladder.py"
+
+
+def ladder_command(base: tuple[str, ...], *flags: str) -> str:
+    """This script with `flags`, at a plan's shared overrides (the arms' training rule)."""
+    return shlex.join(["python", LADDER_SCRIPT, *flags, *[w for item in base for w in ("--set", item)]])
+
+
+def ladder_lengths(arm: dict) -> str:
+    """The ladder's --lengths: the shortest and the longest N of a plan's first arm."""
+    return f"{min(arm['lengths'])},{max(arm['lengths'])}"
+
+
+def ladder_cost(base: tuple[str, ...], lengths: str) -> dict:
+    """The ladder's GPU seconds (every rung's replicates, expected and with every longest-N cell at its
+    maximum steps) and its replicates, by `cost_plan` at a plan's overrides."""
+    cost = cost_plan(parse_args(["--lengths", lengths, *[w for i in base for w in ("--set", i)]]))
+    return {"gpu_seconds": round(cost["ladder_s"]), "gpu_seconds_worst": round(cost["ladder_worst_s"]),
+            "replicates": cost["replicates_planned"]}
+
+
+def plan_entry(base: tuple[str, ...], arm: dict) -> dict:
+    """The ladder's entry of a plan (`tsflash.sweep.preregister.LadderEntry`): N=512 against the plan's
+    longest N, at its shared overrides, resumable in slices like the arms; its design (rungs,
+    replicates) is this script's default, chosen by its design study."""
+    lengths = ladder_lengths(arm)
+    return {"command": ladder_command(base, "--device", "cuda", "--lengths", lengths, "--time-budget", "400"),
+            "cost": ladder_command(base, "--plan")} | ladder_cost(base, lengths)
+
+
 def command_line(args) -> str:
     parts = ["python", "lab/power_ladder.py", "--runs", str(args.runs), "--lengths", args.lengths,
              "--strengths", ",".join(f"{s:g}" for s in args.strengths), "--replicates", str(args.replicates),
@@ -584,7 +614,7 @@ def _strengths(text: str) -> list[float]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The script's arguments (`main`'s; `tsflash preregister --ladder` prices a ladder with them)."""
+    """The script's arguments (`main`'s; `ladder_cost` prices a plan's ladder with them)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=Path, default=Path("runs/power-ladder"), help="folder of the replicates' run folders")
     ap.add_argument("--out", type=Path, default=None, help="where summary.md and .json go (default: --runs)")

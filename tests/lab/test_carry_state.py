@@ -10,6 +10,7 @@ import tarfile
 import pytest
 
 from tests.conftest import load_experiment
+from lab import power_ladder
 from tsflash.runfolder import write_json
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions
@@ -34,7 +35,8 @@ def repo(tmp_path, monkeypatch):
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "code.py").write_text("print()\n")
     subprocess.run(["git", "add", "code.py"], cwd=tmp_path, check=True)
-    plan = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), [("per-bar", [])], ladder=True)
+    plan = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), [("per-bar", [])],
+                                 ladder=power_ladder.plan_entry)
     out = tmp_path / "reports" / "third-edition"
     preregister.write_plan(plan, out)
     config = plan["arms"][0]["config"]

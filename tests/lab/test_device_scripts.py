@@ -118,7 +118,7 @@ def planned(tmp_path):
     shutil.copytree(REPO / "lab", root / "lab")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     (root / "data").mkdir()  # the plan's bar store; on the device the checkout's data/ holds no bars
-    subprocess.run([sys.executable, "-m", "tsflash.cli", "preregister", "--lengths", "512,32768", "--arm", "per-bar=",
+    subprocess.run([sys.executable, "-m", "lab.preregister", "--lengths", "512,32768", "--arm", "per-bar=",
                     "--control", "iid=synthetic:iid:0", "--aa-seeds", "3,4,5", "--ladder",
                     "--stage", "first=per-bar,aa/per-bar", "--out", "reports/third-edition"],
                    cwd=root, env=env, check=True, capture_output=True, timeout=120)

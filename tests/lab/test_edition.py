@@ -17,6 +17,7 @@ from tsflash.sweep import preregister
 from tsflash.report import registration
 from lab import plan_state as lab_plan
 from lab.plan import main as plan_main
+from lab.preregister import main as preregister_main
 from tsflash.sweep.progress import format_seconds
 
 # A tiny plan that runs in seconds on the CPU: the sweep tests' tiny design with two seeds, the
@@ -29,12 +30,12 @@ def plan_dir(tmp_path_factory):
     """The plan's first two stages run (the arm with its A/A replicate; the iid null), the regime
     control's stage and the ladder's not: what a device time cut short leaves."""
     out = tmp_path_factory.mktemp("edition") / "plan"
-    argv = ["preregister", "--lengths", "16,32", "--data", "synthetic:random-walk:0", "--aa-seeds", "2,3",
+    argv = ["--lengths", "16,32", "--data", "synthetic:random-walk:0", "--aa-seeds", "2,3",
             "--control", "iid=synthetic:iid:0", "--control", "regime=synthetic:regime:0", "--ladder",
             "--stage", "first=per-bar,aa/per-bar", "--stage", "second=iid/per-bar", "--out", str(out)]
     for item in TINY_PLAN:
         argv += ["--set", item]
-    assert main(argv) == 0
+    assert preregister_main(argv) == 0
     plan = json.loads((out / registration.PLAN_JSON).read_text())
     for stage, run_dir, command in preregister.ordered_commands(plan, out):
         if stage in ("first", "second"):
@@ -149,7 +150,7 @@ def test_a_complete_ladder_stage_is_read_before_the_arms(tmp_path, capsys):
     from tsflash.runfolder import write_json
 
     out = tmp_path / "plan"
-    assert main(["preregister", "--lengths", "512,4096", "--data", "synthetic:random-walk:0", "--ladder",
+    assert preregister_main(["--lengths", "512,4096", "--data", "synthetic:random-walk:0", "--ladder",
                  "--stage", "power=ladder", "--out", str(out)]) == 0
     curve = {"effect": 0.0123, "ci": [0.005, 0.04], "how": "within the ladder"}
     write_json(out / registration.LADDER_DIR / "summary.json", {

@@ -195,7 +195,9 @@ def test_the_plans_ladder_is_a_row_of_its_state(tmp_path, capsys):
     """With --ladder the state has a ladder row: not started, then replicates done of planned and
     what "no" rules out from its summary.json (OUT/ladder, where PLAN.md's command writes it)."""
     out = tmp_path / "plan"
-    assert main(["preregister", "--lengths", "512,4096", "--ladder", "--out", str(out)]) == 0
+    from lab.preregister import main as preregister_main
+
+    assert preregister_main(["--lengths", "512,4096", "--ladder", "--out", str(out)]) == 0
     ladder = lab_plan.plan_state(out)[-1]
     assert (ladder["run"], ladder["state"], ladder["question1"]) == ("ladder", "not started", "")
     write_json(out / registration.LADDER_DIR / "summary.json", {

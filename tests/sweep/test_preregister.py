@@ -19,7 +19,9 @@ from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions, resolve_config, run_hash
 from tsflash.report import registration
 from lab import plan_state as lab_plan
+from lab import power_ladder
 from lab.plan import main as plan_main
+from lab.preregister import main as preregister_main
 
 ARMS = [("per-bar", []), ("patch16", ["model.patch=16"])]
 
@@ -171,7 +173,7 @@ def test_commands_lists_every_planned_run_with_the_command_the_plan_shows(tmp_pa
     assert all(f"{command} --time-budget 400" in md and f"--out {folder}" in command for folder, command in lines)
     assert plan_main(["--commands", str(tmp_path / "nowhere")]) == 2
     assert "no PLAN.json there" in capsys.readouterr().err
-    laddered = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), ARMS, ladder=True)
+    laddered = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), ARMS, ladder=power_ladder.plan_entry)
     preregister.write_plan(laddered, tmp_path / "laddered")
     assert plan_main(["--commands", str(tmp_path / "laddered")]) == 0
     folder, command = capsys.readouterr().out.splitlines()[-1].split("\t")  # the ladder last, as in PLAN.md
@@ -222,7 +224,7 @@ def test_the_ladder_states_what_no_rules_out_at_the_plans_rule(tmp_path, capsys)
     """--ladder: the strength ladder at the plan's shared overrides (the arms' training rule), its
     command beside the arms', and the sentence each of its outcomes will produce (the ladder's own)."""
     out = tmp_path / "plan"
-    assert main(["preregister", "--lengths", "512,4096,32768", "--set", "train.restarts=4", "--ladder", "--out", str(out)]) == 0
+    assert preregister_main(["--lengths", "512,4096,32768", "--set", "train.restarts=4", "--ladder", "--out", str(out)]) == 0
     plan = json.loads((out / "PLAN.json").read_text())
     command = plan["ladder"]["command"]
     assert command.startswith("python lab/power_ladder.py") and "--lengths 512,32768" in command
@@ -234,6 +236,14 @@ def test_the_ladder_states_what_no_rules_out_at_the_plans_rule(tmp_path, capsys)
     # without --ladder the plan has no ladder section
     assert main(["preregister", "--lengths", "512,4096", "--out", str(tmp_path / "plain")]) == 0
     assert "ladder" not in json.loads((tmp_path / "plain" / "PLAN.json").read_text())
+    # the package's command has no ladder (a study of the lab): one line, nothing written
+    capsys.readouterr()
+    assert main(["preregister", "--lengths", "512,4096", "--ladder", "--out", str(tmp_path / "pkg")]) == 2
+    assert capsys.readouterr().err == ("tsflash: error: preregister --ladder: the strength ladder is a study of the lab: "
+                                       "run `python -m lab.preregister` with the same options in a checkout\n")
+    assert not (tmp_path / "pkg").exists()
+    assert preregister_main(["--lengths", "512,4096", "--trials", "0", "--out", str(tmp_path / "bad")]) == 2
+    assert "tsflash preregister: error: argument --trials" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
 
 def test_the_ladder_sentence_says_where_the_80_percent_point_lies():
@@ -291,7 +301,7 @@ def test_stages_fix_the_order_the_runs_go_in_and_what_a_plan_cut_short_says(tmp_
     names the next stage's runs not complete, --commands lists them in that order, --check counts the
     stages complete; a stage that names no run left for it is refused in one line, nothing written."""
     out = tmp_path / "plan"
-    assert main(["preregister", "--lengths", "512,4096", "--arm", "per-bar=", "--arm", "patch16=model.patch=16",
+    assert preregister_main(["--lengths", "512,4096", "--arm", "per-bar=", "--arm", "patch16=model.patch=16",
                  "--control", "iid=synthetic:iid:0", "--ladder", "--stage", "first=per-bar,iid/per-bar",
                  "--stage", "power=ladder", "--out", str(out)]) == 0
     plan = json.loads((out / "PLAN.json").read_text())
@@ -427,7 +437,7 @@ def test_check_prices_what_is_left_at_todays_table_and_the_runs_saved_cells(tmp_
 
 def test_the_ladders_time_left_is_its_replicates_not_done_at_its_scripts_price(tmp_path):
     out = tmp_path / "plan"
-    plan = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), [("per-bar", [])], ladder=True)
+    plan = preregister.build_plan(SweepOptions(lengths=[512, 4096], preset="full"), [("per-bar", [])], ladder=power_ladder.plan_entry)
     preregister.write_plan(plan, out)
     _run_of(plan, out, "per-bar")  # the arm complete: what is left is the ladder's
     left = lab_plan.time_left(out, lab_plan.plan_state(out))

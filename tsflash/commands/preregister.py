@@ -84,9 +84,7 @@ def register(sub) -> None:
     p.add_argument("--control", type=_control_type, action="append", default=[], metavar="NAME=SOURCE",
                    help="a control: every arm's config on a synthetic market, e.g. "
                    "echo=synthetic:long-memory:0:strength=0.2 (repeatable; runs go to OUT/controls/NAME/<arm>)")
-    p.add_argument("--ladder", action="store_true",
-                   help="add the strength ladder (lab/power_ladder.py at the plan's --set overrides): what a "
-                        "\"no\" rules out, its command and the sentence each of its outcomes will produce")
+    p.add_argument("--ladder", action="store_true", help=argparse.SUPPRESS)  # a lab study: run() says where
     p.add_argument("--aa-seeds", type=_seeds_type, default=None, metavar="S,S,...",
                    help="add the A/A replicate: every arm's config on the plan's own bars with these seeds (disjoint "
                    "from the arms'), a control named aa (runs go to OUT/controls/aa/<arm>)")
@@ -102,7 +100,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args, ladder=None) -> int:
+    """`ladder`: the strength ladder's plan entry (`tsflash.sweep.preregister.LadderEntry`), given by
+    `python -m lab.preregister --ladder`."""
     from tsflash.errors import UserError
     from tsflash.report import registration
     from tsflash.report.registration import PLAN_JSON
@@ -114,6 +114,9 @@ def run(args) -> int:
         if folder is not None and (flag != "--check" or (folder / PLAN_JSON).is_file()):
             raise UserError(f"preregister {flag} {folder}: a plan's state, next runs, commands and summary are "
                             f"the studies' bookkeeping now: run `python -m lab.plan {flag} {folder}` in a checkout")
+    if args.ladder:
+        raise UserError("preregister --ladder: the strength ladder is a study of the lab: run `python -m "
+                        "lab.preregister` with the same options in a checkout")
     if args.check is not None:
         plan_path = registration.plan_for(args.check)
         if plan_path is None:
@@ -142,7 +145,7 @@ def run(args) -> int:
                         trials=args.trials, preset="full",
                         overrides=with_symbol(parse_overrides(args.overrides), args.symbol))
     plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note, controls=args.control,
-                                  control_sets=args.control_set, ladder=args.ladder, aa_seeds=args.aa_seeds,
+                                  control_sets=args.control_set, ladder=ladder, aa_seeds=args.aa_seeds,
                                   stages=args.stage)
     plan_json, plan_md = preregister.write_plan(plan, args.out)
     print(f"plan {plan['plan_hash']}: {plan_md}")

@@ -1,7 +1,7 @@
 """A lossless, compact transport form of the bar store: exact round trip, or a refusal.
 
-The GPU machine takes at most 64 MiB of inputs a run; 2021..2025 of BTCUSDT 1m bars are 53.6 MB as
-store files. `pack_store` writes one packed Parquet a year, `<dst>/<symbol>-<interval>-<YYYY>.packed.parquet`,
+For a machine whose inputs are capped in size: 2021..2025 of BTCUSDT 1m bars are 53.6 MB as store
+files. `pack_store` writes one packed Parquet a year, `<dst>/<symbol>-<interval>-<YYYY>.packed.parquet`,
 and `unpack` rebuilds the canonical year files (`store.atomic_write_parquet`, `store.SCHEMA`) that
 `store.load_bars` reads.
 

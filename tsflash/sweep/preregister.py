@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import importlib.util
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -212,49 +212,22 @@ def _ledger_lines(plan: dict, out: Path) -> list[str]:
     return lines
 
 
-LADDER_SCRIPT = "lab/power_ladder.py"  # the strength ladder (what a "no" rules out)
-
-
-def ladder_command(base: tuple[str, ...], *flags: str) -> str:
-    """The strength ladder script with `flags`, at the plan's shared overrides (the arms' training rule)."""
-    return shlex.join(["python", LADDER_SCRIPT, *flags, *[w for item in base for w in ("--set", item)]])
-
-
-def _ladder_script():
-    """lab/power_ladder.py of this checkout, loaded as a module (the experiment scripts are not
-    a package): its cost plan prices the ladder from the same calibrated table as the arms."""
-    path = Path(__file__).resolve().parents[2] / LADDER_SCRIPT
-    if not path.is_file():
-        raise UserError(f"--ladder needs {LADDER_SCRIPT} of a tsflash checkout, not found at {path}")
-    spec = importlib.util.spec_from_file_location("power_ladder", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def ladder_lengths(arm: dict) -> str:
-    """The ladder's --lengths: the shortest and the longest N of the plan's first arm."""
-    return f"{min(arm['lengths'])},{max(arm['lengths'])}"
-
-
-def ladder_cost(base: tuple[str, ...], lengths: str) -> dict:
-    """The ladder's GPU seconds (every rung's replicates, expected and with every longest-N cell at its
-    maximum steps) and its replicates, by the script's own `cost_plan` at the plan's overrides."""
-    script = _ladder_script()
-    cost = script.cost_plan(script.parse_args(["--lengths", lengths, *[w for i in base for w in ("--set", i)]]))
-    return {"gpu_seconds": round(cost["ladder_s"]), "gpu_seconds_worst": round(cost["ladder_worst_s"]),
-            "replicates": cost["replicates_planned"]}
+# The strength ladder's entry of a plan at its shared overrides and first arm (resolved): its "command",
+# "cost" (the command that prices it), "gpu_seconds", "gpu_seconds_worst" and "replicates". The ladder
+# is a study of the lab (lab/power_ladder.py's `plan_entry`, `python -m lab.preregister --ladder`).
+LadderEntry = Callable[[tuple[str, ...], dict], dict]
+LADDER_KEYS = ("command", "cost", "gpu_seconds", "gpu_seconds_worst", "replicates")
 
 
 def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: tuple[str, ...] = (),
                note: str = "", controls: list[tuple[str, str]] = (),
-               control_sets: list[tuple[str, str]] = (), ladder: bool = False,
+               control_sets: list[tuple[str, str]] = (), ladder: LadderEntry | None = None,
                aa_seeds: list[int] | None = None, stages: list[tuple[str, list[str]]] = ()) -> dict:
     """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
     `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
     typed for the commands); each arm adds its own items. `aa_seeds`: the A/A replicate, every arm's
     config on the plan's own bars with these seeds (disjoint from the arms'), a control named "aa".
-    `stages`: the order the runs go in (`plan_order`)."""
+    `stages`: the order the runs go in (`plan_order`). `ladder`: the strength ladder's entry (`LadderEntry`)."""
     from tsflash.stats.forecasts import ALPHA
     from tsflash.sweep.provenance import git_commit
 
@@ -300,11 +273,11 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         plan["controls"].append(_control(AA_CONTROL, opts.data, [f"train.seeds={list(aa_seeds)}"], arms, resolved,
                                          opts, kind="aa"))
         plan["primary"]["pooled"] = wording.POOLED_RULE  # ... and more seeds for question 1
-    if ladder:  # its design (rungs, replicates) is the script's own default, chosen by its design study
-        # N=512 against the longest N, resumable in slices like the arms
-        lengths = ladder_lengths(first)
-        plan["ladder"] = {"command": ladder_command(base, "--device", "cuda", "--lengths", lengths, "--time-budget", "400"),
-                          "rule": wording.LADDER_RULE, "cost": ladder_command(base, "--plan")} | ladder_cost(base, lengths)
+    if ladder is not None:
+        entry = ladder(tuple(base), resolved[0])
+        if missing := [k for k in LADDER_KEYS if k not in entry]:
+            raise ValueError(f"the ladder's plan entry lacks {', '.join(missing)}")
+        plan["ladder"] = {"command": entry["command"], "rule": wording.LADDER_RULE} | {k: entry[k] for k in LADDER_KEYS}
     plan["ledger_entries"] = _ledger_entries(plan)
     plan["order"] = plan_order(plan, stages)
     plan["order_rule"] = wording.ORDER_RULE

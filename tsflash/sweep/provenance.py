@@ -47,8 +47,8 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def git_commit(root: Path = PROJECT_ROOT) -> str:
-    """$TSFLASH_GIT_COMMIT when set: whoever copied the code says which commit it is (a lent GPU
-    machine's copy may hold a stale .git of its own, which must not be believed). Otherwise HEAD
+    """$TSFLASH_GIT_COMMIT when set: whoever copied the code says which commit it is (a copy on
+    another machine may hold a stale .git of its own, which must not be believed). Otherwise HEAD
     (+ "-dirty" with uncommitted changes to tracked files) of the project's OWN checkout: only
     when `root` is the top of its git work tree, since a copy of the project inside another
     repository must not report that repository's commit. Else "unknown".
