@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tsflash.report.figures import _difference_axes, _interval, _plt, _save
+from tsflash.report.figures import difference_axes, draw_intervals, pyplot, save_figure
 from tsflash.report.wording import SCORE_NAMES, label
 
 EDITION_SERIES = (  # (key of a length row of `lab.edition`, its part, legend)
@@ -23,7 +23,7 @@ def plot_edition(arms: list[dict], path: Path) -> Path:
     """Per arm, each longer N's log-loss per bar minus the shortest N's with its 95 % interval, for
     the transformer with its whole context, the same model cut to the shortest N, and the linear
     probe; below 0 the longer N forecasts better, and a cut model above 0 has lost short-range skill."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, max(len(arms), 1), figsize=(6 * max(len(arms), 1), 3.8), squeeze=False)
     for ax, arm in zip(axes[0], arms):
         rows = arm["lengths"][1:]  # the shortest N is the reference
@@ -34,12 +34,12 @@ def plot_edition(arms: list[dict], path: Path) -> Path:
             if not tests:
                 continue
             x = np.array([n for n, _ in tests], dtype=float) * 2 ** (0.1 * (i - 1))
-            _interval(ax, x, [(t["estimate"], *t["ci"]) for _, t in tests], name, "o")
-        _difference_axes(ax, ns, f"Δ log-loss per bar vs {label(arm['lengths'][0]['series'])}" if arm["lengths"]
+            draw_intervals(ax, x, [(t["estimate"], *t["ci"]) for _, t in tests], name, "o")
+        difference_axes(ax, ns, f"Δ log-loss per bar vs {label(arm['lengths'][0]['series'])}" if arm["lengths"]
                          else "Δ log-loss", f"{arm['arm']}: longer N minus the shortest (< 0: better)")
     fig.suptitle("Over training runs, 95 % intervals (the probe: over folds)")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def answer_series(summary: dict) -> list[tuple[str, list[dict]]]:
@@ -56,7 +56,7 @@ def plot_answer(summary: dict, path: Path) -> Path:
     """Question 1 at a glance: each longer N minus the shortest, on the log-loss and on the direction
     score, with 95 % intervals over training runs; the market beside its controls. Below 0 the longer
     context forecasts better."""
-    plt = _plt()
+    plt = pyplot()
     series = answer_series(summary)
     fig, axes = plt.subplots(1, len(SCORE_NAMES), figsize=(6 * len(SCORE_NAMES), 3.8), squeeze=False)
     for ax, (score, name) in zip(axes[0], SCORE_NAMES.items()):
@@ -67,9 +67,9 @@ def plot_answer(summary: dict, path: Path) -> Path:
                 continue
             ns.update(n for n, _ in tests)
             x = np.array([n for n, _ in tests], dtype=float) * 2 ** (0.1 * (i - (len(series) - 1) / 2))
-            _interval(ax, x, [(t["estimate"], *t["ci"]) for _, t in tests], legend, "o")
+            draw_intervals(ax, x, [(t["estimate"], *t["ci"]) for _, t in tests], legend, "o")
         shortest = label(series[0][1][0]["series"]) if series and series[0][1] else "the shortest N"
-        _difference_axes(ax, sorted(ns), f"Δ {name} per bar vs {shortest}", f"{name}: N minus {shortest} (< 0: better)")
+        difference_axes(ax, sorted(ns), f"Δ {name} per bar vs {shortest}", f"{name}: N minus {shortest} (< 0: better)")
     fig.suptitle("Question 1: paired differences over training runs, 95 % intervals")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -22,7 +22,8 @@ CAPTIONS = {
 }
 
 
-def _plt():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display); for figures beside the report's too."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -39,10 +40,11 @@ def _log2_axis(ax, ns):
     ax.grid(True, alpha=0.3)
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Write `fig` as a PNG atomically (a temporary name, then rename) and close it."""
     with atomic.atomic_path(path, keep_suffix=True) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-    _plt().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -57,7 +59,7 @@ COST_PANELS = (  # measure, panel title, y-axis label, scale
 def plot_cost(per_n: list[dict], path: Path, memory_kind: str) -> Path:
     """A 2 x 2 grid, one panel per measure, each point labelled with its value: readable at the
     width of a report page."""
-    plt = _plt()
+    plt = pyplot()
     ns = [s["n"] for s in per_n]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     for ax, (m, title, unit, scale) in zip(axes.flat, COST_PANELS):
@@ -79,11 +81,11 @@ def plot_cost(per_n: list[dict], path: Path, memory_kind: str) -> Path:
             # a 0.4 % change does not look like a cliff
     fig.suptitle("Cost against context length N (means over folds and seeds)", fontsize=14)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_benefit(rows: list[dict], per_n: list[dict], baselines: dict[str, dict], path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     ns = [s["n"] for s in per_n]
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     for ax, (m, title, better) in zip(axes, METRICS):
@@ -105,7 +107,7 @@ def plot_benefit(rows: list[dict], per_n: list[dict], baselines: dict[str, dict]
     axes[0].legend(fontsize=7, loc="best")
     fig.suptitle("Out-of-sample benefit against context length (test blocks of every fold)")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_equity(rd: RunData, keys: list[str], path: Path) -> Path:
@@ -114,7 +116,7 @@ def plot_equity(rd: RunData, keys: list[str], path: Path) -> Path:
     Wealth is drawn on a log axis: a strategy that loses most of its capital to fees would
     otherwise be a flat line at -100 % after a few weeks, hiding how fast it got there.
     """
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(15, 4.4), sharex=True)
     for ax, field, title in ((axes[0], "gross", "before fees"), (axes[1], "net", "after fees")):
         for key in keys:
@@ -131,12 +133,12 @@ def plot_equity(rd: RunData, keys: list[str], path: Path) -> Path:
     axes[0].legend(fontsize=8)
     fig.autofmt_xdate()
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_pbo(pbo, path: Path) -> Path:
     """`pbo`: a `tsflash.stats.pbo.PBOResult`."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     logits = np.asarray(pbo.logits, dtype=float)
     finite = logits[np.isfinite(logits)]
@@ -153,17 +155,17 @@ def plot_pbo(pbo, path: Path) -> Path:
     axes[1].set_ylabel("CSCV splits")
     axes[1].set_title("Out-of-sample rank of the in-sample winner")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _interval(ax, x, tests: list[tuple[float, float, float]], name: str, fmt: str) -> None:
+def draw_intervals(ax, x, tests: list[tuple[float, float, float]], name: str, fmt: str) -> None:
     """Estimates with their intervals, (estimate, low, high) each, at positions x."""
     y = np.array([t[0] for t in tests])
     err = np.array([[t[0] - t[1] for t in tests], [t[2] - t[0] for t in tests]])
     ax.errorbar(x, y, yerr=err, fmt=fmt, capsize=4, label=name)
 
 
-def _difference_axes(ax, ns, ylabel: str, title: str) -> None:
+def difference_axes(ax, ns, ylabel: str, title: str) -> None:
     """A panel of differences against N: the zero line, labels, the log2 N axis, the legend."""
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_ylabel(ylabel)
@@ -177,7 +179,7 @@ def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
     """Question 1: each N's per-bar loss difference (N minus reference) with its 95 % interval,
     one panel per score, one line per reference; below 0 the longer context forecasts better.
     `comparisons`: `tsflash.report.questions.Paired`; `n_of`: trial key -> N."""
-    plt = _plt()
+    plt = pyplot()
     scores = [("log_loss", "log-loss"), ("direction", "direction score (up-vs-down log-loss)")]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     ns = sorted({n_of[p.series] for p in comparisons if p.series in n_of})
@@ -189,11 +191,11 @@ def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
             if not ps:
                 continue
             x = np.array([n_of[p.series] for p in ps], dtype=float) * 2 ** (0.08 * (i - (len(refs) - 1) / 2))
-            _interval(ax, x, [(p.mean_diff, p.lo, p.hi) for p in ps], f"minus {label(ref)}", "o-")
-        _difference_axes(ax, ns, f"Δ {title} per bar", f"{title}: N minus reference (< 0: N better)")
+            draw_intervals(ax, x, [(p.mean_diff, p.lo, p.hi) for p in ps], f"minus {label(ref)}", "o-")
+        difference_axes(ax, ns, f"Δ {title} per bar", f"{title}: N minus reference (< 0: N better)")
     fig.suptitle("Paired differences of the seed-ensemble forecasts, 95 % intervals (Diebold-Mariano, daily HAC)")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw(rd: RunData, nums: Numbers, fig_dir: Path, memory_kind: str) -> dict[str, Path]:
