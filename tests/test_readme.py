@@ -1,7 +1,8 @@
 """The README reads as a product page and its snippets run as written.
 
-Its shape: at most 120 lines; every prose sentence (outside code blocks and tables) at most 40 words;
-its set-up commands are the ones `.ci/run` runs; every relative link names a committed file.
+Its shape: at most 120 lines; every prose sentence (outside code blocks and tables) at most 40 words,
+as in every file of docs/; its set-up commands are the ones `.ci/run` runs; every relative link names
+a committed file.
 
 Its Python snippets: every ```python block, in order, in one namespace. `tsflash.run_sweep` is the one
 call that trains (a tiny sweep, about a minute on 2 CPU cores): here it is checked the way the sweep
@@ -113,6 +114,14 @@ def test_the_readme_has_at_most_120_lines():
 def test_every_readme_sentence_has_at_most_40_words():
     long = [(len(s.split()), s) for p in prose(README.read_text()) for s in sentences(p) if len(s.split()) > MAX_WORDS]
     assert not long, f"sentences over {MAX_WORDS} words: {long}"
+
+
+@pytest.mark.parametrize("doc", sorted(p.name for p in (REPO / "docs").glob("*.md")))
+def test_every_docs_sentence_has_at_most_40_words(doc):
+    """docs/ is written for a reader in a hurry too: the detail the README leaves out, in sentences as short."""
+    text = (REPO / "docs" / doc).read_text()
+    long = [(len(s.split()), s) for p in prose(text) for s in sentences(p) if len(s.split()) > MAX_WORDS]
+    assert not long, f"docs/{doc}: sentences over {MAX_WORDS} words: {long}"
 
 
 def test_the_readme_set_up_commands_are_the_ones_ci_runs():
