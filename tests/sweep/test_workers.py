@@ -308,12 +308,18 @@ def test_sliced_by_cell_a_cell_starts_when_it_alone_fits_and_a_fold_begun_comes_
 
 
 def test_a_fold_begun_comes_before_a_larger_n(tmp_path):
-    """A resumed run, both configurations open and one seed of the N=64 fold saved: that fold is
-    finished before the N=128 fold starts."""
+    """A resumed slice, both configurations open and one seed of the N=64 fold saved: that fold is
+    finished before the N=128 fold starts. Without a deadline the order is the plain one."""
     run = FakeRun(tmp_path, folds=1, seeds=2, baselines=False, precision=False)
     assert run.ledger.pop() is not None and run.ledger.pop() is not None  # both open, as an earlier slice left them
     run.saved.add(("n64", 0, 1))
-    assert [run.run(job) for job in run.queue()] == ["n64/0/0", "score n64", "n128/0/0", "n128/0/1", "score n128"]
+    sliced = run.queue(deadline=time.monotonic() + 1000)
+    assert [run.run(job) for job in sliced] == ["n64/0/0", "score n64", "n128/0/0", "n128/0/1", "score n128"]
+    (tmp_path / "plain").mkdir()
+    other = FakeRun(tmp_path / "plain", folds=1, seeds=2, baselines=False, precision=False)
+    assert other.ledger.pop() is not None and other.ledger.pop() is not None
+    other.saved.add(("n64", 0, 1))
+    assert [other.run(job) for job in other.queue()] == ["n128/0/0", "n128/0/1", "score n128", "n64/0/0", "score n64"]
 
 
 def test_a_configuration_popped_but_not_yet_drawn_by_another_worker_queues_cells_with_their_n(tmp_path):

@@ -108,9 +108,9 @@ class CellQueue:
         whole slice in this run never starts (a hard limit around the slice would cut it and lose
         its training): the log says how long a slice it needs.
 
-    Model cells of a fold begun (some of its seeds saved) come first, then largest N, then by
-    configuration, fold and seed: a fold's seeds one after another, whatever order they were queued
-    in (a cell queued again comes back to its fold), and a fold begun is finished before another.
+    Model cells come largest N first, then by configuration, fold and seed: a fold's seeds one after
+    another, whatever order they were queued in (a cell queued again comes back to its fold). With a
+    deadline, the cells of a fold begun (some of its seeds saved) come before all others.
     """
 
     def __init__(self, ledger: Ledger, *, cells: Callable[[str], list[tuple[int, int, bool]]],
@@ -198,7 +198,8 @@ class CellQueue:
         if kind == "cell" and not self._fits(n, key, fold):
             self._too_long = True
             return None
-        begun = kind == "cell" and self._fold_cells(key, fold)[1] > 0
+        # a sliced run finishes a fold begun first: its saved seeds' per-bar files may not outlast the slice
+        begun = kind == "cell" and self.deadline is not None and self._fold_cells(key, fold)[1] > 0
         return _RANK[kind], not begun, -n, int(cell.user_attrs.get("config", -1)), fold, seed, cell.number
 
     def _fold_cells(self, key: str, fold: int) -> tuple[int, int]:
