@@ -140,6 +140,15 @@ BAD = [
     # sweep: the resolved config, checked before anything is written
     ([*SWEEP, "--set", "train.lr=-1"], r"tsflash: error: train.lr must be > 0, got -1.0"),
     ([*SWEEP, "--set", "train.steps=0"], r"tsflash: error: train.steps must be >= 1, got 0"),
+    # a value the reduced CPU preset set, not the command: the error says whose it is
+    ([*SWEEP, "--set", "train.restarts=4", "--set", "train.restart_screen=400"],
+     r"tsflash: error: train.restart_screen=400 must be at least train.eval_every=3 \(a validation by then\) and below "
+     r"train.steps=12 \(0 trains every restart to its end\) \(train.steps=12, train.eval_every=3: the reduced CPU "
+     r"preset's, cpu.toml; give a value that fits it, or --preset full for the config's own\)"),
+    ([*SWEEP, "--set", "train.restarts=4", "--set", "train.restart_screen=400", "--set", "train.steps=300"],
+     r"tsflash: error: train.restart_screen=400 must be at least train.eval_every=3 \(a validation by then\) and below "
+     r"train.steps=300 \(0 trains every restart to its end\) \(train.eval_every=3: the reduced CPU preset's, "
+     r"cpu.toml; give a value that fits it, or --preset full for the config's own\)"),
     ([*SWEEP, "--set", "model.d_model=-1"], r"tsflash: error: model.d_model must be >= 1, got -1"),
     ([*SWEEP, "--set", "splits.n_folds=0"], r"tsflash: error: splits.n_folds must be >= 1, got 0"),
     ([*SWEEP, "--set", "splits.test_days=400"], r"tsflash: error: the data range data.start..data.end = .* is too short for "

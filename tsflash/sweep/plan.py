@@ -144,13 +144,28 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
         cli.setdefault("data", {})["end"] = _check_date(opts.end, "--end")
     if opts.seed is not None:
         cli.setdefault("train", {})["seeds"] = [int(opts.seed)]
-    overrides = merge_overrides(merge_overrides(overrides, cli), opts.overrides or {})
-    cfg = load_config(opts.config, overrides)
+    given = merge_overrides(cli, opts.overrides or {})
+    try:
+        cfg = load_config(opts.config, merge_overrides(overrides, given))
+    except UserError as exc:
+        raise UserError(f"{exc}{_reduced_hint(str(exc), overrides, given)}") from None
     if preset != REDUCED_PRESET:
         return cfg, preset, ""
     cfg.name = f"{cfg.name}+cpu"
     return cfg, preset, reduced_note(cfg.to_dict(), "no CUDA device" if not on_cuda else "--preset cpu")
 
+
+
+def _reduced_hint(message: str, reduced: dict, given: dict) -> str:
+    """Where a config error names a value the reduced CPU preset set (and the command did not), say so:
+    a user who never gave train.steps=12 learns where it came from and how to keep the config's own."""
+    named = [f"{section}.{key}={value}" for section, keys in reduced.items() if isinstance(keys, dict)
+             for key, value in keys.items()
+             if f"{section}.{key}={value}" in message and key not in given.get(section, {})]
+    if not named:
+        return ""
+    return (f" ({', '.join(named)}: the reduced CPU preset's, {CPU_PRESET.name}; give a value that fits it, "
+            "or --preset full for the config's own)")
 
 
 def nesting_unmeasured(cfg: ExperimentConfig) -> str | None:
