@@ -145,6 +145,10 @@ BAD = [
      r"tsflash: error: train.restart_screen=400 must be at least train.eval_every=3 \(a validation by then\) and below "
      r"train.steps=12 \(0 trains every restart to its end\) \(train.steps=12, train.eval_every=3: the reduced CPU "
      r"preset's, cpu.toml; give a value that fits it, or --preset full for the config's own\)"),
+    ([*SWEEP, "--lengths", "512,32768", "--set", "train.short_fraction=0.25"],
+     r"tsflash: error: train.short_fraction=0.25 of the batch of 1 windows at N=32768 \(train.tokens_per_step=32768\) is "
+     r"0.25 windows: it must be a whole number >= 1 at every N > train.short_length \(train.tokens_per_step=32768: the "
+     r"reduced CPU preset's, cpu.toml; give a value that fits it, or --preset full for the config's own\)"),
     ([*SWEEP, "--set", "train.restarts=4", "--set", "train.restart_screen=400", "--set", "train.steps=300"],
      r"tsflash: error: train.restart_screen=400 must be at least train.eval_every=3 \(a validation by then\) and below "
      r"train.steps=300 \(0 trains every restart to its end\) \(train.eval_every=3: the reduced CPU preset's, "

@@ -370,8 +370,8 @@ def test_data_symbol_is_an_upper_case_spot_pair():
      "train.decay_fraction=0.3 is used by train.schedule='wsd' only (the cosine schedule decays over all of train.steps)"),
     ({"train": {"short_fraction": 1.0}}, "train.short_fraction must be in [0, 1), got 1.0"),
     ({"train": {"short_fraction": 0.3}},
-     "train.short_fraction=0.3 of the batch of 32 windows at N=4096 is 9.6 windows: it must be a whole number >= 1 at "
-     "every N > train.short_length"),
+     "train.short_fraction=0.3 of the batch of 32 windows at N=4096 (train.tokens_per_step=131072) is 9.6 windows: it "
+     "must be a whole number >= 1 at every N > train.short_length"),
     ({"train": {"short_fraction": 0.25, "short_length": 500}},
      "train.short_length: every length must be a power of two >= 2, got 500"),
     ({"train": {"short_length": 1024}}, "train.short_length=1024 is used with train.short_fraction > 0 only"),

@@ -671,8 +671,9 @@ def check_short_windows(tr: TrainConfig, lengths) -> None:
         batch = tr.tokens_per_step // n
         replaced = tr.short_fraction * batch
         if replaced != round(replaced) or replaced < 1:
-            raise UserError(f"train.short_fraction={tr.short_fraction} of the batch of {batch} windows at N={n} is "
-                            f"{replaced:g} windows: it must be a whole number >= 1 at every N > train.short_length")
+            raise UserError(f"train.short_fraction={tr.short_fraction} of the batch of {batch} windows at N={n} "
+                            f"(train.tokens_per_step={tr.tokens_per_step}) is {replaced:g} windows: it must be a whole "
+                            "number >= 1 at every N > train.short_length")
 
 
 def check_schedule(tr: TrainConfig) -> None:

@@ -210,7 +210,7 @@ def test_short_windows_replace_a_share_of_the_long_batch_under_one_loss(fixed, m
     assert [c[0] for c in calls] == [(64, 32)]
     from tsflash.errors import UserError
 
-    with pytest.raises(UserError, match=r"train.short_fraction=0.3 of the batch of 32 windows at N=64 is 9.6 windows"):
+    with pytest.raises(UserError, match=r"train.short_fraction=0.3 of the batch of 32 windows at N=64 \(train.tokens_per_step=2048\) is 9.6 windows"):
         engine.run_fold(fixed, 64, 1, 0, train_overrides=over | {"short_fraction": 0.3})
 
 
