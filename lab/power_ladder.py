@@ -598,7 +598,7 @@ def plan_entry(base: tuple[str, ...], arm: dict) -> dict:
 
 
 def command_line(args) -> str:
-    parts = ["python", "lab/power_ladder.py", "--runs", str(args.runs), "--lengths", args.lengths,
+    parts = ["python", LADDER_SCRIPT, "--runs", str(args.runs), "--lengths", args.lengths,
              "--strengths", ",".join(f"{s:g}" for s in args.strengths), "--replicates", str(args.replicates),
              "--seed", str(args.seed), "--device", args.device, "--preset", args.preset]
     parts += ["--echo", args.echo] if args.echo else []

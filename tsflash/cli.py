@@ -16,6 +16,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 # `import tsflash` (the package, imported before anything here) already set KINETO_LOG_LEVEL,
 # which torch's profiler reads when torch loads; see tsflash/__init__.py.
@@ -51,7 +52,9 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split("\n"))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, func: Callable[[argparse.Namespace], int] | None = None) -> int:
+    """Run the command `argv` names; `func`, when given, runs in place of the command's own function
+    (`python -m lab.preregister`: `tsflash preregister` with the lab's strength ladder)."""
     try:
         args = build_parser().parse_args(argv)
         logging.basicConfig(
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             datefmt="%H:%M:%S",
         )
-        code = int(args.func(args) or 0)
+        code = int((func or args.func)(args) or 0)
         sys.stdout.flush()  # a reader that left shows here, in the handler below, not at the interpreter's exit
         return code
     except UsageError as exc:

@@ -277,7 +277,7 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
         entry = ladder(tuple(base), resolved[0])
         if missing := [k for k in LADDER_KEYS if k not in entry]:
             raise ValueError(f"the ladder's plan entry lacks {', '.join(missing)}")
-        plan["ladder"] = {"command": entry["command"], "rule": wording.LADDER_RULE} | {k: entry[k] for k in LADDER_KEYS}
+        plan["ladder"] = {k: entry[k] for k in LADDER_KEYS} | {"rule": wording.LADDER_RULE}
     plan["ledger_entries"] = _ledger_entries(plan)
     plan["order"] = plan_order(plan, stages)
     plan["order_rule"] = wording.ORDER_RULE
