@@ -158,6 +158,17 @@ print(record_scaling(Path('reports/bench/scaling.json'), Path('$run'), $n, total
     python3 -c "from lab.bench_tables import write_compile_cells_markdown; print(write_compile_cells_markdown('$d').read_text())"
     tar cf "$OUT/compile.tar" "$d" "$d.md"
     ;;
+  compile-parity)
+    # Compiled against eager, the same numbers? One BTC cell per N of the default config (one fold,
+    # seed 0): eager, eager again, compiled, eager at seed 1, one after the other
+    # (lab/compile_parity.py). Resumable: run it again until its summary has every N. Carry .whl and
+    # .carry/packed. About 12 cells of the default (18 s each on the H200) plus compiling.
+    d=${PARITY_DIR:-reports/bench/compile-parity}
+    timeout --signal=INT "${PARITY_LIMIT_S:-540}" python3 lab/compile_parity.py --data .carry/data --out "$d" 2>&1 \
+      | grep -v "^USDT" | tee "$OUT/compile-parity.log" | tail -8
+    echo "compile-parity exit: ${PIPESTATUS[0]}"
+    tar cf "$OUT/compile-parity.tar" "$d"
+    ;;
   model-variants)
     # Do the models that run faster (the mfu variants -head128 and -bf16-residual) learn what the
     # experiment's model learns? Each compiled, on the positive control (synthetic:long-memory, the

@@ -289,3 +289,14 @@ def test_the_call_runs_the_plan_as_amended(planned):
     assert sweep[sweep.index("--data") + 1] == "synthetic:long-memory:1:strength=0.1"
     typo = _third(root, env, RUNS="ladder", BUDGET_S="300")
     assert typo.returncode == 2 and "run ladder is not in reports/third-edition/PLAN.json as amended (AMENDMENT.md); its runs:" in typo.stderr
+
+
+def test_h200_compile_parity_runs_the_parity_script_on_the_carried_bars(checkout):
+    """`bash lab/h200.sh compile-parity`: lab/compile_parity.py on the bars device_env.sh unpacked,
+    into the bench folder the summary is published from."""
+    root, env = checkout
+    done = subprocess.run(["bash", "lab/h200.sh", "compile-parity"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert "compile-parity exit: 0" in done.stdout, done.stdout + done.stderr
+    (argv,) = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
+    assert argv == ["lab/compile_parity.py", "--data", ".carry/data", "--out", "reports/bench/compile-parity"]
