@@ -214,7 +214,8 @@ def _time_left_words(out: Path, rows: list[dict], order: list[dict], stage: str,
     nxt = sum(left[n][0] for n in runs if n in left)
     planned, planned_worst = (sum(st[k] for st in order) for k in ("gpu_seconds", "gpu_seconds_worst"))
     return (f"; left: about {f(expected)} of one H200 expected ({f(worst)} if every model cell runs its most steps), "
-            f"{f(nxt)} of it stage {stage}'s, at today's calibrated prices and the runs' saved cells; "
+            f"{f(nxt)} of it stage {stage}'s, at today's calibrated prices, or at a run's own saved cells where it has "
+            "some (on the card that trained them); "
             + (f"PLAN.json and its amendments priced the amended order at " if amended else
                "PLAN.json priced the whole plan at ") + f"{f(planned)} ({f(planned_worst)})")
 
