@@ -331,3 +331,25 @@ def record_scaling(path: Path, run_dir: Path, gpus: int, seconds: float, lengths
     write_json(path, {"rows": rows})
     atomic.write_text(path.with_suffix(".md"), scaling_markdown(rows))
     return path.with_suffix(".md")
+
+
+def sweep_time_split(run_dir: Path | str) -> dict:
+    """Where a finished sweep's cell time went, from its cell summaries: per N the model cells'
+    count and seconds (wall-clock, training, scoring), and the baselines' seconds. What is left of
+    the run's wall-clock is data, the precision check, the report and process starts."""
+    from tsflash.runfolder import RunFolder, read_json
+
+    folder = RunFolder(run_dir)
+    per_n: dict[int, dict[str, float]] = {}
+    baselines = 0.0
+    for path in sorted(folder.cells_dir.rglob("*.cell.json")):
+        cell = read_json(path)
+        if "baselines" in cell:
+            baselines += cell["seconds"]
+            continue
+        row = per_n.setdefault(int(cell["n"]), {"cells": 0, "wall": 0.0, "train": 0.0, "score": 0.0})
+        row["cells"] += 1
+        row["wall"] += cell["seconds"]
+        row["train"] += cell["cost"]["train_seconds"]
+        row["score"] += cell["cost"].get("eval_seconds") or 0.0
+    return {"per_n": dict(sorted(per_n.items())), "baselines": baselines}

@@ -151,3 +151,24 @@ def test_the_found_bar_is_half_way_to_the_published_controls_oracle(tmp_path):
     assert tables.control_found_bar("x", tmp_path / "absent.json") is None
     # the published summary's bar, as its report states it
     assert f"{tables.control_found_bar('synthetic:long-memory:0:strength=0.2'):.4f}" == "0.5947"
+
+
+def test_where_the_published_default_sweeps_time_went_recomputes_as_docs_benchmarks_says():
+    """docs/benchmarks.md, "Where the published default sweep's 13 min 23 s went": the cell summaries of
+    reports/h200-btcusdt-1m-second-edition, and the compiled estimate scaled by the engine's steps."""
+    from lab.bench_tables import sweep_time_split
+    from tests.conftest import REPO
+
+    split = sweep_time_split(REPO / "reports/h200-btcusdt-1m-second-edition")
+    rows = split["per_n"]
+    assert {n: r["cells"] for n, r in rows.items()} == {512: 15, 4096: 15, 32768: 15}
+    assert [round(r["wall"], 1) for r in rows.values()] == [129.1, 147.2, 442.0]
+    assert [round(r["train"], 1) for r in rows.values()] == [113.2, 124.5, 407.1]
+    assert round(sum(r["wall"] for r in rows.values()), 1) == 718.3 and round(split["baselines"], 1) == 37.1
+    step_ms = {512: (26.2, 13.1), 4096: (32.9, 20.6), 32768: (95, 82)}  # compile-cells.md, eager -> compiled
+    compiled = {n: r["train"] * step_ms[n][1] / step_ms[n][0] for n, r in rows.items()}
+    assert round(sum(compiled.values())) == 486 and round(compiled[32768]) == 351
+    assert round(13 * 60 + 23 - sum(r["train"] for r in rows.values()) + sum(compiled.values())) == 644  # 10 min 44 s
+    text = (REPO / "docs/benchmarks.md").read_text()
+    assert "| 15 model cells, wall-clock | 129.1 s | 147.2 s | 442.0 s | 718.3 s |" in text
+    assert "about 486 s instead of 645 s" in text and "about 10 min 44 s" in text
