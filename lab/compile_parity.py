@@ -70,8 +70,10 @@ def curve_gap(a: dict, b: dict) -> float | None:
     return max(gaps) if gaps else None
 
 
-def verdict(compiled: float, replicate: float, seed: float) -> str:
+def verdict(compiled: float | None, replicate: float | None, seed: float | None) -> str:
     """Where compiled's |gap| to eager sits against the replicate's and the second seed's."""
+    if compiled is None or replicate is None or seed is None:
+        return "not comparable (no step both curves evaluated)"
     if compiled <= replicate:
         return "within the replicate's noise"
     if compiled <= seed:
@@ -94,7 +96,7 @@ def summarize(out: Path) -> dict:
             gaps = {name: {"log_loss": abs(variants[name][n]["log_loss"] - ref["log_loss"]),
                            "curve": curve_gap(variants[name][n]["curve"], ref["curve"])}
                     for name in VARIANTS if name != REFERENCE}
-            rows[n] = {"gaps": gaps, **{f"{score}_verdict": verdict(*(gaps[v][score] or 0.0 for v in
+            rows[n] = {"gaps": gaps, **{f"{score}_verdict": verdict(*(gaps[v][score] for v in
                                                                        ("compiled", "eager-again", "eager-seed1")))
                                         for score in ("log_loss", "curve")}}
     return {"variants": variants, "rows": rows}

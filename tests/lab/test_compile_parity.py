@@ -25,6 +25,7 @@ def test_curve_gap_is_the_largest_gap_at_a_common_step():
     (0.0, 0.0, 0.01, "within the replicate's noise"),
     (0.002, 0.001, 0.01, "outside the replicate's noise, within the seed spread"),
     (0.02, 0.001, 0.01, "outside the seed spread"),
+    (None, 0.0, 0.01, "not comparable (no step both curves evaluated)"),
 ])
 def test_verdict_holds_compiled_to_the_replicate_then_the_seed_spread(compiled, replicate, seed, words):
     assert parity.verdict(compiled, replicate, seed) == words
