@@ -44,18 +44,27 @@ ONE_CELL = ("splits.n_folds=1", "train.seeds=[0]")
 MODES = ("eager", "compiled")
 
 
-def run_both(out: Path, data: str, lengths: list[int], device: str, preset: str, extra: list[str]) -> None:
+def run_sweeps(out: Path, variants: dict[str, list[str]], data: str, lengths: list[int], device: str, preset: str,
+               validation_only: bool = False) -> None:
+    """One sweep per variant (its folder under `out`, its overrides), one after the other on one
+    device; a complete sweep is not run again."""
     from tsflash.sweep.run import SweepOptions, run_sweep
 
-    for mode in MODES:
-        folder = out / mode
+    for name, overrides in variants.items():
+        folder = out / name
         if RunFolder(folder).exists() and RunFolder(folder).is_complete():
             continue
-        overrides = [*RULE, *ONE_CELL, *extra, f"train.compile={'true' if mode == 'compiled' else 'false'}"]
-        log.info("%s: %s", mode, " ".join(overrides))
+        log.info("%s: %s", name, " ".join(overrides))
         run_sweep(SweepOptions(lengths=lengths, data=data, out=folder, device=device, preset=preset, precision=False,
-                               validation_only=not data.startswith("synthetic:"),  # BTC: no test figure read
-                               overrides=parse_overrides(overrides), command=" ".join(sys.argv)))
+                               validation_only=validation_only, overrides=parse_overrides(overrides),
+                               command=" ".join(sys.argv)))
+
+
+def run_both(out: Path, data: str, lengths: list[int], device: str, preset: str, extra: list[str]) -> None:
+    variants = {mode: [*RULE, *ONE_CELL, *extra, f"train.compile={'true' if mode == 'compiled' else 'false'}"]
+                for mode in MODES}
+    run_sweeps(out, variants, data, lengths, device, preset,
+               validation_only=not data.startswith("synthetic:"))  # BTC: no test figure read
 
 
 def cell_costs(root: Path) -> dict[int, dict]:
@@ -104,15 +113,21 @@ def render(summary: dict) -> str:
     return "\n".join(lines + [""])
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("runs/compile-check"), help="folder of the two sweeps and the summary")
+def parser(doc: str, out: str, lengths: str) -> argparse.ArgumentParser:
+    """The options of a script that runs sweeps of one cell per N into OUT and summarizes them."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path(out), help="folder of the sweeps and the summary")
     ap.add_argument("--data", default="data", help="bar store (default: data), or a synthetic: source")
-    ap.add_argument("--lengths", default="512,32768", help="context lengths (default 512,32768)")
+    ap.add_argument("--lengths", default=lengths, help=f"context lengths (default {lengths})")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--preset", default="full", help="sweep preset (default full)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="another override for both sweeps")
-    ap.add_argument("--summary-only", action="store_true", help="only (re)write OUT/summary.md from the sweeps in OUT")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="another override for every sweep")
+    ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary from the sweeps in OUT")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__, "runs/compile-check", "512,32768")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if not args.summary_only:

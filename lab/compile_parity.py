@@ -17,7 +17,6 @@ saves) and the summary says so.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -27,11 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
+from lab.compile_check import parser, run_sweeps  # noqa: E402
 from tsflash.atomic import write_json, write_text  # noqa: E402
-from tsflash.config import parse_overrides  # noqa: E402
 from tsflash.runfolder import RunFolder  # noqa: E402
-
-log = logging.getLogger("compile_parity")
 
 ONE_CELL = ("splits.n_folds=1",)
 # variant: (train.compile, seed); "eager-again" is the same cell as "eager" in its own run folder
@@ -41,16 +38,9 @@ REFERENCE = "eager"
 
 def run_all(out: Path, data: str, lengths: list[int], device: str, preset: str, extra: list[str]) -> None:
     """One sweep per variant, one after the other on one device; a complete sweep is not run again."""
-    from tsflash.sweep.run import SweepOptions, run_sweep
-
-    for name, (compiled, seed) in VARIANTS.items():
-        folder = RunFolder(out / name)
-        if folder.exists() and folder.is_complete():
-            continue
-        overrides = [*ONE_CELL, f"train.seeds=[{seed}]", *extra, f"train.compile={'true' if compiled else 'false'}"]
-        log.info("%s: %s", name, " ".join(overrides))
-        run_sweep(SweepOptions(lengths=lengths, data=data, out=out / name, device=device, preset=preset,
-                               precision=False, overrides=parse_overrides(overrides), command=" ".join(sys.argv)))
+    variants = {name: [*ONE_CELL, f"train.seeds=[{seed}]", *extra, f"train.compile={'true' if compiled else 'false'}"]
+                for name, (compiled, seed) in VARIANTS.items()}
+    run_sweeps(out, variants, data, lengths, device, preset)
 
 
 def cell_record(cell: dict) -> dict:
@@ -147,14 +137,7 @@ def plot(summary: dict, path: Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("runs/compile-parity"), help="folder of the sweeps and the summary")
-    ap.add_argument("--data", default="data", help="bar store (default: data), or a synthetic: source")
-    ap.add_argument("--lengths", default="512,4096,32768", help="context lengths (default 512,4096,32768)")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--preset", default="full", help="sweep preset (default full)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="another override for every sweep")
-    ap.add_argument("--summary-only", action="store_true", help="only (re)write the summary from the sweeps in OUT")
+    ap = parser(__doc__, "runs/compile-parity", "512,4096,32768")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if not args.summary_only:
