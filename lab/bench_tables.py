@@ -177,8 +177,7 @@ def engine_seed(result: dict) -> int:
     overrides; results written before it recorded "seed" say it through those)."""
     if "seed" in result:
         return result["seed"]
-    from tsflash.config import parse_overrides
-    from tsflash.config import load_config
+    from tsflash.config import load_config, parse_overrides
 
     seeds = parse_overrides(result.get("overrides", [])).get("train", {}).get("seeds")
     return (seeds if seeds is not None else load_config(result["config"]).train.seeds)[0]

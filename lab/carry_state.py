@@ -34,12 +34,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
-from tsflash.errors import UserError  # noqa: E402
-from tsflash.runfolder import RunFolder, left_out_of_record  # noqa: E402
-from tsflash.report import registration  # noqa: E402
-from tsflash.sweep import preregister  # noqa: E402
-
 from lab.plan_state import next_runs  # noqa: E402
+from tsflash.errors import UserError  # noqa: E402
+from tsflash.report import registration  # noqa: E402
+from tsflash.runfolder import RunFolder, left_out_of_record  # noqa: E402
+from tsflash.sweep import preregister  # noqa: E402
 
 log = logging.getLogger("carry_state")
 

@@ -52,8 +52,8 @@ if str(REPO) not in sys.path:
 
 from tsflash import cli  # noqa: E402
 from tsflash.atomic import write_json, write_text  # noqa: E402
-from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.data.synthetic import found_bar  # noqa: E402
+from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 
 log = logging.getLogger("controls")
 
@@ -157,10 +157,10 @@ def oracle_hits(folder: RunFolder, cells: list[dict]) -> dict[int, dict] | None:
     import torch
 
     from tsflash.config import config_from_dict
-    from tsflash.sweep.source import load_data
-    from tsflash.dataset.labels import forward_log_returns, make_labels
     from tsflash.data.store import to_us
     from tsflash.data.synthetic import INTERVAL_US, LongMemory, echo_signal, grid_returns
+    from tsflash.dataset.labels import forward_log_returns, make_labels
+    from tsflash.sweep.source import load_data
 
     data = read_json(folder.data_json)
     if "params" not in data or not str(data["source"]).startswith("synthetic:long-memory"):

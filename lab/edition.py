@@ -24,18 +24,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lab.plan_state import CALLS_DIR, device_calls, plan_state
 from tsflash.atomic import write_json, write_text
 from tsflash.errors import UserError
 from tsflash.report.context import most_gpu_jobs
 from tsflash.report.diagnostics.nesting import NESTING_PART_NAMES
 from tsflash.report.questions import RESULTS_FILE as QUESTIONS_FILE
+from tsflash.report.registration import (
+    AA_CONTROL,
+    CONTROL_RULES,
+    LADDER_RUN,
+    NOT_RUN,
+    PLAN_JSON,
+    amended_words,
+    plan_order_of,
+    planned_runs,
+)
 from tsflash.report.wording import FOLLOWS, NA, SCORE_NAMES, bps, fmt, label, plural, signed
-from tsflash.report.registration import (AA_CONTROL, CONTROL_RULES, LADDER_RUN, NOT_RUN, PLAN_JSON, amended_words,
-                                         plan_order_of, planned_runs)
 from tsflash.runfolder import RunFolder, read_json
 from tsflash.sweep.preregister import amended_plan
-
-from lab.plan_state import CALLS_DIR, device_calls, plan_state
 
 SUMMARY_MD, SUMMARY_JSON, SUMMARY_PNG, ANSWER_PNG = "SUMMARY.md", "summary.json", "summary.png", "answer.png"
 __all__ = ["CONTROL_RULES", "control_met", "write_summary"]  # CONTROL_RULES: the package's, read here
@@ -346,8 +353,8 @@ def answer_brief(s: dict) -> list[str]:
             "no device call recorded") + (f"; peak memory {memory[0]}-{memory[-1]} GiB over every N and arm"
                                           if memory else "")
     unread = "not read: no arm's stage is complete."
-    return [f"1. **Forecasting**: " + (" ".join(_forecast_brief(a) for a in s["arms"]) or unread),
-            f"2. **Trading**: " + (" ".join(_trading_brief(a) for a in s["arms"]) or unread),
+    return ["1. **Forecasting**: " + (" ".join(_forecast_brief(a) for a in s["arms"]) or unread),
+            "2. **Trading**: " + (" ".join(_trading_brief(a) for a in s["arms"]) or unread),
             f"3. **What \"no\" rules out**: {rules_out}",
             f"4. **Controls**, each against the rule the plan stated: {controls}.",
             f"5. **Cost**: {cost}."]

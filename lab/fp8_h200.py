@@ -26,8 +26,7 @@ import torch
 
 from tsflash import atomic
 from tsflash.bench import fp8
-from tsflash.config import parse_lengths, parse_overrides
-from tsflash.config import load_config
+from tsflash.config import load_config, parse_lengths, parse_overrides
 from tsflash.device import resolve_device
 
 log = logging.getLogger("fp8_h200")
@@ -39,8 +38,8 @@ CELL_OVERRIDES = ["data.start=2024-01-01", "data.end=2024-12-31", "splits.n_fold
 
 def train_cell(args, device) -> tuple[Path | None, torch.Tensor | None, dict]:
     """(model checkpoint, the fold's normalised features (T, F), what happened) -- never raises."""
-    from tsflash.engine import fold_data, prepare, run_fold
     from tsflash.data.store import load_bars
+    from tsflash.engine import fold_data, prepare, run_fold
 
     overrides = CELL_OVERRIDES + [f"lengths=[{args.train_n}]"] + args.set
     info: dict = {"overrides": overrides, "train_n": args.train_n, "seed": 0}

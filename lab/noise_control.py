@@ -604,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     temp = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="tsflash-noise-")) if temp else args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     try:
         rows, secs = run_all(seeds, fees, workdir, args)

@@ -15,11 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from lab import plan_state
 from tsflash.errors import UserError
 from tsflash.report.registration import NOT_RUN, PLAN_JSON
 from tsflash.sweep import preregister
-
-from lab import plan_state
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -15,8 +15,15 @@ from tsflash.config import config_from_dict
 from tsflash.report import wording
 from tsflash.report.markdown import markdown_table
 from tsflash.report.questions import RESULTS_FILE
-from tsflash.report.registration import (LADDER_DIR, LADDER_RUN, NOT_RUN, amended_words, deviations, plan_order_of,
-                                         planned_runs)
+from tsflash.report.registration import (
+    LADDER_DIR,
+    LADDER_RUN,
+    NOT_RUN,
+    amended_words,
+    deviations,
+    plan_order_of,
+    planned_runs,
+)
 from tsflash.runfolder import RunFolder, read_json
 from tsflash.sweep.preregister import PLAN_DEVICE, amended_plan
 from tsflash.sweep.progress import CostModel, format_seconds, prior_rates
@@ -216,7 +223,7 @@ def _time_left_words(out: Path, rows: list[dict], order: list[dict], stage: str,
     return (f"; left: about {f(expected)} of one H200 expected ({f(worst)} if every model cell runs its most steps), "
             f"{f(nxt)} of it stage {stage}'s, at today's calibrated prices, or at a run's own saved cells where it has "
             "some (on the card that trained them); "
-            + (f"PLAN.json and its amendments priced the amended order at " if amended else
+            + ("PLAN.json and its amendments priced the amended order at " if amended else
                "PLAN.json priced the whole plan at ") + f"{f(planned)} ({f(planned_worst)})")
 
 

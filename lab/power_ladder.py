@@ -96,8 +96,16 @@ from tsflash.report import wording  # noqa: E402
 from tsflash.report.compute import SCORES  # noqa: E402  (score -> its loss and count columns)
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.stats.runs import (  # noqa: E402
-    CrossedComponents, CrossedTestResult, RunTestInputError, RunTestResult, crossed_power, crossed_seed_test,
-    run_level_test, runs_from_table, verdict_of)
+    CrossedComponents,
+    CrossedTestResult,
+    RunTestInputError,
+    RunTestResult,
+    crossed_power,
+    crossed_seed_test,
+    run_level_test,
+    runs_from_table,
+    verdict_of,
+)
 
 
 def _controls():
@@ -239,8 +247,8 @@ def echo_oracle_gain(root: Path) -> float | None:
     bar, over the class prior) of the calibrated sign of the planted drift (`echo_signal`) on every
     bar whose echo source exists, the flat third fitted on them (`direction_gain`). None on the null."""
     from tsflash.config import config_from_dict
-    from tsflash.sweep.source import load_data
     from tsflash.data.synthetic import INTERVAL_US, LongMemory, direction_gain, echo_signal, grid_returns
+    from tsflash.sweep.source import load_data
 
     folder = RunFolder(root)
     data = read_json(folder.data_json)

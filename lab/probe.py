@@ -36,14 +36,17 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
 from tsflash.atomic import write_text  # noqa: E402
-from tsflash.config import parse_overrides  # noqa: E402
-from tsflash.config import config_from_dict, merge_overrides  # noqa: E402
-from tsflash.sweep.source import configured_bar_count  # noqa: E402
+from tsflash.config import (  # noqa: E402
+    config_from_dict,
+    merge_overrides,
+    parse_overrides,  # noqa: E402
+)
 from tsflash.data.store import fingerprint, load_bars  # noqa: E402
 from tsflash.data.synthetic import synthetic_bars  # noqa: E402
 from tsflash.dataset.probe import fit_probe, probe_features, probe_fit_rows, probe_windows, score  # noqa: E402
 from tsflash.engine import MAX_LOGREG_ROWS, fold_data, prepare  # noqa: E402
 from tsflash.stats.runs import one_sample_t  # noqa: E402
+from tsflash.sweep.source import configured_bar_count  # noqa: E402
 
 log = logging.getLogger("probe")
 

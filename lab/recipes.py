@@ -85,9 +85,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the repository's tsflash
 
+from lab.bench_tables import control_found_bar  # noqa: E402
 from tsflash import cli  # noqa: E402
 from tsflash.atomic import write_json, write_text  # noqa: E402
-from lab.bench_tables import control_found_bar  # noqa: E402
 from tsflash.config import parse_overrides  # noqa: E402
 from tsflash.runfolder import RunFolder, read_json  # noqa: E402
 from tsflash.scoring.metrics import hit_rate_from_confusion  # noqa: E402
@@ -236,7 +236,8 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
         for part in NESTING_PARTS:
             keys = sorted(k for k in set(rows) & set(by_n[short])
                           if part in rows[k]["cut"].get(short, {}) and part in by_n[short][k]["test"])
-            r = _long_minus_short(keys, lambda k: by_n[short][k]["test"][part], lambda k: rows[k]["cut"][short][part],
+            # The lambdas are called within this iteration, so they read this loop's part and rows.
+            r = _long_minus_short(keys, lambda k: by_n[short][k]["test"][part], lambda k: rows[k]["cut"][short][part],  # noqa: B023
                                   lambda k: by_n[short][k]["n_scored"], (f"N={short}", f"N={n} cut"))
             if r is not None:
                 out[n][part] = {"runs": len(keys), "folds": len(r.folds), "mean": r.estimate, "p": r.p,
@@ -270,7 +271,7 @@ def validation_gap(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]
     for n, rows in _longer(by_n, short):
         keys = sorted(k for k in set(rows) & set(by_n[short])
                       if rows[k]["best_val_loss"] is not None and by_n[short][k]["best_val_loss"] is not None)
-        r = _long_minus_short(keys, lambda k: by_n[short][k]["best_val_loss"], lambda k: rows[k]["best_val_loss"],
+        r = _long_minus_short(keys, lambda k: by_n[short][k]["best_val_loss"], lambda k: rows[k]["best_val_loss"],  # noqa: B023
                               lambda k: 1, (f"N={short}", f"N={n}"))
         if r is not None:
             out[n] = {"runs": len(keys), "folds": len(r.folds), "mean": r.estimate, "p": r.p, "ci": list(r.ci)}

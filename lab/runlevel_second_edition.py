@@ -41,20 +41,20 @@ from tsflash.report.compute import SCORES, load_losses, paired  # noqa: E402
 from tsflash.report.rundata import load_run  # noqa: E402
 from tsflash.runfolder import read_json  # noqa: E402
 from tsflash.scoring.daily import ENSEMBLE  # noqa: E402
+from tsflash.stats.forecasts import holm  # noqa: E402
 from tsflash.stats.runs import (  # noqa: E402
     CrossedComponents,
     Runs,
-    crossed_power,
     aa_tests,
     binomial_interval,
+    crossed_power,
+    crossed_seed_test,
     holm_adjust,
     min_detectable_difference,
     pbo_null,
-    crossed_seed_test,
     run_level_test,
     runs_from_table,
 )
-from tsflash.stats.forecasts import holm  # noqa: E402
 
 log = logging.getLogger("runlevel")
 

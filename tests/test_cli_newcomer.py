@@ -12,11 +12,10 @@ import sys
 import pytest
 
 import tsflash
+from tests.test_cli import REPO, TINY_SWEEP
 from tsflash import cli
-from tsflash.commands import runs as runs_command
 from tsflash.commands.options import check_pair
 from tsflash.errors import UserError
-from tests.test_cli import REPO, TINY_SWEEP
 
 
 def test_version(capsys):

@@ -183,8 +183,8 @@ def test_the_range_rule_is_the_splitters_rule(interval, scheme, train_days):
     config's message (in the user's keys) stands for the splitter's (n_splits, test_size in bars)."""
     import datetime
 
-    from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day
     from tsflash.dataset.splits import WalkForward
+    from tsflash.intervals import INTERVAL_US, US_PER_DAY, bars_per_day
 
     per_day = bars_per_day(INTERVAL_US[interval])
     splits = {"n_folds": 2, "test_days": 2, "scheme": scheme, "train_days": train_days, "val_days": 0}  # no tail: the splitter's rule

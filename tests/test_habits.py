@@ -33,12 +33,12 @@ def test_the_package_is_marked_typed_and_ships_the_marker():
     assert "py.typed" in PYPROJECT["tool"]["setuptools"]["package-data"]["tsflash"]
 
 
-def test_ci_installs_ruff_and_mypy_and_runs_them_on_the_package_before_the_tests():
+def test_ci_installs_ruff_and_mypy_and_runs_them_before_the_tests():
     dev = [re.split(r"[<>=\[ ]", req, maxsplit=1)[0] for req in PYPROJECT["project"]["optional-dependencies"]["dev"]]
     assert {"ruff", "mypy"} <= set(dev)
     ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     install, lint, types, tests = (ci.index(step) for step in (
-        'pip install -e ".[dev]" torch==2.13.0', "ruff check tsflash", "mypy tsflash", "python -m pytest -q"))
+        'pip install -e ".[dev]" torch==2.13.0', "ruff check tsflash lab tests", "mypy tsflash", "python -m pytest -q"))
     assert install < lint < tests and install < types < tests
     assert "ruff format --check \"${FORMATTED[@]}\"" in ci
 

@@ -3,7 +3,6 @@ jupytext .py it is edited as."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.conftest import REPO, SHARED_DATA

@@ -17,9 +17,9 @@ import re
 import pytest
 
 import tsflash
+from tests.conftest import REPO
 from tsflash import api
 from tsflash.errors import UserError
-from tests.conftest import REPO
 
 PUBLISHED = REPO / "reports" / "h200-btcusdt-1m-second-edition"
 README = REPO / "README.md"

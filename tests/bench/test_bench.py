@@ -11,16 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from tsflash.model import attention as attn
+from lab import bench_tables as tables
 from tsflash import device, engine
 from tsflash.bench import attention as attention_bench
 from tsflash.bench import common, precision, trainstep
-from tsflash.model import flops
 from tsflash.cli import main
 from tsflash.config import parse_lengths
 from tsflash.errors import UserError
-
-from lab import bench_tables as tables
+from tsflash.model import attention as attn
+from tsflash.model import flops
 
 CPU = torch.device("cpu")
 

@@ -9,8 +9,8 @@ import torch
 
 from tsflash import CausalTransformer, ModelConfig, atomic
 from tsflash.bench import fp8
-from tsflash.model import attention as attn
 from tsflash.errors import UserError
+from tsflash.model import attention as attn
 
 CPU = torch.device("cpu")
 
@@ -145,7 +145,7 @@ def test_bench_runs_end_to_end_on_cpu(tmp_path):
     assert result["settings"]["model"] == str(path) and result["settings"]["modes"] == fp8.MODES
     rows = {(r["n"], r["input"], r["format"]): r for r in result["rows"]}
     assert set(rows) == {(n, i, f) for n in (16, 64) for i in fp8.INPUTS for f in fp8.FORMATS}
-    for (n, kind, fmt), r in rows.items():
+    for (_n, kind, _fmt), r in rows.items():
         assert r["status"] == "ok"
         for mode in fp8.MODES:
             assert 0 < r[f"{mode}_fro_rel"] < 1 and 0 < r[f"{mode}_max_rel"] < 2

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from tsflash import cli
-from tsflash.data import ingest
-from tsflash.data import store
+from tsflash.data import ingest, store
 
 MIN_US = store.INTERVAL_US["1m"]
 

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tsflash import atomic, cli
-from tsflash.data import _manifest as manifest, ingest, store
+from tsflash.data import _manifest as manifest
+from tsflash.data import ingest, store
 
 MIN_US = store.INTERVAL_US["1m"]
 

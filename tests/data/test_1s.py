@@ -17,14 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from tsflash import cli
-from tsflash.data import ingest
-from tsflash.data import store
 from tsflash.config import load_config
+from tsflash.data import ingest, store
+from tsflash.data.synthetic import random_walk_bars
 from tsflash.intervals import US_PER_DAY, bars_per_day
 from tsflash.scoring.daily import BarReturns, daily_series
 from tsflash.scoring.days import daily_returns
 from tsflash.sweep.run import SweepOptions, run_sweep
-from tsflash.data.synthetic import random_walk_bars
 
 SEC = 1_000_000
 DAY0 = "2025-01-30"  # a 1-second month that straddles a month end, in the microsecond era

@@ -14,9 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tsflash.data import fetch
-from tsflash.data import ingest
-from tsflash.data import store
+from tsflash.data import fetch, ingest, store
 from tsflash.errors import UserError
 
 DAILY = "data/spot/daily/klines/BTCUSDT/1m"

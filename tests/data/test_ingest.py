@@ -10,8 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tsflash.data import ingest
-from tsflash.data import store
+from tsflash.data import ingest, store
 from tsflash.errors import UserError
 
 MIN_US = 60_000_000

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tsflash.data import _manifest as manifest, store, transport
+from tsflash.data import _manifest as manifest
+from tsflash.data import store, transport
 from tsflash.errors import UserError
 
 MIN_US = store.INTERVAL_US["1m"]

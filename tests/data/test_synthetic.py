@@ -9,16 +9,27 @@ import dataclasses
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from scipy.special import expit
 from hypothesis import strategies as st
+from scipy.special import expit
 
-from tsflash.errors import UserError
 from tsflash.data.store import INTERVAL_US, find_gaps
 from tsflash.data.synthetic import (
+    LongMemory,
+    Market,
+    _bars_from_returns,
+    echo_returns,
+    echo_signal,
+    garch_scale,
+    grid_returns,
     iid_bars,
-    LongMemory, Market, _bars_from_returns, echo_returns, echo_signal, garch_scale, grid_returns, long_memory_bars,
-    parse_source, parse_spec, random_walk_bars, synthetic_bars, trailing_z,
+    long_memory_bars,
+    parse_source,
+    parse_spec,
+    random_walk_bars,
+    synthetic_bars,
+    trailing_z,
 )
+from tsflash.errors import UserError
 
 HORIZON = 15  # the default label horizon
 STEP = INTERVAL_US["1m"]

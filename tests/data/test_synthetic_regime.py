@@ -12,8 +12,17 @@ import pytest
 
 from tests.data.test_synthetic import binary_gain, check_bars_like_binance
 from tsflash.data.synthetic import (
-    Market, Regime, direction_gain, iid_bars, parse_spec, regime_bars, regime_llr, regime_oracle, regime_path,
-    regime_posterior, regime_truth, synthetic_bars,
+    Market,
+    Regime,
+    direction_gain,
+    iid_bars,
+    parse_spec,
+    regime_bars,
+    regime_llr,
+    regime_oracle,
+    regime_posterior,
+    regime_truth,
+    synthetic_bars,
 )
 from tsflash.dataset.probe import probe_features
 from tsflash.errors import UserError

@@ -11,8 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tsflash import cli
-from tsflash.data import store
-from tsflash.data import transport
+from tsflash.data import store, transport
 from tsflash.errors import UserError
 
 

@@ -14,11 +14,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsflash.errors import UserError
 from tsflash.dataset.features import FEATURE_NAMES, REALIZED_VOL_BARS, Normalizer, compute_features
 from tsflash.dataset.labels import fit_flat_band, forward_log_returns, make_labels
 from tsflash.dataset.splits import WalkForward
 from tsflash.dataset.windows import gather_windows, segment_ids, window_starts
+from tsflash.errors import UserError
 
 MIN = 60_000_000
 START_2024 = 1_704_067_200_000_000  # 2024-01-01 00:00 UTC, a Monday
@@ -112,14 +112,14 @@ def test_calendar_and_gap_columns_are_right_at_every_interval(interval, step_us)
     """Time of day and day of week come from each bar's own timestamp (checked against datetime),
     never from a bar count; gap columns count missing bars of the interval."""
     n = 400
-    start = dt.datetime(2024, 1, 7, tzinfo=dt.timezone.utc) - dt.timedelta(microseconds=n // 2 * step_us)
+    start = dt.datetime(2024, 1, 7, tzinfo=dt.UTC) - dt.timedelta(microseconds=n // 2 * step_us)
     steps = np.ones(n, dtype=np.int64)
     steps[0], steps[300] = 0, 1 + 7  # 7 bars missing before bar 300
     bars = make_bars(n, seed=2)
     bars.interval = interval
     bars.open_time = int(start.timestamp()) * 1_000_000 + np.cumsum(steps) * step_us
     x = compute_features(bars).double()
-    when = [dt.datetime.fromtimestamp(t / 1e6, dt.timezone.utc) for t in bars.open_time.tolist()]
+    when = [dt.datetime.fromtimestamp(t / 1e6, dt.UTC) for t in bars.open_time.tolist()]
     day_angle = [2 * math.pi * (w.hour * 3600 + w.minute * 60 + w.second) / 86_400 for w in when]
     week_angle = [2 * math.pi * w.weekday() / 7 for w in when]  # Monday = 0
     np.testing.assert_allclose(x[:, COL["time_of_day_sin"]], np.sin(day_angle), atol=1e-6)

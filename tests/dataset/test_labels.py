@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsflash.errors import UserError
 from tsflash.dataset.labels import CLASS_NAMES, fit_flat_band, forward_log_returns, make_labels
+from tsflash.errors import UserError
 
 MIN = 60_000_000
 

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsflash.errors import UserError
 from tsflash.dataset.probe import (
     fit_probe,
     probe_feature_names,
@@ -22,6 +21,7 @@ from tsflash.dataset.probe import (
     run_probe,
     subsample_rows,
 )
+from tsflash.errors import UserError
 
 MIN = 60_000_000
 HORIZON = 15

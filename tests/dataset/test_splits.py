@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tsflash.dataset.splits
-from tsflash.errors import UserError
 from tsflash.dataset.splits import WalkForward, draw_folds, min_samples
+from tsflash.errors import UserError
 
 
 def test_docstring_diagrams_and_examples_hold():

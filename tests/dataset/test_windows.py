@@ -11,10 +11,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsflash.errors import UserError
 from tsflash.dataset.windows import (
-    BalancedWindows, eval_windows, fit_pieces, gather_windows, range_coverage, segment_ids, window_starts,
+    BalancedWindows,
+    eval_windows,
+    fit_pieces,
+    gather_windows,
+    range_coverage,
+    segment_ids,
+    window_starts,
 )
+from tsflash.errors import UserError
 
 MIN = 60_000_000
 
@@ -210,9 +216,9 @@ def test_range_coverage_counts_overlaps():
 def _real_fold(shared_store, start, end, val_days):
     """A real fold by index arithmetic only: the last of 2 expanding folds of 30 test days, with a
     validation tail of val_days days: (fit runs, segment ids, fit bar indices)."""
-    from tsflash.engine import contiguous_runs, split_validation
-    from tsflash.dataset.splits import WalkForward
     from tsflash.data.store import load_bars
+    from tsflash.dataset.splits import WalkForward
+    from tsflash.engine import contiguous_runs, split_validation
 
     bars = load_bars(shared_store, start=start, end=end)
     seg = torch.from_numpy(segment_ids(bars.open_time, MIN, 60))

@@ -13,10 +13,16 @@ import torch
 from tests.conftest import run_fold_killed_at
 from tsflash import engine
 from tsflash.config import load_config
-from tsflash.errors import UserError
-from tsflash.scoring.metrics import classification_metrics, direction_metrics, pooled_metrics, positions_from_probs, strategy_returns
 from tsflash.data.synthetic import random_walk_bars
 from tsflash.dataset.windows import BalancedWindows, fit_pieces
+from tsflash.errors import UserError
+from tsflash.scoring.metrics import (
+    classification_metrics,
+    direction_metrics,
+    pooled_metrics,
+    positions_from_probs,
+    strategy_returns,
+)
 
 N_BARS = 8000
 
@@ -235,7 +241,7 @@ def test_bad_context_length_and_budget_are_user_errors(prepared):
 
 def test_every_test_bar_scored_exactly_once(prepared, results):
     test_idx = prepared.folds[1][1]
-    for n, r in results.items():
+    for r in results.values():
         np.testing.assert_array_equal(r.test_time, prepared.open_time[test_idx])
         assert len(np.unique(r.test_time)) == len(test_idx)
         assert r.y_prob.dtype == np.float32 and r.y_prob.shape == (len(test_idx), 3)

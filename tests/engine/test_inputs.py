@@ -3,18 +3,18 @@ fold (`engine.prepare` + `engine.fold_data`), bit for bit, when fitted on that f
 
 from __future__ import annotations
 
-import sys
 import subprocess
+import sys
 
 import numpy as np
 import torch
 
 import tsflash
+from tests.conftest import REPO
 from tsflash import engine
-from tsflash.config import load_config, merge_overrides, config_from_dict
+from tsflash.config import config_from_dict, load_config, merge_overrides
 from tsflash.dataset import FEATURE_NAMES
 from tsflash.engine.inputs import model_inputs
-from tests.conftest import REPO
 
 
 def small_config():

@@ -5,15 +5,14 @@ resumes after a kill bit for bit on CPU, and runs as a tiny CPU sweep cell."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from tests.engine.test_engine import tiny_cfg
-from tests.engine.test_resume import argv as sweep_argv
 
 from tests.conftest import run_fold_killed_at
+from tests.engine.test_engine import tiny_cfg
+from tests.engine.test_resume import argv as sweep_argv
 from tsflash import cli, engine
 from tsflash.data.synthetic import random_walk_bars
 from tsflash.engine import FoldResult
@@ -40,7 +39,7 @@ def results(prepared):
 
 def test_a_patch_cell_scores_every_test_bar_once(prepared, results):
     fd = engine.fold_data(prepared, 1)
-    for n, r in results.items():
+    for r in results.values():
         assert np.array_equal(r.test_time, prepared.open_time[fd.test_idx])  # every test bar, in order, once
         assert r.y_prob.shape == (len(fd.test_idx), 3) and np.isfinite(r.y_prob).all()
         np.testing.assert_allclose(r.y_prob.sum(1), 1, atol=1e-5)

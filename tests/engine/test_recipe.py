@@ -9,12 +9,12 @@ import torch
 
 from tests.conftest import run_fold_killed_at
 from tests.engine.test_engine import VALIDATED, bars, tiny_cfg  # noqa: F401 (fixtures)
-
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests.conftest.one_thread
 from tsflash import engine
 from tsflash.engine import _train
 from tsflash.engine._checkpoint import checkpoint_identity
 from tsflash.engine._train import decay_steps, wsd_lr_at
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests.conftest.one_thread
 
 RECIPES = {"ema": {"ema_decay": 0.8}, "wsd": {"schedule": "wsd", "decay_fraction": 0.5},
            "wsd-ema": {"schedule": "wsd", "decay_fraction": 0.5, "ema_decay": 0.8},

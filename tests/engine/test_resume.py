@@ -11,16 +11,23 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
-from tests.sweep.test_sweep import TINY
 
+from tests.sweep.test_sweep import TINY
 from tsflash import cli, engine
-from tsflash.sweep import run as sweep
 from tsflash.config import config_from_dict
 from tsflash.runfolder import RunFolder
 from tsflash.scoring.daily import (
-    BarReturns, cell_arrays, concat_losses, daily_series, daily_series_of_folds, fold_daily, fold_losses, read_losses,
+    BarReturns,
+    cell_arrays,
+    concat_losses,
+    daily_series,
+    daily_series_of_folds,
+    fold_daily,
+    fold_losses,
+    read_losses,
     series_from_cells,
 )
+from tsflash.sweep import run as sweep
 from tsflash.sweep.workers import CellQueue
 
 SEEDS = [0, 1]

@@ -7,12 +7,10 @@ import json
 
 import pytest
 
-from tsflash.bench import common
-from tsflash.errors import UserError
-
 from lab import bench_tables as tables
 from tests.bench.test_bench import train_result
-
+from tsflash.bench import common
+from tsflash.errors import UserError
 
 # ---- the published tables -----------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from tests.conftest import load_experiment
 from lab import power_ladder
+from tests.conftest import load_experiment
 from tsflash.runfolder import write_json
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions

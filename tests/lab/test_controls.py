@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.conftest import load_experiment, one_thread
 
+from tests.conftest import load_experiment, one_thread
 from tsflash.config import parse_overrides
 from tsflash.sweep.run import SweepOptions, run_sweep
 

@@ -8,16 +8,16 @@ import json
 import shlex
 
 import pytest
-from tests.sweep.test_sweep import TINY
 
-from tsflash.cli import main
 from lab import edition, edition_figures
-from tsflash.report.wording import DOES_NOT_FOLLOW, FOLLOWS
-from tsflash.sweep import preregister
-from tsflash.report import registration
 from lab import plan_state as lab_plan
 from lab.plan import main as plan_main
 from lab.preregister import main as preregister_main
+from tests.sweep.test_sweep import TINY
+from tsflash.cli import main
+from tsflash.report import registration
+from tsflash.report.wording import DOES_NOT_FOLLOW, FOLLOWS
+from tsflash.sweep import preregister
 from tsflash.sweep.progress import format_seconds
 
 # A tiny plan that runs in seconds on the CPU: the sweep tests' tiny design with two seeds, the
@@ -37,7 +37,7 @@ def plan_dir(tmp_path_factory):
         argv += ["--set", item]
     assert preregister_main(argv) == 0
     plan = json.loads((out / registration.PLAN_JSON).read_text())
-    for stage, run_dir, command in preregister.ordered_commands(plan, out):
+    for stage, _run_dir, command in preregister.ordered_commands(plan, out):
         if stage in ("first", "second"):
             assert main(shlex.split(command.replace("--device cuda", "--device cpu"))[1:]) == 0, command
     return out

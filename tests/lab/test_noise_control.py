@@ -6,7 +6,9 @@ import json
 import math
 
 import pytest
+
 from tests.conftest import load_experiment
+
 
 @pytest.fixture(scope="module")
 def nc():

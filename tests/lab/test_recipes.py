@@ -5,8 +5,8 @@ cells' test metrics; the GPU cost plan of its docstring is the calibrated table'
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -235,8 +235,7 @@ def test_a_candidates_run_has_the_committed_screens_config_hash():
     """The default preset's eval.probe is pinned off for the screens, so a new seed of a committed
     candidate resolves to the committed run's config but for train.seeds (and pools with it)."""
     from tests.conftest import REPO
-    from tsflash.config import parse_overrides
-    from tsflash.config import config_from_dict, load_config, merge_overrides
+    from tsflash.config import config_from_dict, load_config, merge_overrides, parse_overrides
 
     committed = json.loads((REPO / "reports/recipes/short-mix-ema/long-memory/config.json").read_text())
     argv = recipes.sweep_argv("short-mix-ema", "long-memory", recipes.parse_args(
@@ -494,7 +493,6 @@ def test_keep_from_300_on_the_regime_and_the_rule_at_four_regime_seeds(monkeypat
     -0.00053 (p 0.33, 15 runs): not shown better. The rule (k=4 screened at 400) on four regime seeds
     passes the nesting check."""
     from tests.conftest import REPO
-    from tsflash.runfolder import RunFolder
 
     monkeypatch.chdir(REPO)
     pools = Path("reports/recipes/pools")

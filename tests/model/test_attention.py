@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tsflash import CausalTransformer, ModelConfig
+from tsflash.errors import UserError
 from tsflash.model import attention as attn
 from tsflash.model.attention import AttentionKernelError
-from tsflash.errors import UserError
 
 
 def qkv(b=2, h=3, n=64, hd=16, dtype=torch.float64, seed=0):

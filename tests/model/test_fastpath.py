@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from tsflash import CausalTransformer, ModelConfig, engine
-from tsflash.model import fastpath
 from tsflash.config import load_config
-from tsflash.model.rotary import ROTARY_AUTO_LONGEST
 from tsflash.data.synthetic import random_walk_bars
+from tsflash.model import fastpath
+from tsflash.model.rotary import ROTARY_AUTO_LONGEST
 
 TINY = {"lengths": [32], "splits": {"n_folds": 1, "test_days": 1, "val_days": 1},
         "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},

@@ -9,8 +9,8 @@ import pkgutil
 from dataclasses import dataclass
 
 import pytest
-from tests.report.test_report import make_run
 
+from tests.report.test_report import make_run
 from tsflash.report import build_report, diagnostics, load_run
 from tsflash.report.compute import compute
 from tsflash.report.diagnostics import DIAGNOSTICS, OWN, RUNS, TRADING, sections

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.report.test_report import make_run
 
+from tests.report.test_report import make_run
 from tsflash.report import build_report, load_run
 from tsflash.report.compute import compute
 from tsflash.report.diagnostics.nesting import PER_BAR, SUMMARIES, nesting_check, nesting_sentence, part_means

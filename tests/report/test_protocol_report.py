@@ -9,8 +9,8 @@ import re
 
 import numpy as np
 import pytest
-from tests.report.test_report import make_run
 
+from tests.report.test_report import make_run
 from tsflash.report import SECTIONS, build_report, load_run
 from tsflash.report.compute import compute
 from tsflash.report.protocol import HEADING, build, setup_rows

@@ -13,8 +13,8 @@ import shutil
 
 import numpy as np
 import pytest
-from tests.report.test_report import LENGTHS, make_run
 
+from tests.report.test_report import LENGTHS, make_run
 from tsflash.report import build_report
 from tsflash.report.compute import ENSEMBLE, LOSS_FILE, compute, paired_lag
 from tsflash.report.rundata import load_run

@@ -8,9 +8,9 @@ import json
 
 import numpy as np
 import pytest
+
 from tests.report.test_replicate import _report_ready, pair_tables
 from tests.stats.test_ranking import three
-
 from tsflash.report import build_report, wording
 from tsflash.report.diagnostics.probe import Difference, ProbeCheck, ProbeStep
 from tsflash.report.diagnostics.ranking import DOES_NOT_FOLLOW, FOLLOWS, NO_ORDER, information_order, ranking_sentence

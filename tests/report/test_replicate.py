@@ -10,28 +10,27 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from tests.report.test_report import LENGTHS, make_run
 
+from lab import plan_state as lab_plan
+from lab.plan import main as plan_main
+from tests.report.test_report import LENGTHS, make_run
 from tsflash.cli import main
-from tsflash.report import build_report
+from tsflash.report import build_report, registration, wording
 from tsflash.report.compute import LOSS_FILE, SCORES, write_table
 from tsflash.report.diagnostics.replicate import aa_sentence, compare, pooled_sentence, replicate_check
 from tsflash.report.rundata import load_run
-from tsflash.report import wording
 from tsflash.runfolder import write_json
 from tsflash.scoring.metrics import DAILY_SUMS
 from tsflash.stats.runs import RunNoise, binomial_interval, simulate_runs
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions
-from tsflash.report import registration
-from lab import plan_state as lab_plan
-from lab.plan import main as plan_main
 
 KEYS = {n: f"n{n}" for n in LENGTHS}
+NOISE = RunNoise()
 
 
 def pair_tables(rng, difference: float = 0.0, n_folds: int = 5, replicate_seeds=(3, 4, 5),
-                noise: RunNoise = RunNoise()) -> tuple[dict, dict]:
+                noise: RunNoise = NOISE) -> tuple[dict, dict]:
     """The loss tables of an arm's run (seeds 0-2) and its replicate (`replicate_seeds`) at every N
     of LENGTHS, on the same folds and days (their market shared), the replicate `difference` per bar
     above the run; both scores alike."""
@@ -229,7 +228,6 @@ def test_the_nesting_check_over_both_seed_sets(tmp_path):
     """The replicate's cells beside the arm's (renamed to its trial keys): six seeds per fold, read
     from the summaries; a long model that lost its volatility skill in both seed sets fails it."""
     from tests.report.test_nesting_report import PRIMARY, nested_run
-
     from tsflash.report.diagnostics.nesting import SUMMARIES, nesting_check
     from tsflash.report.diagnostics.replicate import pooled_nesting, pooled_nesting_sentence
 

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from tsflash import cli
 from tests.report.test_report import make_run
+from tsflash import cli
 
 
 def one_line(capsys, pattern: str) -> None:

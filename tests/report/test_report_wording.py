@@ -100,7 +100,6 @@ def test_every_reason_code_has_a_sentence():
 def test_markdown_and_html_show_the_same_context(tmp_path):
     """One context, two templates: every cell and sentence of the context is in both files."""
     from tests.report.test_report import make_run
-
     from tsflash.report import build_report
     from tsflash.report.compute import compute
     from tsflash.report.context import build_context, caveats, smoke_line, with_caveats

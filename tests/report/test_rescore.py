@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.conftest import load_experiment
 
+from tests.conftest import load_experiment
 from tsflash import cli
 from tsflash.errors import UserError
 from tsflash.report import build_report

@@ -152,8 +152,8 @@ def test_a_budget_too_short_for_every_n_makes_the_run_a_smoke_test(tmp_path):
     the full config does) opens with the smoke-test line, said once; failing for some N is a caveat."""
     from tests.report.test_report import make_run
     from tsflash.report import build_report
-    from tsflash.report.context import smoke_line
     from tsflash.report.compute import compute
+    from tsflash.report.context import smoke_line
     from tsflash.report.rundata import load_run as read_run
 
     run = make_run(tmp_path, drift=0.0, preset="full")

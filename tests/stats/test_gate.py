@@ -14,6 +14,7 @@ from tsflash.stats import SelectionInputError
 from tsflash.stats.gate import Gate, Reason, complete_trials, select_run
 from tsflash.stats.sharpe import psr, sharpe
 
+
 def _noise_candidates(rng, k, t, scale=0.01):
     return {f"n={2**(i + 6)}": scale * rng.standard_normal(t) for i in range(k)}
 

@@ -16,6 +16,7 @@ from scipy import stats as scipy_stats
 from tsflash.stats import SelectionInputError
 from tsflash.stats.pbo import effective_trials, pbo_cscv
 
+
 def naive_cscv(m: np.ndarray, s: int):
     """CSCV written directly from the paper, one split at a time (the reference for parity)."""
     t, k = m.shape

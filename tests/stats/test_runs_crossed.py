@@ -11,8 +11,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tsflash.stats.runs import (CrossedComponents, Runs, RunNoise, RunTestInputError, crossed_power,
-                               VarianceComponents, crossed_seed_test, min_detectable_difference, simulate_runs)
+from tsflash.stats.runs import (
+    CrossedComponents,
+    RunNoise,
+    Runs,
+    RunTestInputError,
+    VarianceComponents,
+    crossed_power,
+    crossed_seed_test,
+    min_detectable_difference,
+    simulate_runs,
+)
 
 NOISE = RunNoise()
 

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from lab import plan_state as lab_plan
+from lab.plan import main as plan_main
 from tests.conftest import REPO
 from tsflash.cli import main
 from tsflash.config import config_from_dict
 from tsflash.errors import UserError
+from tsflash.report import registration
 from tsflash.runfolder import write_json
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions, resolve_config, run_hash
-from tsflash.report import registration
-from lab import plan_state as lab_plan
-from lab.plan import main as plan_main
 
 THIRD = REPO / "reports" / "third-edition"
 NOT_RUN = ["patch4", "aa/patch4", "echo/patch4", "iid/patch4", "ladder", "regime/per-bar", "regime/patch4",

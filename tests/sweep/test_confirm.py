@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.conftest import sigkill_when
 
+from tests.conftest import sigkill_when
 from tsflash import cli
-from tsflash.sweep.confirm import holdout_fold, missing_days
-from tsflash.runfolder import read_json, write_json
 from tsflash.data.store import atomic_write_parquet, to_us, year_path
 from tsflash.data.synthetic import random_walk_bars
+from tsflash.runfolder import read_json, write_json
+from tsflash.sweep.confirm import holdout_fold, missing_days
 
 REPO = Path(__file__).resolve().parents[2]
 # A two-week sweep ending 2024-12-31 (2 folds of 3 test days), tiny model; confirmed on one week.

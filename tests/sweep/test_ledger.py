@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import optuna
 import pytest

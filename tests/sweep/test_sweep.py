@@ -9,27 +9,25 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
 from tests.conftest import sigkill_when
 from tests.sweep.test_workers import PYTHON_ENV
-
 from tsflash import cli
-from tsflash.config import parse_lengths, parse_overrides
-from tsflash.config import config_from_dict
+from tsflash.config import config_from_dict, parse_lengths, parse_overrides
+from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
-from tsflash.sweep.plan import folder_run_key, make_run_key, resolve_config, run_hash
+from tsflash.identity import digest
 from tsflash.report import SECTIONS
 from tsflash.report.wording import NOT_EVIDENCE
-from tsflash.identity import digest
 from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, find_unfinished_run, write_json
+from tsflash.sweep.plan import folder_run_key, make_run_key, resolve_config, run_hash
 from tsflash.sweep.run import SweepOptions, plan_sweep, run_sweep
-from tsflash.data.synthetic import parse_source
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -431,8 +429,8 @@ def test_synthetic_source_parsing():
 
 def test_planned_slots_and_trial_keys():
     from tsflash.config import ExperimentConfig
-    from tsflash.sweep.ledger import Slot, plan_slots
     from tsflash.runfolder import encode_trial_key
+    from tsflash.sweep.ledger import Slot, plan_slots
 
     cfg = ExperimentConfig()
     lr, wd = cfg.train.lr, cfg.train.weight_decay
@@ -466,8 +464,8 @@ def test_a_claims_era_run_folder_with_claims_left_is_refused(finished_run, data_
 
 
 def test_offline_fetch_says_how_to_import(tmp_path, monkeypatch):
-    from tsflash.data import fetch
     from tsflash.config import ExperimentConfig
+    from tsflash.data import fetch
     from tsflash.sweep.source import load_data
 
     calls = []

@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pytest
 
+from tests.test_cli import TINY_SWEEP
 from tsflash import cli
 from tsflash.data import store
-from tests.test_cli import TINY_SWEEP
 
 MIN_US = store.INTERVAL_US["1m"]
 

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from optuna.trial import TrialState
 
 from tsflash.runfolder import CLAIMS_DIR, encode_trial_key

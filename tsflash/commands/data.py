@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tsflash.data import store
 from tsflash.commands import options
+from tsflash.data import store
 from tsflash.errors import UserError
 
 

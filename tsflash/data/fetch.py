@@ -290,7 +290,7 @@ def fetch(
 
     symbol = store.check_symbol(symbol)
     store.check_interval(interval)
-    today = today or dt.datetime.now(dt.timezone.utc).date()
+    today = today or dt.datetime.now(dt.UTC).date()
     start = _as_date(start, "start")
     if start >= today:
         raise UserError(f"--start {start} must be before today {today} (UTC): today's archive is not published yet")

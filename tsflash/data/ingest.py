@@ -27,10 +27,10 @@ polars parses the CSVs; it is imported lazily, so `tsflash.data.store` stays pol
 
 from __future__ import annotations
 
-import logging
-import re
 import functools
 import itertools
+import logging
+import re
 import tempfile
 import zipfile
 import zlib

@@ -216,8 +216,8 @@ def to_us(value, *, end: bool = False) -> int | None:
     if not isinstance(value, dt.datetime):
         raise UserError(f"a time must be a date string, datetime or int microseconds, got {value!r}")
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     if end and whole_day:
         us += US_PER_DAY - 1
@@ -226,7 +226,7 @@ def to_us(value, *, end: bool = False) -> int | None:
 
 def iso(us: int) -> str:
     """ISO string (UTC, seconds precision) of microseconds since the epoch."""
-    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=int(us))
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(us))
     return t.strftime("%Y-%m-%d %H:%M:%S")
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 import numpy as np
@@ -64,7 +64,7 @@ def _start_us(start: str | datetime) -> int:
     if isinstance(start, str):
         start = datetime.fromisoformat(start)
     if start.tzinfo is None:
-        start = start.replace(tzinfo=timezone.utc)
+        start = start.replace(tzinfo=UTC)
     return int(start.timestamp() * 1_000_000)
 
 

@@ -39,7 +39,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tsflash import atomic
-from tsflash.data import _manifest as manifest, store
+from tsflash.data import _manifest as manifest
+from tsflash.data import store
 from tsflash.errors import UserError
 
 log = logging.getLogger(__name__)

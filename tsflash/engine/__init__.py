@@ -49,11 +49,11 @@ Cost accounting (`FoldResult.cost`): see `tsflash.engine._cost`.
 """
 
 from tsflash.engine._baselines import MAX_LOGREG_ROWS, lagged_features, run_baselines, run_probes
+from tsflash.engine._checkpoint import TRAINING_CHECKPOINT_FORMAT, TrainingState
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data, prepare, split_validation
-from tsflash.engine._checkpoint import TRAINING_CHECKPOINT_FORMAT, TrainingState
-from tsflash.engine._train import lowest_val_loss_by, lr_at, run_fold, sample_starts, step_seed, train_until
 from tsflash.engine._restarts import cell_steps, restart_seeds, run_cell
+from tsflash.engine._train import lowest_val_loss_by, lr_at, run_fold, sample_starts, step_seed, train_until
 from tsflash.engine.inputs import ModelInputs, model_inputs
 from tsflash.model.flops import flops_per_token
 

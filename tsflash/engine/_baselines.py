@@ -11,13 +11,19 @@ import warnings
 import numpy as np
 import torch
 
+from tsflash.dataset.features import FEATURE_NAMES
+from tsflash.dataset.probe import (
+    fitted_probe,
+    probe_features,
+    probe_fit_rows,
+    probe_probabilities,
+    probe_windows,
+    subsample_rows,
+)
 from tsflash.engine._evaluate import FoldResult, fold_result
 from tsflash.engine._prepare import FoldData, Prepared, fold_data
 from tsflash.errors import UserError
 from tsflash.runfolder import probe_name
-from tsflash.dataset.features import FEATURE_NAMES
-from tsflash.dataset.probe import (
-    fitted_probe, probe_features, probe_fit_rows, probe_probabilities, probe_windows, subsample_rows)
 
 log = logging.getLogger(__name__)
 

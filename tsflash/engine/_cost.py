@@ -45,9 +45,9 @@ import time
 
 import torch
 
-from tsflash.model import attention
 from tsflash.device import peak_memory_bytes, sync
 from tsflash.engine._checkpoint import TrainingState
+from tsflash.model import attention
 from tsflash.model.flops import flops_per_token
 
 log = logging.getLogger(__name__)

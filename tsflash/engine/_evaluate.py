@@ -22,9 +22,12 @@ import numpy as np
 import torch
 
 from tsflash import atomic
+from tsflash.dataset.windows import eval_windows, gather_windows
 from tsflash.device import autocast
 from tsflash.engine._prepare import FoldData, Prepared
 from tsflash.errors import UserError
+from tsflash.model.spec import check_patch
+from tsflash.model.transformer import patch_ends
 from tsflash.scoring.metrics import (
     classification_metrics,
     direction_metrics,
@@ -32,9 +35,6 @@ from tsflash.scoring.metrics import (
     return_summary,
     strategy_returns,
 )
-from tsflash.dataset.windows import eval_windows, gather_windows
-from tsflash.model.spec import check_patch
-from tsflash.model.transformer import patch_ends
 
 
 @torch.no_grad()

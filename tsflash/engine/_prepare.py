@@ -11,14 +11,14 @@ import numpy as np
 import torch
 
 from tsflash.config import ExperimentConfig
-from tsflash.device import sync
-from tsflash.errors import UserError
+from tsflash.data.store import find_gaps
 from tsflash.dataset.features import Normalizer, as_tensor, compute_features, interval_us_of
-from tsflash.intervals import bars_per_day
 from tsflash.dataset.labels import fit_flat_band, forward_log_returns, make_labels
 from tsflash.dataset.splits import WalkForward
-from tsflash.data.store import find_gaps
 from tsflash.dataset.windows import segment_ids
+from tsflash.device import sync
+from tsflash.errors import UserError
+from tsflash.intervals import bars_per_day
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from tsflash.config import TrainConfig
 from tsflash.engine._evaluate import FoldResult
 from tsflash.engine._prepare import Prepared
-from tsflash.config import TrainConfig
 from tsflash.engine._train import run_fold, train_until
 
 log = logging.getLogger(__name__)

@@ -96,17 +96,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tsflash.model import attention
-from tsflash.model import fastpath
 from tsflash.config import ExperimentConfig, TrainConfig, check_schedule, check_short_windows
-from tsflash.model.rotary import rotary_wavelength
+from tsflash.dataset.windows import BalancedWindows, check_window_length, fit_pieces, gather_windows
 from tsflash.device import autocast, reset_peak_memory, sync
 from tsflash.engine._checkpoint import Checkpoint, TrainingState, checkpoint_identity
 from tsflash.engine._cost import StepClock, fold_cost
 from tsflash.engine._evaluate import FoldResult, fold_result, predict_range, validation_loss
 from tsflash.engine._prepare import FoldData, Prepared, contiguous_runs, fold_data
 from tsflash.errors import UserError
-from tsflash.dataset.windows import BalancedWindows, check_window_length, fit_pieces, gather_windows
+from tsflash.model import attention, fastpath
+from tsflash.model.rotary import rotary_wavelength
 from tsflash.model.spec import check_patch
 
 log = logging.getLogger(__name__)

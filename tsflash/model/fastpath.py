@@ -49,9 +49,9 @@ from pathlib import Path
 
 import torch
 
+from tsflash.device import is_oom, sync
 from tsflash.model import attention
 from tsflash.model.rotary import ROTARY_AUTO_LONGEST
-from tsflash.device import is_oom, sync
 
 log = logging.getLogger(__name__)
 

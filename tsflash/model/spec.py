@@ -82,7 +82,7 @@ class ModelSettings:
     # projected to d_model, enter as one token, and only the bar ending a patch is scored.
     patch: int = 1
 
-    def check(self, prefix: str = "") -> "ModelSettings":
+    def check(self, prefix: str = "") -> ModelSettings:
         """The rules of the names and of the shape; `prefix` starts each key in the messages
         ("model." for a preset's table)."""
         check_choice(self.attention_backend, ATTENTION_BACKENDS, f"{prefix}attention_backend")
@@ -109,7 +109,7 @@ class ModelConfig(ModelSettings):
     n_features: int  # per-bar input features F
     n_classes: int = 3  # down / flat / up
 
-    def validate(self) -> "ModelConfig":
+    def validate(self) -> ModelConfig:
         if self.n_features < 1:
             raise UserError(f"model n_features must be >= 1, got {self.n_features}")
         self.check()

@@ -251,7 +251,7 @@ class CausalTransformer(nn.Module):
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike, map_location="cpu", expect_config: ModelConfig | None = None) -> "CausalTransformer":
+    def load(cls, path: str | os.PathLike, map_location="cpu", expect_config: ModelConfig | None = None) -> CausalTransformer:
         """Rebuild the model from a checkpoint written by `save` (torch.load with weights_only=True).
 
         `expect_config`: the config the caller will use; a different stored config is an error

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tsflash.atomic import write_text as atomic_text
-from tsflash.config import config_from_dict, parse_overrides, recipe_words
+from tsflash.config import parse_overrides, recipe_words
 from tsflash.data.synthetic import parse_source
 from tsflash.errors import UserError
 from tsflash.identity import digest
@@ -46,7 +46,6 @@ from tsflash.report.registration import (
     CONTROL_RULES,
     CONTROLS_DIR,
     LADDER_DIR,
-    LADDER_RUN,
     PLAN_JSON,
     PLAN_MD,
     control_arm,
@@ -251,7 +250,7 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     first = resolved[0]["config"]
     tests = sorted({a["config"]["eval"].get("seed_inference", "fold") for a in resolved})
     plan = {
-        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"), "git_commit": git_commit(),
+        "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"), "git_commit": git_commit(),
         "note": note, "data": opts.data, "base_overrides": list(base), "symbol": first["data"]["symbol"],
         "range": [first["data"]["start"], first["data"]["end"]], "trials_per_n": opts.trials, "arms": resolved,
         "primary": {"question": 1, "test": tests, "alpha": ALPHA, "family": "Holm over each longer N against the "
@@ -363,7 +362,7 @@ def render_plan(plan: dict, out: Path) -> str:
     if plan.get("ranking"):
         lines += [f"**Ranking check**: {plan['ranking']['rule']}", ""]
     probe = plan.get("probe", {"arms": []})
-    lines += [f"**Linear information probe** (`eval.probe`, per N): "
+    lines += ["**Linear information probe** (`eval.probe`, per N): "
               + (f"on in {', '.join(probe['arms'])}. {probe['rule']}" if probe["arms"] else "off in every arm."), ""]
     lines += [f"**Question 2 (trading)**: at {t['fee_bps']:g} bps, the selected length must reach DSR >= "
               f"{t['min_dsr']} and PBO <= {t['max_pbo']}.", ""]
