@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -33,7 +34,7 @@ def _attention_call(backend: str):
 def measure_attention(backend: str, n: int, batch: int, heads: int, head_dim: int, dtype, device, min_time: float) -> dict:
     """Forward and forward+backward time, peak memory and TFLOP/s of one backend at one N."""
     fn = _attention_call(backend)
-    row = {"backend": backend, "n": n, "batch": batch}
+    row: dict[str, Any] = {"backend": backend, "n": n, "batch": batch}
     flops = attention_forward_flops(batch, heads, n, head_dim)
     try:
         q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
@@ -61,7 +62,7 @@ def measure_attention(backend: str, n: int, batch: int, heads: int, head_dim: in
         if not is_oom(exc):
             raise
         row["status"], row["error"] = "oom", str(exc).splitlines()[0][:200]
-    q = k = v = grad = None  # noqa: F841  (release before the next size)
+    q = k = v = grad = None  # type: ignore[assignment]  # noqa: F841  (release before the next size)
     free_memory(device)
     return row
 

@@ -71,8 +71,10 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -83,6 +85,9 @@ from tsflash.errors import UserError
 from tsflash.model import attention as attn
 from tsflash.model.attention import sdpa as fused_sdpa  # bound at import: `attention_override` swaps the module's name
 from tsflash.report import markdown
+
+if TYPE_CHECKING:  # at run time _prepare_run imports it, where it is used
+    from tsflash.model.transformer import CausalTransformer
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +208,8 @@ def fp8_attention(q, k, v, fmt: str, mode: str, kernel: str, block: int = DEFAUL
             r = rotation.to(q.device, compute)  # (hd, hd)
             q, k = q @ r, k @ r
             v = v @ r if mode == "rotated_qkv" else v
-        out = fused_sdpa(*(fake_quantise(t, fmt, block) for t in (q, k, v)), kernel)  # (B, H, N, hd) bf16
+        qq, kq, vq = (fake_quantise(t, fmt, block) for t in (q, k, v))
+        out = fused_sdpa(qq, kq, vq, kernel)  # (B, H, N, hd) bf16
         if mode == "rotated_qkv":
             out = (out.to(compute) @ r.T).to(torch.bfloat16)
     return out
@@ -343,7 +349,7 @@ class Fp8Settings:
 class _Run:
     """The bench's fixed objects: the model, its float64 twin, the kernels, the rotations."""
 
-    model: torch.nn.Module
+    model: CausalTransformer
     reference_model: torch.nn.Module
     kernel: str  # for the synthetic rows
     model_kernel: str  # the model's own, resolved before any attention_override (auto's check uses that name)
@@ -426,6 +432,7 @@ def bench_precision_fp8(lengths: list[int], device: torch.device, settings: Fp8S
         try:
             x = _model_inputs(features, n, s.batch, config.n_features, s.seed, device)
             if x is None:
+                assert features is not None  # only too few feature rows give no inputs
                 rows.append({"n": n, "status": "skipped", "error": f"features have {len(features)} rows < N={n}"})
                 continue
             rows += _length_rows(n, x, s, run)
@@ -474,7 +481,7 @@ def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_
     shape = (batch, heads, n, head_dim)
     q, k, v = (torch.randn(*shape, device=device, dtype=torch.bfloat16) for _ in range(3))
     backends = (attn.FUSED_BACKENDS if device.type == "cuda" else ("flash",)) + ("math",)
-    calls = {}
+    calls: dict[str, Callable[..., torch.Tensor] | None] = {}  # called with no arguments
     for fmt in ("e4m3", "e5m2"):
         q8, k8, v8 = (t.to(FORMATS[fmt]) for t in (q, k, v))
         for b in backends:
@@ -491,7 +498,7 @@ def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_
     except ImportError as exc:
         calls["experimental quantized e4m3"] = None
         quantized_missing = f"{type(exc).__name__}: {exc}"
-    attempts = {}
+    attempts: dict[str, Any] = {}
     for name, call in calls.items():
         attempts[name] = _attempt(call) if call is not None else {"status": "absent", "error": quantized_missing}
     ok = [name for name, a in attempts.items() if a["status"] == "ok"]
@@ -501,6 +508,7 @@ def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_
     why = (found.group(1) if found else why["error"].splitlines()[0])[:240]
     if fa3.get("activated"):
         torch.nn.attention.restore_flash_attention_impl()
+    result: dict[str, Any]  # numbers, lists, the attempts' and FA3's dicts
     result = {"n": n, "shape": list(shape), "torch": torch.__version__, "fa3": fa3, "attempts": attempts, "runs": ok,
               "reason": None if ok else f"no call accepted float8 q, k, v (e.g. {first}: {why})"}
     if ok and device.type == "cuda":
@@ -517,7 +525,7 @@ def _activate_fa3() -> dict:
 
     if not hasattr(nn_attention, "activate_flash_attention_impl"):
         return {"activated": False, "error": f"torch {torch.__version__} has no activate_flash_attention_impl"}
-    out = {"registered": nn_attention.list_flash_attention_impls()}
+    out: dict[str, Any] = {"registered": nn_attention.list_flash_attention_impls()}
     try:
         nn_attention.activate_flash_attention_impl("FA3")
         out["activated"] = True

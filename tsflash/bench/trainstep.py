@@ -17,6 +17,7 @@ import logging
 import re
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 
@@ -186,6 +187,7 @@ def measure_train_step(config, n: int, batch: int, device: torch.device, steps: 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
     x = torch.randn(batch, n, config.n_features, device=device)
     y = torch.randint(0, 3, (batch, n), device=device)
+    row: dict[str, Any]  # numbers, text and the kernel and compile records
     row = {"n": n, "batch": batch, "tokens_per_step": batch * n, "n_params": model.n_params(),
            "kernel_choice": model.kernel_choice}
 
@@ -218,7 +220,7 @@ def measure_train_step(config, n: int, batch: int, device: torch.device, steps: 
         if not is_oom(exc):
             raise
         row.update(status="oom", error=str(exc).splitlines()[0][:200])
-    row["compile"] = dict(model.compile_info)
+    row["compile"] = dict(cast(dict, model.compile_info))  # a dict, set by fastpath.prepare
     del model, step_model, opt, x, y
     free_memory(device)
     return row

@@ -81,10 +81,10 @@ def check_writable(folder: Path) -> None:
     """UserError (one line, `file_error`) unless files can be created in `folder`; a folder made
     for this check is removed again (a later refusal then leaves nothing)."""
     folder = Path(folder)
-    made = folder  # the topmost folder this check creates, removed again below
-    while not made.parent.exists():
-        made = made.parent
-    made = made if not made.exists() else None
+    top = folder  # the topmost folder this check creates, removed again below
+    while not top.parent.exists():
+        top = top.parent
+    made = top if not top.exists() else None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()
@@ -118,6 +118,7 @@ def build_report(run_dir: Path | str, *, overrides: dict | None = None, out_dir:
     check_writable(out)  # before the figures and numbers are computed, not after
     if overrides:
         rd = rescore(rd, overrides)
+        assert rd.rescored_from is not None  # rescore sets it
         if rescores_cells(rd.rescored_from["overrides"]):  # new daily series; else the run's stand
             target = RunFolder(out)
             for name, s in rd.series.items():

@@ -368,7 +368,7 @@ def fold_level(rd: RunData, names: list[str], references: list[str]) -> list[dic
         for c in [c for c in rd.cells if c["key"] == name] or [
                 b for b in rd.baselines if baseline_series_name(b["name"]) == name]:
             conf += np.asarray(c["metrics"].get("confusion", np.zeros((3, 3))), dtype=float)
-        row = {"series": name, "hit_rate": hit_rate_from_confusion(conf), "diffs": {}}
+        row: dict[str, Any] = {"series": name, "hit_rate": hit_rate_from_confusion(conf), "diffs": {}}
         mine = _fold_metric(rd, name, "log_loss")
         for ref in references:
             theirs = _fold_metric(rd, ref, "log_loss")
@@ -406,7 +406,7 @@ class ForecastQuestion:
     def mixed(self) -> bool:
         return bool(self.runs.result and self.runs.result.mixed)
 
-    def vs(self, reference: str) -> list[Paired]:
+    def vs(self, reference: str | None) -> list[Paired]:
         return [p for p in self.comparisons if p.reference == reference]
 
     def counts(self, p: Paired) -> bool:
@@ -485,7 +485,7 @@ def path_stats(summaries: list[dict], strategy: Strategy) -> dict:
         folds.setdefault(s["fold"], []).append(rec)
     n = np.array([recs[0]["n_bars"] for recs in folds.values()], dtype=float)
     means = {k: np.array([np.mean([r[k] for r in recs]) for recs in folds.values()]) for k in _PATH_FIELDS}
-    out = {k: float((v * n).sum() / n.sum()) for k, v in means.items()}
+    out: dict[str, Any] = {k: float((v * n).sum() / n.sum()) for k, v in means.items()}
     out["n_bars"] = int(n.sum())
     out["break_even_fee_bps"] = 1e4 * out["mean_gross_return"] / out["turnover"] if out["turnover"] > 0 else math.nan
     recs = [r for rs in folds.values() for r in rs]

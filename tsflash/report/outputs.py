@@ -4,6 +4,7 @@ tsflash.atomic's NaN policy), fold_metrics.parquet, daily_returns.parquet."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tsflash import atomic
 from tsflash.report.compute import Numbers
@@ -23,6 +24,7 @@ _REPRODUCIBILITY = ("command", "git_commit", "packages", "device", "device_name"
 
 def selection_results(rd: RunData, nums: Numbers, notes: list[str]) -> dict:
     s = nums.selection
+    out: dict[str, Any]  # numbers, lists and the PBO's dict
     out = {"candidates": [], "n_trials": s.n_trials, "min_dsr": s.verdict.min_dsr, "max_pbo": s.verdict.max_pbo,
            "periods_per_year": PERIODS_PER_YEAR, "notes": notes, "sr_variance": s.sr_variance,
            "n_days": int(len(s.days)), "first_day": str(s.days[0]) if len(s.days) else None,
@@ -36,6 +38,7 @@ def selection_results(rd: RunData, nums: Numbers, notes: list[str]) -> dict:
         usable = [r["name"] for r in v.table]
         out["pbo"] = {**p.to_dict(), "logits": p.logits.tolist(), "oos_rank": p.oos_rank.tolist(),
                       "columns": [label(k) for k in usable]}
+        assert v.dsr_result is not None  # Gate.evaluate sets it with pbo_result
         out["dsr_detail"] = v.dsr_result.to_dict()
     return out
 
@@ -84,6 +87,7 @@ def write_daily(rd: RunData, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    cols: dict[str, list[Any]]
     cols = {"series": [], "kind": [], "n": [], "day": [], "net_return": [], "gross_return": []}
     for name, s in sorted(rd.series.items()):
         k = len(s.days)

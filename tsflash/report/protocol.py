@@ -22,6 +22,7 @@ say so instead of empty tables.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -177,10 +178,10 @@ def seed_spread(per_n: dict[int, list[dict]]) -> tuple[dict, str]:
         seeds = sorted({c["seed"] for c in cs})
         stats[n] = {m: np.array([np.mean([c["metrics"][m] for c in cs if c["seed"] == s]) for s in seeds])
                     for m in ("log_loss", "accuracy")}
-    first = next(iter(stats), None)
+    first: Any = next(iter(stats), None)  # a key of stats (None without any N)
     rows = []
     for n, st in stats.items():
-        row = [n, len(st["log_loss"])]
+        row: list[Any] = [n, len(st["log_loss"])]
         for m, spec in (("log_loss", ".4f"), ("accuracy", ".4f")):
             v = st[m]
             sd = float(np.std(v, ddof=1)) if len(v) > 1 else None
@@ -204,7 +205,7 @@ def far_context(per_n: dict[int, list[dict]]) -> dict | None:
         cuts = sorted({int(m) for c in cs for m in c.get("far_context") or {}})
         for m in cuts:
             scored = [c for c in cs if str(m) in (c.get("far_context") or {})]
-            row = [n, m]
+            row: list[Any] = [n, m]
             for k in ("log_loss", "accuracy"):
                 full = np.array([c["metrics"][k] for c in scored])
                 cut = np.array([c["far_context"][str(m)][k] for c in scored])
@@ -274,6 +275,7 @@ def build(rd: RunData, nums: Numbers, out_dir: Path) -> dict:
     """The section's context: intro, figure, stopping table and criterion, seed spread, far context."""
     cfg = rd.config
     per_n = _model_cells(rd, nums)
+    out: dict[str, Any]  # text, the figure's dict and the tables
     out = {"heading": HEADING, "figure": None, "stopping": None, "criterion": [], "far": None,
            "far_note": ("Full minus cut, mean ± sd over folds and seeds: a negative log-loss difference (positive for "
                         "accuracy) means the bars beyond the cut improved the forecast. The cut scoring uses the "
@@ -287,6 +289,7 @@ def build(rd: RunData, nums: Numbers, out_dir: Path) -> dict:
         out["intro"] = (f"Every N was trained under one rule: {SIGNAL}. The curves show where each N's validation "
                         "loss stopped improving; the table gives the restored best step and the last step trained.")
         path = plot_curves(per_n, out_dir / "figures" / "learning_curves.png")
+        assert path is not None  # some N has a curve (checked above)
         out["figure"] = {"src": path.relative_to(out_dir).as_posix(), "file": path, "caption": CAPTION}
         out["stopping"], out["criterion"] = stopping(per_n, cfg)
     else:

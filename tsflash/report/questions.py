@@ -77,6 +77,7 @@ def runs_table(nums: Numbers) -> dict | None:
     if not runs.available:
         return None
     res = runs.result
+    assert res is not None  # available: the answer was computed
     head = ["comparison (over training runs: fold means of the runs)", "score", "family", "runs (A, B)",
             "mean difference per bar", "95 % interval", "t (df)", "p", "Holm p", "decides", "seed sd",
             "between-fold sd"]
@@ -99,6 +100,7 @@ def lead_table(nums: Numbers) -> dict | None:
     runs = nums.forecast.runs
     if not runs.available:
         return None
+    assert runs.result is not None and nums.forecast.shortest is not None  # available: compared with the shortest
     short = label(nums.forecast.shortest)
     head = [f"N against {short}", "score", "difference per bar", "95 % interval", "Holm p",
             f"runs (N, {short})"]
@@ -139,7 +141,7 @@ def fold_level_table(nums: Numbers) -> dict | None:
     rows = nums.forecast.fold_level
     if not rows:
         return None
-    refs = [ref for ref in (nums.forecast.shortest, LOGREG) if any(ref in r["diffs"] for r in rows)]
+    refs = [ref for ref in (nums.forecast.shortest, LOGREG) if ref is not None and any(ref in r["diffs"] for r in rows)]
     head = ["configuration (cells pooled over folds and seeds)",
             "hit rate (forecast and outcome not flat, pooled confusion: a set that depends on the forecast)"] + [
         f"log-loss minus {_name(ref)}, per fold" for ref in refs]

@@ -195,11 +195,14 @@ def daily_series_of_folds(folds: list[FoldDaily]) -> dict:
     """`daily_series` of the folds' paths, bit for bit, from their FoldDaily: a UTC day split
     between two folds compounds on from the earlier fold's product over the later fold's bars of
     that day, in the order `daily_series` multiplies them (one sequential product per day)."""
-    days, net, gross = [], [], []
-    growth = None  # prod(1 + r) of net and gross of the last day so far
+    days: list[np.datetime64] = []
+    net: list[np.float64] = []
+    gross: list[np.float64] = []
+    growth: np.ndarray | list[np.float64] | None = None  # prod(1 + r) of net and gross of the last day so far
     for f in sorted((f for f in folds if len(f.days)), key=lambda f: f.start):
         d, n, g = list(f.days), list(f.net), list(f.gross)
         if days and days[-1] == d[0]:  # the previous fold ended inside this fold's first day
+            assert growth is not None  # set with the previous fold's days
             joined = [np.multiply.reduceat(np.r_[growth[i], 1.0 + head], [0])[0]
                       for i, head in enumerate((f.head_net, f.head_gross))]
             net[-1], gross[-1] = joined[0] - 1.0, joined[1] - 1.0

@@ -144,11 +144,17 @@ class Comparison(Protocol):
     `series` minus `reference` on `score`, per bar (mean_diff < 0: `series` has the lower loss),
     with its Holm-adjusted p-value."""
 
-    series: str
-    reference: str
-    score: str
-    mean_diff: float
-    p_holm: float
+    # Read-only members, so that frozen dataclasses and properties (`RunComparison`) match too.
+    @property
+    def series(self) -> str: ...
+    @property
+    def reference(self) -> str: ...
+    @property
+    def score(self) -> str: ...
+    @property
+    def mean_diff(self) -> float: ...
+    @property
+    def p_holm(self) -> float: ...
 
 
 def significant(p_holm: float) -> bool:
@@ -230,7 +236,7 @@ class RunAnswer:
 
 def _family(tests: Mapping[tuple[str, str, str], Any]) -> list[RunComparison]:
     keys = list(tests)
-    adjusted = holm([tests[k].p for k in keys]) if keys else []
+    adjusted: np.ndarray | list[float] = holm([tests[k].p for k in keys]) if keys else []
     return [RunComparison(s, r, score, tests[(s, r, score)], float(q)) for (s, r, score), q in zip(keys, adjusted)]
 
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
+from typing import Any, cast
 
 import numpy as np
 
@@ -291,7 +292,11 @@ def deflation(mat: np.ndarray, selected: int, v: Verdict) -> Deflation:
     eff = effective_trials(mat)
     n_eff = max(1, round(eff.n_effective * v.n_trials / mat.shape[1]))
     x = mat[:, selected]
-    d_eff = deflated_sharpe(x, n_trials=n_eff, sr_variance=v.dsr_result.sr_variance if n_eff > 1 else None)
+    sr_variance = None
+    if n_eff > 1:
+        assert v.dsr_result is not None  # a gated verdict (Gate.evaluate) carries it
+        sr_variance = v.dsr_result.sr_variance
+    d_eff = deflated_sharpe(x, n_trials=n_eff, sr_variance=sr_variance)
     t = mat.shape[0]
     trl = (min_track_record_length(x, v.sr0, confidence=v.min_dsr) if v.sharpe > v.sr0 and v.min_dsr > 0
            else math.inf)
@@ -373,14 +378,14 @@ def pbo_informative(null_values: np.ndarray, observed: float) -> bool:
 
 def _aligned(series: Mapping[str, tuple]) -> tuple[np.ndarray, np.ndarray]:
     """(days (T,), matrix (T, K)) of the series' returns on the days common to all of them."""
-    common = None
+    common: Any = None  # the first series' days, then the days common to all so far
     for days, _ in series.values():
         common = days if common is None else np.intersect1d(common, days)
     cols = [np.asarray(r, dtype=np.float64)[np.isin(d, common)] for d, r in series.values()]
     return common, np.stack(cols, axis=1)
 
 
-def _undefined_row(key: str, x: np.ndarray, error: str) -> dict:
+def _undefined_row(key: str, x: np.ndarray, error: str | None) -> dict:
     nan = math.nan
     return {"key": key, "n_periods": int(len(x)), "mean": float(np.mean(x)) if len(x) else nan,
             "total": float(np.prod(1 + x) - 1) if len(x) else nan, "sharpe": nan, "sharpe_annual": nan,
@@ -441,10 +446,12 @@ def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONF
     complete = complete_trials(trials)
     keys = list(series)
     n_trials = max(len(complete), len(keys))
-    values = np.array([t["value"] for t in complete], dtype=float)
-    values = values if len(values) >= max(2, len(keys)) else None  # the study's ledger is missing: the candidates
+    ledger_values = np.array([t["value"] for t in complete], dtype=float)
+    # else None: the study's ledger is missing, the candidates stand in
+    values = ledger_values if len(ledger_values) >= max(2, len(keys)) else None
     sr_var = float(np.var(values, ddof=1)) if values is not None else None
-    out = RunSelection([], None, n_trials, sr_var, np.empty(0, "datetime64[D]"), int(n_blocks), None, [])
+    no_verdict = cast(Verdict, None)  # set on every path below
+    out = RunSelection([], no_verdict, n_trials, sr_var, np.empty(0, "datetime64[D]"), int(n_blocks), None, [])
     out.trial_count = TrialCount(n_trials, "the run's own study (complete trials in ledger.json)")
     if not keys:
         out.verdict = _no_gate(Reason.NO_CANDIDATE, [], None, n_trials, min_dsr, max_pbo)
@@ -472,10 +479,11 @@ def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONF
             out.candidates = [by_name.get(k) or _undefined_row(k, mat[:, j], errors[k]) for j, k in enumerate(keys)]
             out.verdict = v
             gated = mat[:, [keys.index(k) for k in usable]]
+            assert v.selected is not None  # Gate.evaluate always selects one
             out.deflation = deflation(gated, usable.index(v.selected), v)
             return out
     out.candidates = [_row_without_gate(k, mat[:, j], n_trials, values, periods_per_year) for j, k in enumerate(keys)]
     sharpes = {r["key"]: r["sharpe"] for r in out.candidates if r["key"] in usable}
-    best = max(usable, key=sharpes.get) if usable else keys[0]
+    best = max(usable, key=sharpes.__getitem__) if usable else keys[0]  # every key has a row
     out.verdict = _no_gate(reason, out.candidates, best, n_trials, min_dsr, max_pbo, error=error)
     return out

@@ -13,7 +13,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import scipy  # scipy.stats and scipy.optimize load on first use (`tsflash data --help` imports this package)
@@ -285,7 +285,7 @@ def _fold_t(a: Runs, b: Runs, means: tuple[dict, dict], alpha: float) -> RunTest
     d = np.array([np.mean(list(means[1][f].values())) - np.mean(list(means[0][f].values())) for f in folds])
     mean, se, df, t, p, ci = one_sample_t(d, alpha)
     seed_var, seed_df = _seed_variance(means)
-    inv_seeds = np.mean([1 / len(means[0][f]) + 1 / len(means[1][f]) for f in folds])
+    inv_seeds = cast(float, np.mean([1 / len(means[0][f]) + 1 / len(means[1][f]) for f in folds]))  # np.float64
     between = max(0.0, float(d.var(ddof=1)) - seed_var * inv_seeds) if seed_df else math.nan
     return RunTestResult(a.label, b.label, mean, se, df, t, p, ci, VarianceComponents(between, seed_var, seed_df),
                          sum(map(len, means[0].values())), sum(map(len, means[1].values())), tuple(folds),
@@ -408,7 +408,7 @@ def _crossed(label_a: str, label_b: str, means: tuple[dict, dict], alpha: float,
 def holm_adjust(results: Sequence[RunTestResult], alpha: float | None = None) -> list[RunTestResult]:
     """The results as one Holm family (`tsflash.stats.forecasts.holm`): p_holm set, verdicts read
     from it at `alpha` (default: each result's own)."""
-    adjusted = holm([r.p for r in results]) if results else []
+    adjusted: np.ndarray | list[float] = holm([r.p for r in results]) if results else []
     return [dataclasses.replace(r, p_holm=float(q), alpha=alpha or r.alpha,
                                 verdict=verdict_of(r.estimate, float(q), alpha or r.alpha))
             for r, q in zip(results, adjusted)]
@@ -509,7 +509,8 @@ def simulate_runs(rng: np.random.Generator, *, difference: float = 0.0, noise: R
     per_bar[1] += difference
     f, s, d = (np.broadcast_to(x, shape[1:]).ravel() for x in np.ix_(range(n_folds), range(n_seeds), range(n_days)))
     count = np.full(f.size, float(bars_per_day))
-    return tuple(Runs(labels[i], f, s, d, per_bar[i].ravel() * bars_per_day, count) for i in range(2))
+    a, b = (Runs(labels[i], f, s, d, per_bar[i].ravel() * bars_per_day, count) for i in range(2))
+    return a, b
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import cast
 
 import numpy as np
 import scipy  # scipy.stats loads on first use (SciPy's lazy submodules): tsflash.config imports this module
@@ -134,7 +135,7 @@ def _sr_inputs(returns_or_sr, t, skew, kurtosis, excess_kurtosis, ddof, need_t: 
             f"with a returns array, t/skew/kurtosis are estimated from it; do not pass them, got {given}"
         )
     x = returns_array(returns_or_sr)
-    sr = sharpe(x, ddof=ddof)
+    sr = cast(float, sharpe(x, ddof=ddof))  # 1-D returns: one Sharpe ratio
     sk, ku = skew_kurtosis(x)
     return sr, float(x.shape[0]), sk, ku
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -196,15 +197,20 @@ def _mismatch(short: list[_Run], long: list[_Run], n: int) -> str:
     return ""
 
 
+def _n(rd: RunData, key: str) -> int:
+    """N of one of the run's trial keys; `RunData.n_of` is None only for a key with no cell."""
+    return cast(int, rd.n_of(key))
+
+
 def nesting_check(rd: RunData, primary: list[str]) -> NestingCheck:
     """The nesting check over the default configuration per N (`primary`, trial keys in order of N)."""
     if len(primary) < 2:
         return NestingCheck(reason="the run has one context length, so nothing is nested in it")
     short, longs = primary[0], primary[1:]
-    cut = rd.n_of(short)
+    cut = _n(rd, short)
     cells = {k: sorted((c for c in rd.cells if c["key"] == k), key=lambda c: (c["fold"], c["seed"])) for k in primary}
     out = NestingCheck(cut=cut, shortest=short)
-    unscored = [rd.n_of(k) for k in longs if any(str(cut) not in (c.get("far_context") or {}) for c in cells[k])]
+    unscored = [_n(rd, k) for k in longs if any(str(cut) not in (c.get("far_context") or {}) for c in cells[k])]
     if unscored:
         cuts = rd.config.get("eval", {}).get("context_cuts", [])
         out.reason = (f"the cells of N = {', '.join(map(str, unscored))} were not scored with their context cut to "
@@ -219,17 +225,17 @@ def nesting_check(rd: RunData, primary: list[str]) -> NestingCheck:
                             "(cells scored since the nesting check), and this folder has neither")
     try:
         records = {k: [_record(rd, c, None if k == short else cut, per_bar) for c in cells[k]] for k in primary}
-        why = next((w for k in longs if (w := _mismatch(records[short], records[k], rd.n_of(k)))), "")
+        why = next((w for k in longs if (w := _mismatch(records[short], records[k], _n(rd, k)))), "")
         if why:
             out.reason = why
             return out
         base = _runs(f"N={cut}", records[short], "full")
-        cut_runs = {rd.n_of(k): _runs(f"N={rd.n_of(k)} cut to {cut}", records[k], "cut") for k in longs}
+        cut_runs = {_n(rd, k): _runs(f"N={_n(rd, k)} cut to {cut}", records[k], "cut") for k in longs}
         seeds = out.inference = seed_inference(rd.config)
         out.tests = nesting_tests(base, cut_runs, cut_length=cut, seeds=seeds)
         for k in longs:
-            full = _runs(f"N={rd.n_of(k)}", records[k], "full")
-            out.gaps[rd.n_of(k)] = {p: run_level_test(base[p], full[p], seeds=seeds) for p in base if p in full}
+            full = _runs(f"N={_n(rd, k)}", records[k], "full")
+            out.gaps[_n(rd, k)] = {p: run_level_test(base[p], full[p], seeds=seeds) for p in base if p in full}
     except RunTestInputError as exc:
         out.reason, out.tests = f"the run-level test cannot run: {exc}", []
         return out

@@ -22,7 +22,7 @@ from tsflash.report.rundata import RunData
 from tsflash.report.wording import fmt, plural, signed
 from tsflash.runfolder import baseline_series_name, probe_n
 from tsflash.stats.forecasts import holm
-from tsflash.stats.runs import ALPHA, one_sample_t
+from tsflash.stats.runs import ALPHA, RunTestResult, one_sample_t
 
 # the fold-level metrics of the probe's rows: log-loss, direction score, and the flat-vs-move part
 PROBE_SCORES = ("log_loss", "direction_log_loss_moves", "move_log_loss")
@@ -58,7 +58,7 @@ class ProbeRow:
     series: str  # "baseline-probe-<N>"
     means: dict[str, float]  # PROBE_SCORES -> mean over folds
     vs_shortest: dict[str, Difference]  # PROBE_SCORES -> the probe at N minus at the shortest N (longer N only)
-    transformer: object | None = None  # question 1's RunTestResult of the transformer at N minus the shortest N
+    transformer: RunTestResult | None = None  # question 1's RunTestResult of the transformer at N minus the shortest N
     p_holm: float = math.nan  # the log-loss difference's p, Holm over the longer N
 
     @property
@@ -158,7 +158,7 @@ def _steps(per_n: list[tuple[int, dict[int, float]]]) -> list[ProbeStep]:
     diffs = [(a, b, fold_difference([vb[f] - va[f] for f in sorted(set(va) & set(vb))]))
              for (a, va), (b, vb) in zip(per_n, per_n[1:])]
     diffs = [d for d in diffs if math.isfinite(d[2].p)]
-    adjusted = holm([d.p for _, _, d in diffs]) if diffs else []
+    adjusted: np.ndarray | list[float] = holm([d.p for _, _, d in diffs]) if diffs else []
     return [ProbeStep(a, b, d, float(q)) for (a, b, d), q in zip(diffs, adjusted)]
 
 
