@@ -188,6 +188,14 @@ def test_refuses_a_run_that_is_not_finished(swept, tmp_path, capsys):
     refused(capsys, run, HOLD, "is not a tsflash run folder")
 
 
+def test_refuses_a_run_that_records_no_data_source_without_data(swept, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(swept, run)
+    write_json(run / "run.json", {k: v for k, v in read_json(run / "run.json").items() if k != "data"})
+    write_json(run / "data.json", {k: v for k, v in read_json(run / "data.json").items() if k != "source"})
+    refused(capsys, run, HOLD, "records no data source (run.json's data, data.json's source); name the bars with --data")
+
+
 # ---------------------------------------------------------------------------------------------
 # helpers
 

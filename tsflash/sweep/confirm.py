@@ -188,14 +188,15 @@ def plan_confirm(run_dir: Path | str, start: str, end: str | None = None, data: 
         raise UserError(f"confirm --start {start} overlaps the run's data range {d.start}..{d.end}: "
                         f"the hold-out must start after {d.end}")
     data = data or meta.get("data") or run_source.get("source")
+    if not data:
+        raise UserError(f"confirm: {run.root} records no data source (run.json's data, data.json's source); "
+                        "name the bars with --data")
     if end is None:
-        assert data is not None  # parse_source(None) would fail below
         end = (_day(start) + dt.timedelta(days=run_cfg.splits.test_days - 1)).isoformat() if parse_source(data) \
             else None
     if end is not None and _day(end) < _day(start):
         raise UserError(f"confirm --end {end} is before --start {start}")
     if end is None:  # a store: up to its last full day
-        assert data is not None  # parse_source(data) above took it
         tail = load_bars(data, d.symbol, d.interval, start, None)
         if len(tail) == 0:
             raise UserError(f"confirm --data {data}: the store has no {d.symbol} {d.interval} bars from {start} on")
