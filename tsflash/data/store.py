@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -191,6 +192,10 @@ def list_datasets(root: Path | str) -> list[tuple[str, str]]:
     return found
 
 
+@overload
+def to_us(value: None, *, end: bool = False) -> None: ...
+@overload
+def to_us(value: str | dt.datetime | dt.date | int | np.integer, *, end: bool = False) -> int: ...
 def to_us(value, *, end: bool = False) -> int | None:
     """Microseconds UTC of a "YYYY-MM-DD" (or ISO datetime) string, datetime, date or int (us).
 

@@ -76,7 +76,7 @@ def _optional(path: Path, default: dict) -> dict:
 
 def load_run(run_dir: Path | str) -> RunData:
     """Everything the report needs from a run folder; UserError naming what is missing."""
-    rf = RunFolder(Path(run_dir))  # as RunFolder itself converts it
+    rf = RunFolder(Path(run_dir))
     if not rf.root.is_dir():
         raise UserError(f"report: run folder not found: {rf.root}")
     run = check_run_meta(_required(rf.run_json), rf.run_json)

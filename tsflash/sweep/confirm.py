@@ -93,13 +93,6 @@ def _day(iso_day: str) -> dt.date:
     return dt.date.fromisoformat(iso_day)
 
 
-def _day_us(iso_day: str, *, end: bool = False) -> int:
-    """`to_us` of a day string, which is never None (to_us gives None for None only)."""
-    us = to_us(iso_day, end=end)
-    assert us is not None
-    return us
-
-
 def _ranges(days: list[dt.date]) -> str:
     """[d1, d2, d3, d7] -> "d1..d3, d7" (consecutive days as one range)."""
     out, lo = [], None
@@ -134,10 +127,10 @@ def _synthetic_bars(run_cfg: ExperimentConfig, source: dict, hold: HoldOut) -> B
     d = run_cfg.data
     seed = int(source.get("seed") or 0)
     base = random_walk_bars(configured_bar_count(run_cfg), seed=seed, start=d.start, interval=d.interval, symbol=d.symbol)
-    base = base.slice(0, int(np.searchsorted(base.open_time, _day_us(hold.start))))
+    base = base.slice(0, int(np.searchsorted(base.open_time, to_us(hold.start))))
     step = base.interval_us
-    first = _day_us(hold.start)
-    n_new = (_day_us(hold.end, end=True) + 1 - first) // step
+    first = to_us(hold.start)
+    n_new = (to_us(hold.end, end=True) + 1 - first) // step
     fresh_seed = int(np.random.SeedSequence([seed, 13]).generate_state(1)[0])  # 13: this issue's salt
     more = random_walk_bars(int(n_new), seed=fresh_seed, start=hold.start, interval=d.interval, symbol=d.symbol,
                             start_price=float(base.close[-1]), n_gaps=0)
@@ -176,7 +169,7 @@ def _candidates(ledger: dict) -> list[dict]:
 
 def plan_confirm(run_dir: Path | str, start: str, end: str | None = None, data: str | None = None) -> Setup:
     """Check everything (UserError, one line, nothing written) and load the bars."""
-    run = RunFolder(Path(run_dir))  # as RunFolder itself converts it
+    run = RunFolder(Path(run_dir))
     run.require_finished("confirm")
     if not run.ledger_json.exists() or not run.config_json.exists():
         raise UserError(f"confirm: {run.root} has no ledger.json/config.json; is it a finished `tsflash sweep` run?")
@@ -205,7 +198,7 @@ def plan_confirm(run_dir: Path | str, start: str, end: str | None = None, data: 
     bars, source = _load_bars(run_cfg, run_source, hold)
     cfg = config_from_dict(run_cfg.to_dict() | {"data": dataclasses.asdict(d) | {"end": end}})
     train_bars = cfg.splits.train_days * bars_per_day(bars.interval_us) if cfg.splits.scheme == "rolling" else None
-    fold = holdout_fold(bars.open_time, _day_us(start), cfg.purge, train_bars)
+    fold = holdout_fold(bars.open_time, to_us(start), cfg.purge, train_bars)
     h = cfg.labels.horizon
     if len(fold[1]) <= h:
         raise UserError(f"confirm --start {start} --end {end}: the hold-out has {len(fold[1])} bar(s), not more than "
