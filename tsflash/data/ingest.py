@@ -34,9 +34,10 @@ import re
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -277,7 +278,7 @@ def _parse_block(block: bytes, name: str, lines: np.ndarray, non_empty: np.ndarr
             f"{name} line {int(lines[i])}: a Binance kline row must have {len(BINANCE_COLUMNS)} columns, "
             f"got {int(n_fields[i]) if non_empty[i] else 0}"
         )
-    schema = {c: (pl.Int64 if c in INT_COLUMNS else pl.Float64) for c in BINANCE_COLUMNS}
+    schema: dict[str, type[pl.DataType]] = {c: (pl.Int64 if c in INT_COLUMNS else pl.Float64) for c in BINANCE_COLUMNS}
     schema["ignore"] = pl.String
     try:
         df = pl.read_csv(block, has_header=False, new_columns=list(BINANCE_COLUMNS), schema=schema)
@@ -396,13 +397,13 @@ class _ChunkValidator:
 
     def __call__(self, table: pa.Table, lines: np.ndarray, symbol: str, unit: str) -> Parsed:
         table = table.cast(store.SCHEMA)
-        carried = self.carry is not None
-        if carried:
-            table = pa.concat_tables([self.carry[0], table])
-            lines = np.r_[self.carry[1], lines]
+        carry = self.carry
+        if carry is not None:
+            table = pa.concat_tables([carry[0], table])
+            lines = np.r_[carry[1], lines]
         self.carry = (table.slice(table.num_rows - 1), int(lines[-1]))
         table, source, dups = validate(table, Source(self.name, self.kind, lines), self.interval)
-        if carried:  # the carried row went out (or was dropped) with the previous chunk; validate keeps row 0
+        if carry is not None:  # the carried row went out (or was dropped) with the previous chunk; validate keeps row 0
             table, source = table.slice(1), Source(self.name, self.kind, source.lines[1:])
         return Parsed(table, source, symbol, self.interval, unit, dups)
 
@@ -420,7 +421,7 @@ def validate(table: pa.Table, source: Source, interval: str) -> tuple[pa.Table, 
     b = store.Bars.from_table(table, "X", interval)
     n = len(b)
 
-    def fail(mask: np.ndarray, rule) -> None:
+    def fail(mask: np.ndarray, rule: Callable[[int], str]) -> None:
         bad = np.flatnonzero(mask)
         if len(bad):
             i = int(bad[0])
@@ -444,11 +445,11 @@ def validate(table: pa.Table, source: Source, interval: str) -> tuple[pa.Table, 
             )
         dup = np.flatnonzero(d == 0) + 1
         if len(dup):
-            i = store.first_conflicting_duplicate(b, dup)
-            if i is not None:
+            j = store.first_conflicting_duplicate(b, dup)
+            if j is not None:
                 raise UserError(
-                    f"{source.where(i)}: conflicting duplicate of {source.where(i - 1)}: same open_time "
-                    f"{store.iso(b.open_time[i])}, different values (identical duplicates are dropped)"
+                    f"{source.where(j)}: conflicting duplicate of {source.where(j - 1)}: same open_time "
+                    f"{store.iso(b.open_time[j])}, different values (identical duplicates are dropped)"
                 )
             _check_moves(b, source)
             keep = np.ones(n, bool)
@@ -551,6 +552,11 @@ class _StagedSource:
     when small (a daily 1-minute archive; up to `budget[0]` rows for all such sources together),
     else in a staging Parquet file written chunk by chunk (a 1-second month)."""
 
+    tables: list[pa.Table]
+    writer: pq.ParquetWriter | None
+    first: int | None  # open_time of the first and last bar written, None before any
+    last: int | None
+
     def __init__(self, path: Path, first: Parsed, budget: list[int]):
         self.path, self.name, self.kind = path, first.source.name, first.source.kind
         self.symbol, self.interval = first.symbol, first.interval
@@ -587,8 +593,9 @@ class _StagedSource:
         else:
             self.writer.close()
             chunks = functools.partial(_parquet_tables, self.path)
-        where = "line" if self.kind == "csv" else "row"
-        return store.Part(chunks, self.first, self.last, lambda line, name=self.name: f"{name} {where} {line}")
+        where, name = ("line" if self.kind == "csv" else "row"), self.name  # the Part keeps these, not self
+        # rows > 0: a write set first and last
+        return store.Part(chunks, cast(int, self.first), cast(int, self.last), lambda line: f"{name} {where} {line}")
 
 
 def _parquet_tables(path: Path) -> Iterator[pa.Table]:

@@ -677,7 +677,8 @@ def merge_parts(root: Path | str, datasets: dict[tuple[str, str], list[Part]]) -
         by_year = _parts_by_year([p for p in parts if p is not None])
         if by_year and dataset_dir(root, symbol, interval).is_dir():
             # a damaged stored year would be merged into a new file under a fresh checksum: refuse it first
-            verified_files(root, symbol, interval, lambda year, years=by_year: year in years)
+            # (keep is called within this iteration, so it reads this dataset's years)
+            verified_files(root, symbol, interval, lambda year: year in by_year)  # noqa: B023
         checked = {y: _merge_year(root, symbol, interval, y, ps, write=False) for y, ps in by_year.items()}
         plans[(symbol, interval)] = (by_year, checked)
     results = {}

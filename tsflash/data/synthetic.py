@@ -46,12 +46,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from tsflash.errors import UserError
 from tsflash.intervals import INTERVAL_US, bars_per_day
+
+if TYPE_CHECKING:  # at run time imported where bars are built: the store pulls in pyarrow
+    from tsflash.data.store import Bars
 
 SOURCE_PREFIX = "synthetic:"
 KNOWN_SOURCES = ("random-walk", "iid", "long-memory", "regime")
@@ -664,7 +667,7 @@ def control_note(source: str) -> str:
     return f"the data is {CONTROL_NOTES[spec[0]]} ({source})."
 
 
-def synthetic_bars(data: str, n_bars: int, default_seed: int, **where) -> tuple[object, dict]:
+def synthetic_bars(data: str, n_bars: int, default_seed: int, **where) -> tuple[Bars, dict]:
     """(bars, source description) for a `synthetic:...` data string.
 
     where : start, interval, symbol (passed to the generator). The description names the source

@@ -105,7 +105,7 @@ def encode_columns(bars: store.Bars, where: str) -> tuple[dict[str, np.ndarray],
     base_p = int(o[0]) if len(o) else 0
     prev_close = np.concatenate([[base_p], c[:-1]])
     cols.update(open=o - prev_close, high=h - np.maximum(o, c), low=np.minimum(o, c) - low, close=c - o)
-    codec = {"open_time": base_t, "prices": {"scale": k, "base": base_p}}
+    codec: dict = {"open_time": base_t, "prices": {"scale": k, "base": base_p}}
     for name in VOLUMES:
         v = getattr(bars, name)
         codec[name] = decimals(v, f"{where} column {name}")
@@ -209,7 +209,8 @@ def pack_store(
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise store.unreadable(path, exc) from None
             packed = encode_table(table, symbol, interval, year, str(path))  # its own lossless rule first
-            store.check_bars(store.Bars.from_table(table, symbol, interval), lambda i, p=path: str(p))
+            # check_bars calls `where` before it returns, so it names this iteration's path
+            store.check_bars(store.Bars.from_table(table, symbol, interval), lambda i: str(path))  # noqa: B023
             _write_packed(packed, stack.enter_context(atomic.atomic_path(dst)))
             written.append(dst)
     for src, dst in zip(files.values(), written):

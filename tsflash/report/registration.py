@@ -19,8 +19,9 @@ import datetime as dt
 import fnmatch
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 from tsflash.config import read_run_config
 from tsflash.data.synthetic import parse_source
@@ -99,7 +100,7 @@ def replicated_run(run_dir: Path) -> Path | None:
     read against (OUT/<arm>); None for any other run."""
     plan_path = plan_for(run_dir)
     control = control_of(amended_plan(plan_path.parent), run_dir) if plan_path else None
-    if control is None or control["kind"] != AA_CONTROL:
+    if plan_path is None or control is None or control["kind"] != AA_CONTROL:
         return None
     return run_dir_of(plan_path.parent, Path(run_dir).resolve().name)
 
@@ -191,10 +192,10 @@ def amendment_files(plan_folder: Path) -> list[Path]:
     folder = Path(plan_folder)
     numbered = {1: folder / AMENDMENT_MD} if (folder / AMENDMENT_MD).is_file() else {}
     for path in sorted(folder.glob("AMENDMENT-*.md")):
-        k = path.stem.partition("-")[2]
-        if not k.isdigit() or int(k) < 2:
+        n = path.stem.partition("-")[2]
+        if not n.isdigit() or int(n) < 2:
             raise UserError(f"{path}: an amendment's file is {AMENDMENT_MD}, then AMENDMENT-2.md, AMENDMENT-3.md, ...")
-        numbered[int(k)] = path
+        numbered[int(n)] = path
     for k in sorted(numbered):
         if k > 1 and k - 1 not in numbered:
             before = AMENDMENT_MD if k == 2 else f"AMENDMENT-{k - 1}.md"
@@ -383,7 +384,7 @@ def _apply_amendment(plan: dict, block: dict, file: str, resolve: ArmResolver | 
 def _added_control(plan: dict, c: dict, file: str, resolve: ArmResolver | None) -> dict:
     """A control an amendment adds, as a plan's control: on its arms only, resolved per arm at its own
     lengths on its market (`resolve`), else with only each arm's name, lengths and range."""
-    kind = parse_source(c["source"])[0]
+    kind = cast(tuple[str, int | None], parse_source(c["source"]))[0]  # synthetic: `_check_added_control` saw to it
     control = {"name": c["name"], "source": c["source"], "kind": kind,
                "expect": c.get("expect") or wording.CONTROL_EXPECTATIONS[kind], "rule": CONTROL_RULES[kind],
                "lengths": list(c["lengths"]), "amendment": file}
@@ -427,7 +428,8 @@ def planned_runs(plan: dict, out: Path) -> list[tuple[str, dict | None, dict, Pa
     """(name, control or None, the arm's planned resolution, run folder) of every run the plan
     commands: each arm into OUT/<arm>, each control's arm into OUT/controls/<control>/<arm> (an
     amendment's control: only the arms it names)."""
-    runs = [(a["name"], None, a, run_dir_of(out, a["name"])) for a in plan["arms"]]
+    runs: list[tuple[str, dict | None, dict, Path]] = [(a["name"], None, a, run_dir_of(out, a["name"]))
+                                                       for a in plan["arms"]]
     for c in plan.get("controls", []):  # on its own resolution of each arm, if it has one; else on every arm
         runs += [(f"{c['name']}/{a['name']}", c, a, run_dir_of(out, a["name"], c)) for a in c.get("arms") or plan["arms"]]
     return runs
@@ -438,7 +440,7 @@ def run_names(plan: dict) -> list[str]:
     return [name for name, *_ in planned_runs(plan, Path())] + ([LADDER_RUN] if "ladder" in plan else [])
 
 
-def plan_order(plan: dict, stages: list[tuple[str, list[str]]] = ()) -> list[dict]:
+def plan_order(plan: dict, stages: Sequence[tuple[str, list[str]]] = ()) -> list[dict]:
     """The order the plan's runs go in: each stage (name, its runs' names or shell patterns) takes the
     runs it matches that no earlier stage took, with its GPU time; the runs no stage names go last, as
     a stage "rest" (without stages, one stage "all"). A pattern that takes no run is refused in one line."""

@@ -30,10 +30,10 @@ import datetime as dt
 import functools
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from tsflash.atomic import write_text as atomic_text
 from tsflash.config import parse_overrides, recipe_words
@@ -121,12 +121,13 @@ def _control(name: str, source: str, items: list[str], arms: list[tuple[str, lis
     """One control: every arm's config on its synthetic market (or, `kind` "aa", on the plan's own
     bars with other seeds); with items of its own, each arm's config resolved again with them (its
     hash, folds and cost are then the control's)."""
-    kind = kind or parse_source(source)[0]
-    control = {"name": name, "source": source, "kind": kind, "expect": wording.CONTROL_EXPECTATIONS[kind],
-               "rule": CONTROL_RULES[kind]}
+    kind = kind or cast(tuple[str, int | None], parse_source(source))[0]  # without kind, a synthetic source
+    control: dict = {"name": name, "source": source, "kind": kind, "expect": wording.CONTROL_EXPECTATIONS[kind],
+                     "rule": CONTROL_RULES[kind]}
     if items:
         ranged, rest = _split_range(items)
-        own = replace(opts, **{k: str(v) for k, v in parse_overrides(ranged).get("data", {}).items()})
+        ranges: dict[str, Any] = {k: str(v) for k, v in parse_overrides(ranged).get("data", {}).items()}  # start, end
+        own = replace(opts, **ranges)
         resolved = [_arm(a, a_items + rest, own) for a, a_items in arms]
         control |= {"overrides": items, "arms": [{k: r[k] for k in ("name", "config", "config_hash", "folds", "range",
                                                                      "gpu_seconds", "gpu_seconds_worst")}
@@ -219,9 +220,9 @@ LADDER_KEYS = ("command", "cost", "gpu_seconds", "gpu_seconds_worst", "replicate
 
 
 def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: tuple[str, ...] = (),
-               note: str = "", controls: list[tuple[str, str]] = (),
-               control_sets: list[tuple[str, str]] = (), ladder: LadderEntry | None = None,
-               aa_seeds: list[int] | None = None, stages: list[tuple[str, list[str]]] = ()) -> dict:
+               note: str = "", controls: Sequence[tuple[str, str]] = (),
+               control_sets: Sequence[tuple[str, str]] = (), ladder: LadderEntry | None = None,
+               aa_seeds: list[int] | None = None, stages: Sequence[tuple[str, list[str]]] = ()) -> dict:
     """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
     `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
     typed for the commands); each arm adds its own items. `aa_seeds`: the A/A replicate, every arm's
@@ -240,8 +241,8 @@ def build_plan(opts: SweepOptions, arms: list[tuple[str, list[str]]], *, base: t
     if len(set(control_names)) != len(control_names):
         raise UserError(f"--control names must differ{' (--aa-seeds is the control aa)' if aa_seeds else ''}, "
                         f"got {', '.join(c for c, _ in controls)}")
-    for a in resolved if aa_seeds else ():
-        if shared := sorted(set(aa_seeds) & set(a["seeds"])):
+    for a in resolved:
+        if aa_seeds and (shared := sorted(set(aa_seeds) & set(a["seeds"]))):
             raise UserError(f"--aa-seeds must differ from every arm's seeds: {a['name']} trains seeds "
                             f"{', '.join(map(str, a['seeds']))}, --aa-seeds repeats {', '.join(map(str, shared))}")
     if unknown := sorted({c for c, _ in control_sets} - {c for c, _ in controls}):
@@ -313,7 +314,9 @@ def plan_commands(plan: dict, out: Path) -> list[tuple[Path, str]]:
 
 def ordered_commands(plan: dict, out: Path) -> list[tuple[str, Path, str]]:
     """(stage, run folder, command) of every planned run, the ladder's too, in the plan's order."""
-    by_name = dict(zip(run_names(plan), plan_commands(plan, out) + ([ladder_run(plan, out)] if "ladder" in plan else [])))
+    # a plan's ladder, where it has one, is never empty, so ladder_run gives its folder and command
+    ladder = [cast(tuple[Path, str], ladder_run(plan, out))] if "ladder" in plan else []
+    by_name = dict(zip(run_names(plan), plan_commands(plan, out) + ladder))
     return [(stage["stage"], *by_name[name]) for stage in plan_order_of(plan) for name in stage["runs"]]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from pathlib import Path
+from typing import TypeGuard
 
 from tsflash.config import ExperimentConfig
 from tsflash.data import fetch
@@ -74,8 +75,8 @@ def _read_store(root: Path, cfg: ExperimentConfig) -> Bars | None:
         return None
 
 
-def _covers(bars: Bars | None, cfg: ExperimentConfig) -> bool:
-    """Do the bars reach (within a day) both ends of the configured range?"""
+def _covers(bars: Bars | None, cfg: ExperimentConfig) -> TypeGuard[Bars]:
+    """Do the bars reach (within a day) both ends of the configured range? (True: they are not None.)"""
     if bars is None or len(bars) == 0:
         return False
     lo, hi = to_us(cfg.data.start), to_us(cfg.data.end, end=True)
