@@ -24,10 +24,14 @@ from tsflash._exports import lazy_exports  # noqa: E402  (after the setting abov
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "run_sweep": "api", "SweepResult": "api",
-    "CausalTransformer": "model.transformer", "ModelConfig": "model.transformer",
-    "model_inputs": "engine.inputs", "ModelInputs": "engine.inputs",
-    "random_walk_bars": "data.synthetic", "load_bars": "data.store",
+    "run_sweep": "api",
+    "SweepResult": "api",
+    "CausalTransformer": "model.transformer",
+    "ModelConfig": "model.transformer",
+    "model_inputs": "engine.inputs",
+    "ModelInputs": "engine.inputs",
+    "random_walk_bars": "data.synthetic",
+    "load_bars": "data.store",
     "load_config": "config",
 }
 SUBPACKAGES = ("data", "dataset", "model", "engine", "scoring", "stats", "sweep", "report", "bench")

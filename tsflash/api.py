@@ -37,8 +37,13 @@ class SweepResult:
 
         run = read("run.json") or {}
         report = folder / "report.md"
-        return cls(folder=folder, complete=run.get("status") == "complete", results=read("results.json"),
-                   questions=read("questions.json"), report=report if report.exists() else None)
+        return cls(
+            folder=folder,
+            complete=run.get("status") == "complete",
+            results=read("results.json"),
+            questions=read("questions.json"),
+            report=report if report.exists() else None,
+        )
 
 
 def _overrides(items: Mapping | Sequence[str] | None) -> dict:
@@ -57,12 +62,25 @@ def _overrides(items: Mapping | Sequence[str] | None) -> dict:
     return parse_overrides(list(items))
 
 
-def sweep_options(lengths: Sequence[int] | str | None = None, *, data: str = "data", config: str = "default",
-                  preset: str = "auto", set: Mapping | Sequence[str] | None = None, symbol: str | None = None,
-                  start: str | None = None, end: str | None = None, out: str | Path | None = None,
-                  seed: int | None = None, time_budget: float | None = None, slice_by: str = "fold",
-                  device: str = "auto",
-                  devices: Sequence[str] | None = None, trials: int = 1, precision: bool = True):
+def sweep_options(
+    lengths: Sequence[int] | str | None = None,
+    *,
+    data: str = "data",
+    config: str = "default",
+    preset: str = "auto",
+    set: Mapping | Sequence[str] | None = None,
+    symbol: str | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    out: str | Path | None = None,
+    seed: int | None = None,
+    time_budget: float | None = None,
+    slice_by: str = "fold",
+    device: str = "auto",
+    devices: Sequence[str] | None = None,
+    trials: int = 1,
+    precision: bool = True,
+):
     """The `tsflash.sweep.plan.SweepOptions` of `run_sweep`'s keywords (checked by `plan_sweep`)."""
     from tsflash.sweep.plan import SweepOptions
 
@@ -71,17 +89,44 @@ def sweep_options(lengths: Sequence[int] | str | None = None, *, data: str = "da
     overrides = _overrides(set)
     if symbol is not None:
         overrides = merge_overrides({"data": {"symbol": check_pair(symbol, "symbol")}}, overrides)
-    given = {"lengths": lengths, "data": data, "config": config, "preset": preset, "set": set, "symbol": symbol,
-             "start": start, "end": end, "out": out, "seed": seed, "time_budget": time_budget,
-             "slice_by": slice_by, "device": device,
-             "devices": devices, "trials": trials, "precision": precision}
+    given = {
+        "lengths": lengths,
+        "data": data,
+        "config": config,
+        "preset": preset,
+        "set": set,
+        "symbol": symbol,
+        "start": start,
+        "end": end,
+        "out": out,
+        "seed": seed,
+        "time_budget": time_budget,
+        "slice_by": slice_by,
+        "device": device,
+        "devices": devices,
+        "trials": trials,
+        "precision": precision,
+    }
     defaults = sweep_options.__kwdefaults__ or {}
     shown = ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None and v != defaults.get(k))
-    return SweepOptions(lengths=None if lengths is None else list(lengths), config=config, data=data, start=start,
-                        end=end, out=None if out is None else Path(out), device=device,
-                        devices=None if devices is None else list(devices), seed=seed, trials=trials, preset=preset,
-                        overrides=overrides, command=f"tsflash.run_sweep({shown})", precision=precision,
-                        time_budget=time_budget, slice_by=slice_by)
+    return SweepOptions(
+        lengths=None if lengths is None else list(lengths),
+        config=config,
+        data=data,
+        start=start,
+        end=end,
+        out=None if out is None else Path(out),
+        device=device,
+        devices=None if devices is None else list(devices),
+        seed=seed,
+        trials=trials,
+        preset=preset,
+        overrides=overrides,
+        command=f"tsflash.run_sweep({shown})",
+        precision=precision,
+        time_budget=time_budget,
+        slice_by=slice_by,
+    )
 
 
 def run_sweep(lengths: Sequence[int] | str | None = None, **options) -> SweepResult:

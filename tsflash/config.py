@@ -61,10 +61,12 @@ def reduced_note(cfg: dict, why: str = "") -> str:
     """The one line that opens a reduced run's console output and its report (run.json's
     "preset_note"): what the CPU preset shrank, and that the answers are not evidence."""
     m, t, d, s = cfg["model"], cfg["train"], cfg["data"], cfg["splits"]
-    return (f"{SMOKE} on the reduced CPU preset{f' ({why})' if why else ''}, not evidence: "
-            f"tsflash/presets/cpu.toml applied -- d_model={m['d_model']}, n_layers={m['n_layers']}, "
-            f"steps={t['steps']}, tokens/step={t['tokens_per_step']}, data {d['start']}..{d['end']}, "
-            f"{s['n_folds']} folds of {s['test_days']} days; use --preset full to insist on the full config.")
+    return (
+        f"{SMOKE} on the reduced CPU preset{f' ({why})' if why else ''}, not evidence: "
+        f"tsflash/presets/cpu.toml applied -- d_model={m['d_model']}, n_layers={m['n_layers']}, "
+        f"steps={t['steps']}, tokens/step={t['tokens_per_step']}, data {d['start']}..{d['end']}, "
+        f"{s['n_folds']} folds of {s['test_days']} days; use --preset full to insist on the full config."
+    )
 
 
 @dataclass
@@ -363,8 +365,18 @@ def _v12_keep_from(raw: dict) -> None:
 
 
 MIGRATIONS: tuple[typing.Callable[[dict], None], ...] = (
-    _v1_validation_tail, _v2_trading_rule, _v3_residual, _v4_norm, _v5_patch, _v6_recipe, _v7_short_windows,
-    _v8_restarts, _v9_seed_inference, _v10_probe, _v11_restart_screen, _v12_keep_from,
+    _v1_validation_tail,
+    _v2_trading_rule,
+    _v3_residual,
+    _v4_norm,
+    _v5_patch,
+    _v6_recipe,
+    _v7_short_windows,
+    _v8_restarts,
+    _v9_seed_inference,
+    _v10_probe,
+    _v11_restart_screen,
+    _v12_keep_from,
 )
 CONFIG_VERSION = len(MIGRATIONS)  # the version this code writes and reads
 
@@ -376,8 +388,10 @@ def config_version(raw: dict, where: str = "config") -> int:
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise UserError(f"{where}: config_version must be an integer >= 0, got {version!r}")
     if version > CONFIG_VERSION:
-        raise UserError(f"{where}: config_version {version} is newer than this tsflash's CONFIG_VERSION "
-                        f"{CONFIG_VERSION}: upgrade tsflash to read it")
+        raise UserError(
+            f"{where}: config_version {version} is newer than this tsflash's CONFIG_VERSION "
+            f"{CONFIG_VERSION}: upgrade tsflash to read it"
+        )
     return version
 
 
@@ -567,8 +581,10 @@ def _check_splits(cfg: ExperimentConfig) -> None:
     else:
         train, train_words = 1, "1 training bar"
     if sp.val_fraction:
-        raise UserError(f"splits.val_fraction is retired: give the validation tail as splits.val_days, got "
-                        f"splits.val_fraction={sp.val_fraction}")
+        raise UserError(
+            f"splits.val_fraction is retired: give the validation tail as splits.val_days, got "
+            f"splits.val_fraction={sp.val_fraction}"
+        )
     if sp.val_days:  # the validation tail and its purge come out of the first fold's training range
         train += sp.val_days * per_day + cfg.purge
         train_words += f", a validation tail of splits.val_days={sp.val_days} days and its purge"
@@ -615,32 +631,43 @@ def _check_rotary(cfg: ExperimentConfig) -> None:
         raise UserError(f"model.rope_base must be 0 (auto) or > 1, got {m.rope_base}")
     head_dim, base, longest = m.head_dim, m.rotary_base, max(cfg.lengths)
     if not rotary_covers(head_dim, base, longest):
-        fix = (f"set model.rope_base >= {rotary_base_for(head_dim, longest):.3g}" if head_dim > 2
-               else "use a head size model.d_model / model.n_heads >= 4")
+        fix = (
+            f"set model.rope_base >= {rotary_base_for(head_dim, longest):.3g}"
+            if head_dim > 2
+            else "use a head size model.d_model / model.n_heads >= 4"
+        )
         raise UserError(
             f"rotary positions do not cover N={longest} (lengths): the slowest wavelength at model.rope_base="
             f"{m.rope_base:g} ({'auto, ' if not m.rope_base else ''}base {base:.3g}, head size {head_dim}) is "
-            f"{rotary_wavelength(head_dim, base):,.0f} bars < {ROTARY_COVER} x N; {fix}")
+            f"{rotary_wavelength(head_dim, base):,.0f} bars < {ROTARY_COVER} x N; {fix}"
+        )
 
 
 def _check_budget(cfg: ExperimentConfig) -> None:
     """Validation tail and early stopping (without a tail, eval_every and patience are unused)."""
     sp, tr = cfg.splits, cfg.train
     if sp.val_days and tr.eval_every < 1:
-        raise UserError(f"train.eval_every must be >= 1 when splits.val_days > 0 (the validation loss is measured "
-                        f"every eval_every steps and at the last step), got {tr.eval_every}")
+        raise UserError(
+            f"train.eval_every must be >= 1 when splits.val_days > 0 (the validation loss is measured "
+            f"every eval_every steps and at the last step), got {tr.eval_every}"
+        )
     check_schedule(tr)
     check_short_windows(tr, cfg.lengths)
     if tr.restarts > 1 and not sp.val_days:
-        raise UserError(f"train.restarts={tr.restarts} keeps the restart with the lowest validation loss: it needs "
-                        f"splits.val_days > 0, got {sp.val_days}")
+        raise UserError(
+            f"train.restarts={tr.restarts} keeps the restart with the lowest validation loss: it needs "
+            f"splits.val_days > 0, got {sp.val_days}"
+        )
     check_restart_screen(tr)
     if tr.keep_from and not sp.val_days:
-        raise UserError(f"train.keep_from={tr.keep_from} starts the stopping rule at a step: it needs splits.val_days > 0, "
-                        f"got {sp.val_days}")
+        raise UserError(
+            f"train.keep_from={tr.keep_from} starts the stopping rule at a step: it needs splits.val_days > 0, "
+            f"got {sp.val_days}"
+        )
     if tr.keep_from > tr.steps:
-        raise UserError(f"train.keep_from={tr.keep_from} must be at most train.steps={tr.steps} (the last step is "
-                        f"always validated)")
+        raise UserError(
+            f"train.keep_from={tr.keep_from} must be at most train.steps={tr.steps} (the last step is always validated)"
+        )
     if tr.short_fraction:
         check_patch(cfg.model.patch, tr.short_length, ("model.patch", "train.short_length"))
 
@@ -651,11 +678,15 @@ def check_restart_screen(tr: TrainConfig) -> None:
     if not tr.restart_screen:
         return
     if tr.restarts < 2:
-        raise UserError(f"train.restart_screen={tr.restart_screen} screens validated restarts: it is used with "
-                        f"train.restarts > 1 only, got {tr.restarts}")
+        raise UserError(
+            f"train.restart_screen={tr.restart_screen} screens validated restarts: it is used with "
+            f"train.restarts > 1 only, got {tr.restarts}"
+        )
     if not tr.eval_every <= tr.restart_screen < tr.steps:
-        raise UserError(f"train.restart_screen={tr.restart_screen} must be at least train.eval_every={tr.eval_every} "
-                        f"(a validation by then) and below train.steps={tr.steps} (0 trains every restart to its end)")
+        raise UserError(
+            f"train.restart_screen={tr.restart_screen} must be at least train.eval_every={tr.eval_every} "
+            f"(a validation by then) and below train.steps={tr.steps} (0 trains every restart to its end)"
+        )
 
 
 def check_short_windows(tr: TrainConfig, lengths) -> None:
@@ -671,9 +702,11 @@ def check_short_windows(tr: TrainConfig, lengths) -> None:
         batch = tr.tokens_per_step // n
         replaced = tr.short_fraction * batch
         if replaced != round(replaced) or replaced < 1:
-            raise UserError(f"train.short_fraction={tr.short_fraction} of the batch of {batch} windows at N={n} "
-                            f"(train.tokens_per_step={tr.tokens_per_step}) is {replaced:g} windows: it must be a whole "
-                            "number >= 1 at every N > train.short_length")
+            raise UserError(
+                f"train.short_fraction={tr.short_fraction} of the batch of {batch} windows at N={n} "
+                f"(train.tokens_per_step={tr.tokens_per_step}) is {replaced:g} windows: it must be a whole "
+                "number >= 1 at every N > train.short_length"
+            )
 
 
 def check_schedule(tr: TrainConfig) -> None:
@@ -682,8 +715,10 @@ def check_schedule(tr: TrainConfig) -> None:
     if tr.schedule not in SCHEDULES:
         raise UserError(f"train.schedule must be 'cosine' or 'wsd', got {tr.schedule!r}")
     if tr.schedule == "cosine" and tr.decay_fraction != TrainConfig.decay_fraction:
-        raise UserError(f"train.decay_fraction={tr.decay_fraction} is used by train.schedule='wsd' only "
-                        f"(the cosine schedule decays over all of train.steps)")
+        raise UserError(
+            f"train.decay_fraction={tr.decay_fraction} is used by train.schedule='wsd' only "
+            f"(the cosine schedule decays over all of train.steps)"
+        )
 
 
 def recipe_words(train: dict) -> str:
@@ -695,25 +730,42 @@ def recipe_words(train: dict) -> str:
     ratio = train.get("min_lr_ratio", TrainConfig.min_lr_ratio)
     if schedule == "wsd":
         fraction = train["decay_fraction"]
-        words = (f"warm-up, stable, then a linear decay to {ratio:g} x lr over {fraction:.0%} of the steps before "
-                 "it; with a validation tail the stable phase ends by the stopping rule and the decay starts from its "
-                 "validated best step (weights and optimizer rewound)")
+        words = (
+            f"warm-up, stable, then a linear decay to {ratio:g} x lr over {fraction:.0%} of the steps before "
+            "it; with a validation tail the stable phase ends by the stopping rule and the decay starts from its "
+            "validated best step (weights and optimizer rewound)"
+        )
     else:
         words = f"warm-up, then cosine decay to {ratio:g} x lr at the last step"
     decay = train["ema_decay"]
-    average = (f"an exponential moving average of the weights (decay {decay:g}, about {1 / (1 - decay):.0f} steps) "
-               "is validated, kept and scored" if decay else "the raw weights are validated, kept and scored")
+    average = (
+        f"an exponential moving average of the weights (decay {decay:g}, about {1 / (1 - decay):.0f} steps) "
+        "is validated, kept and scored"
+        if decay
+        else "the raw weights are validated, kept and scored"
+    )
     short = train["short_fraction"]
-    mixed = (f"; {short:.0%} of each longer-N batch's tokens drawn as {train['short_length']}-bar windows, same loss"
-             if short else "")
+    mixed = (
+        f"; {short:.0%} of each longer-N batch's tokens drawn as {train['short_length']}-bar windows, same loss"
+        if short
+        else ""
+    )
     restarts = train["restarts"]
     screen = train["restart_screen"]
-    kept = (f"; each cell the validated best of {restarts} trainings (seeds {restarts} x seed + 0..{restarts - 1})"
-            + (f", screened at step {screen} (the one with the lowest validation loss by then trains on alone)"
-               if screen else "") if restarts > 1 else "")
+    kept = (
+        f"; each cell the validated best of {restarts} trainings (seeds {restarts} x seed + 0..{restarts - 1})"
+        + (
+            f", screened at step {screen} (the one with the lowest validation loss by then trains on alone)"
+            if screen
+            else ""
+        )
+        if restarts > 1
+        else ""
+    )
     start = train["keep_from"]
-    late = (f"; no early stop before step {start}, and the weights kept the best validated at or after it"
-            if start else "")
+    late = (
+        f"; no early stop before step {start}, and the weights kept the best validated at or after it" if start else ""
+    )
     return f"{words}; {average}{mixed}{kept}{late}"
 
 
@@ -800,7 +852,7 @@ def read_run_config(folder: Path | str) -> ExperimentConfig:
 # The text of --lengths and --set, parsed here so that every layer above the config (the command line,
 # the sweep's pre-registration and cost model, the benchmarks, the lab's scripts) reads them one way.
 def parse_lengths(text: str, flag: str = "--lengths") -> list[int]:
-    """"512,4096" -> [512, 4096]: powers of two >= 2 (`tsflash.config.check_context_length`),
+    """\"512,4096" -> [512, 4096]: powers of two >= 2 (`tsflash.config.check_context_length`),
     distinct, sorted."""
     parts = [p.strip() for p in str(text).split(",")]
     if not parts or any(p == "" for p in parts):

@@ -40,8 +40,7 @@ INTERVAL_US: dict[str, int] = {
     "3d": 259_200_000_000,
 }
 
-UNIT_US: dict[str, int] = {"s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000, "d": US_PER_DAY,
-                           "w": 7 * US_PER_DAY}
+UNIT_US: dict[str, int] = {"s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000, "d": US_PER_DAY, "w": 7 * US_PER_DAY}
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNIT_WORDS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
 
@@ -59,11 +58,12 @@ def interval_us(interval: str, key: str = "interval") -> int:
 
 
 def parse_duration(text: str, key: str) -> int:
-    """"15m" -> 900_000_000: a duration in microseconds. `key` names the user's setting."""
+    """\"15m" -> 900_000_000: a duration in microseconds. `key` names the user's setting."""
     m = _DURATION_RE.match(text) if isinstance(text, str) else None
     if m is None:
-        raise UserError(f"{key}: a duration is a whole number and a unit s, m, h, d or w (such as \"15m\" or "
-                        f"\"1h\"), got {text!r}")
+        raise UserError(
+            f'{key}: a duration is a whole number and a unit s, m, h, d or w (such as "15m" or "1h"), got {text!r}'
+        )
     return int(m[1]) * UNIT_US[m[2]]
 
 
@@ -108,6 +108,6 @@ def bars_as_time(n_bars: int, interval: str) -> str:
 
 
 def interval_words(interval: str) -> str:
-    """"1s" -> "1-second", "5m" -> "5-minute", "1h" -> "1-hour": the interval as an adjective."""
+    """\"1s" -> "1-second", "5m" -> "5-minute", "1h" -> "1-hour": the interval as an adjective."""
     interval_us(interval)
     return f"{interval[:-1]}-{_UNIT_WORDS[interval[-1]]}"

@@ -92,7 +92,7 @@ def is_baseline(name: str) -> bool:
 
 
 def baseline_series_name(baseline: str) -> str:
-    """"logreg" -> "baseline-logreg", the name of its daily series."""
+    """\"logreg" -> "baseline-logreg", the name of its daily series."""
     return f"{BASELINE_PREFIX}{baseline}"
 
 
@@ -143,8 +143,10 @@ def check_run_meta(meta: dict, path: Path) -> dict:
     if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt > RUN_FORMAT:
         from tsflash import __version__
 
-        raise UserError(f"{path} was written by a newer tsflash (run folder format {fmt!r}; tsflash {__version__} "
-                        f"reads formats up to {RUN_FORMAT}): use the version that wrote it (run.json \"git_commit\")")
+        raise UserError(
+            f"{path} was written by a newer tsflash (run folder format {fmt!r}; tsflash {__version__} "
+            f'reads formats up to {RUN_FORMAT}): use the version that wrote it (run.json "git_commit")'
+        )
     return meta
 
 
@@ -278,7 +280,8 @@ class RunFolder:
         per-bar files behind (a device's file size limit) keeps the summaries and the fold scores;
         a cell of a fold not yet scored is trained again."""
         return self.cell_loadable(key, fold, seed) or (
-            _marker(self.cell_stem(key, fold, seed)).exists() and self.fold_scores_path(key, fold).exists())
+            _marker(self.cell_stem(key, fold, seed)).exists() and self.fold_scores_path(key, fold).exists()
+        )
 
     def cell_loadable(self, key: str, fold: int, seed: int) -> bool:
         """The cell's summary and its per-bar arrays are both there (what scoring it needs)."""
@@ -422,9 +425,12 @@ class RunFolder:
         shutil.rmtree(partial, ignore_errors=True)
         partial.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(self.root, partial, ignore=ignore)
-        record = {"complete": complete, "cells": len(self.saved_cell_keys()),
-                  "resumable_cells": None if complete else len(RunFolder(partial).saved_cell_keys()),
-                  "bytes": sum(f.stat().st_size for f in partial.rglob("*") if f.is_file())}
+        record = {
+            "complete": complete,
+            "cells": len(self.saved_cell_keys()),
+            "resumable_cells": None if complete else len(RunFolder(partial).saved_cell_keys()),
+            "bytes": sum(f.stat().st_size for f in partial.rglob("*") if f.is_file()),
+        }
         partial.rename(dest)
         return record
 
@@ -435,8 +441,10 @@ class RunFolder:
         if not self.run_json.exists():
             raise UserError(f"{what}: {self.root} is not a tsflash run folder (no run.json)")
         if not self.is_complete():
-            raise UserError(f"{what}: the run in {self.root} is not finished (run.json status "
-                            f"{self.read_run().get('status')!r}); resume it with the same `tsflash sweep` command")
+            raise UserError(
+                f"{what}: the run in {self.root} is not finished (run.json status "
+                f"{self.read_run().get('status')!r}); resume it with the same `tsflash sweep` command"
+            )
 
 
 def left_out_of_record(parts: tuple[str, ...], complete: bool) -> bool:
@@ -444,8 +452,11 @@ def left_out_of_record(parts: tuple[str, ...], complete: bool) -> bool:
     checkpoints or uploaded artifacts, the per-bar cell files, what lies in RECORD_SKIP at the top,
     and of a finished run in RESUME_FILES too."""
     top = set(RECORD_SKIP) | (set(RESUME_FILES) if complete else set())
-    return (any(p in ("checkpoints", "artifacts") for p in parts) or parts[0] in top
-            or (len(parts) > 1 and parts[0] == "cells" and parts[-1].endswith(".npz")))
+    return (
+        any(p in ("checkpoints", "artifacts") for p in parts)
+        or parts[0] in top
+        or (len(parts) > 1 and parts[0] == "cells" and parts[-1].endswith(".npz"))
+    )
 
 
 def _marker(stem: Path) -> Path:

@@ -7,14 +7,26 @@ tiny sizes (the tests) and on CUDA (the figures); torch is loaded on first use o
 from tsflash._exports import lazy_exports
 
 _EXPORTS = {
-    "time_call": "common", "write_json": "common", "environment": "common", "format_table": "common",
-    "matmul_ceiling": "common", "copy_ceiling": "common",
-    "bench_precision": "precision", "relative_errors": "precision", "float64_reference_copy": "precision",
+    "time_call": "common",
+    "write_json": "common",
+    "environment": "common",
+    "format_table": "common",
+    "matmul_ceiling": "common",
+    "copy_ceiling": "common",
+    "bench_precision": "precision",
+    "relative_errors": "precision",
+    "float64_reference_copy": "precision",
     "PRECISION_COLUMNS": "precision",
-    "bench_attention": "attention", "crossover": "attention", "attention_table": "attention",
+    "bench_attention": "attention",
+    "crossover": "attention",
+    "attention_table": "attention",
     "plot_attention": "attention",
-    "bench_train": "trainstep", "measure_train_step": "trainstep", "train_table": "trainstep",
-    "bench_precision_fp8": "fp8", "native_fp8_probe": "fp8", "Fp8Settings": "fp8",
+    "bench_train": "trainstep",
+    "measure_train_step": "trainstep",
+    "train_table": "trainstep",
+    "bench_precision_fp8": "fp8",
+    "native_fp8_probe": "fp8",
+    "Fp8Settings": "fp8",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

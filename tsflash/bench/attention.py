@@ -31,13 +31,17 @@ def _attention_call(backend: str):
     return lambda q, k, v: attn.sdpa(q, k, v, backend)
 
 
-def measure_attention(backend: str, n: int, batch: int, heads: int, head_dim: int, dtype, device, min_time: float) -> dict:
+def measure_attention(
+    backend: str, n: int, batch: int, heads: int, head_dim: int, dtype, device, min_time: float
+) -> dict:
     """Forward and forward+backward time, peak memory and TFLOP/s of one backend at one N."""
     fn = _attention_call(backend)
     row: dict[str, Any] = {"backend": backend, "n": n, "batch": batch}
     flops = attention_forward_flops(batch, heads, n, head_dim)
     try:
-        q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+        q, k, v = (
+            torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3)
+        )
         grad = torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype)
 
         def forward():
@@ -54,7 +58,11 @@ def measure_attention(backend: str, n: int, batch: int, heads: int, head_dim: in
         row["fwdbwd_tflops"] = FWD_BWD * flops / row["fwdbwd_s"] / 1e12
         with PeakMemory(device) as mem:  # after the timed (warm) calls
             forward_backward()
-        row["peak_extra_bytes"], row["peak_bytes"], row["memory_source"] = mem.peak_extra_bytes, mem.peak_bytes, mem.source
+        row["peak_extra_bytes"], row["peak_bytes"], row["memory_source"] = (
+            mem.peak_extra_bytes,
+            mem.peak_bytes,
+            mem.source,
+        )
         row["status"] = "ok"
     except attn.AttentionKernelError as exc:
         row["status"], row["error"] = "unsupported", str(exc)
@@ -107,9 +115,18 @@ def bench_attention(
     materialised path's grows linearly in N (B * N^2 = tokens * N). With `batch` fixed instead,
     fused memory grows linearly and the materialised path's quadratically.
     """
-    lengths = check_arguments("attention", lengths, {
-        "tokens": (1, tokens), "heads": (1, heads), "head_dim": (1, head_dim), "batch": (1, batch),
-        "cpu_memory_cap": (1, cpu_memory_cap), "min_time": (0, min_time)})
+    lengths = check_arguments(
+        "attention",
+        lengths,
+        {
+            "tokens": (1, tokens),
+            "heads": (1, heads),
+            "head_dim": (1, head_dim),
+            "batch": (1, batch),
+            "cpu_memory_cap": (1, cpu_memory_cap),
+            "min_time": (0, min_time),
+        },
+    )
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if backends is None:
         backends = list(attn.FUSED_BACKENDS) if device.type == "cuda" else ["flash"]
@@ -120,8 +137,13 @@ def bench_attention(
             b_n = batch or max(1, tokens // n)
             score_bytes = b_n * heads * n * n * 4
             if backend == PLAIN and device.type == "cpu" and score_bytes > cpu_memory_cap:
-                row = {"backend": backend, "n": n, "batch": b_n, "status": "skipped",
-                       "error": f"N x N scores need {score_bytes / 2**30:.1f} GiB > cap {cpu_memory_cap / 2**30:.1f} GiB"}
+                row = {
+                    "backend": backend,
+                    "n": n,
+                    "batch": b_n,
+                    "status": "skipped",
+                    "error": f"N x N scores need {score_bytes / 2**30:.1f} GiB > cap {cpu_memory_cap / 2**30:.1f} GiB",
+                }
             else:
                 row = measure_attention(backend, n, b_n, heads, head_dim, dtype, device, min_time)
             log.info("attention %s", row)
@@ -134,19 +156,39 @@ def bench_attention(
     return {
         "kind": "attention",
         "environment": environment(device),
-        "settings": {"tokens": None if batch else tokens, "batch": batch, "heads": heads, "head_dim": head_dim, "dtype": str(dtype), "causal": True,
-                     "flops": "fwd = 2*B*H*N^2*d, fwd+bwd = 3x fwd (tsflash.model.flops)", "cpu_memory_cap": cpu_memory_cap},
+        "settings": {
+            "tokens": None if batch else tokens,
+            "batch": batch,
+            "heads": heads,
+            "head_dim": head_dim,
+            "dtype": str(dtype),
+            "causal": True,
+            "flops": "fwd = 2*B*H*N^2*d, fwd+bwd = 3x fwd (tsflash.model.flops)",
+            "cpu_memory_cap": cpu_memory_cap,
+        },
         "auto": auto,  # what `attention_backend = "auto"` picks for this device, dtype and head_dim
         "rows": rows,
-        "crossover": {b: {"fwdbwd_time": crossover(rows, b, "fwdbwd_s"), "fwd_time": crossover(rows, b, "fwd_s"),
-                          "memory": crossover(rows, b, "peak_extra_bytes")} for b in fused},
+        "crossover": {
+            b: {
+                "fwdbwd_time": crossover(rows, b, "fwdbwd_s"),
+                "fwd_time": crossover(rows, b, "fwd_s"),
+                "memory": crossover(rows, b, "peak_extra_bytes"),
+            }
+            for b in fused
+        },
     }
 
 
 ATTENTION_COLUMNS = [
-    ("backend", "backend", ""), ("n", "N", ""), ("batch", "B", ""), ("fwd_s", "fwd ms", ".3f"),
-    ("fwdbwd_s", "fwd+bwd ms", ".3f"), ("fwd_tflops", "fwd TF/s", ".3g"), ("fwdbwd_tflops", "f+b TF/s", ".3g"),
-    ("peak_mib", "peak MiB", ".1f"), ("status", "status", ""),
+    ("backend", "backend", ""),
+    ("n", "N", ""),
+    ("batch", "B", ""),
+    ("fwd_s", "fwd ms", ".3f"),
+    ("fwdbwd_s", "fwd+bwd ms", ".3f"),
+    ("fwd_tflops", "fwd TF/s", ".3g"),
+    ("fwdbwd_tflops", "f+b TF/s", ".3g"),
+    ("peak_mib", "peak MiB", ".1f"),
+    ("status", "status", ""),
 ]
 
 
@@ -162,8 +204,10 @@ def attention_table(result: dict) -> str:
         rows.append(r)
     lines = [format_table(rows, ATTENTION_COLUMNS), f"auto chooses: {result['auto']}"]
     for b, c in result["crossover"].items():
-        lines.append(f"crossover {b} vs {PLAIN}: fwd+bwd time from N={c['fwdbwd_time']}, "
-                     f"fwd time from N={c['fwd_time']}, memory from N={c['memory']} (None = never)")
+        lines.append(
+            f"crossover {b} vs {PLAIN}: fwd+bwd time from N={c['fwdbwd_time']}, "
+            f"fwd time from N={c['fwd_time']}, memory from N={c['memory']} (None = never)"
+        )
     return "\n".join(lines)
 
 
@@ -184,8 +228,13 @@ def plot_attention(result: dict, path: Path) -> Path:
             continue
         label = b + (f" ({failed[0]['status']} from N={failed[0]['n']})" if failed else "")
         line = ax_t.plot([r["n"] for r in ok], [r["fwdbwd_s"] * 1e3 for r in ok], style + "o", label=label)[0]
-        ax_m.plot([r["n"] for r in ok], [max(r.get("peak_bytes") or r["peak_extra_bytes"], 1) / 2**20 for r in ok],
-                  style + "o", color=line.get_color(), label=label)
+        ax_m.plot(
+            [r["n"] for r in ok],
+            [max(r.get("peak_bytes") or r["peak_extra_bytes"], 1) / 2**20 for r in ok],
+            style + "o",
+            color=line.get_color(),
+            label=label,
+        )
         for ax in (ax_t, ax_m):  # failed sizes (oom / skipped): dotted verticals
             for r in failed:
                 ax.axvline(r["n"], color=line.get_color(), alpha=0.4, linestyle=":")
@@ -198,8 +247,11 @@ def plot_attention(result: dict, path: Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     size = f"batch {s['batch']}" if s.get("batch") else f"{s['tokens']} tokens"
-    fig.suptitle(f"causal attention, {size}, {s['heads']} heads, d={s['head_dim']}, {s['dtype']}, "
-                 f"{result['environment']['device']}", fontsize=10)
+    fig.suptitle(
+        f"causal attention, {size}, {s['heads']} heads, d={s['head_dim']}, {s['dtype']}, "
+        f"{result['environment']['device']}",
+        fontsize=10,
+    )
     fig.tight_layout()
     with atomic.atomic_path(path, keep_suffix=True) as tmp:  # savefig infers the format from the suffix
         fig.savefig(tmp, dpi=120)

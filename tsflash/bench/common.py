@@ -103,8 +103,9 @@ def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
 # ---- ceilings: what the device can do at most, measured ------------------------------------------
 
 
-def matmul_ceiling(device: torch.device | str, size: int | None = None, dtype: torch.dtype | None = None,
-                   min_time: float = 0.5) -> float:
+def matmul_ceiling(
+    device: torch.device | str, size: int | None = None, dtype: torch.dtype | None = None, min_time: float = 0.5
+) -> float:
     """Measured FLOP/s of a (size x size) @ (size x size) product: the practical compute ceiling.
     Default 8192 in bfloat16 on CUDA, 512 in float32 on CPU."""
     device = torch.device(device)

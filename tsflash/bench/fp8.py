@@ -191,8 +191,9 @@ def random_hadamard(head_dim: int, seed: int = 0) -> torch.Tensor:
     return h * signs / math.sqrt(head_dim)  # columns scaled: H @ diag(s)
 
 
-def fp8_attention(q, k, v, fmt: str, mode: str, kernel: str, block: int = DEFAULT_BLOCK,
-                  rotation: torch.Tensor | None = None) -> torch.Tensor:
+def fp8_attention(
+    q, k, v, fmt: str, mode: str, kernel: str, block: int = DEFAULT_BLOCK, rotation: torch.Tensor | None = None
+) -> torch.Tensor:
     """Causal attention with q, k, v rounded through `fmt`, run by the fused `kernel` in bf16.
 
     q, k, v: (B, H, N, hd), any float dtype -> (B, H, N, hd) bf16. `rotation` (hd, hd) is needed
@@ -265,15 +266,23 @@ def decision_flips(model, x, exact_logits, fmt: str, mode: str, block: int, rota
     with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16), attention_override(fp8):
         fast, _ = model(x)  # (B, N, C)
     flips = fast.argmax(-1) != exact_logits.argmax(-1)  # (B, N)
-    return {"flips": int(flips.sum()), "flip_fraction": float(flips.double().mean()),
-            "logit_max_abs_err": float((fast.double() - exact_logits).abs().max())}
+    return {
+        "flips": int(flips.sum()),
+        "flip_fraction": float(flips.double().mean()),
+        "logit_max_abs_err": float((fast.double() - exact_logits).abs().max()),
+    }
 
 
 # ---- the bench ---------------------------------------------------------------------------------------
 
 
-def synthetic_qkv(kind: str, shape: tuple[int, int, int, int], generator: torch.Generator,
-                  outlier_channels: int = 4, outlier_scale: tuple[float, float] = (10.0, 50.0)):
+def synthetic_qkv(
+    kind: str,
+    shape: tuple[int, int, int, int],
+    generator: torch.Generator,
+    outlier_channels: int = 4,
+    outlier_scale: tuple[float, float] = (10.0, 50.0),
+):
     """q, k, v float64 (B, H, N, hd) on the CPU for input kind 'gaussian' or 'outliers'.
 
     From the same generator state, 'outliers' gives the 'gaussian' q, k, v with the outlier
@@ -365,14 +374,19 @@ def _length_rows(n: int, x: torch.Tensor, s: Fp8Settings, run: _Run) -> list[dic
         shape = (s.batch, s.heads, n, s.head_dim)
         q, k, v = (t.to(x.device) for t in synthetic_qkv(kind, shape, g, s.outlier_channels, s.outlier_scale))
         ref = attn.reference_attention(q, k, v)  # (B, H, N, hd) float64
-        rows += _rows(n, kind, attention_errors(q, k, v, ref, s.formats, s.modes, run.kernel, s.block, run.rotation), None)
+        rows += _rows(
+            n, kind, attention_errors(q, k, v, ref, s.formats, s.modes, run.kernel, s.block, run.rotation), None
+        )
         del q, k, v, ref
     if "model" in s.inputs:
         exact, (q, k, v, ref) = capture_attention(run.reference_model, x.double())  # float64, (L*B, H, N, hd)
         errors = attention_errors(q, k, v, ref, s.formats, s.modes, run.model_kernel, s.block, run.model_rotation)
         del q, k, v, ref
-        flips = {(f, m): decision_flips(run.model, x, exact, f, m, s.block, run.model_rotation)
-                 for f in s.formats for m in s.modes}
+        flips = {
+            (f, m): decision_flips(run.model, x, exact, f, m, s.block, run.model_rotation)
+            for f in s.formats
+            for m in s.modes
+        }
         rows += _rows(n, "model", errors, flips)
     return rows
 
@@ -401,16 +415,26 @@ def _prepare_run(model, device, s: Fp8Settings, n_features: int) -> tuple[_Run, 
     model = model.to(device).eval()
     hd = model.config.head_dim
     rotate = s.modes != ("naive",)
-    run = _Run(model=model, reference_model=float64_reference_copy(model),
-               kernel=attn.resolve_backend(s.backend, device, torch.bfloat16, s.head_dim),
-               model_kernel=attn.resolve_backend(model.config.attention_backend, device, torch.bfloat16, hd),
-               rotation=random_hadamard(s.head_dim, s.seed) if rotate and s.inputs != ("model",) else None,
-               model_rotation=random_hadamard(hd, s.seed) if rotate and "model" in s.inputs else None)
+    run = _Run(
+        model=model,
+        reference_model=float64_reference_copy(model),
+        kernel=attn.resolve_backend(s.backend, device, torch.bfloat16, s.head_dim),
+        model_kernel=attn.resolve_backend(model.config.attention_backend, device, torch.bfloat16, hd),
+        rotation=random_hadamard(s.head_dim, s.seed) if rotate and s.inputs != ("model",) else None,
+        model_rotation=random_hadamard(hd, s.seed) if rotate and "model" in s.inputs else None,
+    )
     return run, name
 
 
-def bench_precision_fp8(lengths: list[int], device: torch.device, settings: Fp8Settings | None = None, model=None,
-                        features: torch.Tensor | None = None, n_features: int = 16, record_errors: bool = False) -> dict:
+def bench_precision_fp8(
+    lengths: list[int],
+    device: torch.device,
+    settings: Fp8Settings | None = None,
+    model=None,
+    features: torch.Tensor | None = None,
+    n_features: int = 16,
+    record_errors: bool = False,
+) -> dict:
     """FP8 (and bf16) attention vs float64, naive and rotated, for outputs and decisions (module doc).
 
     `model`: a CausalTransformer, a checkpoint path (`CausalTransformer.load`), or None for a
@@ -425,8 +449,9 @@ def bench_precision_fp8(lengths: list[int], device: torch.device, settings: Fp8S
     run, name = _prepare_run(model, device, s, n_features)  # a rotation needs the model's head_dim a power of two
     config = run.model.config
     if features is not None and (features.dim() != 2 or features.shape[1] != config.n_features):
-        raise UserError(f"features must have shape (T, n_features={config.n_features}) for the model, "
-                        f"got {tuple(features.shape)}")
+        raise UserError(
+            f"features must have shape (T, n_features={config.n_features}) for the model, got {tuple(features.shape)}"
+        )
     rows = []
     for n in lengths:
         try:
@@ -447,10 +472,16 @@ def bench_precision_fp8(lengths: list[int], device: torch.device, settings: Fp8S
     return {
         "kind": "precision-fp8",
         "environment": environment(device),
-        "settings": asdict(s) | {
-            "kernel": run.kernel, "model_kernel": run.model_kernel, "model": name, "n_params": run.model.n_params(),
-            "model_head_dim": config.head_dim, "model_inputs": "gaussian" if features is None else "features (last N rows)",
-            "scale": f"per {s.block} tokens x head_dim per (batch, head); power of two, amax -> (fmax/2, fmax]"},
+        "settings": asdict(s)
+        | {
+            "kernel": run.kernel,
+            "model_kernel": run.model_kernel,
+            "model": name,
+            "n_params": run.model.n_params(),
+            "model_head_dim": config.head_dim,
+            "model_inputs": "gaussian" if features is None else "features (last N rows)",
+            "scale": f"per {s.block} tokens x head_dim per (batch, head); power of two, amax -> (fmax/2, fmax]",
+        },
         "auto_choice": attn.auto_report(),
         "rows": rows,
     }
@@ -469,8 +500,9 @@ def _attempt(call) -> dict:
         return {"status": "unsupported", "error": f"{type(exc).__name__}: {exc}"[:2000]}
 
 
-def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_dim: int = 64, batch: int = 1,
-                     min_time: float = 0.2) -> dict:
+def native_fp8_probe(
+    device: torch.device, n: int = 32768, heads: int = 4, head_dim: int = 64, batch: int = 1, min_time: float = 0.2
+) -> dict:
     """Can this torch run causal attention on float8 q, k, v directly? Time it vs bf16 if so.
 
     Tries `attention.sdpa` with each fused backend forced (and MATH), for e4m3 and e5m2, and
@@ -485,16 +517,18 @@ def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_
     for fmt in ("e4m3", "e5m2"):
         q8, k8, v8 = (t.to(FORMATS[fmt]) for t in (q, k, v))
         for b in backends:
-            calls[f"sdpa {b} {fmt}"] = (lambda b=b, q8=q8, k8=k8, v8=v8: fused_sdpa(q8, k8, v8, b))
+            calls[f"sdpa {b} {fmt}"] = lambda b=b, q8=q8, k8=k8, v8=v8: fused_sdpa(q8, k8, v8, b)
     fa3 = _activate_fa3()  # torch's low-precision SDPA runs only on a registered FA3 implementation
     try:
         from torch.nn.attention.experimental._scaled_dot_product_attention_quantized import (
             _scaled_dot_product_attention_quantized as quantized,
         )
+
         ones = torch.ones(batch, heads, device=device)
         q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-        calls["experimental quantized e4m3"] = lambda: quantized(q8, k8, v8, is_causal=True, q_descale=ones,
-                                                                   k_descale=ones, v_descale=ones)
+        calls["experimental quantized e4m3"] = lambda: quantized(
+            q8, k8, v8, is_causal=True, q_descale=ones, k_descale=ones, v_descale=ones
+        )
     except ImportError as exc:
         calls["experimental quantized e4m3"] = None
         quantized_missing = f"{type(exc).__name__}: {exc}"
@@ -509,12 +543,24 @@ def native_fp8_probe(device: torch.device, n: int = 32768, heads: int = 4, head_
     if fa3.get("activated"):
         torch.nn.attention.restore_flash_attention_impl()
     result: dict[str, Any]  # numbers, lists, the attempts' and FA3's dicts
-    result = {"n": n, "shape": list(shape), "torch": torch.__version__, "fa3": fa3, "attempts": attempts, "runs": ok,
-              "reason": None if ok else f"no call accepted float8 q, k, v (e.g. {first}: {why})"}
+    result = {
+        "n": n,
+        "shape": list(shape),
+        "torch": torch.__version__,
+        "fa3": fa3,
+        "attempts": attempts,
+        "runs": ok,
+        "reason": None if ok else f"no call accepted float8 q, k, v (e.g. {first}: {why})",
+    }
     if ok and device.type == "cuda":
         fp8_s = time_call(calls[ok[0]], device, min_time)
         bf16_s = time_call(lambda: fused_sdpa(q, k, v, "cudnn"), device, min_time)
-        result["timing"] = {"fp8_call": ok[0], "fp8_fwd_s": fp8_s, "bf16_cudnn_fwd_s": bf16_s, "speedup": bf16_s / fp8_s}
+        result["timing"] = {
+            "fp8_call": ok[0],
+            "fp8_fwd_s": fp8_s,
+            "bf16_cudnn_fwd_s": bf16_s,
+            "speedup": bf16_s / fp8_s,
+        }
     return result
 
 

@@ -49,8 +49,11 @@ def bench_precision(
     """
     from tsflash.model.transformer import CausalTransformer, ModelConfig
 
-    lengths = check_arguments("precision", lengths, {"n_features": (1, n_features), "heads": (1, heads),
-                                                     "head_dim": (1, head_dim), "batch": (1, batch)})
+    lengths = check_arguments(
+        "precision",
+        lengths,
+        {"n_features": (1, n_features), "heads": (1, heads), "head_dim": (1, head_dim), "batch": (1, batch)},
+    )
     if model_path is not None:
         model = CausalTransformer.load(model_path, map_location=device)
     else:
@@ -64,10 +67,14 @@ def bench_precision(
         row: dict = {"n": n, "backend": kernel}
         g = torch.Generator(device="cpu").manual_seed(seed + n)
         try:
-            q, k, v = (torch.randn(batch, heads, n, head_dim, generator=g, dtype=torch.float64).to(device) for _ in range(3))
+            q, k, v = (
+                torch.randn(batch, heads, n, head_dim, generator=g, dtype=torch.float64).to(device) for _ in range(3)
+            )
             with torch.no_grad():
                 out = attn.sdpa(q.bfloat16(), k.bfloat16(), v.bfloat16(), kernel)
-                row.update({f"attn_{k_}": v_ for k_, v_ in relative_errors(out, attn.reference_attention(q, k, v)).items()})
+                row.update(
+                    {f"attn_{k_}": v_ for k_, v_ in relative_errors(out, attn.reference_attention(q, k, v)).items()}
+                )
             del q, k, v, out
             x = torch.randn(batch, n, model.config.n_features, generator=g).to(device)
             # bf16 on every device (not `device.autocast`): the oracle measures bf16 rounding, on CPU too
@@ -89,8 +96,15 @@ def bench_precision(
     return {
         "kind": "precision",
         "environment": environment(device),
-        "settings": {"heads": heads, "head_dim": head_dim, "batch": batch, "backend": backend, "seed": seed,
-                     "model": str(model_path) if model_path else "fresh", "n_params": model.n_params()},
+        "settings": {
+            "heads": heads,
+            "head_dim": head_dim,
+            "batch": batch,
+            "backend": backend,
+            "seed": seed,
+            "model": str(model_path) if model_path else "fresh",
+            "n_params": model.n_params(),
+        },
         "auto_choice": attn.auto_report(),
         "rows": rows,
     }
@@ -107,8 +121,11 @@ def float64_reference_copy(model):
 
 
 PRECISION_COLUMNS = [
-    ("n", "N", ""), ("backend", "kernel", ""), ("attn_max_rel", "max|err|/max|ref|", ".2e"),
-    ("attn_fro_rel", "||err||/||ref||", ".2e"), ("flip_fraction", "decision flips", ".4%"),
-    ("logit_max_abs_err", "max|dlogit|", ".2e"), ("status", "status", ""),
+    ("n", "N", ""),
+    ("backend", "kernel", ""),
+    ("attn_max_rel", "max|err|/max|ref|", ".2e"),
+    ("attn_fro_rel", "||err||/||ref||", ".2e"),
+    ("flip_fraction", "decision flips", ".4%"),
+    ("logit_max_abs_err", "max|dlogit|", ".2e"),
+    ("status", "status", ""),
 ]
-

@@ -40,8 +40,10 @@ log = logging.getLogger(__name__)
 #   ...
 #   SUMMARY (<file>)
 _BANDWIDTH_BLOCK = re.compile(r"^TRITON KERNELS BANDWIDTH INFO \((?P<graph>.*)\)\s*$")
-_BANDWIDTH_LINE = re.compile(r"^\s*(?P<ms>[0-9.eE+-]+)ms\s+(?P<gb>[0-9.eE+-]+) GB\s+(?P<gbs>[0-9.eE+-]+)GB/s\s+"
-                             r"[0-9.]+%\s+(?P<kernel>\S+)\s*$")
+_BANDWIDTH_LINE = re.compile(
+    r"^\s*(?P<ms>[0-9.eE+-]+)ms\s+(?P<gb>[0-9.eE+-]+) GB\s+(?P<gbs>[0-9.eE+-]+)GB/s\s+"
+    r"[0-9.]+%\s+(?P<kernel>\S+)\s*$"
+)
 
 
 def parse_inductor_bandwidth(text: str) -> dict:
@@ -68,8 +70,12 @@ def parse_inductor_bandwidth(text: str) -> dict:
             k["gb"] += float(call["gb"])
             k["ms"] += float(call["ms"])
     kernels = dict(sorted(kernels.items(), key=lambda item: -item[1]["ms"]))
-    return {"graphs": len(graphs), "gb": sum(k["gb"] for k in kernels.values()),
-            "ms": sum(k["ms"] for k in kernels.values()), "kernels": kernels}
+    return {
+        "graphs": len(graphs),
+        "gb": sum(k["gb"] for k in kernels.values()),
+        "ms": sum(k["ms"] for k in kernels.values()),
+        "kernels": kernels,
+    }
 
 
 def measure_inductor_bandwidth(config, n: int, batch: int, device: torch.device, seed: int) -> dict | None:
@@ -95,8 +101,13 @@ def measure_inductor_bandwidth(config, n: int, batch: int, device: torch.device,
             out = Path(tmp) / "bandwidth.txt"
             # benchmark_harness off: with an output file inductor would also run each new graph on
             # random inputs at compile time (and torch 2.11 fails there: a missing argument)
-            with inductor_config.patch(profile_bandwidth=True, profile_bandwidth_regex="", benchmark_harness=False,
-                                       profile_bandwidth_output=str(out), force_disable_caches=True):
+            with inductor_config.patch(
+                profile_bandwidth=True,
+                profile_bandwidth_regex="",
+                benchmark_harness=False,
+                profile_bandwidth_output=str(out),
+                force_disable_caches=True,
+            ):
                 row = measure_train_step(config, n, batch, device, steps=1, warmup=1, compile="default", seed=seed)
             parsed = parse_inductor_bandwidth(out.read_text() if out.exists() else "")
     finally:
@@ -145,7 +156,11 @@ def profile_step(step, device: torch.device, steps: int, step_s: float) -> dict:
             step()
         sync(device)
     if cuda:
-        timed = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        timed = [
+            (e.name, e.time_range.elapsed_us())
+            for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA
+        ]
     else:
         timed = [(e.key, e.self_cpu_time_total) for e in prof.key_averages()]
     kernels: dict[str, float] = {}
@@ -155,9 +170,13 @@ def profile_step(step, device: torch.device, steps: int, step_s: float) -> dict:
     kernels = dict(sorted(kernels.items(), key=lambda item: -item[1]))
     by_kind = step_kinds(kernels)
     busy = sum(by_kind.values())
-    return {"kernels": kernels, "ms": by_kind, "busy_ms": busy,
-            "idle_ms": max(step_s * 1e3 - busy, 0.0) if cuda else None,
-            "source": "CUDA kernels" if cuda else "CPU operators (self time)"}
+    return {
+        "kernels": kernels,
+        "ms": by_kind,
+        "busy_ms": busy,
+        "idle_ms": max(step_s * 1e3 - busy, 0.0) if cuda else None,
+        "source": "CUDA kernels" if cuda else "CPU operators (self time)",
+    }
 
 
 def step_kinds(kernels: dict[str, float]) -> dict[str, float]:
@@ -168,8 +187,17 @@ def step_kinds(kernels: dict[str, float]) -> dict[str, float]:
     return by_kind
 
 
-def measure_train_step(config, n: int, batch: int, device: torch.device, steps: int, warmup: int,
-                       compile: bool | str, seed: int, profile: int = 0) -> dict:
+def measure_train_step(
+    config,
+    n: int,
+    batch: int,
+    device: torch.device,
+    steps: int,
+    warmup: int,
+    compile: bool | str,
+    seed: int,
+    profile: int = 0,
+) -> dict:
     """Seconds per full training step (forward, the model's loss, backward, clip, AdamW) of a fresh
     model with `config` (a ModelConfig) on random (batch, n) inputs: one row, OOM recorded.
 
@@ -188,8 +216,13 @@ def measure_train_step(config, n: int, batch: int, device: torch.device, steps: 
     x = torch.randn(batch, n, config.n_features, device=device)
     y = torch.randint(0, 3, (batch, n), device=device)
     row: dict[str, Any]  # numbers, text and the kernel and compile records
-    row = {"n": n, "batch": batch, "tokens_per_step": batch * n, "n_params": model.n_params(),
-           "kernel_choice": model.kernel_choice}
+    row = {
+        "n": n,
+        "batch": batch,
+        "tokens_per_step": batch * n,
+        "n_params": model.n_params(),
+        "kernel_choice": model.kernel_choice,
+    }
 
     # noqa F821 below: ruff reads the closure's names as undefined because the `del` at the end
     # frees them; step() is never called after it.
@@ -212,8 +245,14 @@ def measure_train_step(config, n: int, batch: int, device: torch.device, steps: 
             step()
         sync(device)
         seconds = (time.perf_counter() - start) / steps
-        row.update(step_s=seconds, tokens_per_s=batch * n / seconds, peak_bytes=mem.peak_bytes,
-                   peak_extra_bytes=mem.peak_extra_bytes, backend=model.attention_backend_used, status="ok")
+        row.update(
+            step_s=seconds,
+            tokens_per_s=batch * n / seconds,
+            peak_bytes=mem.peak_bytes,
+            peak_extra_bytes=mem.peak_extra_bytes,
+            backend=model.attention_backend_used,
+            status="ok",
+        )
         if profile:
             row["profile"] = profile_step(step, device, profile, seconds)
     except Exception as exc:
@@ -257,10 +296,21 @@ def bench_train(
     """
     from tsflash.model.transformer import ModelConfig
 
-    lengths = check_arguments("train", lengths, {
-        "tokens_per_step": (1, tokens_per_step), "n_features": (1, n_features), "d_model": (1, d_model),
-        "n_layers": (1, n_layers), "n_heads": (1, n_heads), "steps": (1, steps), "warmup": (0, warmup),
-        "ceiling_size": (1, ceiling_size), "profile": (0, profile)})
+    lengths = check_arguments(
+        "train",
+        lengths,
+        {
+            "tokens_per_step": (1, tokens_per_step),
+            "n_features": (1, n_features),
+            "d_model": (1, d_model),
+            "n_layers": (1, n_layers),
+            "n_heads": (1, n_heads),
+            "steps": (1, steps),
+            "warmup": (0, warmup),
+            "ceiling_size": (1, ceiling_size),
+            "profile": (0, profile),
+        },
+    )
     for n in lengths:
         if tokens_per_step % n:
             raise UserError(f"--tokens-per-step={tokens_per_step} must be a multiple of every length, got N={n}")
@@ -271,8 +321,14 @@ def bench_train(
     copy = copy_ceiling(device)
     log.info("matmul ceiling %d^3 %s: %.2f TFLOP/s; copy %.0f GB/s", ceiling_size, dtype, ceiling / 1e12, copy / 1e9)
     rows = []
-    config = ModelConfig(n_features=n_features, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                         attention_backend=backend, residual=residual)
+    config = ModelConfig(
+        n_features=n_features,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        attention_backend=backend,
+        residual=residual,
+    )
     for n in lengths:
         row = measure_train_step(config, n, tokens_per_step // n, device, steps, warmup, compile, seed, profile)
         if row["status"] == "ok":
@@ -283,16 +339,33 @@ def bench_train(
     if bandwidth:  # after every timed row: its compiles and dynamo resets touch none of them
         for row in (r for r in rows if r["status"] == "ok"):
             row["bandwidth"] = measure_inductor_bandwidth(config, row["n"], row["batch"], device, seed)
-            log.info("inductor bandwidth N=%d: %s", row["n"], None if row["bandwidth"] is None else
-                     f"{row['bandwidth']['gb']:.2f} GB in {row['bandwidth']['ms']:.2f} ms")
+            log.info(
+                "inductor bandwidth N=%d: %s",
+                row["n"],
+                None
+                if row["bandwidth"] is None
+                else f"{row['bandwidth']['gb']:.2f} GB in {row['bandwidth']['ms']:.2f} ms",
+            )
     return {
         "kind": "train",
         "environment": environment(device),
-        "settings": {"tokens_per_step": tokens_per_step, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
-                     "residual": residual, "n_features": n_features, "dtype": str(dtype), "backend": backend, "steps": steps, "warmup": warmup,
-                     "compile": (fastpath.COMPILE_MODE if compile is True else compile) or False, "optimizer": "AdamW" + (" (fused)" if cuda else ""),
-                     "flops": "(6*P + 6*L*d_model*N) * tokens (tsflash.model.flops)", "profiled_steps": profile,
-                     "bandwidth": bandwidth},
+        "settings": {
+            "tokens_per_step": tokens_per_step,
+            "d_model": d_model,
+            "n_layers": n_layers,
+            "n_heads": n_heads,
+            "residual": residual,
+            "n_features": n_features,
+            "dtype": str(dtype),
+            "backend": backend,
+            "steps": steps,
+            "warmup": warmup,
+            "compile": (fastpath.COMPILE_MODE if compile is True else compile) or False,
+            "optimizer": "AdamW" + (" (fused)" if cuda else ""),
+            "flops": "(6*P + 6*L*d_model*N) * tokens (tsflash.model.flops)",
+            "profiled_steps": profile,
+            "bandwidth": bandwidth,
+        },
         "ceiling": {"matmul_size": ceiling_size, "dtype": str(dtype), "tflops": ceiling / 1e12, "copy_gbs": copy / 1e9},
         "auto_choice": attn.auto_report(),
         "rows": rows,
@@ -309,20 +382,37 @@ def train_table(result: dict) -> str:
         r["kernel_margin"] = kernel_margin(r.get("kernel_choice"))
         r["compiled"] = compile_label(r.get("compile"))
         rows.append(r)
-    columns = [("n", "N", ""), ("batch", "B", ""), ("step_ms", "step ms", ".1f"), ("tokens_per_s", "tokens/s", ".4g"),
-               ("peak_mib", "peak MiB", ".0f"), ("model_tflops", "TFLOP/s", ".3g"), ("mfu", "MFU", ".1%"),
-               ("backend", "kernel", ""), ("kernel_margin", "vs runner-up", ""), ("compiled", "compile", ""),
-               ("status", "status", "")]
+    columns = [
+        ("n", "N", ""),
+        ("batch", "B", ""),
+        ("step_ms", "step ms", ".1f"),
+        ("tokens_per_s", "tokens/s", ".4g"),
+        ("peak_mib", "peak MiB", ".0f"),
+        ("model_tflops", "TFLOP/s", ".3g"),
+        ("mfu", "MFU", ".1%"),
+        ("backend", "kernel", ""),
+        ("kernel_margin", "vs runner-up", ""),
+        ("compiled", "compile", ""),
+        ("status", "status", ""),
+    ]
     c = result["ceiling"]
-    reasons = dict.fromkeys(f"eager: {r['compile']['reason']}" for r in rows
-                            if r.get("compile") and r["compile"].get("mode") and not r["compile"].get("compiled"))
+    reasons = dict.fromkeys(
+        f"eager: {r['compile']['reason']}"
+        for r in rows
+        if r.get("compile") and r["compile"].get("mode") and not r["compile"].get("compiled")
+    )
     profiled = profile_markdown({"": result})
     moved = bandwidth_markdown({"": result})
     copy = f"; copy {c['copy_gbs']:.0f} GB/s" if c.get("copy_gbs") else ""
-    return "\n".join([format_table(rows, columns), *reasons,
-                      f"ceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.3g} TFLOP/s{copy}",
-                      *(["", "where a step's time goes (ms per step):", profiled] if profiled else []),
-                      *(["", "the element-wise work against the memory bandwidth:", moved] if moved else [])])
+    return "\n".join(
+        [
+            format_table(rows, columns),
+            *reasons,
+            f"ceiling: {c['matmul_size']}^3 {c['dtype']} matmul = {c['tflops']:.3g} TFLOP/s{copy}",
+            *(["", "where a step's time goes (ms per step):", profiled] if profiled else []),
+            *(["", "the element-wise work against the memory bandwidth:", moved] if moved else []),
+        ]
+    )
 
 
 def profile_markdown(results: dict[str, dict]) -> str:
@@ -338,8 +428,15 @@ def profile_markdown(results: dict[str, dict]) -> str:
             if not prof:
                 continue
             by_kind = step_kinds(prof["kernels"])  # today's kinds, from the kernels' own times
-            rows.append([*([variant] if named else []), r["n"], *(f"{by_kind.get(k, 0.0):.2f}" for k in kinds),
-                         format_cell(prof.get("idle_ms"), ".2f"), format_cell(r.get("step_s"), ".2f", 1e3)])
+            rows.append(
+                [
+                    *([variant] if named else []),
+                    r["n"],
+                    *(f"{by_kind.get(k, 0.0):.2f}" for k in kinds),
+                    format_cell(prof.get("idle_ms"), ".2f"),
+                    format_cell(r.get("step_s"), ".2f", 1e3),
+                ]
+            )
     header = [*(["variant"] if named else []), "N", *kinds, "idle", "step"]
     return markdown_table(header, rows) if rows else ""
 
@@ -372,24 +469,45 @@ def bandwidth_markdown(results: dict[str, dict]) -> str:
             step = r["step_s"] * 1e3
             bound = step - fused + floor
             mfu = r["model_tflops"] * step / bound / tflops if r.get("model_tflops") and tflops else None
-            rows.append([*([variant] if named else []), r["n"], f"{bw['gb']:.2f}", f"{fused:.2f}",
-                         format_cell(moved / fused if fused else None, ".2f"), f"{floor:.2f}", f"{step:.2f}",
-                         f"{bound:.2f}", format_cell(mfu, ".1%")])
+            rows.append(
+                [
+                    *([variant] if named else []),
+                    r["n"],
+                    f"{bw['gb']:.2f}",
+                    f"{fused:.2f}",
+                    format_cell(moved / fused if fused else None, ".2f"),
+                    f"{floor:.2f}",
+                    f"{step:.2f}",
+                    f"{bound:.2f}",
+                    format_cell(mfu, ".1%"),
+                ]
+            )
     if not rows:
         return ""
-    header = [*(["variant"] if named else []), "N", "element-wise GB per step", "profiled ms", "TB/s achieved",
-              "ms at the copy ceiling", "step ms", "step ms, element-wise at the ceiling", "MFU then"]
-    note = (f"Copy ceiling {copy_gbs / 1e3:.2f} TB/s (a 2 GiB device-to-device copy, bytes read + "
-            "written); the GB are inductor's count of what its Triton kernels read and write in one "
-            "training step (torch._inductor.config.profile_bandwidth, each N compiled for its own "
-            "shape in a separate pass); \"ms at the copy ceiling\" takes each kernel's count at the "
-            "ceiling, or the kernel's own time measured alone where that is less (its count is then "
-            "more than it can have moved: inductor counts a whole buffer where a kernel reads a "
-            "slice of it); \"TB/s achieved\" divides those bytes by the profiled time. The timed "
-            "steps ran the graphs of the timed process (from the second N on, one graph for any "
-            "shape, whose kernels are named apart), so bytes and times are matched per step, not "
-            "per kernel. \"MFU then\" is how far fusion alone could go for these bytes; fewer "
-            "bytes (another precision or kernels fused across matmuls) are not in it.")
+    header = [
+        *(["variant"] if named else []),
+        "N",
+        "element-wise GB per step",
+        "profiled ms",
+        "TB/s achieved",
+        "ms at the copy ceiling",
+        "step ms",
+        "step ms, element-wise at the ceiling",
+        "MFU then",
+    ]
+    note = (
+        f"Copy ceiling {copy_gbs / 1e3:.2f} TB/s (a 2 GiB device-to-device copy, bytes read + "
+        "written); the GB are inductor's count of what its Triton kernels read and write in one "
+        "training step (torch._inductor.config.profile_bandwidth, each N compiled for its own "
+        'shape in a separate pass); "ms at the copy ceiling" takes each kernel\'s count at the '
+        "ceiling, or the kernel's own time measured alone where that is less (its count is then "
+        "more than it can have moved: inductor counts a whole buffer where a kernel reads a "
+        'slice of it); "TB/s achieved" divides those bytes by the profiled time. The timed '
+        "steps ran the graphs of the timed process (from the second N on, one graph for any "
+        "shape, whose kernels are named apart), so bytes and times are matched per step, not "
+        'per kernel. "MFU then" is how far fusion alone could go for these bytes; fewer '
+        "bytes (another precision or kernels fused across matmuls) are not in it."
+    )
     return "\n".join([markdown_table(header, rows), "", note])
 
 
@@ -401,7 +519,7 @@ def element_wise_floor_ms(bandwidth: dict, copy_gbs: float) -> float:  # GB/s ->
 
 
 def kernel_margin(choice: dict | None) -> str | None:
-    """"+12.3% vs FLASH" (the chosen kernel's median lead over the runner-up; negative when the
+    """\"+12.3% vs FLASH" (the chosen kernel's median lead over the runner-up; negative when the
     tie rule kept a preferred kernel), None when nothing was timed."""
     if not choice or choice.get("margin") is None:
         return None

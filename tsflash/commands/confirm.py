@@ -2,7 +2,7 @@
 
     tsflash sweep --lengths 512,4096,32768 --set data.end='"2024-12-31"'
     tsflash confirm runs/20260101-120000-ab12cd34 --start 2025-01-01 --end 2025-06-30
-"""
+"""  # fmt: skip
 
 from __future__ import annotations
 
@@ -22,13 +22,26 @@ def register(sub) -> None:
         parents=[options.device_option()],
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the finished sweep's run folder")
-    p.add_argument("--start", type=options.date_type, required=True, metavar="YYYY-MM-DD",
-                   help="first UTC day of the hold-out (after the run's data range)")
-    p.add_argument("--end", type=options.date_type, default=None, metavar="YYYY-MM-DD",
-                   help="last UTC day of the hold-out (default: the store's last day; synthetic data: "
-                   "the run's test_days)")
-    p.add_argument("--data", type=options.data_type, default=None,
-                   help="bar store folder or synthetic:random-walk[:SEED] etc. (default: the run's own)")
+    p.add_argument(
+        "--start",
+        type=options.date_type,
+        required=True,
+        metavar="YYYY-MM-DD",
+        help="first UTC day of the hold-out (after the run's data range)",
+    )
+    p.add_argument(
+        "--end",
+        type=options.date_type,
+        default=None,
+        metavar="YYYY-MM-DD",
+        help="last UTC day of the hold-out (default: the store's last day; synthetic data: the run's test_days)",
+    )
+    p.add_argument(
+        "--data",
+        type=options.data_type,
+        default=None,
+        help="bar store folder or synthetic:random-walk[:SEED] etc. (default: the run's own)",
+    )
     p.set_defaults(func=run)
 
 

@@ -28,8 +28,12 @@ def register(sub) -> None:
     def dataset(q):  # info and fetch name one dataset
         common(q)
         q.add_argument("--symbol", type=options.symbol_type, default="BTCUSDT", help="(default: %(default)s)")
-        q.add_argument("--interval", type=options.interval_type, default="1m",
-                       help="bar interval: 1s, 1m, 5m, 1h, ... (default: %(default)s)")
+        q.add_argument(
+            "--interval",
+            type=options.interval_type,
+            default="1m",
+            help="bar interval: 1s, 1m, 5m, 1h, ... (default: %(default)s)",
+        )
 
     q = dsub.add_parser(
         "import",
@@ -38,11 +42,19 @@ def register(sub) -> None:
         "without header) and canonical Parquet files into the store. Every file is checked before "
         "anything is written; identical duplicates are dropped; importing twice changes nothing.",
     )
-    q.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files, or folders searched for .zip/.csv/.parquet")
+    q.add_argument(
+        "paths", nargs="+", type=Path, metavar="PATH", help="files, or folders searched for .zip/.csv/.parquet"
+    )
     common(q)
-    q.add_argument("--symbol", type=options.symbol_type, default=None,
-                   help="symbol (default: from each file name, e.g. BTCUSDT-1m-2024-01.zip)")
-    q.add_argument("--interval", type=options.interval_type, default=None, help="interval (default: from each file name)")
+    q.add_argument(
+        "--symbol",
+        type=options.symbol_type,
+        default=None,
+        help="symbol (default: from each file name, e.g. BTCUSDT-1m-2024-01.zip)",
+    )
+    q.add_argument(
+        "--interval", type=options.interval_type, default=None, help="interval (default: from each file name)"
+    )
     q.set_defaults(func=cmd_import)
 
     q = dsub.add_parser(
@@ -52,9 +64,15 @@ def register(sub) -> None:
     )
     dataset(q)
     q.add_argument("--start", type=options.date_type, default=None, help="first day YYYY-MM-DD (default: first bar)")
-    q.add_argument("--end", type=options.date_type, default=None, help="last day YYYY-MM-DD, inclusive (default: last bar)")
-    q.add_argument("--min-gap", type=options.positive_int, default=1,
-                   help="list gaps of at least this many missing bars (default: %(default)s)")
+    q.add_argument(
+        "--end", type=options.date_type, default=None, help="last day YYYY-MM-DD, inclusive (default: last bar)"
+    )
+    q.add_argument(
+        "--min-gap",
+        type=options.positive_int,
+        default=1,
+        help="list gaps of at least this many missing bars (default: %(default)s)",
+    )
     q.add_argument("--json", action="store_true", help="print the summary as JSON")
     q.set_defaults(func=cmd_info)
 
@@ -68,13 +86,29 @@ def register(sub) -> None:
     )
     dataset(q)
     q.add_argument("--start", type=options.date_type, required=True, help="first day YYYY-MM-DD")
-    q.add_argument("--end", type=options.date_type, default=None, help="last day YYYY-MM-DD, inclusive (default: yesterday, UTC)")
-    q.add_argument("--base-url", default=None, help="archive base: http(s)://..., file://... or a local folder (default: https://data.binance.vision)")
-    q.add_argument("--retries", type=options.non_negative_int, default=4,
-                   help="retries per file, with exponential backoff (default: %(default)s)")
-    q.add_argument("--backoff", type=options.non_negative_float, default=1.0,
-                   help="first retry delay in seconds, doubling (default: %(default)s)")
-    q.add_argument("--timeout", type=options.positive_float, default=60.0, help="seconds per request (default: %(default)s)")
+    q.add_argument(
+        "--end", type=options.date_type, default=None, help="last day YYYY-MM-DD, inclusive (default: yesterday, UTC)"
+    )
+    q.add_argument(
+        "--base-url",
+        default=None,
+        help="archive base: http(s)://..., file://... or a local folder (default: https://data.binance.vision)",
+    )
+    q.add_argument(
+        "--retries",
+        type=options.non_negative_int,
+        default=4,
+        help="retries per file, with exponential backoff (default: %(default)s)",
+    )
+    q.add_argument(
+        "--backoff",
+        type=options.non_negative_float,
+        default=1.0,
+        help="first retry delay in seconds, doubling (default: %(default)s)",
+    )
+    q.add_argument(
+        "--timeout", type=options.positive_float, default=60.0, help="seconds per request (default: %(default)s)"
+    )
     q.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     q.set_defaults(func=cmd_fetch)
 
@@ -85,10 +119,19 @@ def register(sub) -> None:
         "column and check the bar rules; print one line a file. Exit status 2 when any file fails. --write "
         "records the files as they are (after they read and their bars pass) in the manifest.",
     )
-    q.add_argument("path", type=Path, nargs="?", default=store.DEFAULT_ROOT, metavar="PATH",
-                   help="store root or one dataset folder (default: %(default)s)")
-    q.add_argument("--write", action="store_true",
-                   help="record the files as they are now (a store made before manifests, or a change that is yours)")
+    q.add_argument(
+        "path",
+        type=Path,
+        nargs="?",
+        default=store.DEFAULT_ROOT,
+        metavar="PATH",
+        help="store root or one dataset folder (default: %(default)s)",
+    )
+    q.add_argument(
+        "--write",
+        action="store_true",
+        help="record the files as they are now (a store made before manifests, or a change that is yours)",
+    )
     q.set_defaults(func=cmd_verify)
     _register_transport(dsub, common, dataset)
 
@@ -104,8 +147,20 @@ def _register_transport(dsub, common, dataset) -> None:
     )
     dataset(q)
     q.add_argument("--out", type=Path, required=True, help="folder for the packed files")
-    q.add_argument("--start", type=options.int_type(1970), default=None, metavar="YYYY", help="first year (default: the first stored)")
-    q.add_argument("--end", type=options.int_type(1970), default=None, metavar="YYYY", help="last year, inclusive (default: the last stored)")
+    q.add_argument(
+        "--start",
+        type=options.int_type(1970),
+        default=None,
+        metavar="YYYY",
+        help="first year (default: the first stored)",
+    )
+    q.add_argument(
+        "--end",
+        type=options.int_type(1970),
+        default=None,
+        metavar="YYYY",
+        help="last year, inclusive (default: the last stored)",
+    )
     q.set_defaults(func=cmd_pack)
 
     q = dsub.add_parser(
@@ -164,11 +219,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     failed = [c for c in checks if c.failed]
     unrecorded = [c for c in checks if c.status == "unrecorded"]
     if unrecorded:
-        print(f"{len(unrecorded)} year files have no recorded checksum (bars checked only): "
-              f"`tsflash data verify --write {args.path}` records them")
+        print(
+            f"{len(unrecorded)} year files have no recorded checksum (bars checked only): "
+            f"`tsflash data verify --write {args.path}` records them"
+        )
     if failed:
-        raise UserError(f"verify: {len(failed)} of {len(checks)} files failed in {args.path}: "
-                        + "; ".join(f"{c.path.name} {c.status}" for c in failed))
+        raise UserError(
+            f"verify: {len(failed)} of {len(checks)} files failed in {args.path}: "
+            + "; ".join(f"{c.path.name} {c.status}" for c in failed)
+        )
     print(f"verified {len(checks)} files in {args.path}: all good")
     return 0
 
@@ -183,8 +242,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
         stored = store.year_files(args.root, args.symbol, args.interval)
         years = [y for y in stored if (args.start or y) <= y <= (args.end or y)]
         if stored and not years:
-            raise UserError(f"no {args.symbol} {args.interval} year in {args.start}..{args.end} in {args.root}; "
-                            f"years there: {', '.join(map(str, stored))}")
+            raise UserError(
+                f"no {args.symbol} {args.interval} year in {args.start}..{args.end} in {args.root}; "
+                f"years there: {', '.join(map(str, stored))}"
+            )
     written = transport.pack_store(args.root, args.out, args.symbol, args.interval, years)
     total = sum(p.stat().st_size for p in written)
     print(f"packed {len(written)} year files into {args.out}: {total / 1e6:.1f} MB")

@@ -44,7 +44,7 @@ def _argument(check: Callable, text: str, flag: str):
 
 
 def lengths_type(text: str) -> list[int]:
-    """"512,4096" -> [512, 4096] (`parse_lengths`: powers of two >= 2, distinct, sorted)."""
+    """\"512,4096" -> [512, 4096] (`parse_lengths`: powers of two >= 2, distinct, sorted)."""
     return _argument(parse_lengths, text, "--lengths")
 
 
@@ -166,7 +166,9 @@ def _parent() -> argparse.ArgumentParser:
     return argparse.ArgumentParser(add_help=False)
 
 
-def lengths_option(default: str | None, help: str = "comma-separated context lengths N, powers of two") -> argparse.ArgumentParser:
+def lengths_option(
+    default: str | None, help: str = "comma-separated context lengths N, powers of two"
+) -> argparse.ArgumentParser:
     p = _parent()
     shown = f" (default: {default})" if default else ""
     p.add_argument("--lengths", type=lengths_type, default=default, metavar="N,N,...", help=help + shown)
@@ -182,15 +184,20 @@ def device_option() -> argparse.ArgumentParser:
 def data_option(default: str | None = "data") -> argparse.ArgumentParser:
     """--data; a string default is checked like a given value (argparse converts it), None is not."""
     p = _parent()
-    p.add_argument("--data", type=data_type, default=default,
-                   help="bar store folder (default: data), or synthetic:random-walk[:SEED] for the noise control")
+    p.add_argument(
+        "--data",
+        type=data_type,
+        default=default,
+        help="bar store folder (default: data), or synthetic:random-walk[:SEED] for the noise control",
+    )
     return p
 
 
 def set_option(help: str) -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument("--set", dest="overrides", type=override_type, action="append", default=[], metavar="KEY=VALUE",
-                   help=help)
+    p.add_argument(
+        "--set", dest="overrides", type=override_type, action="append", default=[], metavar="KEY=VALUE", help=help
+    )
     return p
 
 
@@ -198,12 +205,21 @@ def design_options() -> argparse.ArgumentParser:
     """What a sweep's design is made of beyond --lengths, --data and --set: the preset, the symbol,
     the date range and the trials per N (`tsflash sweep` runs it, `tsflash preregister` plans it)."""
     p = _parent()
-    p.add_argument("--config", default="default",
-                   help="preset name in tsflash/presets/ or a .toml path (default: default)")
-    p.add_argument("--symbol", type=symbol_type, default=None,
-                   help="Binance spot pair, e.g. ETHUSDT (upper-cased; default: the config's data.symbol, BTCUSDT)")
+    p.add_argument(
+        "--config", default="default", help="preset name in tsflash/presets/ or a .toml path (default: default)"
+    )
+    p.add_argument(
+        "--symbol",
+        type=symbol_type,
+        default=None,
+        help="Binance spot pair, e.g. ETHUSDT (upper-cased; default: the config's data.symbol, BTCUSDT)",
+    )
     p.add_argument("--start", type=date_type, help="first UTC day YYYY-MM-DD (default: the config's)")
     p.add_argument("--end", type=date_type, help="last UTC day YYYY-MM-DD, inclusive (default: the config's)")
-    p.add_argument("--trials", type=positive_int, default=1,
-                   help="trials per N: 1 = N only (default); K > 1 also searches lr and weight decay within each N")
+    p.add_argument(
+        "--trials",
+        type=positive_int,
+        default=1,
+        help="trials per N: 1 = N only (default); K > 1 also searches lr and weight decay within each N",
+    )
     return p

@@ -36,8 +36,9 @@ def _control_set_type(text: str) -> tuple[str, str]:
 def _seeds_type(text: str) -> list[int]:
     seeds = [t.strip() for t in text.split(",") if t.strip()]
     if not seeds or not all(t.isdigit() for t in seeds) or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"expects distinct non-negative integers separated by commas, e.g. 3,4,5; "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expects distinct non-negative integers separated by commas, e.g. 3,4,5; got {text!r}"
+        )
     return [int(t) for t in seeds]
 
 
@@ -75,23 +76,52 @@ def register(sub) -> None:
             options.design_options(),
         ],
     )
-    p.add_argument("--arm", type=_arm_type, action="append", default=[], metavar="NAME=KEY=VALUE[,...]",
-                   help="one arm of the plan: a name and its own overrides, e.g. patch16=model.patch=16, or "
-                   "per-bar= for none (repeatable; default: one arm 'per-bar')")
-    p.add_argument("--control-set", type=_control_set_type, action="append", default=[], metavar="NAME=KEY=VALUE",
-                   help="a setting of one control's own on top of every arm's config, e.g. "
-                        "regime=splits.n_folds=10 or regime=data.start=2018-07-06 (repeatable)")
-    p.add_argument("--control", type=_control_type, action="append", default=[], metavar="NAME=SOURCE",
-                   help="a control: every arm's config on a synthetic market, e.g. "
-                   "echo=synthetic:long-memory:0:strength=0.2 (repeatable; runs go to OUT/controls/NAME/<arm>)")
+    p.add_argument(
+        "--arm",
+        type=_arm_type,
+        action="append",
+        default=[],
+        metavar="NAME=KEY=VALUE[,...]",
+        help="one arm of the plan: a name and its own overrides, e.g. patch16=model.patch=16, or "
+        "per-bar= for none (repeatable; default: one arm 'per-bar')",
+    )
+    p.add_argument(
+        "--control-set",
+        type=_control_set_type,
+        action="append",
+        default=[],
+        metavar="NAME=KEY=VALUE",
+        help="a setting of one control's own on top of every arm's config, e.g. "
+        "regime=splits.n_folds=10 or regime=data.start=2018-07-06 (repeatable)",
+    )
+    p.add_argument(
+        "--control",
+        type=_control_type,
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE",
+        help="a control: every arm's config on a synthetic market, e.g. "
+        "echo=synthetic:long-memory:0:strength=0.2 (repeatable; runs go to OUT/controls/NAME/<arm>)",
+    )
     p.add_argument("--ladder", action="store_true", help=argparse.SUPPRESS)  # a lab study: run() says where
-    p.add_argument("--aa-seeds", type=_seeds_type, default=None, metavar="S,S,...",
-                   help="add the A/A replicate: every arm's config on the plan's own bars with these seeds (disjoint "
-                   "from the arms'), a control named aa (runs go to OUT/controls/aa/<arm>)")
-    p.add_argument("--stage", type=_stage_type, action="append", default=[], metavar="NAME=RUN[,RUN...]",
-                   help="the order the runs go in: a stage and its runs by their --check names (an arm, CONTROL/ARM, "
-                   "ladder) or patterns, e.g. first=per-bar,aa/per-bar,echo/per-bar (repeatable, in order; the runs no "
-                   "stage names go last). If the device time ends first, only complete stages are read")
+    p.add_argument(
+        "--aa-seeds",
+        type=_seeds_type,
+        default=None,
+        metavar="S,S,...",
+        help="add the A/A replicate: every arm's config on the plan's own bars with these seeds (disjoint "
+        "from the arms'), a control named aa (runs go to OUT/controls/aa/<arm>)",
+    )
+    p.add_argument(
+        "--stage",
+        type=_stage_type,
+        action="append",
+        default=[],
+        metavar="NAME=RUN[,RUN...]",
+        help="the order the runs go in: a stage and its runs by their --check names (an arm, CONTROL/ARM, "
+        "ladder) or patterns, e.g. first=per-bar,aa/per-bar,echo/per-bar (repeatable, in order; the runs no "
+        "stage names go last). If the device time ends first, only complete stages are read",
+    )
     p.add_argument("--note", default="", help="a sentence for the plan's head: why this run, what it follows")
     p.add_argument("--out", type=Path, help="the plan's folder (the arms' run folders go inside it)")
     p.add_argument("--check", type=Path, metavar="RUN", help="list RUN's departures from the plan in its parent folder")
@@ -112,16 +142,19 @@ def run(args, ladder=None) -> int:
     moved = [(f, getattr(args, f[2:])) for f in LAB_FLAGS] + [("--check", args.check)]
     for flag, folder in moved:
         if folder is not None and (flag != "--check" or (folder / PLAN_JSON).is_file()):
-            raise UserError(f"preregister {flag} {folder}: a plan's state, next runs, commands and summary are "
-                            f"the studies' bookkeeping now: run `python -m lab.plan {flag} {folder}` in a checkout")
+            raise UserError(
+                f"preregister {flag} {folder}: a plan's state, next runs, commands and summary are "
+                f"the studies' bookkeeping now: run `python -m lab.plan {flag} {folder}` in a checkout"
+            )
     if args.ladder:
-        raise UserError("preregister --ladder: the strength ladder is a study of the lab: run `python -m "
-                        "lab.preregister` with the same options in a checkout")
+        raise UserError(
+            "preregister --ladder: the strength ladder is a study of the lab: run `python -m "
+            "lab.preregister` with the same options in a checkout"
+        )
     if args.check is not None:
         plan_path = registration.plan_for(args.check)
         if plan_path is None:
-            raise UserError(f"--check {args.check}: no {PLAN_JSON} in its parent folder "
-                            f"{args.check.resolve().parent}")
+            raise UserError(f"--check {args.check}: no {PLAN_JSON} in its parent folder {args.check.resolve().parent}")
         from tsflash.runfolder import RunFolder
 
         arm, found, sentence = preregister.check_run(plan_path, args.check)
@@ -141,12 +174,27 @@ def run(args, ladder=None) -> int:
             data = options.data_type("data")
         except argparse.ArgumentTypeError as exc:
             raise UserError(f"argument --data: {exc}") from None
-    opts = SweepOptions(lengths=args.lengths, config=args.config, data=data, start=args.start, end=args.end,
-                        trials=args.trials, preset="full",
-                        overrides=with_symbol(parse_overrides(args.overrides), args.symbol))
-    plan = preregister.build_plan(opts, args.arm, base=tuple(args.overrides), note=args.note, controls=args.control,
-                                  control_sets=args.control_set, ladder=ladder, aa_seeds=args.aa_seeds,
-                                  stages=args.stage)
+    opts = SweepOptions(
+        lengths=args.lengths,
+        config=args.config,
+        data=data,
+        start=args.start,
+        end=args.end,
+        trials=args.trials,
+        preset="full",
+        overrides=with_symbol(parse_overrides(args.overrides), args.symbol),
+    )
+    plan = preregister.build_plan(
+        opts,
+        args.arm,
+        base=tuple(args.overrides),
+        note=args.note,
+        controls=args.control,
+        control_sets=args.control_set,
+        ladder=ladder,
+        aa_seeds=args.aa_seeds,
+        stages=args.stage,
+    )
     plan_json, plan_md = preregister.write_plan(plan, args.out)
     print(f"plan {plan['plan_hash']}: {plan_md}")
     print(f"      {plan_json}")

@@ -17,8 +17,11 @@ HEADER = ("run", "created (UTC)", "config", "lengths", "status", "answer")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("runs", help="list past runs under runs/: date, config, lengths, finished or not, answer",
-                       description="List the sweep run folders under --root, newest first.")
+    p = sub.add_parser(
+        "runs",
+        help="list past runs under runs/: date, config, lengths, finished or not, answer",
+        description="List the sweep run folders under --root, newest first.",
+    )
     p.add_argument("--root", type=Path, default=DEFAULT_RUNS_ROOT, help="folder of run folders (default: %(default)s)")
     p.set_defaults(func=run)
 
@@ -42,8 +45,10 @@ def answer_sentences(folder: RunFolder) -> list[str]:
     if not questions:
         return []
     forecast, trading = questions.get("forecast", {}), questions.get("trading", {})
-    return [f"question 1 (forecasting): {forecast.get('lead') or forecast.get('sentence') or '-'}",
-            f"question 2 (trading): {trading.get('lead') or trading.get('sentence') or '-'}"]
+    return [
+        f"question 1 (forecasting): {forecast.get('lead') or forecast.get('sentence') or '-'}",
+        f"question 2 (trading): {trading.get('lead') or trading.get('sentence') or '-'}",
+    ]
 
 
 def answer_line(folder: RunFolder) -> str:

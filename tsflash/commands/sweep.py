@@ -4,7 +4,7 @@
     tsflash sweep --lengths 512,4096 --data synthetic:random-walk --seed 3   # the noise control
     tsflash sweep --lengths 512,4096,32768 --devices cuda:0,cuda:1           # one worker per GPU
     tsflash sweep --lengths 512,4096 --storage postgresql://u:p@host/db --artifacts /shared/art --devices all  # on each host
-"""
+"""  # fmt: skip
 
 from __future__ import annotations
 
@@ -38,33 +38,67 @@ def register(sub) -> None:
             options.design_options(),
         ],
     )
-    p.add_argument("--out", type=Path, help="run folder (default: runs/<YYYYMMDD-HHMMSS>-<run hash>; reports/ is for published runs)")
-    p.add_argument("--seed", type=options.non_negative_int,
-                   help="training seed (replaces the config's seeds; also seeds synthetic data)")
-    p.add_argument("--devices", type=options.devices_type, default=None, metavar="LIST",
-                   help="one worker per device, each pulling (N, fold, seed) cells: cuda:0,cuda:1 | all (every GPU) | "
-                   "cpu,cpu (default: one worker on --device)")
-    p.add_argument("--storage", help="optuna storage URL to share one study between hosts, e.g. "
-                   "postgresql://user:pass@host/db, with an --artifacts store they all reach "
-                   "(default: SQLite optuna.db in the run folder)")
-    p.add_argument("--artifacts", metavar="PATH", help="where the cells' files are uploaded for the other hosts: "
-                   "a folder, or s3://bucket (optuna's Boto3ArtifactStore; pip install boto3) "
-                   "(default with --storage: artifacts/ in the run folder; none without)")
-    p.add_argument("--preset", default="auto",
-                   help="auto (full config on CUDA, reduced CPU preset otherwise) | full | cpu (default: auto)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="run folder (default: runs/<YYYYMMDD-HHMMSS>-<run hash>; reports/ is for published runs)",
+    )
+    p.add_argument(
+        "--seed",
+        type=options.non_negative_int,
+        help="training seed (replaces the config's seeds; also seeds synthetic data)",
+    )
+    p.add_argument(
+        "--devices",
+        type=options.devices_type,
+        default=None,
+        metavar="LIST",
+        help="one worker per device, each pulling (N, fold, seed) cells: cuda:0,cuda:1 | all (every GPU) | "
+        "cpu,cpu (default: one worker on --device)",
+    )
+    p.add_argument(
+        "--storage",
+        help="optuna storage URL to share one study between hosts, e.g. "
+        "postgresql://user:pass@host/db, with an --artifacts store they all reach "
+        "(default: SQLite optuna.db in the run folder)",
+    )
+    p.add_argument(
+        "--artifacts",
+        metavar="PATH",
+        help="where the cells' files are uploaded for the other hosts: "
+        "a folder, or s3://bucket (optuna's Boto3ArtifactStore; pip install boto3) "
+        "(default with --storage: artifacts/ in the run folder; none without)",
+    )
+    p.add_argument(
+        "--preset",
+        default="auto",
+        help="auto (full config on CUDA, reduced CPU preset otherwise) | full | cpu (default: auto)",
+    )
     p.add_argument("--no-precision", action="store_true", help="skip the precision oracle at each N")
-    p.add_argument("--time-budget", type=options.positive_float, default=None, metavar="SECONDS",
-                   help="start no new cell after this many seconds, nor one expected to end after them (by "
-                   "this run's measured cell times, else the calibrated ones; the first cell starts on a calibrated "
-                   "guess, never when this run measured it longer than the whole budget); "
-                   "rerun the same command to resume (for machines with a per-session time limit)")
-    p.add_argument("--slice-by", choices=("fold", "cell"), default="fold",
-                   help="with --time-budget, where a slice may end: between folds (default; a run folder carried to "
-                   "the next slice without its per-bar cells/*/*.npz files loses no trained cell) or between cells "
-                   "(more of the budget trains, for a run folder kept whole until the next slice)")
-    p.add_argument("--validation-only", action="store_true",
-                   help="log each cell's validation loss instead of its test scores and write no report (a "
-                   "screen on data whose test bars must stay unread; `tsflash report` writes the report later)")
+    p.add_argument(
+        "--time-budget",
+        type=options.positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="start no new cell after this many seconds, nor one expected to end after them (by "
+        "this run's measured cell times, else the calibrated ones; the first cell starts on a calibrated "
+        "guess, never when this run measured it longer than the whole budget); "
+        "rerun the same command to resume (for machines with a per-session time limit)",
+    )
+    p.add_argument(
+        "--slice-by",
+        choices=("fold", "cell"),
+        default="fold",
+        help="with --time-budget, where a slice may end: between folds (default; a run folder carried to "
+        "the next slice without its per-bar cells/*/*.npz files loses no trained cell) or between cells "
+        "(more of the budget trains, for a run folder kept whole until the next slice)",
+    )
+    p.add_argument(
+        "--validation-only",
+        action="store_true",
+        help="log each cell's validation loss instead of its test scores and write no report (a "
+        "screen on data whose test bars must stay unread; `tsflash report` writes the report later)",
+    )
     p.set_defaults(func=run)
 
 
@@ -73,11 +107,20 @@ def _command_line(args) -> str:
     words = ["tsflash", "sweep"]
     lengths = ",".join(map(str, args.lengths)) if args.lengths is not None else None
     for flag, value, default in (
-        ("--lengths", lengths, None), ("--config", args.config, "default"), ("--symbol", args.symbol, None), ("--data", args.data, "data"),
-        ("--start", args.start, None), ("--end", args.end, None), ("--out", args.out, None),
-        ("--device", args.device, "auto"), ("--devices", ",".join(args.devices) if args.devices else None, None),
-        ("--seed", args.seed, None), ("--storage", args.storage, None), ("--artifacts", args.artifacts, None),
-        ("--trials", args.trials, 1), ("--preset", args.preset, "auto"),
+        ("--lengths", lengths, None),
+        ("--config", args.config, "default"),
+        ("--symbol", args.symbol, None),
+        ("--data", args.data, "data"),
+        ("--start", args.start, None),
+        ("--end", args.end, None),
+        ("--out", args.out, None),
+        ("--device", args.device, "auto"),
+        ("--devices", ",".join(args.devices) if args.devices else None, None),
+        ("--seed", args.seed, None),
+        ("--storage", args.storage, None),
+        ("--artifacts", args.artifacts, None),
+        ("--trials", args.trials, 1),
+        ("--preset", args.preset, "auto"),
     ):
         if value is not None and value != default:
             words += [flag, str(value)]

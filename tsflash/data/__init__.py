@@ -6,9 +6,18 @@ on-demand check behind `tsflash data verify` (`_verify`). Torch-free."""
 from tsflash._exports import lazy_exports
 
 _EXPORTS = {
-    "Bars": "store", "load_bars": "store", "find_gaps": "store", "list_datasets": "store",
-    "import_paths": "ingest", "fetch": "fetch", "pack_store": "transport", "unpack": "transport",
-    "random_walk_bars": "synthetic", "iid_bars": "synthetic", "long_memory_bars": "synthetic", "regime_bars": "synthetic",
+    "Bars": "store",
+    "load_bars": "store",
+    "find_gaps": "store",
+    "list_datasets": "store",
+    "import_paths": "ingest",
+    "fetch": "fetch",
+    "pack_store": "transport",
+    "unpack": "transport",
+    "random_walk_bars": "synthetic",
+    "iid_bars": "synthetic",
+    "long_memory_bars": "synthetic",
+    "regime_bars": "synthetic",
     "synthetic_bars": "synthetic",
     "parse_source": "synthetic",
 }

@@ -180,8 +180,12 @@ def verify(folder: Path, paths: list[Path]) -> None:
     if unrecorded and folder not in _warned:
         _warned.add(folder)
         why = "has no manifest" if files is None else f"manifest does not list {', '.join(unrecorded)}"
-        log.warning("store folder %s %s: those year files' bytes are not verified (bar rules still are); %s",
-                    folder, why, RECORD_HINT.replace("verify --write", f"verify --write {folder.parent}"))
+        log.warning(
+            "store folder %s %s: those year files' bytes are not verified (bar rules still are); %s",
+            folder,
+            why,
+            RECORD_HINT.replace("verify --write", f"verify --write {folder.parent}"),
+        )
 
 
 def missing_recorded(folder: Path, names: set[str]) -> list[str]:

@@ -48,11 +48,18 @@ def dataset_folders(path: Path | str) -> list[tuple[Path, str, str]]:
     if not path.is_dir():
         raise UserError(f"verify: store folder not found: {path}")
     sym, sep, interval = path.name.partition("-")
-    if sep and interval in store.INTERVAL_US and store.SYMBOL_RE.match(sym) and store.year_files(path.parent, sym, interval):
+    if (
+        sep
+        and interval in store.INTERVAL_US
+        and store.SYMBOL_RE.match(sym)
+        and store.year_files(path.parent, sym, interval)
+    ):
         return [(path.parent, sym.upper(), interval)]
     found = [(path, s, i) for s, i in store.list_datasets(path)]
     if not found:
-        raise UserError(f"verify: {path} holds no store year files (expected <symbol>-<interval>/<symbol>-<interval>-YYYY.parquet)")
+        raise UserError(
+            f"verify: {path} holds no store year files (expected <symbol>-<interval>/<symbol>-<interval>-YYYY.parquet)"
+        )
     return found
 
 
@@ -106,7 +113,9 @@ def _check_times(bars: store.Bars, year: int, path: Path) -> None:
         raise UserError(f"{path}: bars must lie in {year}, got {store.iso(t[0])} .. {store.iso(t[-1])}")
     if len(t) > 1 and not (np.diff(t) > 0).all():
         i = int(np.argmin(np.diff(t) > 0))
-        raise UserError(f"{path}: open_time must be strictly increasing, got {store.iso(t[i])} then {store.iso(t[i + 1])}")
+        raise UserError(
+            f"{path}: open_time must be strictly increasing, got {store.iso(t[i])} then {store.iso(t[i + 1])}"
+        )
     off = np.flatnonzero(t % bars.interval_us)
     if len(off):
         raise UserError(f"{path}: open_time must be on the {bars.interval} grid, got {store.iso(t[off[0]])}")
@@ -127,6 +136,10 @@ def verify_store(path: Path | str, write: bool = False) -> list[FileCheck]:
             log.info("recorded %d year files in %s", len(entries), folder / manifest.NAME)
             for c in found:
                 if c.status in ("changed", "unrecorded", "missing", "bad manifest"):
-                    c.detail = f"recorded as it is now ({c.detail or c.status})" if c.status != "missing" else "dropped from the manifest"
+                    c.detail = (
+                        f"recorded as it is now ({c.detail or c.status})"
+                        if c.status != "missing"
+                        else "dropped from the manifest"
+                    )
                     c.status = "recorded"
     return checks

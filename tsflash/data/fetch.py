@@ -158,7 +158,9 @@ def _get(base: tuple[str, str | Path], rel: str, timeout: float) -> bytes:
             raise Retryable(f"HTTP {exc.code} from {url}") from None
         raise UserError(f"download of {url} failed: HTTP {exc.code} {exc.reason}") from None
     except http.client.IncompleteRead as exc:
-        raise Retryable(f"truncated download of {url}: got {len(exc.partial)} bytes, {exc.expected} more expected") from None
+        raise Retryable(
+            f"truncated download of {url}: got {len(exc.partial)} bytes, {exc.expected} more expected"
+        ) from None
     except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, OSError) as exc:
         raise Retryable(f"network error for {url}: {exc}") from None
     if expected is not None and expected.isdigit() and len(data) != int(expected):
@@ -247,8 +249,9 @@ def _as_date(value, what: str) -> dt.date:
         raise UserError(f"--{what} must be a date YYYY-MM-DD, got {value!r}") from None
 
 
-def _refuse_unknown(base, base_url, symbol: str, interval: str, start: dt.date, last: dt.date, first: ArchiveFile,
-                    timeout: float) -> None:
+def _refuse_unknown(
+    base, base_url, symbol: str, interval: str, start: dt.date, last: dt.date, first: ArchiveFile, timeout: float
+) -> None:
     """The range's first archive file is not published: ask for the .CHECKSUM of its last day. When
     that is missing too, no file of the range is likely there (an unknown or unlisted symbol, a
     range before its listing): one line now, rather than a request for every day of the range."""
@@ -314,11 +317,16 @@ def fetch(
                 report.files.append(download_verified(base, item, cache, retries, backoff, timeout, report))
             except NotFound:
                 if item is plan[0]:
-                    _refuse_unknown(base, base_url, symbol, interval, start, min(end, today - dt.timedelta(days=1)), item, timeout)
+                    _refuse_unknown(
+                        base, base_url, symbol, interval, start, min(end, today - dt.timedelta(days=1)), item, timeout
+                    )
                 if item.kind == "monthly":
                     # not published yet (early in a month) or never: try the month's daily files
                     y, m = map(int, item.name.rsplit(".", 1)[0].rsplit("-", 2)[-2:])
-                    days = [daily_file(symbol, interval, d) for d in _month_days(y, m, start, min(end, today - dt.timedelta(days=1)))]
+                    days = [
+                        daily_file(symbol, interval, d)
+                        for d in _month_days(y, m, start, min(end, today - dt.timedelta(days=1)))
+                    ]
                     log.info("%s not in the archive; trying %d daily files", item.name, len(days))
                     queue = days + queue
                     bar.total += len(days)
@@ -336,5 +344,7 @@ def fetch(
     if do_import:
         from tsflash.data.ingest import import_paths
 
-        report.imported = import_paths(report.files, root, symbol, interval, start=start.isoformat(), end=end.isoformat())
+        report.imported = import_paths(
+            report.files, root, symbol, interval, start=start.isoformat(), end=end.isoformat()
+        )
     return report

@@ -260,7 +260,9 @@ def csv_chunks(stream, name: str, symbol: str, interval: str, block_bytes: int |
             first = (int(ot[0]), int(lines[0]))
         unit = _detect_unit(ot, name, lines, first)
         scale = 1000 if unit == "ms" else 1
-        table = table.set_column(0, "open_time", pa.array(ot * scale, pa.int64()).cast(store.SCHEMA.field("open_time").type))
+        table = table.set_column(
+            0, "open_time", pa.array(ot * scale, pa.int64()).cast(store.SCHEMA.field("open_time").type)
+        )
         yield check(table, lines, symbol, unit)
     if first is None:
         raise UserError(f"{name}: file holds a header but no rows" if header else f"{name}: file holds no rows")
@@ -298,7 +300,10 @@ def _raise_non_numeric(body: bytes, name: str, lines: np.ndarray):
     import polars as pl
 
     df = pl.read_csv(  # lossy: bytes that are not UTF-8 (a damaged file) are shown, not a crash
-        body, has_header=False, new_columns=list(BINANCE_COLUMNS), schema={c: pl.String for c in BINANCE_COLUMNS},
+        body,
+        has_header=False,
+        new_columns=list(BINANCE_COLUMNS),
+        schema={c: pl.String for c in BINANCE_COLUMNS},
         encoding="utf8-lossy",
     )
     first = None
@@ -311,11 +316,13 @@ def _raise_non_numeric(body: bytes, name: str, lines: np.ndarray):
     assert first is not None, f"{name}: polars failed to parse but every field is numeric"
     i, c, value = first
     kind = "an integer" if c in INT_COLUMNS else "a number"
-    raise UserError(f"{name} line {int(lines[i])}: column {c} must be {kind}, got {value if value is not None else ''!r}")
+    raise UserError(
+        f"{name} line {int(lines[i])}: column {c} must be {kind}, got {value if value is not None else ''!r}"
+    )
 
 
 def _detect_unit(ot: np.ndarray, name: str, lines: np.ndarray, first: tuple[int, int]) -> str:
-    """"ms" or "us" for a block of open_time values; every row of the file must share the unit of
+    """\"ms" or "us" for a block of open_time values; every row of the file must share the unit of
     its first row, `first` = (open_time, line) of that row."""
     is_ms = (ot >= MS_RANGE[0]) & (ot < MS_RANGE[1])
     is_us = (ot >= US_RANGE[0]) & (ot < US_RANGE[1])
@@ -431,8 +438,10 @@ def validate(table: pa.Table, source: Source, interval: str) -> tuple[pa.Table, 
         raise UserError(f"{source.where(found[0])}: {found[1]}")
     fail(
         b.open_time % interval_us != 0,
-        lambda i: f"open_time must be on the {interval} grid (a multiple of {interval_us // 1_000_000} s), "
-        f"got {store.iso(b.open_time[i])}.{b.open_time[i] % 1_000_000:06d}",
+        lambda i: (
+            f"open_time must be on the {interval} grid (a multiple of {interval_us // 1_000_000} s), "
+            f"got {store.iso(b.open_time[i])}.{b.open_time[i] % 1_000_000:06d}"
+        ),
     )
     if n > 1:
         d = np.diff(b.open_time)

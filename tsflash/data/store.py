@@ -144,8 +144,10 @@ def check_pair(text: str, where: str = "symbol") -> str:
     asset ('eth') or any other shape is refused in one line, before anything is fetched."""
     symbol = check_symbol(text, where)  # letters and digits (it becomes a store path)
     if not _PAIR_RE.match(symbol):
-        raise UserError(f"{where} must be a Binance spot pair, a base asset then a quote asset such as BTCUSDT or "
-                        f"ETHUSDT (quotes: {', '.join(SPOT_QUOTES)}), got {text!r}")
+        raise UserError(
+            f"{where} must be a Binance spot pair, a base asset then a quote asset such as BTCUSDT or "
+            f"ETHUSDT (quotes: {', '.join(SPOT_QUOTES)}), got {text!r}"
+        )
     return symbol
 
 
@@ -268,15 +270,19 @@ def _open_dataset(root, symbol, interval) -> dict[int, Path]:
 
 def unreadable(path: Path, exc: BaseException) -> UserError:
     """The one-line error for a year file that Parquet cannot read (truncated, damaged, not Parquet)."""
-    return UserError(f"{path}: unreadable Parquet file ({' '.join(str(exc).split())}); the file is damaged or "
-                     "not a store file: delete it and re-import its bars")
+    return UserError(
+        f"{path}: unreadable Parquet file ({' '.join(str(exc).split())}); the file is damaged or "
+        "not a store file: delete it and re-import its bars"
+    )
 
 
 def _year_overlaps(year: int, lo: int | None, hi: int | None) -> bool:
     return not ((lo is not None and year_start_us(year + 1) - 1 < lo) or (hi is not None and year_start_us(year) > hi))
 
 
-def verified_files(root, symbol: str, interval: str, keep: Callable[[int], bool] = lambda year: True) -> dict[int, Path]:
+def verified_files(
+    root, symbol: str, interval: str, keep: Callable[[int], bool] = lambda year: True
+) -> dict[int, Path]:
     """{year: path} of the dataset's year files that `keep(year)` selects, each checked against the
     folder's manifest (tsflash.data._manifest) before anything reads it.
 
@@ -285,8 +291,11 @@ def verified_files(root, symbol: str, interval: str, keep: Callable[[int], bool]
     """
     files = _open_dataset(root, symbol, interval)
     folder = dataset_dir(root, symbol, interval)
-    gone = [n for n in manifest.missing_recorded(folder, {p.name for p in files.values()})
-            if (m := _YEAR_FILE_RE.match(n)) is None or keep(int(m["year"]))]
+    gone = [
+        n
+        for n in manifest.missing_recorded(folder, {p.name for p in files.values()})
+        if (m := _YEAR_FILE_RE.match(n)) is None or keep(int(m["year"]))
+    ]
     if gone:
         raise UserError(
             f"{folder}: the store manifest lists {', '.join(gone)} but the file is missing (deleted after import); "
@@ -390,7 +399,7 @@ def load_bars(
                 f"bar store {dataset_dir(root, symbol, interval)} is corrupt: open_time must be strictly "
                 f"increasing, got {iso(bars.open_time[i])} then {iso(bars.open_time[i + 1])}"
             )
-    check_bars(bars, lambda i: str(year_path(root, symbol, interval, int(year_of(bars.open_time[i:i + 1])[0]))))
+    check_bars(bars, lambda i: str(year_path(root, symbol, interval, int(year_of(bars.open_time[i : i + 1])[0]))))
     log.debug("loaded %d %s %s bars from %s", len(bars), symbol, interval, root)
     return bars
 
@@ -413,6 +422,7 @@ def bar_problem(b: Bars) -> tuple[int, str] | None:
     finite volume and taker_buy_base >= 0; trades >= 0; log(high / low) <= MAX_LOG_MOVE.
     Vectorised: about 10 ms for a year of 1-minute bars.
     """
+
     def first(mask: np.ndarray) -> int | None:
         return int(np.argmax(mask)) if mask.any() else None
 
@@ -432,8 +442,10 @@ def bar_problem(b: Bars) -> tuple[int, str] | None:
     if (i := first(b.trades < 0)) is not None:
         return i, f"trades must be >= 0, got {int(b.trades[i])}"
     if (i := first(np.log(b.high / b.low) > MAX_LOG_MOVE)) is not None:
-        return i, (f"high must be at most 10 times low (log(high/low) <= {MAX_LOG_MOVE:.3f}), got "
-                   f"high={float(b.high[i])!r} low={float(b.low[i])!r}")
+        return i, (
+            f"high must be at most 10 times low (log(high/low) <= {MAX_LOG_MOVE:.3f}), got "
+            f"high={float(b.high[i])!r} low={float(b.low[i])!r}"
+        )
     return None
 
 
@@ -448,8 +460,10 @@ def move_problem(close: np.ndarray, prev_close: float | None = None) -> tuple[in
         return None
     j = int(np.argmax(move > MAX_LOG_MOVE))
     i = j + 1 if prev_close is None else j
-    return i, (f"close must stay within a factor of 10 of the previous close (|log(close/previous close)| <= "
-               f"{MAX_LOG_MOVE:.3f}), got {float(c[j + 1])!r} after {float(c[j])!r}")
+    return i, (
+        f"close must stay within a factor of 10 of the previous close (|log(close/previous close)| <= "
+        f"{MAX_LOG_MOVE:.3f}), got {float(c[j + 1])!r} after {float(c[j])!r}"
+    )
 
 
 def check_bars(b: Bars, where: Callable[[int], str], prev_close: float | None = None) -> None:
@@ -708,6 +722,7 @@ def _parts_by_year(parts: list[Part]) -> dict[int, list[Part]]:
 
 def _clip(part: Part, lo: int, hi: int) -> Part:
     """The rows of `part` with lo <= open_time <= hi."""
+
     def chunks():
         for c in part.chunks():
             t = _times(c)
@@ -720,6 +735,7 @@ def _clip(part: Part, lo: int, hi: int) -> Part:
 
 def _stored_part(path: Path, lo: int | None = None, hi: int | None = None) -> Part:
     """A stored year file as a Part (row groups overlapping [lo, hi] only, when given)."""
+
     def chunks():
         try:
             pf = pq.ParquetFile(path, **READ_OPTIONS)

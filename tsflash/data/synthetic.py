@@ -58,8 +58,12 @@ if TYPE_CHECKING:  # at run time imported where bars are built: the store pulls 
 
 SOURCE_PREFIX = "synthetic:"
 KNOWN_SOURCES = ("random-walk", "iid", "long-memory", "regime")
-SOURCE_FORMS = {"random-walk": "[:SEED]", "iid": "[:SEED]", "long-memory": "[:SEED][:KEY=VALUE,...]",
-                "regime": "[:SEED][:KEY=VALUE,...]"}
+SOURCE_FORMS = {
+    "random-walk": "[:SEED]",
+    "iid": "[:SEED]",
+    "long-memory": "[:SEED][:KEY=VALUE,...]",
+    "regime": "[:SEED][:KEY=VALUE,...]",
+}
 T_DF = 4.0  # Student-t degrees of freedom of the return innovations
 
 
@@ -113,9 +117,17 @@ def _innovations(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.standard_t(T_DF, n) / np.sqrt(T_DF / (T_DF - 2))
 
 
-def _bars_from_returns(rng: np.random.Generator, r: np.ndarray, e: np.ndarray, sigma: np.ndarray,
-                       open_time: np.ndarray, start_price: float, symbol: str, interval: str,
-                       share_rng: np.random.Generator | None = None):
+def _bars_from_returns(
+    rng: np.random.Generator,
+    r: np.ndarray,
+    e: np.ndarray,
+    sigma: np.ndarray,
+    open_time: np.ndarray,
+    start_price: float,
+    symbol: str,
+    interval: str,
+    share_rng: np.random.Generator | None = None,
+):
     """Realistic OHLCV columns around log returns r (n,), given each bar's innovation e and scale sigma.
 
     Bar t's columns use r[:t+1], e[:t+1], sigma[:t+1] and draws made bar by bar in order. Except
@@ -139,8 +151,18 @@ def _bars_from_returns(rng: np.random.Generator, r: np.ndarray, e: np.ndarray, s
     trades = rng.poisson(volume * 25.0).astype(np.int64)
     volume[trades == 0] = 0.0
     taker_buy_base = volume * (share_rng or rng).beta(5.0, 5.0, n_bars)
-    return Bars(open_time=open_time, open=open_, high=high, low=low, close=close, volume=volume, trades=trades,
-                taker_buy_base=taker_buy_base, symbol=symbol, interval=interval)
+    return Bars(
+        open_time=open_time,
+        open=open_,
+        high=high,
+        low=low,
+        close=close,
+        volume=volume,
+        trades=trades,
+        taker_buy_base=taker_buy_base,
+        symbol=symbol,
+        interval=interval,
+    )
 
 
 @dataclass(frozen=True)
@@ -188,8 +210,16 @@ def random_walk_bars(
     return _bars_from_returns(rng, sigma * e, e, sigma, open_time, start_price, symbol, interval)
 
 
-def iid_bars(n_bars: int, seed: int = 0, start: str | datetime = "2021-01-01", interval: str = "1m",
-             symbol: str = "BTCUSDT", start_price: float = 30_000.0, daily_vol: float = 0.03, n_gaps: int = 3):
+def iid_bars(
+    n_bars: int,
+    seed: int = 0,
+    start: str | datetime = "2021-01-01",
+    interval: str = "1m",
+    symbol: str = "BTCUSDT",
+    start_price: float = 30_000.0,
+    daily_vol: float = 0.03,
+    n_gaps: int = 3,
+):
     """Like `random_walk_bars`, but the log return of bar t is sigma * e_t with one constant
     sigma = daily_vol / sqrt(bars_per_day): iid returns, the clean null (nothing to forecast, not
     even the size of a move)."""
@@ -252,8 +282,9 @@ class LongMemory:
 
 def _check_garch(alpha: float, beta: float, where: str) -> None:
     if alpha < 0 or beta < 0 or alpha + beta >= 1:
-        raise UserError(f"{where}: needs garch_alpha, garch_beta >= 0 and garch_alpha + garch_beta < 1, "
-                        f"got {alpha} and {beta}")
+        raise UserError(
+            f"{where}: needs garch_alpha, garch_beta >= 0 and garch_alpha + garch_beta < 1, got {alpha} and {beta}"
+        )
 
 
 GARCH_CAP = 50.0  # squared innovations feeding the variance are capped: one t(4) outlier must not blow it up 1000x
@@ -307,7 +338,7 @@ def echo_returns(sigma: np.ndarray, e: np.ndarray, p: LongMemory) -> np.ndarray:
     for a in range(p.lag, len(r), p.lag):  # bars before `lag` have no source
         b = min(a + p.lag, len(r))
         lo = max(0, a - p.lag - p.window + 1)
-        z = trailing_z(r[lo : b - p.lag], p.window)[-(b - a):]  # z_{a-lag} .. z_{b-1-lag}
+        z = trailing_z(r[lo : b - p.lag], p.window)[-(b - a) :]  # z_{a-lag} .. z_{b-1-lag}
         r[a:b] += p.strength * sigma[a:b] * np.tanh(z)
     return r
 
@@ -371,8 +402,9 @@ def long_memory_bars(n_bars: int, seed: int = 0, params: LongMemory | None = Non
     sigma = base * garch_scale(e, p.garch_alpha, p.garch_beta)  # (G,)
     log_close = np.cumsum(echo_returns(sigma, e, p))[offsets]  # (n_bars,)
     r = np.diff(log_close, prepend=0.0)  # bar returns; across a gap, the whole move through it
-    return _bars_from_returns(rng, r, e[offsets], sigma[offsets], open_time, m.start_price, m.symbol, m.interval,
-                              share_rng=rng.spawn(1)[0])
+    return _bars_from_returns(
+        rng, r, e[offsets], sigma[offsets], open_time, m.start_price, m.symbol, m.interval, share_rng=rng.spawn(1)[0]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,8 +510,17 @@ def regime_bars(n_bars: int, seed: int = 0, params: Regime | None = None, market
     r = truth.sigma * (truth.e + p.tilt * truth.state)  # (G,)
     log_close = np.cumsum(r)[truth.slots]
     bar_r = np.diff(log_close, prepend=0.0)  # across a gap, the whole move through it
-    return _bars_from_returns(rng, bar_r, truth.e[truth.slots], truth.sigma[truth.slots], open_time, m.start_price,
-                              m.symbol, m.interval, share_rng=rng.spawn(1)[0])
+    return _bars_from_returns(
+        rng,
+        bar_r,
+        truth.e[truth.slots],
+        truth.sigma[truth.slots],
+        open_time,
+        m.start_price,
+        m.symbol,
+        m.interval,
+        share_rng=rng.spawn(1)[0],
+    )
 
 
 def regime_llr(x: np.ndarray, tilt: float) -> np.ndarray:
@@ -548,9 +589,17 @@ def direction_gain(feature: np.ndarray, up: np.ndarray, iters: int = 25) -> floa
     return float(prior - fitted)
 
 
-def regime_oracle(n_bars: int, seed: int = 0, params: Regime | None = None, market: Market | None = None, *,
-                  horizon: int = 15, lengths=(512, 4096, 32768), flat_fraction: float = 1 / 3,
-                  max_rows: int = 20_000) -> OracleGains:
+def regime_oracle(
+    n_bars: int,
+    seed: int = 0,
+    params: Regime | None = None,
+    market: Market | None = None,
+    *,
+    horizon: int = 15,
+    lengths=(512, 4096, 32768),
+    flat_fraction: float = 1 / 3,
+    max_rows: int = 20_000,
+) -> OracleGains:
     """How much direction information the regime market of these arguments holds, per context length.
 
     Labels as the pipeline's: the `horizon`-bar forward log return from each bar past the longest
@@ -583,8 +632,9 @@ def regime_oracle(n_bars: int, seed: int = 0, params: Regime | None = None, mark
         return float(np.mean(np.log(2) + p_true * np.log(p_forecast) + (1 - p_true) * np.log1p(-p_forecast)))
 
     llr = regime_llr(truth.e + p.tilt * truth.state, p.tilt)  # (G,)
-    by_length = {n: gain(0.5 + (a - 0.5) * np.tanh(regime_posterior(llr, p.switch, truth.slots[t], n) / 2))
-                 for n in lengths}  # tanh(L / 2) = 2 P(s = +1) - 1
+    by_length = {
+        n: gain(0.5 + (a - 0.5) * np.tanh(regime_posterior(llr, p.switch, truth.slots[t], n) / 2)) for n in lengths
+    }  # tanh(L / 2) = 2 P(s = +1) - 1
     return OracleGains(int(moved.sum()), a, gain(p_true), by_length)
 
 
@@ -609,7 +659,9 @@ def _parse_params(name: str, text: str, data: str) -> dict:
     for item in text.split(","):
         key, _, value = item.partition("=")
         if key not in types:
-            raise UserError(f"--data: unknown synthetic:{name} parameter {key!r} in {data!r}; known: {', '.join(types)}")
+            raise UserError(
+                f"--data: unknown synthetic:{name} parameter {key!r} in {data!r}; known: {', '.join(types)}"
+            )
         try:
             out[key] = int(value) if types[key] == "int" else float(value)
         except ValueError:
@@ -622,7 +674,7 @@ def parse_spec(data: str) -> tuple[str, int | None, dict] | None:
     """`synthetic:NAME[:SEED][:KEY=VALUE,...]` -> (NAME, SEED or None, {KEY: VALUE}); a store path -> None."""
     if not data.startswith(SOURCE_PREFIX):
         return None
-    name, *rest = data[len(SOURCE_PREFIX):].split(":")
+    name, *rest = data[len(SOURCE_PREFIX) :].split(":")
     if name not in KNOWN_SOURCES or len(rest) > 2:
         raise UserError(_usage(data))
     seed, params = None, {}
@@ -649,13 +701,13 @@ def parse_source(data: str) -> tuple[str, int | None] | None:
 # positive controls hold a planted far-context effect the protocol should find.
 CONTROL_NOTES = {
     "random-walk": "a synthetic random walk, the noise control: its direction is unpredictable, so a trading pass "
-                   "here would be a false positive (its daily volatility regimes are information a far context "
-                   "can carry for the flat-vs-move part of the log-loss)",
+    "here would be a false positive (its daily volatility regimes are information a far context "
+    "can carry for the flat-vs-move part of the log-loss)",
     "iid": "synthetic iid returns, the clean null: nothing is predictable, and a pass here would be a false positive",
     "long-memory": "a synthetic market with a planted far-context echo, a positive control: the lengths that reach "
-                   "the echo should forecast better, and a miss says the protocol cannot find such an effect",
+    "the echo should forecast better, and a miss says the protocol cannot find such an effect",
     "regime": "a synthetic market with a slow hidden regime of BTC's scale, a positive control: longer contexts hold "
-              "more of the regime, and a miss says how small an effect the protocol cannot find",
+    "more of the regime, and a miss says how small an effect the protocol cannot find",
 }
 
 
@@ -681,22 +733,39 @@ def synthetic_bars(data: str, n_bars: int, default_seed: int, **where) -> tuple[
     source = f"{SOURCE_PREFIX}{name}:{seed}"
     if name == "random-walk":
         bars = random_walk_bars(n_bars, seed=seed, **where)
-        return bars, {"kind": "synthetic", "source": source, "seed": seed,
-                      "description": "a seeded synthetic random walk (noise control)"}
+        return bars, {
+            "kind": "synthetic",
+            "source": source,
+            "seed": seed,
+            "description": "a seeded synthetic random walk (noise control)",
+        }
     if name == "iid":
         bars = iid_bars(n_bars, seed=seed, **where)
-        return bars, {"kind": "synthetic", "source": source, "seed": seed,
-                      "description": "seeded iid returns of one constant scale (clean null)"}
+        return bars, {
+            "kind": "synthetic",
+            "source": source,
+            "seed": seed,
+            "description": "seeded iid returns of one constant scale (clean null)",
+        }
     p = PARAMS[name](**params)
     if params:
         source += ":" + ",".join(f"{k}={params[k]}" for k in (f.name for f in dataclasses.fields(p)) if k in params)
     if name == "regime":
         bars = regime_bars(n_bars, seed=seed, params=p, market=Market(**where))
-        description = (f"a seeded synthetic market whose drift follows a hidden regime lasting {p.duration} bars on "
-                       f"average, tilted by {p.tilt} of each bar's volatility (positive control of realistic size)")
+        description = (
+            f"a seeded synthetic market whose drift follows a hidden regime lasting {p.duration} bars on "
+            f"average, tilted by {p.tilt} of each bar's volatility (positive control of realistic size)"
+        )
     else:
         bars = long_memory_bars(n_bars, seed=seed, params=p, market=Market(**where))
-        description = (f"a seeded synthetic market whose direction echoes the move over {p.window} bars that ended "
-                       f"{p.lag} bars earlier (positive control)")
-    return bars, {"kind": "synthetic", "source": source, "seed": seed, "params": dataclasses.asdict(p),
-                  "description": description}
+        description = (
+            f"a seeded synthetic market whose direction echoes the move over {p.window} bars that ended "
+            f"{p.lag} bars earlier (positive control)"
+        )
+    return bars, {
+        "kind": "synthetic",
+        "source": source,
+        "seed": seed,
+        "params": dataclasses.asdict(p),
+        "description": description,
+    }

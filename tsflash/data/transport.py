@@ -143,9 +143,7 @@ def encode_table(table: pa.Table, symbol: str, interval: str, year: int, where: 
         "codec": codec,
         "fingerprint": store.fingerprint(bars),
     }
-    return pa.table(cols).replace_schema_metadata(
-        {META_KEY: json.dumps(meta, sort_keys=True).encode()}
-    )
+    return pa.table(cols).replace_schema_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
 
 
 def read_packed(path: Path) -> tuple[pa.Table, dict]:
@@ -198,7 +196,9 @@ def pack_store(
         missing = [y for y in years if y not in files]
         if missing or not years:
             have = ", ".join(map(str, files)) or "none"
-            raise UserError(f"pack: no {symbol} {interval} year file for {missing or years} in {src_root}; years there: {have}")
+            raise UserError(
+                f"pack: no {symbol} {interval} year file for {missing or years} in {src_root}; years there: {have}"
+            )
     files = store.verified_files(src_root, symbol, interval, lambda y: years is None or y in years)
     written = []
     with contextlib.ExitStack() as stack:  # the renames happen together, after the last year is encoded
@@ -246,7 +246,9 @@ def unpack(src, out_root: Path | str) -> list[Path]:
         plan.append((path, table, meta, dst))
     with contextlib.ExitStack() as stack:  # every year is verified before any is renamed into the store
         for path, table, meta, dst in plan:
-            store.atomic_write_parquet(decode_table(table, meta, str(path)), stack.enter_context(atomic.atomic_path(dst)))
+            store.atomic_write_parquet(
+                decode_table(table, meta, str(path)), stack.enter_context(atomic.atomic_path(dst))
+            )
     for folder in sorted({dst.parent for *_, dst in plan}):  # the store knows the files it now holds
         manifest.record(folder, {dst.name: manifest.file_entry(dst) for *_, dst in plan if dst.parent == folder})
     for path, _, meta, dst in plan:

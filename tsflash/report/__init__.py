@@ -65,15 +65,18 @@ log = logging.getLogger(__name__)
 def _out_dir(rd: RunData, overrides: dict | None, out_dir: Path | None) -> Path:
     if out_dir is not None and RunFolder(out_dir).run_json.exists() and Path(out_dir).resolve() != rd.run_dir.resolve():
         # a folder with a run.json is a run's own folder (a published one, perhaps): --out never writes there
-        raise UserError(f"report --out {out_dir}: that folder holds a run (run.json), whose report --out never "
-                        "overwrites; give a new folder, or leave --out out to rebuild a run's report in place")
+        raise UserError(
+            f"report --out {out_dir}: that folder holds a run (run.json), whose report --out never "
+            "overwrites; give a new folder, or leave --out out to rebuild a run's report in place"
+        )
     if not overrides:
         return Path(out_dir) if out_dir is not None else rd.run_dir
     overrides = check_overrides(overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir(rd.run_dir, overrides)
     if out.resolve() == rd.run_dir.resolve():
-        raise UserError(f"report --out {out}: a re-scored report never overwrites the run's own report; "
-                        "give another folder")
+        raise UserError(
+            f"report --out {out}: a re-scored report never overwrites the run's own report; give another folder"
+        )
     return out
 
 
@@ -97,8 +100,13 @@ def check_writable(folder: Path) -> None:
             shutil.rmtree(made, ignore_errors=True)
 
 
-def build_report(run_dir: Path | str, *, overrides: dict | None = None, out_dir: Path | None = None,
-                 resolve: ArmResolver | None = None) -> tuple[Path, Path]:
+def build_report(
+    run_dir: Path | str,
+    *,
+    overrides: dict | None = None,
+    out_dir: Path | None = None,
+    resolve: ArmResolver | None = None,
+) -> tuple[Path, Path]:
     """Write report.md, report.html, results.json, fold_metrics.parquet, daily_returns.parquet and
     figures/*.png; returns (report.md, report.html).
 

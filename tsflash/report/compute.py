@@ -137,7 +137,15 @@ METRICS = (
 _SCORES = ("accuracy", "balanced_accuracy", "log_loss", "macro_f1", "mcc", "mean_net_return", "turnover")
 # Direction apart from volatility (tsflash.scoring.metrics.direction_metrics); NaN in cells saved before them.
 _DIRECTION = ("direction_hit_rate", "direction_log_loss", "move_log_loss", "direction_log_loss_moves")
-_COST_MEANS = ("epoch_seconds", "train_seconds", "val_seconds", "eval_seconds", "tokens_per_s", "tflops", "peak_memory_bytes")
+_COST_MEANS = (
+    "epoch_seconds",
+    "train_seconds",
+    "val_seconds",
+    "eval_seconds",
+    "tokens_per_s",
+    "tflops",
+    "peak_memory_bytes",
+)
 _COST_SUMMARY = tuple(m for m in _COST_MEANS if m != "eval_seconds")  # what a configuration's summary averages
 _COST_FIRST = ("backend", "backend_observed", "n_params", "batch_size", "steps", "tokens_per_step", "device")
 _DATES = ("train_start", "train_end", "test_start", "test_end")
@@ -160,14 +168,22 @@ def fold_table(rd: RunData) -> list[dict]:
         row |= {m: float(np.mean([_nan(c["cost"].get(m)) for c in cs])) for m in _COST_MEANS}
         row |= {m: cs[0]["cost"].get(m) for m in _COST_FIRST}
         steps = [float(c["cost"]["steps"]) for c in cs if c["cost"].get("steps") is not None]
-        row |= {"steps_mean": float(np.mean(steps)) if steps else math.nan,
-                "steps_min": min(steps, default=math.nan), "steps_max": max(steps, default=math.nan)}
+        row |= {
+            "steps_mean": float(np.mean(steps)) if steps else math.nan,
+            "steps_min": min(steps, default=math.nan),
+            "steps_max": max(steps, default=math.nan),
+        }
         row["flat_threshold"] = cs[0]["flat_threshold"]
         row |= {k: cs[0][k] for k in _DATES}
         rows.append(row)
     for c in sorted(rd.baselines, key=lambda c: (c["name"], c["fold"])):
-        row = {"series": baseline_series_name(c["name"]), "kind": "baseline", "n": None, "fold": c["fold"],
-               "n_seeds": 1}
+        row = {
+            "series": baseline_series_name(c["name"]),
+            "kind": "baseline",
+            "n": None,
+            "fold": c["fold"],
+            "n_seeds": 1,
+        }
         row |= {m: _nan(c["metrics"].get(m)) for m in (*_SCORES, *_DIRECTION)}
         row["n_scored"] = int(c["metrics"].get("n_scored", 0))
         row |= {k: c[k] for k in _DATES}
@@ -190,10 +206,17 @@ def summarize(rows: list[dict], series: str) -> dict:
         for m in _COST_FIRST:
             out[m] = rs[0][m]
         # steps trained per cell: the mean (folds have equal seed counts) and the range over every cell
-        out["steps_mean"] = float(np.nanmean([r["steps_mean"] for r in rs])) if any(
-            math.isfinite(r["steps_mean"]) for r in rs) else math.nan
-        out["steps_min"] = float(np.nanmin([r["steps_min"] for r in rs])) if math.isfinite(out["steps_mean"]) else math.nan
-        out["steps_max"] = float(np.nanmax([r["steps_max"] for r in rs])) if math.isfinite(out["steps_mean"]) else math.nan
+        out["steps_mean"] = (
+            float(np.nanmean([r["steps_mean"] for r in rs]))
+            if any(math.isfinite(r["steps_mean"]) for r in rs)
+            else math.nan
+        )
+        out["steps_min"] = (
+            float(np.nanmin([r["steps_min"] for r in rs])) if math.isfinite(out["steps_mean"]) else math.nan
+        )
+        out["steps_max"] = (
+            float(np.nanmax([r["steps_max"] for r in rs])) if math.isfinite(out["steps_mean"]) else math.nan
+        )
     return out
 
 
@@ -201,10 +224,17 @@ def run_selection(rd: RunData) -> RunSelection:
     """The candidates (trials with daily series) against the study's ledger, through the gates."""
     cfg = rd.config["selection"]
     series = {k: (rd.series[k].days, rd.series[k].net) for k in rd.trial_keys}
-    return select_run(series, rd.ledger.get("trials", []), min_dsr=cfg["min_dsr"], max_pbo=cfg["max_pbo"],
-                      n_blocks=int(cfg.get("cscv_blocks", CSCV_BLOCKS)), periods_per_year=PERIODS_PER_YEAR,
-                      ledger=TrialLedger.read(), fingerprint=(getattr(rd, "data", None) or {}).get("fingerprint", {}).get("sha256"),
-                      config_hash=(getattr(rd, "run", None) or {}).get("config_hash"))
+    return select_run(
+        series,
+        rd.ledger.get("trials", []),
+        min_dsr=cfg["min_dsr"],
+        max_pbo=cfg["max_pbo"],
+        n_blocks=int(cfg.get("cscv_blocks", CSCV_BLOCKS)),
+        periods_per_year=PERIODS_PER_YEAR,
+        ledger=TrialLedger.read(),
+        fingerprint=(getattr(rd, "data", None) or {}).get("fingerprint", {}).get("sha256"),
+        config_hash=(getattr(rd, "run", None) or {}).get("config_hash"),
+    )
 
 
 def _sharpe_or_nan(x) -> float:
@@ -219,8 +249,14 @@ def series_stats(rd: RunData, name: str) -> dict:
     s = rd.series[name]
     net = np.asarray(s.net, dtype=float)
     sr = _sharpe_or_nan(net)
-    return {"n_days": len(net), "mean_daily_net": float(np.mean(net)), "total_net": float(np.prod(1 + net) - 1),
-            "sharpe": sr, "sharpe_annual": sr * math.sqrt(PERIODS_PER_YEAR), "gross_sharpe": _sharpe_or_nan(s.gross)}
+    return {
+        "n_days": len(net),
+        "mean_daily_net": float(np.mean(net)),
+        "total_net": float(np.prod(1 + net) - 1),
+        "sharpe": sr,
+        "sharpe_annual": sr * math.sqrt(PERIODS_PER_YEAR),
+        "gross_sharpe": _sharpe_or_nan(s.gross),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,14 +318,18 @@ def _mean_diff(a: dict, b: dict, s_col: str, n_col: str, mask=None) -> float:
     return float((a[s_col][mask].sum() - b[s_col][mask].sum()) / n) if n > 0 else math.nan
 
 
-def paired(table: dict, series: str, reference: str, score: str, horizon: int, per_day: int,
-           seeds: list[str]) -> Paired | None:
+def paired(
+    table: dict, series: str, reference: str, score: str, horizon: int, per_day: int, seeds: list[str]
+) -> Paired | None:
     """The DM comparison of `series` against `reference` (seed ensembles) on `score`; None when
     either is missing from the table or they do not cover the same (fold, day) rows."""
     s_col, n_col = SCORES[score]
     a, b = _select(table, series, ENSEMBLE), _select(table, reference, ENSEMBLE)
-    if not len(a["day"]) or len(a["day"]) != len(b["day"]) or not (
-            np.array_equal(a["day"], b["day"]) and np.array_equal(a["fold"], b["fold"])):
+    if (
+        not len(a["day"])
+        or len(a["day"]) != len(b["day"])
+        or not (np.array_equal(a["day"], b["day"]) and np.array_equal(a["fold"], b["fold"]))
+    ):
         return None
     days, n = _by_day(a, n_col)
     keep = n > 0
@@ -306,8 +346,21 @@ def paired(table: dict, series: str, reference: str, score: str, horizon: int, p
         sb = _select(table, reference, ENSEMBLE if is_baseline(reference) else s)
         if len(sa["day"]) and len(sa["day"]) == len(sb["day"]):
             seed_diffs[s] = _mean_diff(sa, sb, s_col, n_col)
-    return Paired(series, reference, score, dm.mean_diff, dm.se, dm.mean_diff - _Z * dm.se, dm.mean_diff + _Z * dm.se,
-                  dm.statistic, dm.pvalue, lag, len(loss_a), folds, seed_diffs)
+    return Paired(
+        series,
+        reference,
+        score,
+        dm.mean_diff,
+        dm.se,
+        dm.mean_diff - _Z * dm.se,
+        dm.mean_diff + _Z * dm.se,
+        dm.statistic,
+        dm.pvalue,
+        lag,
+        len(loss_a),
+        folds,
+        seed_diffs,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,16 +378,21 @@ def decomposition(table: dict, names: list[str]) -> list[dict]:
         if not len(r["day"]):
             continue
         n, moves, both = r["n_labelled"].sum(), r["n_moves"].sum(), r["n_both"].sum()
-        out[name] = {"series": name, "log_loss": r["log_loss"].sum() / n, "move_part": r["move_loss"].sum() / n,
-                     "direction_part": r["direction_loss"].sum() / n,
-                     "direction_log_loss_moves": r["direction_loss"].sum() / moves if moves else math.nan,
-                     "direction_error_moves": r["direction_error"].sum() / moves if moves else math.nan,
-                     # on the bars whose realised move is up or down: the same bars for every forecast
-                     "hit_rate": 1 - r["direction_error"].sum() / moves if moves else math.nan,
-                     "n_direction": int(moves),
-                     # on the bars where forecast and outcome are both not flat (differs by forecast; kept for
-                     # comparison with earlier reports)
-                     "hit_rate_both": r["both_hits"].sum() / both if both else math.nan, "n_both": int(both)}
+        out[name] = {
+            "series": name,
+            "log_loss": r["log_loss"].sum() / n,
+            "move_part": r["move_loss"].sum() / n,
+            "direction_part": r["direction_loss"].sum() / n,
+            "direction_log_loss_moves": r["direction_loss"].sum() / moves if moves else math.nan,
+            "direction_error_moves": r["direction_error"].sum() / moves if moves else math.nan,
+            # on the bars whose realised move is up or down: the same bars for every forecast
+            "hit_rate": 1 - r["direction_error"].sum() / moves if moves else math.nan,
+            "n_direction": int(moves),
+            # on the bars where forecast and outcome are both not flat (differs by forecast; kept for
+            # comparison with earlier reports)
+            "hit_rate_both": r["both_hits"].sum() / both if both else math.nan,
+            "n_both": int(both),
+        }
     prior = out.get(PRIOR)
     for row in out.values():
         if prior is None:
@@ -350,7 +408,8 @@ def decomposition(table: dict, names: list[str]) -> list[dict]:
 def _fold_metric(rd: RunData, series: str, metric: str) -> dict[int, float]:
     """{fold: the metric averaged over seeds} from the cell summaries."""
     cells = [c for c in rd.cells if c["key"] == series] or [
-        b for b in rd.baselines if baseline_series_name(b["name"]) == series]
+        b for b in rd.baselines if baseline_series_name(b["name"]) == series
+    ]
     folds: dict[int, list[float]] = {}
     for c in cells:
         v = c["metrics"].get(metric)
@@ -366,7 +425,8 @@ def fold_level(rd: RunData, names: list[str], references: list[str]) -> list[dic
     for name in names:
         conf = np.zeros((3, 3))
         for c in [c for c in rd.cells if c["key"] == name] or [
-                b for b in rd.baselines if baseline_series_name(b["name"]) == name]:
+            b for b in rd.baselines if baseline_series_name(b["name"]) == name
+        ]:
             conf += np.asarray(c["metrics"].get("confusion", np.zeros((3, 3))), dtype=float)
         row: dict[str, Any] = {"series": name, "hit_rate": hit_rate_from_confusion(conf), "diffs": {}}
         mine = _fold_metric(rd, name, "log_loss")
@@ -423,11 +483,13 @@ class ForecastQuestion:
 def forecast_question(rd: RunData, primary: list[str]) -> ForecastQuestion:
     """Question 1 over the default configuration per N (`primary`, in order of N)."""
     shortest = primary[0] if primary else None
-    baselines = [b for b in (LOGREG, VOLATILITY, PRIOR) if any(baseline_series_name(x["name"]) == b
-                                                                 for x in rd.baselines)]
+    baselines = [
+        b for b in (LOGREG, VOLATILITY, PRIOR) if any(baseline_series_name(x["name"]) == b for x in rd.baselines)
+    ]
     refs = [r for r in (shortest, LOGREG, PRIOR) if r and (not is_baseline(r) or r in baselines)]
-    out = ForecastQuestion(False, "", shortest, fold_level=fold_level(rd, primary + baselines,
-                                                                        [r for r in refs if r != PRIOR]))
+    out = ForecastQuestion(
+        False, "", shortest, fold_level=fold_level(rd, primary + baselines, [r for r in refs if r != PRIOR])
+    )
     table, source = load_losses(rd)
     out.source = source
     if table is None or shortest is None:
@@ -468,8 +530,11 @@ def _cell_path(summary: dict, strategy: Strategy) -> dict | None:
         return rec
     if strategy.kind == "one-bar":
         m = summary["metrics"]
-        return {k: m.get(k) for k in _PATH_FIELDS} | {"n_bars": m.get("n_bars", summary.get("n_bars")),
-                                                     "threshold": 0.0, "threshold_source": "one-bar"}
+        return {k: m.get(k) for k in _PATH_FIELDS} | {
+            "n_bars": m.get("n_bars", summary.get("n_bars")),
+            "threshold": 0.0,
+            "threshold_source": "one-bar",
+        }
     return None
 
 
@@ -480,8 +545,11 @@ def path_stats(summaries: list[dict], strategy: Strategy) -> dict:
     for s in summaries:
         rec = _cell_path(s, strategy)
         if rec is None or any(rec.get(k) is None for k in _PATH_FIELDS):
-            return {k: math.nan for k in (*_PATH_FIELDS, "break_even_fee_bps")} | {"n_bars": 0, "thresholds": [],
-                                                                                  "sources": []}
+            return {k: math.nan for k in (*_PATH_FIELDS, "break_even_fee_bps")} | {
+                "n_bars": 0,
+                "thresholds": [],
+                "sources": [],
+            }
         folds.setdefault(s["fold"], []).append(rec)
     n = np.array([recs[0]["n_bars"] for recs in folds.values()], dtype=float)
     means = {k: np.array([np.mean([r[k] for r in recs]) for recs in folds.values()]) for k in _PATH_FIELDS}
@@ -515,10 +583,13 @@ def trading_question(rd: RunData, selection: RunSelection) -> TradingQuestion:
     for key in [r["key"] for r in selection.candidates]:
         rows.append({"series": key} | path_stats([c for c in rd.cells if c["key"] == key], strategy))
     for name in sorted({b["name"] for b in rd.baselines}):
-        rows.append({"series": baseline_series_name(name)}
-                    | path_stats([b for b in rd.baselines if b["name"] == name], strategy))
-    return TradingQuestion(strategy, float(rd.config["eval"]["fee_bps"]), rows, len(selection.candidates),
-                           selection.n_profitable)
+        rows.append(
+            {"series": baseline_series_name(name)}
+            | path_stats([b for b in rd.baselines if b["name"] == name], strategy)
+        )
+    return TradingQuestion(
+        strategy, float(rd.config["eval"]["fee_bps"]), rows, len(selection.candidates), selection.n_profitable
+    )
 
 
 # ---------------------------------------------------------------------------------------------

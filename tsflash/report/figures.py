@@ -96,8 +96,7 @@ def plot_benefit(rows: list[dict], per_n: list[dict], baselines: dict[str, dict]
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=12, color="gray", alpha=0.6, label="single folds")
         fixed = sorted((name, b) for name, b in baselines.items() if probe_n(name) is None)
         for (name, b), style in zip(fixed, ("--", ":", "-.")):
-            ax.axhline(b[m], linestyle=style, color="C3" if "logreg" in name else "C2",
-                       label=f"{label(name)} baseline")
+            ax.axhline(b[m], linestyle=style, color="C3" if "logreg" in name else "C2", label=f"{label(name)} baseline")
         probes = sorted((probe_n(name), b[m]) for name, b in baselines.items() if probe_n(name) is not None)
         if probes:  # a line against N, like the transformer's: what a linear reader gets from N bars
             ax.plot([p[0] for p in probes], [p[1] for p in probes], "s--", color="C4", label="linear probe (fold mean)")
@@ -122,8 +121,12 @@ def plot_equity(rd: RunData, keys: list[str], path: Path) -> Path:
         for key in keys:
             s = rd.series[key]
             wealth = np.cumprod(1 + np.asarray(getattr(s, field), dtype=float))
-            ax.plot(s.days.astype("datetime64[D]"), np.maximum(wealth, 1e-12), "--" if is_baseline(key) else "-",
-                    label=label(key))
+            ax.plot(
+                s.days.astype("datetime64[D]"),
+                np.maximum(wealth, 1e-12),
+                "--" if is_baseline(key) else "-",
+                label=label(key),
+            )
         ax.axhline(1, color="black", linewidth=0.6)
         ax.set_yscale("log")
         ax.set_ylabel(f"wealth {title} (start = 1, log scale)")
@@ -186,8 +189,10 @@ def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
     for ax, (score, title) in zip(axes, scores):
         refs = list(dict.fromkeys(p.reference for p in comparisons))
         for i, ref in enumerate(refs):
-            ps = sorted((p for p in comparisons if p.score == score and p.reference == ref and p.series in n_of),
-                        key=lambda p: n_of[p.series])
+            ps = sorted(
+                (p for p in comparisons if p.score == score and p.reference == ref and p.series in n_of),
+                key=lambda p: n_of[p.series],
+            )
             if not ps:
                 continue
             x = np.array([n_of[p.series] for p in ps], dtype=float) * 2 ** (0.08 * (i - (len(refs) - 1) / 2))

@@ -15,20 +15,50 @@ from tsflash.runfolder import is_baseline
 from tsflash.stats.sharpe import PERIODS_PER_YEAR
 
 # results.json's name for each field of a `select_run` candidate row
-_CANDIDATE_FIELDS = {"key": "key", "n_periods": "n_days", "mean": "mean_daily_net", "total": "total_net",
-                     "sharpe": "sharpe", "sharpe_annual": "sharpe_annual", "skew": "skew", "kurtosis": "kurtosis",
-                     "psr": "psr", "dsr": "dsr", "sr0": "sr0", "error": "error"}
-_REPRODUCIBILITY = ("command", "git_commit", "packages", "device", "device_name", "seeds", "config_hash", "run_key",
-                    "study_name", "storage")
+_CANDIDATE_FIELDS = {
+    "key": "key",
+    "n_periods": "n_days",
+    "mean": "mean_daily_net",
+    "total": "total_net",
+    "sharpe": "sharpe",
+    "sharpe_annual": "sharpe_annual",
+    "skew": "skew",
+    "kurtosis": "kurtosis",
+    "psr": "psr",
+    "dsr": "dsr",
+    "sr0": "sr0",
+    "error": "error",
+}
+_REPRODUCIBILITY = (
+    "command",
+    "git_commit",
+    "packages",
+    "device",
+    "device_name",
+    "seeds",
+    "config_hash",
+    "run_key",
+    "study_name",
+    "storage",
+)
 
 
 def selection_results(rd: RunData, nums: Numbers, notes: list[str]) -> dict:
     s = nums.selection
     out: dict[str, Any]  # numbers, lists and the PBO's dict
-    out = {"candidates": [], "n_trials": s.n_trials, "min_dsr": s.verdict.min_dsr, "max_pbo": s.verdict.max_pbo,
-           "periods_per_year": PERIODS_PER_YEAR, "notes": notes, "sr_variance": s.sr_variance,
-           "n_days": int(len(s.days)), "first_day": str(s.days[0]) if len(s.days) else None,
-           "last_day": str(s.days[-1]) if len(s.days) else None, "pbo": None}
+    out = {
+        "candidates": [],
+        "n_trials": s.n_trials,
+        "min_dsr": s.verdict.min_dsr,
+        "max_pbo": s.verdict.max_pbo,
+        "periods_per_year": PERIODS_PER_YEAR,
+        "notes": notes,
+        "sr_variance": s.sr_variance,
+        "n_days": int(len(s.days)),
+        "first_day": str(s.days[0]) if len(s.days) else None,
+        "last_day": str(s.days[-1]) if len(s.days) else None,
+        "pbo": None,
+    }
     for r in s.candidates:
         row = {new: r[old] for old, new in _CANDIDATE_FIELDS.items() if old in r}
         out["candidates"].append(row | {"label": label(r["key"]), "n": rd.n_of(r["key"])})
@@ -36,8 +66,12 @@ def selection_results(rd: RunData, nums: Numbers, notes: list[str]) -> dict:
     if v.pbo_result is not None:
         p = v.pbo_result
         usable = [r["name"] for r in v.table]
-        out["pbo"] = {**p.to_dict(), "logits": p.logits.tolist(), "oos_rank": p.oos_rank.tolist(),
-                      "columns": [label(k) for k in usable]}
+        out["pbo"] = {
+            **p.to_dict(),
+            "logits": p.logits.tolist(),
+            "oos_rank": p.oos_rank.tolist(),
+            "columns": [label(k) for k in usable],
+        }
         assert v.dsr_result is not None  # Gate.evaluate sets it with pbo_result
         out["dsr_detail"] = v.dsr_result.to_dict()
     return out
@@ -45,10 +79,23 @@ def selection_results(rd: RunData, nums: Numbers, notes: list[str]) -> dict:
 
 def verdict_results(nums: Numbers, reasons: list[str]) -> dict:
     v = nums.selection.verdict
-    return {"selected": v.selected, "selected_label": label(v.selected) if v.selected else None, "passed": v.passed,
-            "passes_dsr": v.passes_dsr, "passes_pbo": v.passes_pbo, "dsr": v.dsr, "pbo": v.pbo, "sharpe": v.sharpe,
-            "sr0": v.sr0, "n_trials": v.n_trials, "reasons": reasons, "reason_codes": [str(r) for r in v.reasons],
-            "min_dsr": v.min_dsr, "max_pbo": v.max_pbo, "error": v.error}
+    return {
+        "selected": v.selected,
+        "selected_label": label(v.selected) if v.selected else None,
+        "passed": v.passed,
+        "passes_dsr": v.passes_dsr,
+        "passes_pbo": v.passes_pbo,
+        "dsr": v.dsr,
+        "pbo": v.pbo,
+        "sharpe": v.sharpe,
+        "sr0": v.sr0,
+        "n_trials": v.n_trials,
+        "reasons": reasons,
+        "reason_codes": [str(r) for r in v.reasons],
+        "min_dsr": v.min_dsr,
+        "max_pbo": v.max_pbo,
+        "error": v.error,
+    }
 
 
 def results(rd: RunData, nums: Numbers, words: dict) -> dict:
@@ -61,8 +108,12 @@ def results(rd: RunData, nums: Numbers, words: dict) -> dict:
         "per_configuration": nums.per_n,
         "baselines": nums.baselines,
         "precision": rd.precision,
-        "setup": {"config": rd.config, "data": rd.data, "preset": rd.run.get("preset"),
-                  "preset_note": rd.run.get("preset_note")},
+        "setup": {
+            "config": rd.config,
+            "data": rd.data,
+            "preset": rd.run.get("preset"),
+            "preset_note": rd.run.get("preset_note"),
+        },
         "reproducibility": {k: rd.run.get(k) for k in _REPRODUCIBILITY}
         | {"data_fingerprint": rd.data.get("fingerprint", {})},
     }
@@ -97,8 +148,16 @@ def write_daily(rd: RunData, path: Path) -> None:
         cols["day"] += s.days.astype("datetime64[D]").tolist()
         cols["net_return"] += s.net.tolist()
         cols["gross_return"] += s.gross.tolist()
-    schema = pa.schema([("series", pa.string()), ("kind", pa.string()), ("n", pa.int64()), ("day", pa.date32()),
-                        ("net_return", pa.float64()), ("gross_return", pa.float64())])
+    schema = pa.schema(
+        [
+            ("series", pa.string()),
+            ("kind", pa.string()),
+            ("n", pa.int64()),
+            ("day", pa.date32()),
+            ("net_return", pa.float64()),
+            ("gross_return", pa.float64()),
+        ]
+    )
     with atomic.atomic_path(path) as tmp:
         pq.write_table(pa.table(cols, schema=schema), tmp)
 

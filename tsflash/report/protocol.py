@@ -34,15 +34,19 @@ from tsflash.report.rundata import RunData
 from tsflash.report.wording import fmt, plural
 
 HEADING = "Training protocol"
-CAPTION = ("Learning curves per N: validation loss (solid) and training loss (dashed) against the step, every fold "
-           "(colour) and seed; dots mark the restored best step")
+CAPTION = (
+    "Learning curves per N: validation loss (solid) and training loss (dashed) against the step, every fold "
+    "(colour) and seed; dots mark the restored best step"
+)
 LEGACY_ROTARY_BASE = 10000.0  # the fixed base of runs made before the rotary cover rule
 # How every N gets the same training signal (tsflash.engine._train's module doc; the measurement
 # behind it: benchmarks/bench_signal.py).
-SIGNAL = ("one learning rate and schedule for every N (a per-N rate chosen on the validation tail moved the "
-          "plateau by no more than the evaluation noise at toy size), each N trained to its own validated optimum "
-          "(the same patience on the same validation tail, best weights restored), coverage-balanced windows, and a "
-          "loss divided by the expected, not the drawn, number of scored positions")
+SIGNAL = (
+    "one learning rate and schedule for every N (a per-N rate chosen on the validation tail moved the "
+    "plateau by no more than the evaluation noise at toy size), each N trained to its own validated optimum "
+    "(the same patience on the same validation tail, best weights restored), coverage-balanced windows, and a "
+    "loss divided by the expected, not the drawn, number of scored positions"
+)
 
 
 def _model_cells(rd: RunData, nums: Numbers) -> dict[int, list[dict]]:
@@ -66,12 +70,17 @@ def setup_rows(rd: RunData) -> list[list]:
     sp, tr = cfg["splits"], cfg["train"]
     purge = sp["purge"] if sp["purge"] >= 0 else cfg["labels"]["horizon"]
     if _validated(cfg):
-        tail = (f"the last {plural(sp['val_days'], 'day')} of each fold's training range, purged by "
-                f"{plural(purge, 'bar')} from the bars trained on (and by the fold's purge from the test block)")
+        tail = (
+            f"the last {plural(sp['val_days'], 'day')} of each fold's training range, purged by "
+            f"{plural(purge, 'bar')} from the bars trained on (and by the fold's purge from the test block)"
+        )
         patience = tr.get("patience", 0)
-        stop = (f"validation loss every {plural(tr['eval_every'], 'step')} and at the last; stop after "
-                f"{plural(patience, 'evaluation')} without improvement" if patience else
-                f"validation loss every {plural(tr['eval_every'], 'step')}; no early stop")
+        stop = (
+            f"validation loss every {plural(tr['eval_every'], 'step')} and at the last; stop after "
+            f"{plural(patience, 'evaluation')} without improvement"
+            if patience
+            else f"validation loss every {plural(tr['eval_every'], 'step')}; no early stop"
+        )
         stopping = f"{stop}, at most {plural(tr['steps'], 'step')}; best weights restored; the same rule for every N"
     else:
         tail = "none"
@@ -91,15 +100,30 @@ def setup_rows(rd: RunData) -> list[list]:
         ["validation tail", tail],
         ["stopping", stopping],
         ["training signal", SIGNAL if _validated(cfg) else "one learning rate, schedule and step count for every N"],
-        ["sampling", "coverage-balanced windows: every training bar equally likely to be scored at every N"
-                     if any("curve" in c["cost"] for c in cells) else "uniform window starts (runs before balancing)"],
+        [
+            "sampling",
+            "coverage-balanced windows: every training bar equally likely to be scored at every N"
+            if any("curve" in c["cost"] for c in cells)
+            else "uniform window starts (runs before balancing)",
+        ],
         ["positions", f"rotary, base {base:,.0f}, slowest wavelength {wave:,.0f} bars: {cover} 4 × the longest N"],
-        ["forecast per N", (f"each of {plural(len(seeds), 'seed')} separately: classification metrics are means over "
-                            "folds and seeds (spread in Training protocol); the trading series is the equal-weight "
-                            "portfolio of the seeds' positions per fold") if len(seeds) > 1 else
-                           "one seed: classification metrics are means over folds; the trading series is its positions"],
-        ["far context", f"each N > cut also scored with its context cut to the last {', '.join(map(str, cuts))} bars "
-                        "(the evaluation windows of that length) on the same test bars" if cuts else "not scored"],
+        [
+            "forecast per N",
+            (
+                f"each of {plural(len(seeds), 'seed')} separately: classification metrics are means over "
+                "folds and seeds (spread in Training protocol); the trading series is the equal-weight "
+                "portfolio of the seeds' positions per fold"
+            )
+            if len(seeds) > 1
+            else "one seed: classification metrics are means over folds; the trading series is its positions",
+        ],
+        [
+            "far context",
+            f"each N > cut also scored with its context cut to the last {', '.join(map(str, cuts))} bars "
+            "(the evaluation windows of that length) on the same test bars"
+            if cuts
+            else "not scored",
+        ],
     ]
 
 
@@ -135,20 +159,30 @@ def stopping(per_n: dict[int, list[dict]], cfg: dict) -> tuple[dict, list[str]]:
     late = late_folds(per_n, cfg)
     rows = []
     for n, cs in per_n.items():
-        cells = {k: ", ".join(f"{c['cost'].get('best_step')}/{c['cost'].get('stop_step')}"
-                              for c in sorted(cs, key=lambda c: c["seed"]) if c["fold"] == k) for k in folds}
+        cells = {
+            k: ", ".join(
+                f"{c['cost'].get('best_step')}/{c['cost'].get('stop_step')}"
+                for c in sorted(cs, key=lambda c: c["seed"])
+                if c["fold"] == k
+            )
+            for k in folds
+        }
         rows.append([n] + [cells[k] or "-" for k in folds] + [f"{len(late[n])} of {len(folds)}"])
     short = short_budget(per_n, cfg)
     # One wording, the table's: a late fold is counted in the last column, and at most `allowed` may be late.
-    rule = (f"Convergence criterion: a fold is late when its best validation step comes after step {limit} of "
-            f"{tr['steps']} (inside the last patience window; a fold counts when any of its seeds does); for every "
-            f"N at most {allowed} of the {plural(n_folds, 'fold')} may be late (one in five, rounded down). The "
-            "table's last column counts the late folds.")
+    rule = (
+        f"Convergence criterion: a fold is late when its best validation step comes after step {limit} of "
+        f"{tr['steps']} (inside the last patience window; a fold counts when any of its seeds does); for every "
+        f"N at most {allowed} of the {plural(n_folds, 'fold')} may be late (one in five, rounded down). The "
+        "table's last column counts the late folds."
+    )
     if short:
-        verdict = (f"Not met for N = {', '.join(map(str, short))} (late folds: "
-                   f"{', '.join(f'{len(late[n])} of {len(folds)}' for n in short)}, more than {allowed}): the budget "
-                   f"train.steps = {tr['steps']} is too short for these N (their validation loss was still falling); "
-                   "their results are not at a validated optimum. Raise train.steps.")
+        verdict = (
+            f"Not met for N = {', '.join(map(str, short))} (late folds: "
+            f"{', '.join(f'{len(late[n])} of {len(folds)}' for n in short)}, more than {allowed}): the budget "
+            f"train.steps = {tr['steps']} is too short for these N (their validation loss was still falling); "
+            "their results are not at a validated optimum. Raise train.steps."
+        )
     else:
         verdict = f"Met for every N: at most {allowed} late folds each, so each N stopped at a validated optimum."
     header = ["N"] + [f"fold {k}: best/last step" for k in folds] + ["late folds"]
@@ -176,8 +210,10 @@ def seed_spread(per_n: dict[int, list[dict]]) -> tuple[dict, str]:
     stats = {}
     for n, cs in per_n.items():
         seeds = sorted({c["seed"] for c in cs})
-        stats[n] = {m: np.array([np.mean([c["metrics"][m] for c in cs if c["seed"] == s]) for s in seeds])
-                    for m in ("log_loss", "accuracy")}
+        stats[n] = {
+            m: np.array([np.mean([c["metrics"][m] for c in cs if c["seed"] == s]) for s in seeds])
+            for m in ("log_loss", "accuracy")
+        }
     first: Any = next(iter(stats), None)  # a key of stats (None without any N)
     rows = []
     for n, st in stats.items():
@@ -187,13 +223,26 @@ def seed_spread(per_n: dict[int, list[dict]]) -> tuple[dict, str]:
             sd = float(np.std(v, ddof=1)) if len(v) > 1 else None
             row += [fmt(float(v.mean()), spec), fmt(sd, spec), fmt(float(v.mean() - stats[first][m].mean()), "+.4f")]
         rows.append(row)
-    header = ["N", "seeds", "log-loss", "seed sd", f"log-loss − N={first}", "accuracy", "seed sd", f"accuracy − N={first}"]
+    header = [
+        "N",
+        "seeds",
+        "log-loss",
+        "seed sd",
+        f"log-loss − N={first}",
+        "accuracy",
+        "seed sd",
+        f"accuracy − N={first}",
+    ]
     gap, sd = largest_gap(per_n)
     if sd is None:
-        note = "One seed per N: the seed-to-seed spread is unknown, so differences between N cannot be judged against it."
+        note = (
+            "One seed per N: the seed-to-seed spread is unknown, so differences between N cannot be judged against it."
+        )
     else:
-        note = (f"Means over folds and seeds; seed sd = standard deviation between the seeds' means over folds. The "
-                f"largest log-loss difference from N={first} is {gap:.4f}, against a seed sd of up to {sd:.4f}.")
+        note = (
+            f"Means over folds and seeds; seed sd = standard deviation between the seeds' means over folds. The "
+            f"largest log-loss difference from N={first} is {gap:.4f}, against a seed sd of up to {sd:.4f}."
+        )
     return _table(header, rows), note
 
 
@@ -211,14 +260,33 @@ def far_context(per_n: dict[int, list[dict]]) -> dict | None:
                 cut = np.array([c["far_context"][str(m)][k] for c in scored])
                 diff = full - cut
                 sd = float(diff.std(ddof=1)) if len(diff) > 1 else 0.0
-                row += [fmt(float(full.mean())), fmt(float(cut.mean())), f"{fmt(float(diff.mean()), '+.4f')} ± {fmt(sd)}"]
-            test = fold_t_test([(int(c["fold"]), c["metrics"]["log_loss"] - c["far_context"][str(m)]["log_loss"])
-                                for c in scored])
-            rows.append(row + [len(scored), f"{test['better']}/{test['folds']}", fmt(test["t"], ".2f"), fmt(test["p"], ".3g")])
+                row += [
+                    fmt(float(full.mean())),
+                    fmt(float(cut.mean())),
+                    f"{fmt(float(diff.mean()), '+.4f')} ± {fmt(sd)}",
+                ]
+            test = fold_t_test(
+                [(int(c["fold"]), c["metrics"]["log_loss"] - c["far_context"][str(m)]["log_loss"]) for c in scored]
+            )
+            rows.append(
+                row + [len(scored), f"{test['better']}/{test['folds']}", fmt(test["t"], ".2f"), fmt(test["p"], ".3g")]
+            )
     if not rows:
         return None
-    header = ["N", "context cut to", "log-loss full", "log-loss cut", "full − cut", "accuracy full", "accuracy cut",
-              "full − cut", "cells", "folds where far context helps", "t (folds)", "p"]
+    header = [
+        "N",
+        "context cut to",
+        "log-loss full",
+        "log-loss cut",
+        "full − cut",
+        "accuracy full",
+        "accuracy cut",
+        "full − cut",
+        "cells",
+        "folds where far context helps",
+        "t (folds)",
+        "p",
+    ]
     return _table(header, rows)
 
 
@@ -255,8 +323,14 @@ def plot_curves(per_n: dict[int, list[dict]], path: Path) -> Path | None:
     for ax, (n, cs) in zip(axes[0], curves.items()):
         for c in cs:
             cv, colour = c["cost"]["curve"], colours[c["fold"] % len(colours)]
-            ax.plot(cv["step"], cv["val_loss"], "-", color=colour, lw=1.2,
-                    label=f"fold {c['fold']}" if c["seed"] == min(x["seed"] for x in cs) else None)
+            ax.plot(
+                cv["step"],
+                cv["val_loss"],
+                "-",
+                color=colour,
+                lw=1.2,
+                label=f"fold {c['fold']}" if c["seed"] == min(x["seed"] for x in cs) else None,
+            )
             ax.plot(cv["step"], cv["train_loss"], "--", color=colour, lw=0.7, alpha=0.6)
             ax.plot([c["cost"]["best_step"]], [c["cost"]["best_val_loss"]], "o", color=colour, ms=4)
         ax.set_title(f"N = {n}")
@@ -276,26 +350,38 @@ def build(rd: RunData, nums: Numbers, out_dir: Path) -> dict:
     cfg = rd.config
     per_n = _model_cells(rd, nums)
     out: dict[str, Any]  # text, the figure's dict and the tables
-    out = {"heading": HEADING, "figure": None, "stopping": None, "criterion": [], "far": None,
-           "far_note": ("Full minus cut, mean ± sd over folds and seeds: a negative log-loss difference (positive for "
-                        "accuracy) means the bars beyond the cut improved the forecast. The cut scoring uses the "
-                        "evaluation windows of the cut's length, so a cut bar sees cut/2..cut bars of context. "
-                        "Paired test of the log-loss difference: the seeds of a fold share its test bars, so they "
-                        "are averaged per fold, and t is the two-sided one-sample t over the fold means (folds "
-                        "where far context helps: fold means below 0). Two cautions: the log-loss includes the "
-                        "flat-vs-move part, which a longer window can improve through volatility alone, with no "
-                        "direction skill; and a cut model sees less context than it was trained with.")}
+    out = {
+        "heading": HEADING,
+        "figure": None,
+        "stopping": None,
+        "criterion": [],
+        "far": None,
+        "far_note": (
+            "Full minus cut, mean ± sd over folds and seeds: a negative log-loss difference (positive for "
+            "accuracy) means the bars beyond the cut improved the forecast. The cut scoring uses the "
+            "evaluation windows of the cut's length, so a cut bar sees cut/2..cut bars of context. "
+            "Paired test of the log-loss difference: the seeds of a fold share its test bars, so they "
+            "are averaged per fold, and t is the two-sided one-sample t over the fold means (folds "
+            "where far context helps: fold means below 0). Two cautions: the log-loss includes the "
+            "flat-vs-move part, which a longer window can improve through volatility alone, with no "
+            "direction skill; and a cut model sees less context than it was trained with."
+        ),
+    }
     if _validated(cfg) and any((c["cost"].get("curve") or {}).get("step") for cs in per_n.values() for c in cs):
-        out["intro"] = (f"Every N was trained under one rule: {SIGNAL}. The curves show where each N's validation "
-                        "loss stopped improving; the table gives the restored best step and the last step trained.")
+        out["intro"] = (
+            f"Every N was trained under one rule: {SIGNAL}. The curves show where each N's validation "
+            "loss stopped improving; the table gives the restored best step and the last step trained."
+        )
         path = plot_curves(per_n, out_dir / "figures" / "learning_curves.png")
         assert path is not None  # some N has a curve (checked above)
         out["figure"] = {"src": path.relative_to(out_dir).as_posix(), "file": path, "caption": CAPTION}
         out["stopping"], out["criterion"] = stopping(per_n, cfg)
     else:
-        out["intro"] = (f"No validation tail: every N was trained for a fixed {plural(cfg['train']['steps'], 'step')} "
-                        "(a run made before validated stopping, or splits.val_days = 0). Nothing shows where each N "
-                        "stood on its learning curve, and the convergence criterion cannot be checked.")
+        out["intro"] = (
+            f"No validation tail: every N was trained for a fixed {plural(cfg['train']['steps'], 'step')} "
+            "(a run made before validated stopping, or splits.val_days = 0). Nothing shows where each N "
+            "stood on its learning curve, and the convergence criterion cannot be checked."
+        )
     out["seeds"], out["seeds_note"] = seed_spread(per_n) if per_n else (None, "")
     out["far"] = far_context(per_n)
     return out

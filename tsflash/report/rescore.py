@@ -31,7 +31,7 @@ RESCORE_KEYS = {
     "eval.strategy": "the trading rule built from the saved probabilities (one-bar or horizon)",
     "eval.entry_threshold": "the horizon rule's entry threshold (-1: fitted on each cell's validation tail)",
     "eval.seed_inference": "how question 1 and the nesting check treat seeds (fold or crossed): the same losses, "
-                           "another test",
+    "another test",
 }
 # Keys that change the tests only: no cell is re-scored (the per-bar cell files are not needed).
 INFERENCE_KEYS = ("eval.seed_inference",)
@@ -85,8 +85,9 @@ def default_out_dir(run_dir: Path, overrides: dict) -> Path:
     return Path(run_dir) / "rescored" / "-".join(parts)
 
 
-def _rescored_cell(rd: RunData, summary: dict, stem: Path, fee_bps: float,
-                   strategy: Strategy) -> tuple[dict, BarReturns]:
+def _rescored_cell(
+    rd: RunData, summary: dict, stem: Path, fee_bps: float, strategy: Strategy
+) -> tuple[dict, BarReturns]:
     """(the summary with its net-return mean and rule record re-scored, its per-bar returns)."""
     try:
         bars, record = cell_scored(stem, fee_bps, strategy)
@@ -139,8 +140,9 @@ def rescore(rd: RunData, overrides: dict) -> RunData:
         if key in flat:
             config["eval"][key.split(".", 1)[1]] = flat[key]
     if not rescores_cells(flat):  # the tests only: the saved scoring stands
-        return dataclasses.replace(rd, config=config, rescored_from={"overrides": flat,
-                                                                     "run_fee_bps": config["eval"]["fee_bps"]})
+        return dataclasses.replace(
+            rd, config=config, rescored_from={"overrides": flat, "run_fee_bps": config["eval"]["fee_bps"]}
+        )
     run_fee = config["eval"]["fee_bps"]
     fee = float(flat.get("eval.fee_bps", run_fee))
     config["eval"]["fee_bps"] = fee
@@ -157,6 +159,12 @@ def rescore(rd: RunData, overrides: dict) -> RunData:
         if t.get("state") == "COMPLETE" and t.get("key") in values:
             t = t | {"value": values[t["key"]]}
         trials.append(t)
-    return dataclasses.replace(rd, config=config, cells=cells, baselines=baselines, series=series,
-                               ledger=rd.ledger | {"trials": trials},
-                               rescored_from={"overrides": flat, "run_fee_bps": run_fee})
+    return dataclasses.replace(
+        rd,
+        config=config,
+        cells=cells,
+        baselines=baselines,
+        series=series,
+        ledger=rd.ledger | {"trials": trials},
+        rescored_from={"overrides": flat, "run_fee_bps": run_fee},
+    )

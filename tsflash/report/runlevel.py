@@ -53,11 +53,17 @@ def losses_from_cells(rd: RunData) -> dict | None:
         return None
     for (key, fold), seeds in sorted(groups.items()):
         seeds = sorted(seeds)
-        parts.append(fold_losses(key, fold, [cell_arrays(folder.cell_stem(key, fold, s)) for s in seeds],
-                                 [f"seed{s}" for s in seeds]))
+        parts.append(
+            fold_losses(
+                key, fold, [cell_arrays(folder.cell_stem(key, fold, s)) for s in seeds], [f"seed{s}" for s in seeds]
+            )
+        )
     for b in rd.baselines:
-        parts.append(fold_losses(baseline_series_name(b["name"]), b["fold"],
-                                 [cell_arrays(folder.baseline_stem(b["fold"], b["name"]))]))
+        parts.append(
+            fold_losses(
+                baseline_series_name(b["name"]), b["fold"], [cell_arrays(folder.baseline_stem(b["fold"], b["name"]))]
+            )
+        )
     return concat_losses(parts)
 
 
@@ -93,14 +99,18 @@ def load_losses(rd: RunData) -> tuple[dict | None, str]:
     """(loss table or None, where it came from, or why it is missing): the sweep's per-trial loss
     files (forecasts/*.npz), else the per-bar cells, else LOSS_FILE beside the report."""
     names = [*rd.trial_keys, *sorted({baseline_series_name(b["name"]) for b in rd.baselines})]
-    for table, source in ((lambda: losses_from_sweep(rd, names), "the sweep's per-day loss sums (forecasts/)"),
-                          (lambda: losses_from_cells(rd), "per-bar cells"),
-                          (lambda: read_table(rd.run_dir / LOSS_FILE), LOSS_FILE)):
+    for table, source in (
+        (lambda: losses_from_sweep(rd, names), "the sweep's per-day loss sums (forecasts/)"),
+        (lambda: losses_from_cells(rd), "per-bar cells"),
+        (lambda: read_table(rd.run_dir / LOSS_FILE), LOSS_FILE),
+    ):
         found = table()
         if found is not None:
             return found, source
-    return None, (f"this run folder has neither its per-day loss sums (forecasts/ or {LOSS_FILE}) nor its "
-                  "per-bar cells (cells/**/*.npz)")
+    return None, (
+        f"this run folder has neither its per-day loss sums (forecasts/ or {LOSS_FILE}) nor its "
+        "per-bar cells (cells/**/*.npz)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,8 +144,9 @@ def _prior_runs(table: dict, score: str) -> Runs:
     """The no-skill forecast as one run per fold (it has no seeds: the skill tests admit one run)."""
     loss, count = SCORES[score]
     m = (table["series"] == PRIOR) & (table["member"] == ENSEMBLE)
-    return Runs(PRIOR, table["fold"][m], np.zeros(int(m.sum()), np.int64), table["day"][m], table[loss][m],
-                table[count][m])
+    return Runs(
+        PRIOR, table["fold"][m], np.zeros(int(m.sum()), np.int64), table["day"][m], table[loss][m], table[count][m]
+    )
 
 
 def run_question(table: dict, primary: list[str], inference: str = "fold") -> RunQuestion:
@@ -146,8 +157,11 @@ def run_question(table: dict, primary: list[str], inference: str = "fold") -> Ru
     if len(primary) < 2:
         return RunQuestion(False, "there is no longer context length to compare with the shortest")
     try:
-        runs = {(n, sc): runs_from_table(table, n, loss=SCORES[sc][0], count=SCORES[sc][1]) for n in primary
-                for sc in SCORES}
+        runs = {
+            (n, sc): runs_from_table(table, n, loss=SCORES[sc][0], count=SCORES[sc][1])
+            for n in primary
+            for sc in SCORES
+        }
     except RunTestInputError as exc:
         return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}")
     seeds = min(len(r.seeds_of(f)) for r in runs.values() for f in r.folds)
@@ -156,15 +170,27 @@ def run_question(table: dict, primary: list[str], inference: str = "fold") -> Ru
         return RunQuestion(False, ONE_SEED, n_folds=folds, seeds_per_fold=seeds)
     has_prior = bool(((table["series"] == PRIOR) & (table["member"] == ENSEMBLE)).any())
     try:
-        vs_shortest = {(n, primary[0], sc): run_level_test(runs[(primary[0], sc)], runs[(n, sc)], seeds=inference)
-                       for n in primary[1:] for sc in SCORES}
-        vs_prior = {(n, PRIOR, sc): run_level_test(_prior_runs(table, sc), runs[(n, sc)], min_seeds_per_fold=1)
-                    for n in primary for sc in SCORES} if has_prior else {}
+        vs_shortest = {
+            (n, primary[0], sc): run_level_test(runs[(primary[0], sc)], runs[(n, sc)], seeds=inference)
+            for n in primary[1:]
+            for sc in SCORES
+        }
+        vs_prior = (
+            {
+                (n, PRIOR, sc): run_level_test(_prior_runs(table, sc), runs[(n, sc)], min_seeds_per_fold=1)
+                for n in primary
+                for sc in SCORES
+            }
+            if has_prior
+            else {}
+        )
     except RunTestInputError as exc:
-        return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}", n_folds=folds,
-                           seeds_per_fold=seeds)
-    return RunQuestion(True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds,
-                       inference=inference)
+        return RunQuestion(
+            False, f"question 1 cannot be tested over training runs: {exc}", n_folds=folds, seeds_per_fold=seeds
+        )
+    return RunQuestion(
+        True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds, inference=inference
+    )
 
 
 def default_keys(rd: RunData) -> dict[int, str]:
@@ -178,26 +204,59 @@ def default_keys(rd: RunData) -> dict[int, str]:
 def runs_results(runs, information: str | None = None) -> dict:
     """questions.json's run-level part: the answer, why none, each test and the power; `information`:
     the ranking check against the probe's order (`tsflash.report.diagnostics.ranking.information_order`)."""
-    out = {"available": runs.available, "reason": runs.reason, "answer": runs.answer, "n_folds": runs.n_folds,
-           "seeds_per_fold": runs.seeds_per_fold, "power_80": {sc: {str(k): v for k, v in m.items()}
-                                                               for sc, m in runs.power.items()},
-           "seed_sd": runs.seed_sd, "between_fold_sd": runs.between_sd, "comparisons": [], "skill": []}
+    out = {
+        "available": runs.available,
+        "reason": runs.reason,
+        "answer": runs.answer,
+        "n_folds": runs.n_folds,
+        "seeds_per_fold": runs.seeds_per_fold,
+        "power_80": {sc: {str(k): v for k, v in m.items()} for sc, m in runs.power.items()},
+        "seed_sd": runs.seed_sd,
+        "between_fold_sd": runs.between_sd,
+        "comparisons": [],
+        "skill": [],
+    }
     if runs.result is None:
         return out
     out["mixed"] = runs.result.mixed
     if (ranking := runs.ranking) is not None:
-        out["ranking"] = {"verdict": ranking.verdict, "estimates_in_order": ranking.estimates_in_order,
-                          "information_order": information,
-                          "pairs": [{"series": r.arm_b, "reference": r.arm_a, "estimate": r.estimate, "ci": list(r.ci),
-                                     "p": r.p, "p_holm": r.p_holm, "verdict": r.verdict} for r in ranking.pairs]}
+        out["ranking"] = {
+            "verdict": ranking.verdict,
+            "estimates_in_order": ranking.estimates_in_order,
+            "information_order": information,
+            "pairs": [
+                {
+                    "series": r.arm_b,
+                    "reference": r.arm_a,
+                    "estimate": r.estimate,
+                    "ci": list(r.ci),
+                    "p": r.p,
+                    "p_holm": r.p_holm,
+                    "verdict": r.verdict,
+                }
+                for r in ranking.pairs
+            ],
+        }
     for key, comps in (("comparisons", runs.result.comparisons), ("skill", runs.result.skill.values())):
         for p in comps:
             r = p.result
-            out[key].append({"series": p.series, "reference": p.reference, "score": p.score, "estimate": r.estimate,
-                             "se": r.se, "df": r.df, "t": r.t, "p": r.p, "p_holm": p.p_holm, "ci": list(r.ci),
-                             "n_runs": [r.n_runs_a, r.n_runs_b], "fold_differences": list(r.fold_differences),
-                             "seed_sd": r.components.seed_sd, "between_fold_var": r.components.between_fold,
-                             "decides": runs.result.counts(p) if key == "comparisons" else None})
+            out[key].append(
+                {
+                    "series": p.series,
+                    "reference": p.reference,
+                    "score": p.score,
+                    "estimate": r.estimate,
+                    "se": r.se,
+                    "df": r.df,
+                    "t": r.t,
+                    "p": r.p,
+                    "p_holm": p.p_holm,
+                    "ci": list(r.ci),
+                    "n_runs": [r.n_runs_a, r.n_runs_b],
+                    "fold_differences": list(r.fold_differences),
+                    "seed_sd": r.components.seed_sd,
+                    "between_fold_var": r.components.between_fold,
+                    "decides": runs.result.counts(p) if key == "comparisons" else None,
+                }
+            )
     return out
-
-

@@ -43,7 +43,7 @@ def pm(mean, std, spec: str = ".4f") -> str:
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
-    """"1 trial", "4 trials", "12,870 splits"; `many` for irregular plurals."""
+    """\"1 trial", "4 trials", "12,870 splits"; `many` for irregular plurals."""
     return f"{fmt(int(n))} {word if n == 1 else (many or word + 's')}"
 
 
@@ -64,18 +64,18 @@ def per_day(sr, spec: str = ".4f") -> str:
 
 
 def linear_fit(intercept, slope, x: str) -> str:
-    """"a + b × x" with the sign of b as the operator: "-2.321 - 0.936 × IS" (never "+ -")."""
+    """\"a + b × x" with the sign of b as the operator: "-2.321 - 0.936 × IS" (never "+ -")."""
     if slope is None or not math.isfinite(slope):
         return f"{fmt(intercept, '.3f')} (no slope: {x} never varies)"
     return f"{fmt(intercept, '.3f')} {'-' if slope < 0 else '+'} {abs(slope):.3f} × {x}"
 
 
 def label(key: str) -> str:
-    """"n512" -> "N=512"; "n512-lr0.0003-wd0.05" -> "N=512 lr=0.0003 weight_decay=0.05";
+    """\"n512" -> "N=512"; "n512-lr0.0003-wd0.05" -> "N=512 lr=0.0003 weight_decay=0.05";
     "baseline-logreg" -> "logreg"."""
     if is_baseline(key):
         n = probe_n(key)
-        return key[len(BASELINE_PREFIX):] if n is None else f"linear probe N={n}"
+        return key[len(BASELINE_PREFIX) :] if n is None else f"linear probe N={n}"
     params = decode_trial_key(key)
     return " ".join([f"N={params.pop('n')}"] + [f"{k}={v:g}" for k, v in params.items()])
 
@@ -90,7 +90,7 @@ def timed_label(key: str, interval: str) -> str:
 
 
 def bars_and_time(n: int, interval: str, word: str = "bar") -> str:
-    """"15 bars (15 min)": a count of bars with the time it spans at the interval."""
+    """\"15 bars (15 min)": a count of bars with the time it spans at the interval."""
     return f"{plural(n, word)} ({bars_as_time(n, interval)})"
 
 
@@ -115,28 +115,36 @@ def reason_sentences(v: Verdict, n_splits: int | None = None, n_usable: int = 0)
     pbo = v.pbo if v.pbo is not None else math.nan
     text = {
         Reason.DSR_MET: f"DSR {fmt(v.dsr, '.3f')} of the selected candidate {name} meets the minimum "
-                        f"{v.min_dsr:.2f}: its daily net Sharpe ratio {per_day(v.sharpe)} clears the "
-                        f"{per_day(v.sr0)} expected from the best of {trials}.",
+        f"{v.min_dsr:.2f}: its daily net Sharpe ratio {per_day(v.sharpe)} clears the "
+        f"{per_day(v.sr0)} expected from the best of {trials}.",
         Reason.DSR_BELOW_MIN: f"DSR {fmt(v.dsr, '.3f')} of the selected candidate {name} is below the minimum "
-                              f"{v.min_dsr:.2f}: its daily net Sharpe ratio {per_day(v.sharpe)} is not confidently "
-                              f"above the {per_day(v.sr0)} expected from the best of {trials}.",
+        f"{v.min_dsr:.2f}: its daily net Sharpe ratio {per_day(v.sharpe)} is not confidently "
+        f"above the {per_day(v.sr0)} expected from the best of {trials}.",
         Reason.PBO_MET: f"PBO {pbo:.3f} is within the maximum {v.max_pbo:.2f}: the in-sample winner stays above "
-                        f"the out-of-sample median in {1 - pbo:.0%} of {splits}.",
+        f"the out-of-sample median in {1 - pbo:.0%} of {splits}.",
         Reason.PBO_ABOVE_MAX: f"PBO {pbo:.3f} exceeds the maximum {v.max_pbo:.2f}: the in-sample winner falls to "
-                              f"or below the out-of-sample median in {pbo:.0%} of {splits}.",
+        f"or below the out-of-sample median in {pbo:.0%} of {splits}.",
         Reason.PASSED: f"Candidate {name} passes both gates.",
-        Reason.NOT_PASSED: (f"No candidate passes: {name}, the candidate with the highest daily net Sharpe ratio, "
-                            "fails the gate." if name else "No candidate passes."),
+        Reason.NOT_PASSED: (
+            f"No candidate passes: {name}, the candidate with the highest daily net Sharpe ratio, fails the gate."
+            if name
+            else "No candidate passes."
+        ),
         Reason.NO_CANDIDATE: "no trial finished",
         Reason.TOO_FEW_CANDIDATES: "the gates need at least 2 candidates with a daily Sharpe ratio (PBO ranks "
-                                   f"them), got {n_usable}",
+        f"them), got {n_usable}",
         Reason.GATE_ERROR: f"the gates could not be evaluated: {v.error}",
     }
     return [text[r] for r in v.reasons]
 
 
-def verdict_sentence(v: Verdict, first_reason: str, selected_row: dict | None, accuracy: float | None,
-                     best_baseline: tuple[str, float] | None) -> str:
+def verdict_sentence(
+    v: Verdict,
+    first_reason: str,
+    selected_row: dict | None,
+    accuracy: float | None,
+    best_baseline: tuple[str, float] | None,
+) -> str:
     """One sentence answering the question, with the key numbers (Sharpe ratios per day)."""
     if v.selected is None:
         return f"No context length can be judged: {first_reason}."
@@ -149,17 +157,21 @@ def verdict_sentence(v: Verdict, first_reason: str, selected_row: dict | None, a
     pbo_s = NA if v.pbo is None else f"{v.pbo:.2f}"
     trials = plural(v.n_trials, "trial")
     if v.passed:
-        return (f"{QUESTION2_LEADS['passes'].format(length=label(v.selected))}, with a daily net Sharpe ratio of {sr_s}; "
-                f"DSR {dsr_s} >= {v.min_dsr} over {trials} and PBO {pbo_s} <= {v.max_pbo} "
-                f"(out-of-sample accuracy {acc}{base}).")
+        return (
+            f"{QUESTION2_LEADS['passes'].format(length=label(v.selected))}, with a daily net Sharpe ratio of {sr_s}; "
+            f"DSR {dsr_s} >= {v.min_dsr} over {trials} and PBO {pbo_s} <= {v.max_pbo} "
+            f"(out-of-sample accuracy {acc}{base})."
+        )
     why = []
     if not v.passes_dsr:
         why.append(f"DSR {dsr_s} < {v.min_dsr}")
     if not v.passes_pbo:
         why.append(f"PBO {pbo_s} > {v.max_pbo}" if v.pbo is not None else "PBO not computable")
-    return (f"{QUESTION2_LEADS['none passes']}; the candidate with the highest daily net Sharpe "
-            f"ratio, {label(v.selected)} (daily net Sharpe ratio {sr_s}; out-of-sample accuracy {acc}{base}), fails with "
-            f"{' and '.join(why)} over {trials}.")
+    return (
+        f"{QUESTION2_LEADS['none passes']}; the candidate with the highest daily net Sharpe "
+        f"ratio, {label(v.selected)} (daily net Sharpe ratio {sr_s}; out-of-sample accuracy {acc}{base}), fails with "
+        f"{' and '.join(why)} over {trials}."
+    )
 
 
 def signed(x, digits: int = 3) -> str:
@@ -193,9 +205,11 @@ def signs(diffs) -> str:
 
 
 # What eval.seed_inference = "crossed" tests, in the report's words (tsflash.stats.runs.crossed_seed_test).
-CROSSED_WORDS = ("the crossed test over folds and seeds (a seed is one set of initial weights for every fold, so its "
-                 "effect is common to its folds: its variance, from the folds x seeds table, is added to the fold "
-                 "differences', Satterthwaite degrees of freedom)")
+CROSSED_WORDS = (
+    "the crossed test over folds and seeds (a seed is one set of initial weights for every fold, so its "
+    "effect is common to its folds: its variance, from the folds x seeds table, is added to the fold "
+    "differences', Satterthwaite degrees of freedom)"
+)
 
 
 def df_text(df: float) -> str:
@@ -204,107 +218,136 @@ def df_text(df: float) -> str:
 
 
 # The ranking check held to the linear probe's order (`tsflash.report.diagnostics.ranking.information_order`)
-FOLLOWS, DOES_NOT_FOLLOW, NO_ORDER = "follows the information", "does not follow the information", "no information order"
+FOLLOWS, DOES_NOT_FOLLOW, NO_ORDER = (
+    "follows the information",
+    "does not follow the information",
+    "no information order",
+)
 
 SCORE_NAMES = {"log_loss": "log-loss", "direction": "direction score"}
 ALPHA_TEXT = f"{100 * ALPHA:g} %"
 
 
 def _comparison(p) -> str:
-    """"N=4096 on the log-loss (+0.00123 per bar, 95 % [+0.0004, +0.002], Holm p 0.003)"."""
-    return (f"{label(p.series)} on the {SCORE_NAMES[p.score]} ({signed(p.mean_diff)} per bar, 95 % "
-            f"[{signed(p.lo)}, {signed(p.hi)}], Holm p {fmt(p.p_holm, '.3g')})")
+    """\"N=4096 on the log-loss (+0.00123 per bar, 95 % [+0.0004, +0.002], Holm p 0.003)"."""
+    return (
+        f"{label(p.series)} on the {SCORE_NAMES[p.score]} ({signed(p.mean_diff)} per bar, 95 % "
+        f"[{signed(p.lo)}, {signed(p.hi)}], Holm p {fmt(p.p_holm, '.3g')})"
+    )
 
 
 def _fold_wins(fq) -> str:
-    """"N=512 has the lowest fold log-loss of the context lengths in 5 of 5 folds"."""
+    """\"N=512 has the lowest fold log-loss of the context lengths in 5 of 5 folds"."""
     longer = [r for r in fq.fold_level if not is_baseline(r["series"]) and fq.shortest in r["diffs"]]
     if not longer:
         return ""
     per_fold = list(zip(*[r["diffs"][fq.shortest] for r in longer]))
     wins = sum(all(d > 0 for d in fold) for fold in per_fold)
-    return (f" Descriptively (fold means, no test), {label(fq.shortest)} has the lowest log-loss of the context "
-            f"lengths in {wins} of {plural(len(per_fold), 'fold')}.")
+    return (
+        f" Descriptively (fold means, no test), {label(fq.shortest)} has the lowest log-loss of the context "
+        f"lengths in {wins} of {plural(len(per_fold), 'fold')}."
+    )
 
 
 def _run_comparison(p) -> str:
-    """"N=4096 on the log-loss (+0.00117 per bar, 95 % [-0.0006, +0.0029], Holm p 0.29)": a run-level test."""
+    """\"N=4096 on the log-loss (+0.00117 per bar, 95 % [-0.0006, +0.0029], Holm p 0.29)": a run-level test."""
     r = p.result
-    return (f"{label(p.series)} on the {SCORE_NAMES[p.score]} ({signed(r.estimate)} per bar, 95 % "
-            f"[{signed(r.ci[0])}, {signed(r.ci[1])}], Holm p {fmt(p.p_holm, '.3g')})")
+    return (
+        f"{label(p.series)} on the {SCORE_NAMES[p.score]} ({signed(r.estimate)} per bar, 95 % "
+        f"[{signed(r.ci[0])}, {signed(r.ci[1])}], Holm p {fmt(p.p_holm, '.3g')})"
+    )
 
 
 def _run_skill(runs, series: str, score: str) -> str:
     p = runs.result.skill.get((series, score))
-    return "no test against the class prior" if p is None else \
-        f"{signed(p.mean_diff)} per bar against the class prior over runs, Holm p {fmt(p.p_holm, '.3g')}"
+    return (
+        "no test against the class prior"
+        if p is None
+        else f"{signed(p.mean_diff)} per bar against the class prior over runs, Holm p {fmt(p.p_holm, '.3g')}"
+    )
 
 
 # Question 1's three answers over training runs, as each sentence begins (`run_sentence`), and the
 # rule that picks one (`tsflash.stats.forecasts.forecast_answer`), as a pre-registration states them.
-RUN_ANSWER_LEADS = {"better": "Longer context forecasts better, over training runs",
-                    "no better": "Longer context forecasts no better, over training runs",
-                    "worse": "Longer context forecasts worse, over training runs"}
-RUN_ANSWER_RULE = ("A comparison counts when its Holm-adjusted p is below the level and the forecast with the lower "
-                   "loss also beats the no-skill forecast (the class prior) over runs (its own Holm family). "
-                   "\"better\" when some longer N counts as better (even if another counts as worse); \"worse\" "
-                   "when some counts as worse and none as better; \"no better\" otherwise.")
+RUN_ANSWER_LEADS = {
+    "better": "Longer context forecasts better, over training runs",
+    "no better": "Longer context forecasts no better, over training runs",
+    "worse": "Longer context forecasts worse, over training runs",
+}
+RUN_ANSWER_RULE = (
+    "A comparison counts when its Holm-adjusted p is below the level and the forecast with the lower "
+    "loss also beats the no-skill forecast (the class prior) over runs (its own Holm family). "
+    '"better" when some longer N counts as better (even if another counts as worse); "worse" '
+    'when some counts as worse and none as better; "no better" otherwise.'
+)
 # Question 2's three answers, as each sentence begins (`verdict_sentence`, `no_money_sentence`).
-QUESTION2_LEADS = {"passes": "Yes: {length} passes both gates",
-                   "none passes": "No: no context length passes both gates",
-                   "no money": "No: no candidate makes money after fees"}
-NESTING_RULE = ("It fails when any longer N cut to the shortest N's bars has a significantly higher log-loss than the "
-                "shortest N (Holm over the longer Ns, over training runs); the answer then says that training, not "
-                "the context, is the cause of part of the gap.")
+QUESTION2_LEADS = {
+    "passes": "Yes: {length} passes both gates",
+    "none passes": "No: no context length passes both gates",
+    "no money": "No: no candidate makes money after fees",
+}
+NESTING_RULE = (
+    "It fails when any longer N cut to the shortest N's bars has a significantly higher log-loss than the "
+    "shortest N (Holm over the longer Ns, over training runs); the answer then says that training, not "
+    "the context, is the cause of part of the gap."
+)
 
 
-PROBE_RULE = ("A baseline beside question 1, not in its family: the far bars hold information a linear reader finds when "
-              "some longer N's probe has a significantly lower log-loss than the shortest N's (the t over the fold "
-              "differences, Holm over the longer Ns).")
+PROBE_RULE = (
+    "A baseline beside question 1, not in its family: the far bars hold information a linear reader finds when "
+    "some longer N's probe has a significantly lower log-loss than the shortest N's (the t over the fold "
+    "differences, Holm over the longer Ns)."
+)
 
 
 # What each control's question 1 should answer at the protocol it shares with the real run (PLAN.md):
 # a positive control that says "no better" bounds what the real "no" rules out; a null that says
 # "better" is a false positive of the protocol.
 CONTROL_EXPECTATIONS = {
-    "long-memory": "better at the lengths that reach the echo; \"no better\" says the protocol misses a far effect of this size",
-    "regime": "better, ranked as the information the lengths hold (the ranking check \"follows the information\", "
-              "the linear probe's order); \"no better\" says how small a slow effect the protocol cannot find",
-    "random-walk": "no better, and no trading pass; \"better\" on the direction score is a false positive",
-    "iid": "no better, and no trading pass; \"better\" is a false positive",
+    "long-memory": 'better at the lengths that reach the echo; "no better" says the protocol misses a far effect of this size',
+    "regime": 'better, ranked as the information the lengths hold (the ranking check "follows the information", '
+    'the linear probe\'s order); "no better" says how small a slow effect the protocol cannot find',
+    "random-walk": 'no better, and no trading pass; "better" on the direction score is a false positive',
+    "iid": 'no better, and no trading pass; "better" is a false positive',
     "aa": "the same as the arm's own run: its seeds against these, at each N and score by the primary test, say "
-          "\"differ\" at most as often as its level allows; more often, and the primary test is not calibrated "
-          "on these bars at this design",
+    '"differ" at most as often as its level allows; more often, and the primary test is not calibrated '
+    "on these bars at this design",
 }
 
 
 # What "no" rules out: the strength ladder's 80 % point (lab/power_ladder.py, `detection_curve`),
 # by where it lies against the planted strengths ("how")
-LADDER_LEADS = {"within the ladder": "A far-context effect of at least {effect} nats per moved bar would have been found "
-                                     "with 80 % probability",
-                "at most the weakest rung": "Every planted far-context effect, down to {effect} nats per moved bar, "
-                                            "would have been found with 80 % probability",
-                "beyond the strongest rung": "Not even the strongest planted far-context effect ({effect} nats per moved "
-                                             "bar) would have been found with 80 % probability"}
-LADDER_RULE = ("The one-week echo planted at each strength of the ladder, N=512 against the longest N in independent "
-               "replicates; detection (the crossed test, folds and seeds as crossed random effects, says \"better\": "
-               "the primary test, on fewer folds and seeds, so the ladder's reading is a conservative one) against the "
-               "planted effect read as one curve over every rung; its 80 % point, with a 95 % interval, is what a "
-               "\"no\" on question 1 rules out.")
+LADDER_LEADS = {
+    "within the ladder": "A far-context effect of at least {effect} nats per moved bar would have been found "
+    "with 80 % probability",
+    "at most the weakest rung": "Every planted far-context effect, down to {effect} nats per moved bar, "
+    "would have been found with 80 % probability",
+    "beyond the strongest rung": "Not even the strongest planted far-context effect ({effect} nats per moved "
+    "bar) would have been found with 80 % probability",
+}
+LADDER_RULE = (
+    "The one-week echo planted at each strength of the ladder, N=512 against the longest N in independent "
+    'replicates; detection (the crossed test, folds and seeds as crossed random effects, says "better": '
+    "the primary test, on fewer folds and seeds, so the ladder's reading is a conservative one) against the "
+    "planted effect read as one curve over every rung; its 80 % point, with a 95 % interval, is what a "
+    '"no" on question 1 rules out.'
+)
 
 
-ORDER_RULE = ("The runs go stage by stage in this order, a stage's runs side by side. If the device time ends before "
-              "the plan does, the published answer is read from the complete stages only: every run of a stage not "
-              "complete is listed as not run, and no answer is read from part of a stage. Runs side by side share "
-              "the GPU: each records it and its report calls its wall-clock and throughput shared; one N's cost "
-              "alone is the benchmark's (`tsflash bench train`).")
+ORDER_RULE = (
+    "The runs go stage by stage in this order, a stage's runs side by side. If the device time ends before "
+    "the plan does, the published answer is read from the complete stages only: every run of a stage not "
+    "complete is listed as not run, and no answer is read from part of a stage. Runs side by side share "
+    "the GPU: each records it and its report calls its wall-clock and throughput shared; one N's cost "
+    "alone is the benchmark's (`tsflash bench train`)."
+)
 
 
 def ladder_sentence(curve: dict | None, strongest: float | None = None, weakest: float | None = None) -> str:
     """What a "no" rules out, from `power_ladder.detection_curve`'s reading: its 80 % point and interval, or
     the ladder's end it lies beyond."""
     if not curve:
-        return "What \"no\" rules out is not measured: the ladder has no complete replicate."
+        return 'What "no" rules out is not measured: the ladder has no complete replicate.'
     how = curve["how"]
     edge = {"beyond the strongest rung": strongest, "at most the weakest rung": weakest}.get(how)
     effect = curve["effect"] if edge is None else edge
@@ -313,26 +356,40 @@ def ladder_sentence(curve: dict | None, strongest: float | None = None, weakest:
 
 
 POOLED_LEAD = "Over both seed sets"  # question 1 over an arm's seeds and its A/A replicate's (`pooled_sentence`)
-POOLED_RULE = ("With the A/A replicate, question 1's primary reading is over both seed sets: each arm's seeds and the "
-               "replicate's together, by the same test, family and rule, in the replicate's report (`tsflash report "
-               "OUT/controls/aa/<arm>`, which reads the arm's run beside it); each arm's own report answers over its "
-               "own seeds beside it. Why: the replicate's runs are more training runs of the same config on the same "
-               "folds, at no GPU time beyond the A/A's, and on the second edition's components six seeds halve the "
-               "crossed test's 80 % detectable difference at N=32768 (0.0083 to 0.0042 nats per bar on the "
-               "log-loss, 0.0054 to 0.0021 on the direction score; reports/controls/aa/summary.md).")
+POOLED_RULE = (
+    "With the A/A replicate, question 1's primary reading is over both seed sets: each arm's seeds and the "
+    "replicate's together, by the same test, family and rule, in the replicate's report (`tsflash report "
+    "OUT/controls/aa/<arm>`, which reads the arm's run beside it); each arm's own report answers over its "
+    "own seeds beside it. Why: the replicate's runs are more training runs of the same config on the same "
+    "folds, at no GPU time beyond the A/A's, and on the second edition's components six seeds halve the "
+    "crossed test's 80 % detectable difference at N=32768 (0.0083 to 0.0042 nats per bar on the "
+    "log-loss, 0.0054 to 0.0021 on the direction score; reports/controls/aa/summary.md)."
+)
 
 
 def plan_outcomes(pooled: bool = False) -> list[dict]:
     """What each outcome will make the report say (the opening of its sentence), for a plan; `pooled`:
     the plan has the A/A replicate, whose report reads question 1 over both seed sets."""
-    return [*({"outcome": f"question 1: {a}", "sentence": f"{lead}: ..."} for a, lead in RUN_ANSWER_LEADS.items()),
-            *({"outcome": f"question 1 over both seed sets (primary): {a}", "sentence": f"{POOLED_LEAD} (...): {lead}: ..."}
-              for a, lead in RUN_ANSWER_LEADS.items() if pooled),
-            {"outcome": "nesting check fails", "sentence": f"The nesting check {NESTING_FAILS}: ..."},
-            *({"outcome": f"question 2: {a}", "sentence": lead.format(length="N=...") + ": ..."}
-              for a, lead in QUESTION2_LEADS.items()),
-            *({"outcome": f"what \"no\" rules out: {how}", "sentence": lead.format(effect="...") + "."}
-              for how, lead in LADDER_LEADS.items())]
+    return [
+        *({"outcome": f"question 1: {a}", "sentence": f"{lead}: ..."} for a, lead in RUN_ANSWER_LEADS.items()),
+        *(
+            {
+                "outcome": f"question 1 over both seed sets (primary): {a}",
+                "sentence": f"{POOLED_LEAD} (...): {lead}: ...",
+            }
+            for a, lead in RUN_ANSWER_LEADS.items()
+            if pooled
+        ),
+        {"outcome": "nesting check fails", "sentence": f"The nesting check {NESTING_FAILS}: ..."},
+        *(
+            {"outcome": f"question 2: {a}", "sentence": lead.format(length="N=...") + ": ..."}
+            for a, lead in QUESTION2_LEADS.items()
+        ),
+        *(
+            {"outcome": f'what "no" rules out: {how}', "sentence": lead.format(effect="...") + "."}
+            for how, lead in LADDER_LEADS.items()
+        ),
+    ]
 
 
 def run_sentence(fq) -> str:
@@ -342,31 +399,41 @@ def run_sentence(fq) -> str:
     if not runs.available:
         return f"No answer: {runs.reason}."
     res, shortest = runs.result, label(fq.shortest)
-    replicate = ("the fold as the replicate" if runs.inference == "fold" else
-                 "folds and seeds as crossed random effects")
-    design = (f"{plural(runs.seeds_per_fold, 'seed')} per fold over {plural(runs.n_folds, 'fold')}, {replicate}, "
-              f"Holm-adjusted {ALPHA_TEXT} over {plural(len(res.comparisons), 'comparison')}")
+    replicate = "the fold as the replicate" if runs.inference == "fold" else "folds and seeds as crossed random effects"
+    design = (
+        f"{plural(runs.seeds_per_fold, 'seed')} per fold over {plural(runs.n_folds, 'fold')}, {replicate}, "
+        f"Holm-adjusted {ALPHA_TEXT} over {plural(len(res.comparisons), 'comparison')}"
+    )
     counted = [p for p in res.comparisons if res.counts(p)]
     better = [p for p in counted if p.mean_diff < 0]
     worse = [p for p in counted if p.mean_diff > 0]
     unskilled = [p for p in res.comparisons if p.significant and not res.counts(p)]
     if res.answer == "better":
         head = f"{RUN_ANSWER_LEADS['better']}: against {shortest}, lower loss for " + "; ".join(
-            map(_run_comparison, better))
+            map(_run_comparison, better)
+        )
         if res.mixed:
             head += "; but not at every length: higher loss for " + "; ".join(map(_run_comparison, worse))
     elif res.answer == "worse":
-        head = (f"{RUN_ANSWER_LEADS['worse']}: against {shortest}, higher loss for "
-                + "; ".join(map(_run_comparison, worse)))
+        head = f"{RUN_ANSWER_LEADS['worse']}: against {shortest}, higher loss for " + "; ".join(
+            map(_run_comparison, worse)
+        )
     elif unskilled:
-        head = (f"{RUN_ANSWER_LEADS['no better']}: " + "; ".join(
-            f"{_run_comparison(p)} differs from {shortest}, but {label(winner(p))}, the lower loss, does not beat the "
-            f"no-skill forecast on the {SCORE_NAMES[p.score]} ({_run_skill(runs, winner(p), p.score)})"
-            for p in unskilled) + ": a difference between forecasts without skill, not a better forecast")
+        head = (
+            f"{RUN_ANSWER_LEADS['no better']}: "
+            + "; ".join(
+                f"{_run_comparison(p)} differs from {shortest}, but {label(winner(p))}, the lower loss, does not beat the "
+                f"no-skill forecast on the {SCORE_NAMES[p.score]} ({_run_skill(runs, winner(p), p.score)})"
+                for p in unskilled
+            )
+            + ": a difference between forecasts without skill, not a better forecast"
+        )
     else:
         best = min(res.comparisons, key=lambda p: p.p_holm)
-        head = (f"{RUN_ANSWER_LEADS['no better']}: no longer context length differs from "
-                f"{shortest} on the log-loss or the direction score; the smallest Holm p is {_run_comparison(best)}")
+        head = (
+            f"{RUN_ANSWER_LEADS['no better']}: no longer context length differs from "
+            f"{shortest} on the log-loss or the direction score; the smallest Holm p is {_run_comparison(best)}"
+        )
     return f"{head}; tested with {design}."
 
 
@@ -376,8 +443,10 @@ def _dm_why(fq) -> str:
     if fq.dm_mixed:
         return ", but not at every length"
     if fq.dm_answer == "no better" and fq.unskilled:
-        return (": each lower loss is a forecast without significant skill over the no-skill forecast, so these are "
-                "differences between forecasts without skill")
+        return (
+            ": each lower loss is a forecast without significant skill over the no-skill forecast, so these are "
+            "differences between forecasts without skill"
+        )
     return ""
 
 
@@ -388,25 +457,34 @@ def dm_sentence(fq) -> str:
     if not vs:
         return ""
     sig = [p for p in vs if p.significant]
-    lead = ("Forecast level (secondary; Diebold-Mariano over days on the seed ensembles, which treats them as fixed "
-            "and so does not answer question 1): ")
+    lead = (
+        "Forecast level (secondary; Diebold-Mariano over days on the seed ensembles, which treats them as fixed "
+        "and so does not answer question 1): "
+    )
     if sig:
-        head = (lead + f"these seed ensembles' forecasts differ from {label(fq.shortest)}'s on these days: "
-                + "; ".join(map(_comparison, sig)))
+        head = (
+            lead
+            + f"these seed ensembles' forecasts differ from {label(fq.shortest)}'s on these days: "
+            + "; ".join(map(_comparison, sig))
+        )
         if fq.dm_answer:
-            head += f" (the same rule on these tests would read \"{fq.dm_answer}\"{_dm_why(fq)})"
+            head += f' (the same rule on these tests would read "{fq.dm_answer}"{_dm_why(fq)})'
     else:
         best = min(vs, key=lambda p: p.p_holm)
-        head = (lead + f"these seed ensembles' forecasts do not differ from {label(fq.shortest)}'s at Holm-adjusted "
-                f"{ALPHA_TEXT} (smallest: {_comparison(best)})")
+        head = (
+            lead + f"these seed ensembles' forecasts do not differ from {label(fq.shortest)}'s at Holm-adjusted "
+            f"{ALPHA_TEXT} (smallest: {_comparison(best)})"
+        )
     tails = []
     for ref in dict.fromkeys(p.reference for p in fq.comparisons if p.reference != fq.shortest):
         base = [p for p in fq.comparisons if p.reference == ref]
         n = len({p.series for p in base})
         k = {s: sum(p.significant and p.mean_diff < 0 for p in base if p.score == s) for s in SCORE_NAMES}
         what = "the no-skill forecast (the class prior)" if ref == PRIOR else f"the {label(ref)} baseline"
-        tails.append(f"Against {what}, {k['log_loss']} of {n} ensembles have a significantly lower log-loss on these "
-                     f"days and {k['direction']} of {n} a significantly better direction score.")
+        tails.append(
+            f"Against {what}, {k['log_loss']} of {n} ensembles have a significantly lower log-loss on these "
+            f"days and {k['direction']} of {n} a significantly better direction score."
+        )
     return " ".join([head + ".", *tails])
 
 
@@ -414,8 +492,10 @@ def forecast_sentence(fq) -> str:
     """Question 1's answer: over training runs first, then the forecast-level line; a failed
     nesting check is said last (it changes what the answer means, whatever the answer)."""
     if not fq.available:
-        text = (f"Not tested: {fq.source}, so the paired tests cannot be computed for this run (they need the "
-                f"per-bar forecasts; a rerun keeps them).{_fold_wins(fq)}")
+        text = (
+            f"Not tested: {fq.source}, so the paired tests cannot be computed for this run (they need the "
+            f"per-bar forecasts; a rerun keeps them).{_fold_wins(fq)}"
+        )
     else:
         text = " ".join(t for t in (run_sentence(fq), dm_sentence(fq)) if t)
     return " ".join(t for t in (text, fq.nesting.answer()) if t)
@@ -440,13 +520,17 @@ def forecast_lead(fq) -> str:
     runs = fq.runs
     fails = "; the nesting check fails" if fq.nesting.failed else ""
     if not runs.available:
-        return _lead(f"Not answered over training runs: {runs.reason}{fails}.",
-                     f"Not answered over training runs{fails}; the tests below say why.")
+        return _lead(
+            f"Not answered over training runs: {runs.reason}{fails}.",
+            f"Not answered over training runs{fails}; the tests below say why.",
+        )
     res, shortest = runs.result, label(fq.shortest)
 
     def one(p) -> str:
-        return (f"{label(p.series)} on the {SCORE_NAMES[p.score]}, {signed(p.result.estimate)} per bar, "
-                f"Holm p {fmt(p.p_holm, '.3g')}")
+        return (
+            f"{label(p.series)} on the {SCORE_NAMES[p.score]}, {signed(p.result.estimate)} per bar, "
+            f"Holm p {fmt(p.p_holm, '.3g')}"
+        )
 
     counted = [p for p in res.comparisons if res.counts(p)]
     if res.answer == "better":
@@ -459,7 +543,10 @@ def forecast_lead(fq) -> str:
     else:
         best = min(res.comparisons, key=lambda p: p.p_holm)
         text = f"No better: no longer context differs from {shortest} over training runs (closest: {one(best)})"
-    return _lead(text + fails + ".", f"{RUN_ANSWER_LEADS.get(res.answer or 'no better', 'No answer')}; the table says by how much.")
+    return _lead(
+        text + fails + ".",
+        f"{RUN_ANSWER_LEADS.get(res.answer or 'no better', 'No answer')}; the table says by how much.",
+    )
 
 
 def trading_lead(nums) -> str:
@@ -473,28 +560,35 @@ def trading_lead(nums) -> str:
     trials = f"over {plural(v.n_trials, 'trial')}"
     if tq.none_profitable:
         means = [r["mean"] for r in nums.selection.candidates]
-        text = (f"{QUESTION2_LEADS['no money']} of {fee} (mean daily net {_range(means, pct_per_day)}); DSR {dsr} "
-                f"{trials}.")
+        text = (
+            f"{QUESTION2_LEADS['no money']} of {fee} (mean daily net {_range(means, pct_per_day)}); DSR {dsr} {trials}."
+        )
     elif v.passed:
-        text = (f"{QUESTION2_LEADS['passes'].format(length=label(v.selected))} after {fee} fees (DSR {dsr}, PBO "
-                f"{pbo}, {trials}).")
+        text = (
+            f"{QUESTION2_LEADS['passes'].format(length=label(v.selected))} after {fee} fees (DSR {dsr}, PBO "
+            f"{pbo}, {trials})."
+        )
     else:
-        text = (f"{QUESTION2_LEADS['none passes']} after {fee} fees ({label(v.selected)}, the best in-sample: DSR "
-                f"{dsr}, PBO {pbo}, {trials}).")
+        text = (
+            f"{QUESTION2_LEADS['none passes']} after {fee} fees ({label(v.selected)}, the best in-sample: DSR "
+            f"{dsr}, PBO {pbo}, {trials})."
+        )
     return _lead(text, "No: see the gates below." if not v.passed else "Yes: see the gates below.")
 
 
 NESTING_FAILS = "fails: training, not the context, is the cause of part of the gap"
 
 
-RANKING_RULE = ("Each N against the next shorter one over training runs, on the log-loss, by the primary test, Holm "
-                "over these consecutive pairs: the lengths rank in the order of N (\"in order\") when every longer N "
-                "forecasts significantly better than the next shorter one, \"out of order\" when some forecasts "
-                "significantly worse, else \"not shown\". With the linear probe, the ranking is held to the order of "
-                "the information the lengths hold as the probe reads it (each N's probe against the next shorter "
-                "one's, t over folds, Holm over the steps): it \"follows the information\" when at every step the "
-                "transformer is significantly better where the probe reads more and not significantly worse where "
-                "it does not, and the probe reads more at some step.")
+RANKING_RULE = (
+    "Each N against the next shorter one over training runs, on the log-loss, by the primary test, Holm "
+    'over these consecutive pairs: the lengths rank in the order of N ("in order") when every longer N '
+    'forecasts significantly better than the next shorter one, "out of order" when some forecasts '
+    'significantly worse, else "not shown". With the linear probe, the ranking is held to the order of '
+    "the information the lengths hold as the probe reads it (each N's probe against the next shorter "
+    'one\'s, t over folds, Holm over the steps): it "follows the information" when at every step the '
+    "transformer is significantly better where the probe reads more and not significantly worse where "
+    "it does not, and the probe reads more at some step."
+)
 
 
 def _range(values, fmt_one) -> str:
@@ -510,11 +604,13 @@ def no_money_sentence(v: Verdict, trading, candidates: list[dict]) -> str:
     keys = {r["key"] for r in candidates}
     rows = [r for r in trading.rows if r["series"] in keys]
     dsr_s = NA if v.dsr is None or not math.isfinite(v.dsr) else f"{v.dsr:.3f}"
-    return (f"{QUESTION2_LEADS['no money']}. Every context length's mean daily net return is negative at "
-            f"{trading.fee_bps:g} bps under the {trading.strategy.kind} rule "
-            f"({_range([r['mean'] for r in candidates], pct_per_day)}); their break-even fees are "
-            f"{_range([r['break_even_fee_bps'] for r in rows], bps)}. The DSR of the highest-Sharpe candidate is "
-            f"{dsr_s} over {plural(v.n_trials, 'trial')}, below {v.min_dsr}.")
+    return (
+        f"{QUESTION2_LEADS['no money']}. Every context length's mean daily net return is negative at "
+        f"{trading.fee_bps:g} bps under the {trading.strategy.kind} rule "
+        f"({_range([r['mean'] for r in candidates], pct_per_day)}); their break-even fees are "
+        f"{_range([r['break_even_fee_bps'] for r in rows], bps)}. The DSR of the highest-Sharpe candidate is "
+        f"{dsr_s} over {plural(v.n_trials, 'trial')}, below {v.min_dsr}."
+    )
 
 
 def trial_count_sentence(tc) -> str:
@@ -522,10 +618,14 @@ def trial_count_sentence(tc) -> str:
     if tc is None:
         return ""
     if tc.period is None:
-        return f"DSR trial count: {plural(tc.n_trials, 'trial')}, from {tc.source}; no period of the trial ledger " \
-               "across runs matches this run's data and test days."
-    text = (f"DSR trial count: {plural(tc.n_trials, 'trial')}, from {tc.source} (every configuration scored on these "
-            f"test bars): " + "; ".join(tc.entries) + ".")
+        return (
+            f"DSR trial count: {plural(tc.n_trials, 'trial')}, from {tc.source}; no period of the trial ledger "
+            "across runs matches this run's data and test days."
+        )
+    text = (
+        f"DSR trial count: {plural(tc.n_trials, 'trial')}, from {tc.source} (every configuration scored on these "
+        f"test bars): " + "; ".join(tc.entries) + "."
+    )
     if tc.not_counted:
         text += " Not counted: " + "; ".join(tc.not_counted) + "."
     return text
@@ -533,22 +633,29 @@ def trial_count_sentence(tc) -> str:
 
 def too_short_line(steps: int, lengths: list[int]) -> str:
     """The line that opens the report of a run whose budget is too short for every N."""
-    return (f"{SMOKE} on a too-short budget, not evidence: train.steps = {steps} leaves every N "
-            f"({', '.join(map(str, lengths))}) short of a validated optimum (convergence criterion, Training protocol).")
+    return (
+        f"{SMOKE} on a too-short budget, not evidence: train.steps = {steps} leaves every N "
+        f"({', '.join(map(str, lengths))}) short of a validated optimum (convergence criterion, Training protocol)."
+    )
 
 
-def support_sentences(short_lengths: list[int], gap: float | None, spread: float | None,
-                      runs_reason: str | None) -> list[str]:
+def support_sentences(
+    short_lengths: list[int], gap: float | None, spread: float | None, runs_reason: str | None
+) -> list[str]:
     """What the run cannot support, for the first screen (before any answer): a failed convergence
     criterion, differences inside the seed spread, no run-level test. A smoke test says so in its
     own first line instead (`tsflash.report.context.smoke_line`)."""
     out = []
     if short_lengths:
-        out.append(f"The convergence criterion fails for N = {', '.join(map(str, short_lengths))} (Training "
-                   "protocol): their results are not at a validated optimum.")
+        out.append(
+            f"The convergence criterion fails for N = {', '.join(map(str, short_lengths))} (Training "
+            "protocol): their results are not at a validated optimum."
+        )
     if gap is not None and spread is not None and gap <= spread:
-        out.append(f"The differences between N lie inside the seed spread: the largest log-loss difference from the "
-                   f"shortest N is {gap:.2g}, the seed sd up to {spread:.2g}.")
+        out.append(
+            f"The differences between N lie inside the seed spread: the largest log-loss difference from the "
+            f"shortest N is {gap:.2g}, the seed sd up to {spread:.2g}."
+        )
     if runs_reason:
         out.append(f"{runs_reason[0].upper()}{runs_reason[1:]}.")
     return out
@@ -565,8 +672,10 @@ def not_evidence_lead(lead: str) -> str:
 def selection_notes(dropped: list[str], n_blocks: int, n_used: int | None, n_days: int) -> list[str]:
     notes = []
     if dropped:
-        notes.append("left out of the gates (no daily Sharpe ratio: constant or too short series): "
-                     + ", ".join(label(k) for k in dropped))
+        notes.append(
+            "left out of the gates (no daily Sharpe ratio: constant or too short series): "
+            + ", ".join(label(k) for k in dropped)
+        )
     if n_used is not None and n_used != n_blocks:
         notes.append(f"CSCV blocks reduced from {n_blocks} to {n_used}: only {plural(n_days, 'common day')}")
     return notes
@@ -577,8 +686,9 @@ def sentences(nums) -> dict:
     s = nums.selection
     v = s.verdict
     p = v.pbo_result
-    reasons = reason_sentences(v, n_splits=p.n_splits if p is not None else None,
-                               n_usable=len(s.candidates) - len(s.dropped))
+    reasons = reason_sentences(
+        v, n_splits=p.n_splits if p is not None else None, n_usable=len(s.candidates) - len(s.dropped)
+    )
     summaries = {x["series"]: x for x in nums.per_n}
     accuracy = summaries.get(v.selected, {}).get("accuracy")
     best = max(nums.baselines.values(), key=lambda b: b["accuracy"]) if nums.baselines else None
@@ -589,6 +699,11 @@ def sentences(nums) -> dict:
         reasons.append("No candidate passes, and none makes money after fees.")
     else:
         trading = verdict_sentence(v, reasons[0], nums.candidate_row(v.selected), accuracy, best_baseline)
-    return {"sentence": trading, "forecast": forecast_sentence(nums.forecast), "reasons": reasons,
-            "forecast_lead": forecast_lead(nums.forecast), "trading_lead": trading_lead(nums),
-            "notes": selection_notes(s.dropped, s.n_blocks, s.n_blocks_used, len(s.days))}
+    return {
+        "sentence": trading,
+        "forecast": forecast_sentence(nums.forecast),
+        "reasons": reasons,
+        "forecast_lead": forecast_lead(nums.forecast),
+        "trading_lead": trading_lead(nums),
+        "notes": selection_notes(s.dropped, s.n_blocks, s.n_blocks_used, len(s.days)),
+    }

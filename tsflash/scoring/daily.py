@@ -53,8 +53,9 @@ class BarReturns(NamedTuple):
 def bar_returns(test_time, position, gross, fee_bps: float) -> BarReturns:
     """Per-bar net returns at `fee_bps` from a path's positions and gross returns."""
     gross = np.asarray(gross, dtype=np.float64)
-    return BarReturns(np.asarray(test_time, dtype=np.int64), apply_fees(position, gross, fee_bps), gross,
-                      turnover(position))
+    return BarReturns(
+        np.asarray(test_time, dtype=np.int64), apply_fees(position, gross, fee_bps), gross, turnover(position)
+    )
 
 
 def scored_arrays(arrays: Mapping, strategy: Strategy, fee_bps: float, where: str = "cell") -> tuple[BarReturns, dict]:
@@ -69,17 +70,25 @@ def scored_arrays(arrays: Mapping, strategy: Strategy, fee_bps: float, where: st
         position, gross, tau, source = arrays["position"], arrays["gross_returns"], 0.0, "one-bar"
     else:
         if arrays.get("next_ret") is None or len(arrays["next_ret"]) != len(arrays["test_time"]):
-            raise UserError(f"{where} has no per-bar next returns (saved before the horizon strategy existed): "
-                            "score it with eval.strategy=one-bar, or rerun the sweep")
-        position, gross, tau, source = horizon_path(strategy, arrays["y_prob"], arrays["next_ret"], fee_bps,
-                                                    arrays.get("val_prob"), arrays.get("val_next_ret"))
+            raise UserError(
+                f"{where} has no per-bar next returns (saved before the horizon strategy existed): "
+                "score it with eval.strategy=one-bar, or rerun the sweep"
+            )
+        position, gross, tau, source = horizon_path(
+            strategy, arrays["y_prob"], arrays["next_ret"], fee_bps, arrays.get("val_prob"), arrays.get("val_next_ret")
+        )
     bars = bar_returns(arrays["test_time"], position, gross, fee_bps)
     m = len(bars.gross)
-    summary = {"strategy": strategy.kind, "threshold": float(tau), "threshold_source": source, "n_bars": m,
-               "mean_gross_return": float(np.mean(bars.gross)) if m else float("nan"),
-               "mean_net_return": float(np.mean(bars.net)) if m else float("nan"),
-               "turnover": float(np.mean(bars.turnover)) if m else float("nan"),
-               "break_even_fee_bps": break_even_fee(bars.gross, bars.turnover)}
+    summary = {
+        "strategy": strategy.kind,
+        "threshold": float(tau),
+        "threshold_source": source,
+        "n_bars": m,
+        "mean_gross_return": float(np.mean(bars.gross)) if m else float("nan"),
+        "mean_net_return": float(np.mean(bars.net)) if m else float("nan"),
+        "turnover": float(np.mean(bars.turnover)) if m else float("nan"),
+        "break_even_fee_bps": break_even_fee(bars.gross, bars.turnover),
+    }
     return bars, summary
 
 
@@ -142,8 +151,13 @@ def path_summary(parts: list[BarReturns]) -> dict:
     turn = np.concatenate([p.turnover for p in parts]) if parts else np.empty(0)
     m = len(gross)
     nan = float("nan")
-    return {"mean_gross_return": float(gross.mean()) if m else nan, "mean_net_return": float(net.mean()) if m else nan,
-            "turnover": float(turn.mean()) if m else nan, "n_bars": m, "break_even_fee_bps": break_even_fee(gross, turn)}
+    return {
+        "mean_gross_return": float(gross.mean()) if m else nan,
+        "mean_net_return": float(net.mean()) if m else nan,
+        "turnover": float(turn.mean()) if m else nan,
+        "n_bars": m,
+        "break_even_fee_bps": break_even_fee(gross, turn),
+    }
 
 
 def daily_sharpe(daily_net: np.ndarray) -> float:
@@ -203,16 +217,21 @@ def daily_series_of_folds(folds: list[FoldDaily]) -> dict:
         d, n, g = list(f.days), list(f.net), list(f.gross)
         if days and days[-1] == d[0]:  # the previous fold ended inside this fold's first day
             assert growth is not None  # set with the previous fold's days
-            joined = [np.multiply.reduceat(np.r_[growth[i], 1.0 + head], [0])[0]
-                      for i, head in enumerate((f.head_net, f.head_gross))]
+            joined = [
+                np.multiply.reduceat(np.r_[growth[i], 1.0 + head], [0])[0]
+                for i, head in enumerate((f.head_net, f.head_gross))
+            ]
             net[-1], gross[-1] = joined[0] - 1.0, joined[1] - 1.0
             growth = joined if len(d) == 1 else f.growth
             d, n, g = d[1:], n[1:], g[1:]
         else:
             growth = f.growth
         days, net, gross = days + d, net + n, gross + g
-    return {"days": np.array(days, dtype="datetime64[D]"), "net": np.array(net, dtype=np.float64),
-            "gross": np.array(gross, dtype=np.float64)}
+    return {
+        "days": np.array(days, dtype="datetime64[D]"),
+        "net": np.array(net, dtype=np.float64),
+        "gross": np.array(gross, dtype=np.float64),
+    }
 
 
 class FoldScores(NamedTuple):
@@ -229,8 +248,9 @@ def scoring_id(strategy: Strategy, fee_bps: float) -> str:
     return json.dumps({"fee_bps": float(fee_bps), **dataclasses.asdict(strategy)}, sort_keys=True)
 
 
-def score_fold(name: str, fold: int, forecasts: list[Mapping], members: list[str], strategy: Strategy,
-               fee_bps: float) -> FoldScores:
+def score_fold(
+    name: str, fold: int, forecasts: list[Mapping], members: list[str], strategy: Strategy, fee_bps: float
+) -> FoldScores:
     """Fold `fold` of configuration `name` scored from its seeds' cell arrays (`cell_arrays`, in
     the config's seed order, named by `members`): the seed portfolio under `strategy` at `fee_bps`
     and the loss table of each seed and of their ensemble."""
@@ -245,9 +265,16 @@ def write_fold_scores(folder: RunFolder, key: str, fold: int, scores: FoldScores
     """Atomically write `scores` to folder.fold_scores_path(key, fold). Idempotent: workers that
     score the same fold at once write the same arrays, and the last rename wins."""
     d = scores.daily
-    arrays = {"days": d.days.astype("datetime64[D]").astype(np.int64), "net": d.net, "gross": d.gross,
-              "growth": d.growth, "head_net": d.head_net, "head_gross": d.head_gross,
-              "start": np.int64(d.start), "scoring": np.str_(scores.scoring)}
+    arrays = {
+        "days": d.days.astype("datetime64[D]").astype(np.int64),
+        "net": d.net,
+        "gross": d.gross,
+        "growth": d.growth,
+        "head_net": d.head_net,
+        "head_gross": d.head_gross,
+        "start": np.int64(d.start),
+        "scoring": np.str_(scores.scoring),
+    }
     arrays |= {_LOSS + k: v for k, v in _loss_arrays(scores.losses).items()}
     return _save_npz(folder.fold_scores_path(key, fold), arrays, compressed=True)  # they travel: keep them small
 
@@ -258,8 +285,15 @@ def read_fold_scores(folder: RunFolder, key: str, fold: int) -> FoldScores | Non
     if not path.exists():
         return None
     with np.load(path) as z:
-        daily = FoldDaily(z["days"].astype("datetime64[D]"), z["net"], z["gross"], z["growth"], z["head_net"],
-                          z["head_gross"], int(z["start"]))
+        daily = FoldDaily(
+            z["days"].astype("datetime64[D]"),
+            z["net"],
+            z["gross"],
+            z["growth"],
+            z["head_net"],
+            z["head_gross"],
+            int(z["start"]),
+        )
         losses = _loss_table({k.removeprefix(_LOSS): z[k] for k in z.files if k.startswith(_LOSS)})
         return FoldScores(daily, losses, str(z["scoring"]))
 
@@ -272,8 +306,9 @@ def objective_value(daily_net: np.ndarray) -> float:
         return 0.0
 
 
-def series_from_cells(folder: RunFolder, name: str, n_folds: int, seeds: list[int], fee_bps: float,
-                      strategy: Strategy | None = None) -> dict:
+def series_from_cells(
+    folder: RunFolder, name: str, n_folds: int, seeds: list[int], fee_bps: float, strategy: Strategy | None = None
+) -> dict:
     """The daily series `name` (a trial key or baseline-<name>) re-scored at `fee_bps` from its
     per-bar cells, under `strategy` (default: the run's own, from its config.json); the cells'
     .npz files must be present (they are not in a published run)."""
@@ -283,8 +318,10 @@ def series_from_cells(folder: RunFolder, name: str, n_folds: int, seeds: list[in
         base = name.removeprefix(BASELINE_PREFIX)
         parts = [cell_returns(folder.baseline_stem(k, base), fee_bps, strategy) for k in range(n_folds)]
     else:
-        parts = [seed_portfolio([cell_returns(folder.cell_stem(name, k, s), fee_bps, strategy) for s in seeds])
-                 for k in range(n_folds)]
+        parts = [
+            seed_portfolio([cell_returns(folder.cell_stem(name, k, s), fee_bps, strategy) for s in seeds])
+            for k in range(n_folds)
+        ]
     return daily_series(parts)
 
 
@@ -315,8 +352,15 @@ def fold_losses(name: str, fold: int, forecasts: list[Mapping], members: list[st
     for member, p in labelled:
         sums = daily_loss_sums(t, y, p)
         d = len(sums["days"])
-        parts.append({"series": np.full(d, name), "member": np.full(d, member), "fold": np.full(d, fold, np.int64),
-                      "day": sums["days"]} | {k: sums[k] for k in DAILY_SUMS})
+        parts.append(
+            {
+                "series": np.full(d, name),
+                "member": np.full(d, member),
+                "fold": np.full(d, fold, np.int64),
+                "day": sums["days"],
+            }
+            | {k: sums[k] for k in DAILY_SUMS}
+        )
     return concat_losses(parts)
 
 
@@ -360,5 +404,6 @@ def read_losses(folder: RunFolder, name: str) -> dict | None:
 
 def baseline_losses(folder: RunFolder, base: str, n_folds: int) -> dict:
     """The loss table of baseline `base` from its per-fold cells (their .npz must be present)."""
-    return concat_losses([fold_losses(BASELINE_PREFIX + base, k, [cell_arrays(folder.baseline_stem(k, base))])
-                          for k in range(n_folds)])
+    return concat_losses(
+        [fold_losses(BASELINE_PREFIX + base, k, [cell_arrays(folder.baseline_stem(k, base))]) for k in range(n_folds)]
+    )

@@ -75,8 +75,15 @@ def classification_metrics(y_true: np.ndarray, y_prob: np.ndarray) -> dict:
     n = int(keep.sum())
     if n == 0:
         nan = float("nan")
-        return {"accuracy": nan, "balanced_accuracy": nan, "log_loss": nan, "macro_f1": nan, "mcc": nan,
-                "confusion": np.zeros((3, 3), dtype=int).tolist(), "n_scored": 0}
+        return {
+            "accuracy": nan,
+            "balanced_accuracy": nan,
+            "log_loss": nan,
+            "macro_f1": nan,
+            "mcc": nan,
+            "confusion": np.zeros((3, 3), dtype=int).tolist(),
+            "n_scored": 0,
+        }
     yt = y_true[keep]
     p = y_prob[keep]
     p = p / p.sum(axis=1, keepdims=True)
@@ -112,7 +119,9 @@ def strategy_returns(position: np.ndarray, next_ret: np.ndarray, fee_bps: float)
     position = np.asarray(position)
     next_ret = np.asarray(next_ret, dtype=np.float64)
     if position.shape != next_ret.shape or position.ndim != 1:
-        raise UserError(f"strategy_returns: position and next_ret must be 1-D of equal length, got {position.shape} and {next_ret.shape}")
+        raise UserError(
+            f"strategy_returns: position and next_ret must be 1-D of equal length, got {position.shape} and {next_ret.shape}"
+        )
     if fee_bps < 0:
         raise UserError(f"strategy_returns: fee_bps must be >= 0, got {fee_bps}")
     if not np.isin(position, (-1, 0, 1)).all():
@@ -138,7 +147,12 @@ def return_summary(position: np.ndarray, gross: np.ndarray, net: np.ndarray) -> 
     pos = np.asarray(position, dtype=np.float64)
     m = len(pos)
     if m == 0:
-        return {"mean_gross_return": float("nan"), "mean_net_return": float("nan"), "turnover": float("nan"), "n_bars": 0}
+        return {
+            "mean_gross_return": float("nan"),
+            "mean_net_return": float("nan"),
+            "turnover": float("nan"),
+            "n_bars": 0,
+        }
     return {
         "mean_gross_return": float(np.mean(gross)),
         "mean_net_return": float(np.mean(net)),
@@ -163,7 +177,9 @@ def pooled_metrics(results: Sequence) -> dict:
     net = np.concatenate([r.net_returns for r in results])
     out = classification_metrics(y_true, y_prob)
     out.update(return_summary(position, gross, net))
-    out["turnover"] = float(np.mean(np.concatenate([np.abs(np.diff(r.position.astype(np.float64), prepend=0.0)) for r in results])))
+    out["turnover"] = float(
+        np.mean(np.concatenate([np.abs(np.diff(r.position.astype(np.float64), prepend=0.0)) for r in results]))
+    )
     out["n_folds"] = len(results)
     return out
 
@@ -258,8 +274,17 @@ def hit_rate_from_confusion(confusion) -> float:
 
 
 # The per-day sums `daily_loss_sums` returns (besides "days"), each over that day's bars.
-DAILY_SUMS = ("n_labelled", "log_loss", "move_loss", "n_moves", "direction_loss", "direction_error", "n_both",
-              "both_hits", "both_direction_loss")
+DAILY_SUMS = (
+    "n_labelled",
+    "log_loss",
+    "move_loss",
+    "n_moves",
+    "direction_loss",
+    "direction_error",
+    "n_both",
+    "both_hits",
+    "both_direction_loss",
+)
 
 
 def daily_loss_sums(times_us: np.ndarray, y_true: np.ndarray, y_prob: np.ndarray) -> dict[str, np.ndarray]:
@@ -280,9 +305,15 @@ def daily_loss_sums(times_us: np.ndarray, y_true: np.ndarray, y_prob: np.ndarray
     lab, moved, both = y >= 0, (y >= 0) & (y != FLAT), losses["both"] > 0
     hits = (p.argmax(axis=1) == y) & both
     cols = {
-        "n_labelled": lab, "log_loss": losses["log_loss"], "move_loss": losses["move_loss"], "n_moves": moved,
-        "direction_loss": losses["direction_loss"], "direction_error": losses["direction_error"], "n_both": both,
-        "both_hits": hits, "both_direction_loss": np.where(both, losses["direction_loss"], 0.0),
+        "n_labelled": lab,
+        "log_loss": losses["log_loss"],
+        "move_loss": losses["move_loss"],
+        "n_moves": moved,
+        "direction_loss": losses["direction_loss"],
+        "direction_error": losses["direction_error"],
+        "n_both": both,
+        "both_hits": hits,
+        "both_direction_loss": np.where(both, losses["direction_loss"], 0.0),
     }
     runs = day_runs(t)
     out = {"days": runs.days}

@@ -54,8 +54,23 @@ import numpy as np
 from tsflash.errors import UserError
 from tsflash.scoring.metrics import DOWN, UP, apply_fees
 
-__all__ = ["FIT", "STRATEGIES", "THRESHOLD_QUANTILES", "Scored", "Strategy", "break_even_fee", "check_strategy",
-           "fit_threshold", "hold", "horizon_path", "path", "signals", "stored", "threshold_candidates", "turnover"]
+__all__ = [
+    "FIT",
+    "STRATEGIES",
+    "THRESHOLD_QUANTILES",
+    "Scored",
+    "Strategy",
+    "break_even_fee",
+    "check_strategy",
+    "fit_threshold",
+    "hold",
+    "horizon_path",
+    "path",
+    "signals",
+    "stored",
+    "threshold_candidates",
+    "turnover",
+]
 
 STRATEGIES = ("one-bar", "horizon")  # eval.strategy
 FIT = -1.0  # eval.entry_threshold -1: fit on the validation tail
@@ -66,10 +81,14 @@ def check_strategy(kind, threshold, where: str = "eval") -> None:
     """The rules of eval.strategy and eval.entry_threshold (`where` names the user's key prefix)."""
     if kind not in STRATEGIES:
         raise UserError(f"{where}.strategy must be one of {', '.join(STRATEGIES)}, got {kind!r}")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
-            threshold == FIT or 0.0 <= threshold < 1.0):
-        raise UserError(f"{where}.entry_threshold must be -1 (fitted on the validation tail) or in [0, 1), "
-                        f"got {threshold!r}")
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or not (threshold == FIT or 0.0 <= threshold < 1.0)
+    ):
+        raise UserError(
+            f"{where}.entry_threshold must be -1 (fitted on the validation tail) or in [0, 1), got {threshold!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -91,14 +110,20 @@ class Strategy:
         """From a resolved config as a dict (config.json). A config saved before eval.strategy
         existed was scored with the one-bar rule, and is read as such."""
         ev = config.get("eval", {})
-        return cls(kind=ev.get("strategy", "one-bar"), horizon=int(config["labels"]["horizon"]),
-                   threshold=float(ev.get("entry_threshold", FIT)))
+        return cls(
+            kind=ev.get("strategy", "one-bar"),
+            horizon=int(config["labels"]["horizon"]),
+            threshold=float(ev.get("entry_threshold", FIT)),
+        )
 
     def describe(self) -> str:
         if self.kind == "one-bar":
             return "one-bar: the predicted class sets the position, held one bar"
-        entry = ("entry threshold fitted on each cell's validation tail (argmax where a cell has none)"
-                 if self.threshold == FIT else f"entry when the direction's probability >= {self.threshold:g}")
+        entry = (
+            "entry threshold fitted on each cell's validation tail (argmax where a cell has none)"
+            if self.threshold == FIT
+            else f"entry when the direction's probability >= {self.threshold:g}"
+        )
         return f"horizon: {self.horizon} overlapping sub-portfolios, each holding for {self.horizon} bars; {entry}"
 
 
@@ -134,7 +159,9 @@ def path(y_prob, next_ret, h: int, threshold: float) -> tuple[np.ndarray, np.nda
     argmax held one bar."""
     next_ret = np.asarray(next_ret, dtype=np.float64)
     if len(next_ret) != len(y_prob):
-        raise UserError(f"strategy: y_prob and next_ret must have the same length, got {len(y_prob)} and {len(next_ret)}")
+        raise UserError(
+            f"strategy: y_prob and next_ret must have the same length, got {len(y_prob)} and {len(next_ret)}"
+        )
     position = hold(signals(y_prob, threshold), h)
     return position, position * next_ret
 

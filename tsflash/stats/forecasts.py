@@ -176,8 +176,7 @@ def counts(p: Comparison, skill: Mapping[tuple[str, str], Comparison]) -> bool:
     return significant(p.p_holm) and s is not None and significant(s.p_holm) and s.mean_diff < 0
 
 
-def forecast_answer(vs_shortest: Iterable[Comparison],
-                    skill: Mapping[tuple[str, str], Comparison]) -> tuple[str, bool]:
+def forecast_answer(vs_shortest: Iterable[Comparison], skill: Mapping[tuple[str, str], Comparison]) -> tuple[str, bool]:
     """("better" | "no better" | "worse", mixed) from the comparisons with the shortest N that count.
 
     "better" when some longer N counts as better, even if another counts as worse (mixed): the
@@ -240,8 +239,9 @@ def _family(tests: Mapping[tuple[str, str, str], Any]) -> list[RunComparison]:
     return [RunComparison(s, r, score, tests[(s, r, score)], float(q)) for (s, r, score), q in zip(keys, adjusted)]
 
 
-def run_answer(vs_shortest: Mapping[tuple[str, str, str], Any],
-               vs_prior: Mapping[tuple[str, str, str], Any]) -> RunAnswer:
+def run_answer(
+    vs_shortest: Mapping[tuple[str, str, str], Any], vs_prior: Mapping[tuple[str, str, str], Any]
+) -> RunAnswer:
     """Question 1's answer over training runs, by the rule of `forecast_answer`.
 
     vs_shortest : {(series, shortest, score): run-level result of series minus the shortest N},

@@ -87,8 +87,23 @@ class Verdict:
     error: str | None = None  # the refused input's message, with Reason.GATE_ERROR
 
     def to_dict(self) -> dict:
-        out = {f: getattr(self, f) for f in ("selected", "sharpe", "dsr", "sr0", "pbo", "n_trials", "passes_dsr",
-                                             "passes_pbo", "passed", "min_dsr", "max_pbo", "error")}
+        out = {
+            f: getattr(self, f)
+            for f in (
+                "selected",
+                "sharpe",
+                "dsr",
+                "sr0",
+                "pbo",
+                "n_trials",
+                "passes_dsr",
+                "passes_pbo",
+                "passed",
+                "min_dsr",
+                "max_pbo",
+                "error",
+            )
+        }
         out["reasons"] = [str(r) for r in self.reasons]
         out["table"] = [dict(row) for row in self.table]
         out["dsr_detail"] = self.dsr_result.to_dict() if self.dsr_result else None
@@ -191,13 +206,29 @@ class Gate:
         d, p = dsrs[best], pbo_cscv(mat, n_blocks=self.n_blocks)
         passes_dsr, passes_pbo = bool(d.dsr >= self.min_dsr), bool(p.pbo <= self.max_pbo)
         passed = passes_dsr and passes_pbo
-        reasons = (Reason.DSR_MET if passes_dsr else Reason.DSR_BELOW_MIN,
-                   Reason.PBO_MET if passes_pbo else Reason.PBO_ABOVE_MAX,
-                   Reason.PASSED if passed else Reason.NOT_PASSED)
+        reasons = (
+            Reason.DSR_MET if passes_dsr else Reason.DSR_BELOW_MIN,
+            Reason.PBO_MET if passes_pbo else Reason.PBO_ABOVE_MAX,
+            Reason.PASSED if passed else Reason.NOT_PASSED,
+        )
         log.info("gate verdict: %s, DSR %.3f, PBO %.3f: %s", names[best], d.dsr, p.pbo, ", ".join(reasons))
-        return Verdict(selected=names[best], sharpe=d.sr, dsr=d.dsr, sr0=d.sr0, pbo=p.pbo, n_trials=d.n_trials,
-                       passes_dsr=passes_dsr, passes_pbo=passes_pbo, passed=passed, reasons=reasons,
-                       min_dsr=self.min_dsr, max_pbo=self.max_pbo, table=table, dsr_result=d, pbo_result=p)
+        return Verdict(
+            selected=names[best],
+            sharpe=d.sr,
+            dsr=d.dsr,
+            sr0=d.sr0,
+            pbo=p.pbo,
+            n_trials=d.n_trials,
+            passes_dsr=passes_dsr,
+            passes_pbo=passes_pbo,
+            passed=passed,
+            reasons=reasons,
+            min_dsr=self.min_dsr,
+            max_pbo=self.max_pbo,
+            table=table,
+            dsr_result=d,
+            pbo_result=p,
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,15 +329,23 @@ def deflation(mat: np.ndarray, selected: int, v: Verdict) -> Deflation:
         sr_variance = v.dsr_result.sr_variance
     d_eff = deflated_sharpe(x, n_trials=n_eff, sr_variance=sr_variance)
     t = mat.shape[0]
-    trl = (min_track_record_length(x, v.sr0, confidence=v.min_dsr) if v.sharpe > v.sr0 and v.min_dsr > 0
-           else math.inf)
+    trl = min_track_record_length(x, v.sr0, confidence=v.min_dsr) if v.sharpe > v.sr0 and v.min_dsr > 0 else math.inf
     line = _min_passing(t, v.sr0, v.min_dsr)
     sr0_null = expected_max_sharpe(v.n_trials, 1.0 / t) if v.n_trials > 1 else 0.0
     line_null = _min_passing(t, sr0_null, v.min_dsr)
-    return Deflation(effective=eff, n_trials_effective=n_eff, dsr_effective=d_eff, t=t, confidence=v.min_dsr,
-                     min_sharpe=line, min_sharpe_effective=_min_passing(t, d_eff.sr0, v.min_dsr), min_trl=trl,
-                     min_sharpe_null=line_null, power_sharpe=true_sharpe_for_power(t, line),
-                     power_sharpe_null=true_sharpe_for_power(t, line_null))
+    return Deflation(
+        effective=eff,
+        n_trials_effective=n_eff,
+        dsr_effective=d_eff,
+        t=t,
+        confidence=v.min_dsr,
+        min_sharpe=line,
+        min_sharpe_effective=_min_passing(t, d_eff.sr0, v.min_dsr),
+        min_trl=trl,
+        min_sharpe_null=line_null,
+        power_sharpe=true_sharpe_for_power(t, line),
+        power_sharpe_null=true_sharpe_for_power(t, line_null),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,8 +381,9 @@ class TrialLedger:
             raise SelectionInputError(f"the trial ledger {path} cannot be read: {exc}") from None
         return cls(tuple(periods), path)
 
-    def count_for(self, fingerprint: str | None, days: np.ndarray, config_hash: str | None = None,
-                  own: int = 0) -> TrialCount | None:
+    def count_for(
+        self, fingerprint: str | None, days: np.ndarray, config_hash: str | None = None, own: int = 0
+    ) -> TrialCount | None:
         """The count of the period whose fingerprint, first and last day and number of days match
         the run's common test days; None when none does. A run whose config hash (run.json's
         `config_hash`) the period lists nowhere, as a trial or as not counted, scored its `own`
@@ -354,13 +394,23 @@ class TrialLedger:
         first, last = str(np.datetime64(days[0], "D")), str(np.datetime64(days[-1], "D"))
         for p in self.periods:
             if (p["fingerprint"], str(p["first_day"]), str(p["last_day"]), int(p["n_days"])) == (
-                    fingerprint, first, last, len(days)):
+                fingerprint,
+                first,
+                last,
+                len(days),
+            ):
                 trials, skipped = p.get("trial", []), p.get("not_counted", [])
                 entries = tuple(f"{t['run']} {t['config']} ({t['note']})" for t in trials)
-                source, count = f"the trial ledger {self.path.name}, period \"{p['key']}\"", len(trials)
-                if config_hash is not None and own and config_hash not in {t.get("config_hash") for t in (*trials, *skipped)}:
-                    entries += (f"this run's {own} configuration{'s' if own != 1 else ''} (config hash "
-                                f"{config_hash}, not in the ledger)",)
+                source, count = f'the trial ledger {self.path.name}, period "{p["key"]}"', len(trials)
+                if (
+                    config_hash is not None
+                    and own
+                    and config_hash not in {t.get("config_hash") for t in (*trials, *skipped)}
+                ):
+                    entries += (
+                        f"this run's {own} configuration{'s' if own != 1 else ''} (config hash "
+                        f"{config_hash}, not in the ledger)",
+                    )
                     source, count = f"{source} and this run, which it does not list", count + own
                 return TrialCount(count, source, p["key"], entries, tuple(f"{t['run']} ({t['note']})" for t in skipped))
         return None
@@ -387,9 +437,18 @@ def _aligned(series: Mapping[str, tuple]) -> tuple[np.ndarray, np.ndarray]:
 
 def _undefined_row(key: str, x: np.ndarray, error: str | None) -> dict:
     nan = math.nan
-    return {"key": key, "n_periods": int(len(x)), "mean": float(np.mean(x)) if len(x) else nan,
-            "total": float(np.prod(1 + x) - 1) if len(x) else nan, "sharpe": nan, "sharpe_annual": nan,
-            "psr": nan, "dsr": nan, "sr0": nan, "error": error}
+    return {
+        "key": key,
+        "n_periods": int(len(x)),
+        "mean": float(np.mean(x)) if len(x) else nan,
+        "total": float(np.prod(1 + x) - 1) if len(x) else nan,
+        "sharpe": nan,
+        "sharpe_annual": nan,
+        "psr": nan,
+        "dsr": nan,
+        "sr0": nan,
+        "error": error,
+    }
 
 
 def _sharpe_error(x: np.ndarray) -> str | None:
@@ -415,18 +474,45 @@ def _row_without_gate(key: str, x: np.ndarray, n_trials: int, ledger, periods_pe
     return _candidate_row(key, x, d, periods_per_year) | {"key": key}
 
 
-def _no_gate(reason: Reason, rows: list[dict], selected: str | None, n_trials: int, min_dsr: float,
-             max_pbo: float, error: str | None = None) -> Verdict:
+def _no_gate(
+    reason: Reason,
+    rows: list[dict],
+    selected: str | None,
+    n_trials: int,
+    min_dsr: float,
+    max_pbo: float,
+    error: str | None = None,
+) -> Verdict:
     row = next((r for r in rows if r["key"] == selected), {})
-    return Verdict(selected=selected, sharpe=row.get("sharpe", math.nan), dsr=row.get("dsr", math.nan),
-                   sr0=row.get("sr0", math.nan), pbo=None, n_trials=n_trials, passes_dsr=False, passes_pbo=False,
-                   passed=False, reasons=(reason, Reason.NOT_PASSED), min_dsr=min_dsr, max_pbo=max_pbo, error=error)
+    return Verdict(
+        selected=selected,
+        sharpe=row.get("sharpe", math.nan),
+        dsr=row.get("dsr", math.nan),
+        sr0=row.get("sr0", math.nan),
+        pbo=None,
+        n_trials=n_trials,
+        passes_dsr=False,
+        passes_pbo=False,
+        passed=False,
+        reasons=(reason, Reason.NOT_PASSED),
+        min_dsr=min_dsr,
+        max_pbo=max_pbo,
+        error=error,
+    )
 
 
-def select_run(series: Mapping[str, tuple], trials, *, min_dsr: float = DSR_CONFIDENCE, max_pbo: float = MAX_PBO,
-               n_blocks: int = CSCV_BLOCKS, periods_per_year: float = PERIODS_PER_YEAR,
-               ledger: TrialLedger | None = None, fingerprint: str | None = None,
-               config_hash: str | None = None) -> RunSelection:
+def select_run(
+    series: Mapping[str, tuple],
+    trials,
+    *,
+    min_dsr: float = DSR_CONFIDENCE,
+    max_pbo: float = MAX_PBO,
+    n_blocks: int = CSCV_BLOCKS,
+    periods_per_year: float = PERIODS_PER_YEAR,
+    ledger: TrialLedger | None = None,
+    fingerprint: str | None = None,
+    config_hash: str | None = None,
+) -> RunSelection:
     """The selection of one sweep: the candidates' daily statistics, the DSR against the trial
     ledger and the gates (DSR of the highest-Sharpe candidate, PBO of the set).
 

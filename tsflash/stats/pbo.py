@@ -35,8 +35,12 @@ class EffectiveTrials:
     method: str = "participation ratio of the correlation matrix's eigenvalues, (sum l)^2 / sum l^2"
 
     def to_dict(self) -> dict:
-        return {"n_effective": self.n_effective, "n_columns": self.n_columns,
-                "eigenvalues": self.eigenvalues.tolist(), "method": self.method}
+        return {
+            "n_effective": self.n_effective,
+            "n_columns": self.n_columns,
+            "eigenvalues": self.eigenvalues.tolist(),
+            "method": self.method,
+        }
 
 
 def effective_trials(returns) -> EffectiveTrials:
@@ -125,7 +129,9 @@ def _degradation_fit(is_sr: np.ndarray, oos_sr: np.ndarray) -> tuple[float, floa
     return float(fit.slope), float(fit.intercept), float(r2)
 
 
-def pbo_cscv(matrix, n_blocks: int = CSCV_BLOCKS, *, ddof: int = 1) -> PBOResult:  # long: one vectorised pass, kept whole
+def pbo_cscv(
+    matrix, n_blocks: int = CSCV_BLOCKS, *, ddof: int = 1
+) -> PBOResult:  # long: one vectorised pass, kept whole
     """Probability of Backtest Overfitting by Combinatorially Symmetric Cross-Validation.
 
     Bailey, Borwein, Lopez de Prado & Zhu (2017). The performance measure is the per-period Sharpe

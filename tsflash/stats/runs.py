@@ -53,13 +53,18 @@ class Runs:
     count: np.ndarray
 
     def __post_init__(self):
-        cols = {"fold": np.asarray(self.fold, np.int64), "seed": np.asarray(self.seed, np.int64),
-                "day": np.asarray(self.day), "loss": np.asarray(self.loss, np.float64),
-                "count": np.asarray(self.count, np.float64)}
+        cols = {
+            "fold": np.asarray(self.fold, np.int64),
+            "seed": np.asarray(self.seed, np.int64),
+            "day": np.asarray(self.day),
+            "loss": np.asarray(self.loss, np.float64),
+            "count": np.asarray(self.count, np.float64),
+        }
         lengths = {k: v.shape for k, v in cols.items()}
         if len(set(lengths.values())) != 1 or cols["fold"].ndim != 1:
-            raise RunTestInputError(f"{self.label}: fold, seed, day, loss and count must be 1-D of one length, "
-                                    f"got shapes {lengths}")
+            raise RunTestInputError(
+                f"{self.label}: fold, seed, day, loss and count must be 1-D of one length, got shapes {lengths}"
+            )
         for k, v in cols.items():
             object.__setattr__(self, k, v)
 
@@ -73,12 +78,14 @@ class Runs:
     def subset(self, seeds: Sequence[int], label: str | None = None) -> Runs:
         """The runs of `seeds` only (on every fold)."""
         keep = np.isin(self.seed, list(seeds))
-        return Runs(label or self.label, self.fold[keep], self.seed[keep], self.day[keep], self.loss[keep],
-                    self.count[keep])
+        return Runs(
+            label or self.label, self.fold[keep], self.seed[keep], self.day[keep], self.loss[keep], self.count[keep]
+        )
 
 
-def runs_from_table(table: Mapping, series: str, *, loss: str = "log_loss", count: str = "n_labelled",
-                    label: str | None = None) -> Runs:
+def runs_from_table(
+    table: Mapping, series: str, *, loss: str = "log_loss", count: str = "n_labelled", label: str | None = None
+) -> Runs:
     """The single runs ("seed<k>" members) of `series` in a loss table (`tsflash.scoring.daily.read_losses`
     or `tsflash.report.compute.read_table`), on the score summed in column `loss` over the bars
     counted in `count` (log-loss: log_loss / n_labelled; direction: direction_loss / n_moves)."""
@@ -87,8 +94,14 @@ def runs_from_table(table: Mapping, series: str, *, loss: str = "log_loss", coun
     if not keep.any():
         raise RunTestInputError(f"the loss table has no single runs ({SEED_PREFIX}<k> members) of {series!r}")
     seeds = np.array([int(m.removeprefix(SEED_PREFIX)) for m in member[keep]], np.int64)
-    return Runs(label or series, np.asarray(table["fold"])[keep], seeds, np.asarray(table["day"])[keep],
-                np.asarray(table[loss])[keep], np.asarray(table[count])[keep])
+    return Runs(
+        label or series,
+        np.asarray(table["fold"])[keep],
+        seeds,
+        np.asarray(table["day"])[keep],
+        np.asarray(table[loss])[keep],
+        np.asarray(table[count])[keep],
+    )
 
 
 def _check_finite(runs: Runs) -> None:
@@ -98,7 +111,8 @@ def _check_finite(runs: Runs) -> None:
         raise RunTestInputError(
             f"losses and bar counts must be finite (no NaN): {runs.label} has {int(bad.sum())} non-finite rows, "
             f"the first on fold {runs.fold[i]} seed {runs.seed[i]} day {runs.day[i]} "
-            f"(loss {runs.loss[i]}, count {runs.count[i]})")
+            f"(loss {runs.loss[i]}, count {runs.count[i]})"
+        )
 
 
 def run_means(runs: Runs) -> dict[int, dict[int, float]]:
@@ -118,16 +132,18 @@ def run_means(runs: Runs) -> dict[int, dict[int, float]]:
 def _check_design(a: Runs, b: Runs, min_seeds_per_fold: int) -> None:
     """Same folds in both arms, enough runs per fold, every run of a fold on the same days."""
     if a.folds != b.folds:
-        raise RunTestInputError(f"both arms need runs on the same folds: {a.label} has folds {a.folds}, "
-                                f"{b.label} has {b.folds}")
+        raise RunTestInputError(
+            f"both arms need runs on the same folds: {a.label} has folds {a.folds}, {b.label} has {b.folds}"
+        )
     if len(a.folds) < 2:
         raise RunTestInputError(f"the test needs at least 2 folds (its df is folds - 1), got {len(a.folds)}")
     for runs in (a, b):
         for f in runs.folds:
             k = len(runs.seeds_of(f))
             if k < min_seeds_per_fold:
-                raise RunTestInputError(f"each arm needs at least {min_seeds_per_fold} runs per fold: "
-                                        f"{runs.label} has {k} on fold {f}")
+                raise RunTestInputError(
+                    f"each arm needs at least {min_seeds_per_fold} runs per fold: {runs.label} has {k} on fold {f}"
+                )
     for f in a.folds:
         ref = None
         for runs in (a, b):
@@ -139,7 +155,8 @@ def _check_design(a: Runs, b: Runs, min_seeds_per_fold: int) -> None:
                     raise RunTestInputError(
                         f"every run of a fold must score the same days, once each: on fold {f}, {runs.label} seed "
                         f"{s} has {len(days)} rows on {len(np.unique(days))} days, {ref[0]} seed {ref[1]} "
-                        f"{len(ref[2])} days")
+                        f"{len(ref[2])} days"
+                    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,8 +239,9 @@ def one_sample_t(d: np.ndarray, alpha: float = ALPHA) -> tuple[float, float, int
     return mean, se, df, float(t), p, (mean - half, mean + half)
 
 
-def run_level_test(a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold: int = 2,
-                   seeds: str = "fold") -> RunTestResult:
+def run_level_test(
+    a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold: int = 2, seeds: str = "fold"
+) -> RunTestResult:
     """The primary test of question 1: arm B minus arm A over training runs (`RunTestResult`).
 
     `seeds` (the config's eval.seed_inference): "fold", the t over the fold means below; "crossed",
@@ -275,8 +293,9 @@ def run_level_test(a: Runs, b: Runs, *, alpha: float = ALPHA, min_seeds_per_fold
     if seeds == "fold":
         return fold_t
     c = _crossed(a.label, b.label, means, alpha, fold_t.p)
-    return dataclasses.replace(fold_t, se=c.se, df=c.df, t=c.t, p=c.p, ci=c.ci, p_holm=c.p,
-                               verdict=verdict_of(c.estimate, c.p, alpha))
+    return dataclasses.replace(
+        fold_t, se=c.se, df=c.df, t=c.t, p=c.p, ci=c.ci, p_holm=c.p, verdict=verdict_of(c.estimate, c.p, alpha)
+    )
 
 
 def _fold_t(a: Runs, b: Runs, means: tuple[dict, dict], alpha: float) -> RunTestResult:
@@ -287,9 +306,24 @@ def _fold_t(a: Runs, b: Runs, means: tuple[dict, dict], alpha: float) -> RunTest
     seed_var, seed_df = _seed_variance(means)
     inv_seeds = cast(float, np.mean([1 / len(means[0][f]) + 1 / len(means[1][f]) for f in folds]))  # np.float64
     between = max(0.0, float(d.var(ddof=1)) - seed_var * inv_seeds) if seed_df else math.nan
-    return RunTestResult(a.label, b.label, mean, se, df, t, p, ci, VarianceComponents(between, seed_var, seed_df),
-                         sum(map(len, means[0].values())), sum(map(len, means[1].values())), tuple(folds),
-                         tuple(d.tolist()), alpha, p, verdict_of(mean, p, alpha))
+    return RunTestResult(
+        a.label,
+        b.label,
+        mean,
+        se,
+        df,
+        t,
+        p,
+        ci,
+        VarianceComponents(between, seed_var, seed_df),
+        sum(map(len, means[0].values())),
+        sum(map(len, means[1].values())),
+        tuple(folds),
+        tuple(d.tolist()),
+        alpha,
+        p,
+        verdict_of(mean, p, alpha),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,14 +362,16 @@ def _two_way(table: np.ndarray) -> tuple[float, float, float]:
     ms_f = n_s * float(((rows - grand) ** 2).sum()) / (n_f - 1)
     ms_s = n_f * float(((cols - grand) ** 2).sum()) / (n_s - 1)
     resid = table - rows[:, None] - cols[None, :] + grand
-    return ms_f, ms_s, float((resid ** 2).sum()) / ((n_f - 1) * (n_s - 1))
+    return ms_f, ms_s, float((resid**2).sum()) / ((n_f - 1) * (n_s - 1))
 
 
 def _seed_table(means: dict[int, dict[int, float]], label: str) -> tuple[list[int], np.ndarray]:
     seeds = {tuple(sorted(v)) for v in means.values()}
     if len(seeds) != 1:
-        raise RunTestInputError(f"the crossed test needs the same seeds on every fold (a seed is one set of initial "
-                                f"weights for all folds): {label} has {sorted(seeds)}")
+        raise RunTestInputError(
+            f"the crossed test needs the same seeds on every fold (a seed is one set of initial "
+            f"weights for all folds): {label} has {sorted(seeds)}"
+        )
     order = list(seeds.pop())
     return order, np.array([[means[f][s] for s in order] for f in sorted(means)])
 
@@ -373,8 +409,10 @@ def _crossed(label_a: str, label_b: str, means: tuple[dict, dict], alpha: float,
     n_f = ta.shape[0]
     paired = sa == sb
     if not paired and set(sa) & set(sb):
-        raise RunTestInputError(f"the crossed test needs the same seeds in both arms or disjoint ones: {label_a} "
-                                f"has seeds {sa}, {label_b} {sb}")
+        raise RunTestInputError(
+            f"the crossed test needs the same seeds in both arms or disjoint ones: {label_a} "
+            f"has seeds {sa}, {label_b} {sb}"
+        )
     estimate = float(tb.mean() - ta.mean())
     terms: list[tuple[float, float]] = []  # (coefficient x mean square, its df): Satterthwaite's pieces
     if paired:
@@ -396,22 +434,37 @@ def _crossed(label_a: str, label_b: str, means: tuple[dict, dict], alpha: float,
             terms += [(ms_s / (n_f * n_s), n_s - 1), (-ms_e / (n_f * n_s), (n_f - 1) * (n_s - 1))]
     var = sum(c for c, _ in terms)
     se = math.sqrt(var)
-    df = var ** 2 / sum(c ** 2 / k for c, k in terms) if var > 0 else float(n_f - 1)
+    df = var**2 / sum(c**2 / k for c, k in terms) if var > 0 else float(n_f - 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         t_stat = estimate / se if se > 0 else (math.copysign(math.inf, estimate) if estimate else math.nan)
     p = float(2 * scipy.stats.t.sf(abs(t_stat), df)) if not math.isnan(t_stat) else 1.0
     half = float(scipy.stats.t.ppf(1 - alpha / 2, df) * se)
-    return CrossedTestResult(label_a, label_b, estimate, se, float(df), float(t_stat), p,
-                             (estimate - half, estimate + half), paired, tuple(seed_main), estimable, fold_t_p)
+    return CrossedTestResult(
+        label_a,
+        label_b,
+        estimate,
+        se,
+        float(df),
+        float(t_stat),
+        p,
+        (estimate - half, estimate + half),
+        paired,
+        tuple(seed_main),
+        estimable,
+        fold_t_p,
+    )
 
 
 def holm_adjust(results: Sequence[RunTestResult], alpha: float | None = None) -> list[RunTestResult]:
     """The results as one Holm family (`tsflash.stats.forecasts.holm`): p_holm set, verdicts read
     from it at `alpha` (default: each result's own)."""
     adjusted: np.ndarray | list[float] = holm([r.p for r in results]) if results else []
-    return [dataclasses.replace(r, p_holm=float(q), alpha=alpha or r.alpha,
-                                verdict=verdict_of(r.estimate, float(q), alpha or r.alpha))
-            for r, q in zip(results, adjusted)]
+    return [
+        dataclasses.replace(
+            r, p_holm=float(q), alpha=alpha or r.alpha, verdict=verdict_of(r.estimate, float(q), alpha or r.alpha)
+        )
+        for r, q in zip(results, adjusted)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,7 +480,7 @@ def seed_splits(seeds: Sequence[int], how: str = "all") -> list[tuple[tuple[int,
     """
     s = sorted(seeds)
     if how == "halves":
-        return [(tuple(s[:len(s) // 2]), tuple(s[len(s) // 2:]))]
+        return [(tuple(s[: len(s) // 2]), tuple(s[len(s) // 2 :]))]
     if how == "pairs":
         return [((x,), (y,)) for x, y in itertools.combinations(s, 2)]
     if how == "all":
@@ -489,12 +542,21 @@ class RunNoise:
     def components(self, n_days: int) -> VarianceComponents:
         """The VarianceComponents this noise gives runs of `n_days` days (run means include the
         run-day noise averaged over the days)."""
-        return VarianceComponents(self.interaction ** 2, self.seed ** 2 + self.run_day ** 2 / n_days, 0)
+        return VarianceComponents(self.interaction**2, self.seed**2 + self.run_day**2 / n_days, 0)
 
 
-def simulate_runs(rng: np.random.Generator, *, difference: float = 0.0, noise: RunNoise = RunNoise(),
-                  n_folds: int = 5, n_seeds: int = 3, n_days: int = 182, bars_per_day: int = 1440,
-                  base: float = 1.0, labels: tuple[str, str] = ("A", "B")) -> tuple[Runs, Runs]:
+def simulate_runs(
+    rng: np.random.Generator,
+    *,
+    difference: float = 0.0,
+    noise: RunNoise = RunNoise(),
+    n_folds: int = 5,
+    n_seeds: int = 3,
+    n_days: int = 182,
+    bars_per_day: int = 1440,
+    base: float = 1.0,
+    labels: tuple[str, str] = ("A", "B"),
+) -> tuple[Runs, Runs]:
     """Two arms' runs (A, B) as per-day loss sums, B's true mean loss per bar `difference` above
     A's: loss per bar = base + fold + day + arm x fold + run + run x day (+ the seed's initial
     weights, shared by its folds, with `RunNoise.init`)."""
@@ -519,8 +581,9 @@ def simulate_runs(rng: np.random.Generator, *, difference: float = 0.0, noise: R
 
 def _check_power_design(n_folds: int, n_seeds: int, alpha: float, power: float | None = None) -> None:
     if n_folds < 2 or n_seeds < 1:
-        raise RunTestInputError(f"power needs at least 2 folds and 1 seed per arm, got {n_folds} folds, "
-                                f"{n_seeds} seeds")
+        raise RunTestInputError(
+            f"power needs at least 2 folds and 1 seed per arm, got {n_folds} folds, {n_seeds} seeds"
+        )
     if not (0 < alpha < 1) or (power is not None and not alpha < power < 1):
         raise RunTestInputError(f"need 0 < alpha < power < 1, got alpha {alpha}, power {power}")
 
@@ -530,8 +593,9 @@ def fold_difference_sd(components: VarianceComponents, n_seeds: int) -> float:
     return math.sqrt(components.between_fold + 2 * components.within_fold_seed / n_seeds)
 
 
-def power_of(difference: float, components: VarianceComponents, n_folds: int, n_seeds: int,
-             alpha: float = ALPHA) -> float:
+def power_of(
+    difference: float, components: VarianceComponents, n_folds: int, n_seeds: int, alpha: float = ALPHA
+) -> float:
     """P(the primary test rejects at alpha) when the true difference is `difference`: the t of
     F fold differences is noncentral t with F - 1 df and noncentrality difference / se."""
     _check_power_design(n_folds, n_seeds, alpha)
@@ -541,8 +605,9 @@ def power_of(difference: float, components: VarianceComponents, n_folds: int, n_
     return float(scipy.stats.nct.sf(crit, df, ncp) + scipy.stats.nct.cdf(-crit, df, ncp))
 
 
-def min_detectable_difference(components: VarianceComponents, n_folds: int, n_seeds: int, alpha: float = ALPHA,
-                              power: float = 0.8) -> float:
+def min_detectable_difference(
+    components: VarianceComponents, n_folds: int, n_seeds: int, alpha: float = ALPHA, power: float = 0.8
+) -> float:
     """The smallest |difference| (nats per bar) the primary test detects with `power` at `alpha`,
     two-sided, with `n_folds` folds and `n_seeds` runs per arm and fold."""
     _check_power_design(n_folds, n_seeds, alpha, power)
@@ -578,8 +643,9 @@ class CrossedComponents:
         means = run_means(a), run_means(b)
         (sa, ta), (sb, tb) = _seed_table(means[0], a.label), _seed_table(means[1], b.label)
         if sa != sb:
-            raise RunTestInputError(f"crossed components need the same seeds in both arms: {a.label} has {sa}, "
-                                    f"{b.label} {sb}")
+            raise RunTestInputError(
+                f"crossed components need the same seeds in both arms: {a.label} has {sa}, {b.label} {sb}"
+            )
         n_f, n_s = ta.shape
         if n_f < 2 or n_s < 2:
             raise RunTestInputError(f"crossed components need at least 2 folds and 2 seeds, got {n_f} x {n_s}")
@@ -601,8 +667,17 @@ class CrossedPower(NamedTuple):
     power_at: float | None = None  # the crossed test's rejection rate at the true difference `at`, if asked
 
 
-def crossed_power(components: CrossedComponents, n_folds: int, n_seeds: int, *, alpha: float = ALPHA,
-                  power: float = 0.8, n_sims: int = 4000, seed: int = 0, at: float | None = None) -> CrossedPower:
+def crossed_power(
+    components: CrossedComponents,
+    n_folds: int,
+    n_seeds: int,
+    *,
+    alpha: float = ALPHA,
+    power: float = 0.8,
+    n_sims: int = 4000,
+    seed: int = 0,
+    at: float | None = None,
+) -> CrossedPower:
     """The smallest true difference `crossed_seed_test` detects with `power` (two-sided, `alpha`)
     at F folds x S seeds, by simulation: `n_sims` tables D = a_f + b_s + e_fs drawn at
     `components`, each tested as the test does (`_crossed`). A constant difference moves only the
@@ -616,8 +691,11 @@ def crossed_power(components: CrossedComponents, n_folds: int, n_seeds: int, *, 
         raise RunTestInputError(f"the crossed test's power needs at least 2 seeds, got {n_seeds}")
     rng = np.random.default_rng(seed)
     sd_f, sd_s, sd_e = components.sds()
-    tables = (rng.normal(0, sd_f, (n_sims, n_folds, 1)) + rng.normal(0, sd_s, (n_sims, 1, n_seeds))
-              + rng.normal(0, sd_e, (n_sims, n_folds, n_seeds)))
+    tables = (
+        rng.normal(0, sd_f, (n_sims, n_folds, 1))
+        + rng.normal(0, sd_s, (n_sims, 1, n_seeds))
+        + rng.normal(0, sd_e, (n_sims, n_folds, n_seeds))
+    )
     zeros = {f: {s: 0.0 for s in range(n_seeds)} for f in range(n_folds)}
     est, se, df, fold_p = (np.empty(n_sims) for _ in range(4))
     for i, d in enumerate(tables):
@@ -636,8 +714,9 @@ def crossed_power(components: CrossedComponents, n_folds: int, n_seeds: int, *, 
     for _ in range(60):  # the simulated curve is a step function: bisect to its first step past `power`
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if rejects(mid) < power else (lo, mid)
-    return CrossedPower(n_folds, n_seeds, hi, float(np.mean(fold_p < alpha)), rejects(0.0),
-                        None if at is None else rejects(abs(at)))
+    return CrossedPower(
+        n_folds, n_seeds, hi, float(np.mean(fold_p < alpha)), rejects(0.0), None if at is None else rejects(abs(at))
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -659,8 +738,15 @@ class PBONull:
     p_at_least: float | None
 
 
-def pbo_null(n_candidates: int, n_days: int, n_blocks: int = CSCV_BLOCKS, *, n_replicates: int = 1000,
-             observed: float | None = None, rng: np.random.Generator | None = None) -> PBONull:
+def pbo_null(
+    n_candidates: int,
+    n_days: int,
+    n_blocks: int = CSCV_BLOCKS,
+    *,
+    n_replicates: int = 1000,
+    observed: float | None = None,
+    rng: np.random.Generator | None = None,
+) -> PBONull:
     """PBO's distribution when no candidate is better than another (iid N(0, 1) returns: the Sharpe
     ratios, hence PBO, do not depend on the scale). With few candidates the winner's out-of-sample
     rank takes few values and PBO sits well above 0.5 on noise (about 0.675 for K = 3, T = 911,
@@ -668,11 +754,20 @@ def pbo_null(n_candidates: int, n_days: int, n_blocks: int = CSCV_BLOCKS, *, n_r
     if n_replicates < 1:
         raise RunTestInputError(f"pbo_null needs at least 1 replicate, got {n_replicates}")
     rng = rng or np.random.default_rng(0)
-    values = np.array([pbo_cscv(rng.standard_normal((n_days, n_candidates)), n_blocks).pbo
-                       for _ in range(n_replicates)])
+    values = np.array(
+        [pbo_cscv(rng.standard_normal((n_days, n_candidates)), n_blocks).pbo for _ in range(n_replicates)]
+    )
     p = None if observed is None else float(np.mean(values >= observed))
-    return PBONull(n_candidates, n_days, n_blocks, values, float(values.mean()),
-                   {q: float(np.quantile(values, q)) for q in PBO_QUANTILES}, observed, p)
+    return PBONull(
+        n_candidates,
+        n_days,
+        n_blocks,
+        values,
+        float(values.mean()),
+        {q: float(np.quantile(values, q)) for q in PBO_QUANTILES},
+        observed,
+        p,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -707,8 +802,15 @@ class NestingTest:
         return self.parts["log_loss"].verdict == "worse"
 
 
-def nesting_tests(short: Mapping[str, Runs], cut: Mapping[int, Mapping[str, Runs]], *, cut_length: int,
-                  alpha: float = ALPHA, min_seeds_per_fold: int = 2, seeds: str = "fold") -> list[NestingTest]:
+def nesting_tests(
+    short: Mapping[str, Runs],
+    cut: Mapping[int, Mapping[str, Runs]],
+    *,
+    cut_length: int,
+    alpha: float = ALPHA,
+    min_seeds_per_fold: int = 2,
+    seeds: str = "fold",
+) -> list[NestingTest]:
     """The nesting check over training runs, one `NestingTest` per long N (sorted).
 
     short : {part: the runs of the model trained at N = cut_length}, parts from NESTING_PARTS,
@@ -736,9 +838,15 @@ def nesting_tests(short: Mapping[str, Runs], cut: Mapping[int, Mapping[str, Runs
     if "log_loss" not in short or any("log_loss" not in cut[n] for n in longs):
         raise RunTestInputError("the nesting check needs the log-loss of every arm (part 'log_loss')")
     parts = [p for p in NESTING_PARTS if p in short and all(p in cut[n] for n in longs)]
-    tested = {p: holm_adjust([run_level_test(short[p], cut[n][p], alpha=alpha, min_seeds_per_fold=min_seeds_per_fold,
-                                             seeds=seeds)
-                              for n in longs]) for p in parts}
+    tested = {
+        p: holm_adjust(
+            [
+                run_level_test(short[p], cut[n][p], alpha=alpha, min_seeds_per_fold=min_seeds_per_fold, seeds=seeds)
+                for n in longs
+            ]
+        )
+        for p in parts
+    }
     return [NestingTest(n, cut_length, {p: tested[p][i] for p in parts}) for i, n in enumerate(longs)]
 
 
@@ -779,8 +887,10 @@ def ranking_check(runs: Sequence[Runs], *, seeds: str = "fold", alpha: float = A
     """`RankingCheck` of one arm's runs at three or more lengths, given in increasing N, each pair
     by `run_level_test` with `seeds` (the family's eval.seed_inference)."""
     if len(runs) < 3:
-        raise RunTestInputError(f"the ranking check needs at least three lengths (two are question 1's comparison), "
-                                f"got {len(runs)}: {', '.join(r.label for r in runs)}")
+        raise RunTestInputError(
+            f"the ranking check needs at least three lengths (two are question 1's comparison), "
+            f"got {len(runs)}: {', '.join(r.label for r in runs)}"
+        )
     pairs = [run_level_test(a, b, seeds=seeds, alpha=alpha) for a, b in zip(runs, runs[1:])]
     return RankingCheck(tuple(holm_adjust(pairs, alpha)))
 
@@ -791,5 +901,8 @@ def pooled_components(results: Sequence[RunTestResult]) -> VarianceComponents | 
     comps = [r.components for r in results if math.isfinite(r.components.within_fold_seed)]
     if not comps:
         return None
-    return VarianceComponents(float(np.mean([c.between_fold for c in comps])),
-                              float(np.mean([c.within_fold_seed for c in comps])), sum(c.seed_df for c in comps))
+    return VarianceComponents(
+        float(np.mean([c.between_fold for c in comps])),
+        float(np.mean([c.within_fold_seed for c in comps])),
+        sum(c.seed_df for c in comps),
+    )

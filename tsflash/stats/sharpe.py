@@ -343,8 +343,9 @@ def min_track_record_length(
     return 1.0 + v * (z / (sr - sr_star)) ** 2
 
 
-def min_passing_sharpe(t: float, sr0: float, *, confidence: float = DSR_CONFIDENCE, skew: float = 0.0,
-                       kurtosis: float = 3.0) -> float:
+def min_passing_sharpe(
+    t: float, sr0: float, *, confidence: float = DSR_CONFIDENCE, skew: float = 0.0, kurtosis: float = 3.0
+) -> float:
     """Smallest per-period Sharpe ratio SR whose PSR(sr0) reaches `confidence` over `t` returns:
     the power of the DSR gate (what a "no" rules out).
 
@@ -375,4 +376,3 @@ def min_passing_sharpe(t: float, sr0: float, *, confidence: float = DSR_CONFIDEN
             "the track record is too short"
         )
     return (-b + math.sqrt(disc)) / (2.0 * a)
-

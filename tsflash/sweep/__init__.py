@@ -6,9 +6,14 @@ pre-registration written before a published run and checked against it (`preregi
 from tsflash._exports import lazy_exports
 
 _EXPORTS = {
-    "SweepOptions": "plan", "SweepPlan": "plan", "plan_sweep": "plan", "run_sweep": "run",
-    "confirm": "confirm", "HoldOut": "confirm",
-    "load_data": "source", "configured_bar_count": "source",
+    "SweepOptions": "plan",
+    "SweepPlan": "plan",
+    "plan_sweep": "plan",
+    "run_sweep": "run",
+    "confirm": "confirm",
+    "HoldOut": "confirm",
+    "load_data": "source",
+    "configured_bar_count": "source",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

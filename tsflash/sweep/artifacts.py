@@ -60,8 +60,16 @@ class CellFiles:
             return
         # a cell failed under this worker (its beat came late) belongs to the worker that retries it
         with contextlib.suppress(UpdateFinishedTrialError):
-            cell.set_user_attr(FILES, {self.folder.relative(p): upload_artifact(
-                artifact_store=self.store, file_path=str(p), study_or_trial=cell) for p in paths if p.exists()})
+            cell.set_user_attr(
+                FILES,
+                {
+                    self.folder.relative(p): upload_artifact(
+                        artifact_store=self.store, file_path=str(p), study_or_trial=cell
+                    )
+                    for p in paths
+                    if p.exists()
+                },
+            )
 
     def upload_checkpoint(self, cell: Trial, ckpt_dir: Path, seen: dict[str, int]) -> None:
         """Upload the checkpoint files in `ckpt_dir` rewritten since `seen` ({path: mtime_ns}, updated)
@@ -75,8 +83,14 @@ class CellFiles:
                 changed[self.folder.relative(p)] = p
         if changed:
             old = cell.user_attrs.get(CHECKPOINT, {})
-            cell.set_user_attr(CHECKPOINT, old | {name: upload_artifact(artifact_store=self.store, file_path=str(p),
-                                                                        study_or_trial=cell) for name, p in changed.items()})
+            cell.set_user_attr(
+                CHECKPOINT,
+                old
+                | {
+                    name: upload_artifact(artifact_store=self.store, file_path=str(p), study_or_trial=cell)
+                    for name, p in changed.items()
+                },
+            )
             self._remove(old[name] for name in changed if name in old)
 
     def restore_checkpoint(self, cell: Trial, ckpt_dir: Path) -> None:
@@ -89,8 +103,10 @@ class CellFiles:
             for name, artifact_id in uploaded.items():
                 with atomic_path(self.folder.root / name) as tmp:
                     download_artifact(artifact_store=self.store, file_path=str(tmp), artifact_id=artifact_id)
-            log.info("cell %s: its checkpoint fetched from the artifact store (written by the worker it lost)",
-                     cell.user_attrs.get("cell"))
+            log.info(
+                "cell %s: its checkpoint fetched from the artifact store (written by the worker it lost)",
+                cell.user_attrs.get("cell"),
+            )
 
     def drop_checkpoint(self, cell: Trial) -> None:
         """A saved cell's checkpoint leaves the store (its attribute is emptied)."""

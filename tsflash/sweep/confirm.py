@@ -108,11 +108,14 @@ def missing_days(open_time: np.ndarray, first: str, last: str) -> list[dt.date]:
     """The UTC days of [first, last] on which `open_time` (int64 us) has no bar."""
     have = set((np.asarray(open_time, dtype=np.int64) // US_PER_DAY).tolist())
     n = (_day(last) - _day(first)).days + 1
-    return [d for d in (_day(first) + dt.timedelta(days=i) for i in range(n))
-            if (d - dt.date(1970, 1, 1)).days not in have]
+    return [
+        d for d in (_day(first) + dt.timedelta(days=i) for i in range(n)) if (d - dt.date(1970, 1, 1)).days not in have
+    ]
 
 
-def holdout_fold(open_time: np.ndarray, start_us: int, purge: int, train_bars: int | None) -> tuple[np.ndarray, np.ndarray]:
+def holdout_fold(
+    open_time: np.ndarray, start_us: int, purge: int, train_bars: int | None
+) -> tuple[np.ndarray, np.ndarray]:
     """(train_idx, test_idx): the test block is every bar from `start_us` on (the data ends at the
     hold-out's end); training is every bar before it minus `purge` bars (`train_bars`: the last
     that many only, the rolling scheme), as `tsflash.dataset.splits.walk_forward_folds` builds a fold."""
@@ -126,16 +129,28 @@ def _synthetic_bars(run_cfg: ExperimentConfig, source: dict, hold: HoldOut) -> B
     """The run's walk, cut at the hold-out start, continued by a fresh walk up to its end."""
     d = run_cfg.data
     seed = int(source.get("seed") or 0)
-    base = random_walk_bars(configured_bar_count(run_cfg), seed=seed, start=d.start, interval=d.interval, symbol=d.symbol)
+    base = random_walk_bars(
+        configured_bar_count(run_cfg), seed=seed, start=d.start, interval=d.interval, symbol=d.symbol
+    )
     base = base.slice(0, int(np.searchsorted(base.open_time, to_us(hold.start))))
     step = base.interval_us
     first = to_us(hold.start)
     n_new = (to_us(hold.end, end=True) + 1 - first) // step
     fresh_seed = int(np.random.SeedSequence([seed, 13]).generate_state(1)[0])  # 13: this issue's salt
-    more = random_walk_bars(int(n_new), seed=fresh_seed, start=hold.start, interval=d.interval, symbol=d.symbol,
-                            start_price=float(base.close[-1]), n_gaps=0)
-    cols = {f.name: np.concatenate([getattr(base, f.name), getattr(more, f.name)])
-            for f in dataclasses.fields(Bars) if f.name not in ("symbol", "interval")}
+    more = random_walk_bars(
+        int(n_new),
+        seed=fresh_seed,
+        start=hold.start,
+        interval=d.interval,
+        symbol=d.symbol,
+        start_price=float(base.close[-1]),
+        n_gaps=0,
+    )
+    cols = {
+        f.name: np.concatenate([getattr(base, f.name), getattr(more, f.name)])
+        for f in dataclasses.fields(Bars)
+        if f.name not in ("symbol", "interval")
+    }
     return Bars(**cols, symbol=d.symbol, interval=d.interval)
 
 
@@ -150,9 +165,11 @@ def _load_bars(run_cfg: ExperimentConfig, run_source: dict, hold: HoldOut) -> tu
     after = (_day(d.end) + dt.timedelta(days=1)).isoformat()
     gone = missing_days(bars.open_time, after, hold.end)
     if gone:
-        raise UserError(f"confirm --data {hold.data}: the store lacks {d.symbol} {d.interval} bars for "
-                        f"{len(gone)} day(s) of {after}..{hold.end}: {_ranges(gone)}; "
-                        "fetch or import them first (tsflash data fetch / tsflash data import)")
+        raise UserError(
+            f"confirm --data {hold.data}: the store lacks {d.symbol} {d.interval} bars for "
+            f"{len(gone)} day(s) of {after}..{hold.end}: {_ranges(gone)}; "
+            "fetch or import them first (tsflash data fetch / tsflash data import)"
+        )
     return bars, {"kind": "store", "source": str(hold.data)}
 
 
@@ -178,15 +195,20 @@ def plan_confirm(run_dir: Path | str, start: str, end: str | None = None, data: 
     run_source = read_json(run.data_json) if run.data_json.exists() else {}
     d = run_cfg.data
     if _day(start) <= _day(d.end):
-        raise UserError(f"confirm --start {start} overlaps the run's data range {d.start}..{d.end}: "
-                        f"the hold-out must start after {d.end}")
+        raise UserError(
+            f"confirm --start {start} overlaps the run's data range {d.start}..{d.end}: "
+            f"the hold-out must start after {d.end}"
+        )
     data = data or meta.get("data") or run_source.get("source")
     if not data:
-        raise UserError(f"confirm: {run.root} records no data source (run.json's data, data.json's source); "
-                        "name the bars with --data")
+        raise UserError(
+            f"confirm: {run.root} records no data source (run.json's data, data.json's source); "
+            "name the bars with --data"
+        )
     if end is None:
-        end = (_day(start) + dt.timedelta(days=run_cfg.splits.test_days - 1)).isoformat() if parse_source(data) \
-            else None
+        end = (
+            (_day(start) + dt.timedelta(days=run_cfg.splits.test_days - 1)).isoformat() if parse_source(data) else None
+        )
     if end is not None and _day(end) < _day(start):
         raise UserError(f"confirm --end {end} is before --start {start}")
     if end is None:  # a store: up to its last full day
@@ -201,12 +223,16 @@ def plan_confirm(run_dir: Path | str, start: str, end: str | None = None, data: 
     fold = holdout_fold(bars.open_time, to_us(start), cfg.purge, train_bars)
     h = cfg.labels.horizon
     if len(fold[1]) <= h:
-        raise UserError(f"confirm --start {start} --end {end}: the hold-out has {len(fold[1])} bar(s), not more than "
-                        f"the label horizon ({h} bars): no bar of it has a label")
+        raise UserError(
+            f"confirm --start {start} --end {end}: the hold-out has {len(fold[1])} bar(s), not more than "
+            f"the label horizon ({h} bars): no bar of it has a label"
+        )
     work = RunFolder(run.confirm_dir)
     if work.run_json.exists() and work.read_run().get("hold_out") != dataclasses.asdict(hold):
-        raise UserError(f"confirm: {work.root} holds a confirmation of {work.read_run().get('hold_out')}; "
-                        "remove that folder to confirm another period")
+        raise UserError(
+            f"confirm: {work.root} holds a confirmation of {work.read_run().get('hold_out')}; "
+            "remove that folder to confirm another period"
+        )
     cands = _candidates(ledger)
     if not cands:
         raise UserError(f"confirm: the ledger of {run.root} has no completed trial")
@@ -240,8 +266,19 @@ class _Cells:
             for name, res in engine.run_baselines(self.prepared, FOLD, fold_inputs=self.inputs()).items():
                 stem = self.folder.baseline_stem(FOLD, name)
                 res.save(stem)
-                summaries[name] = cell_summary(res, self.folder, self.strategy, self.fee, kind="baseline", key=baseline_series_name(name), name=name,
-                                                params={}, fold=FOLD, seed=None, stem=stem)
+                summaries[name] = cell_summary(
+                    res,
+                    self.folder,
+                    self.strategy,
+                    self.fee,
+                    kind="baseline",
+                    key=baseline_series_name(name),
+                    name=name,
+                    params={},
+                    fold=FOLD,
+                    seed=None,
+                    stem=stem,
+                )
             write_json(marker, {"fold": FOLD, "baselines": summaries})
             log.info("confirm: baselines done")
         return sorted(read_json(marker)["baselines"])
@@ -253,14 +290,40 @@ class _Cells:
             return
         stem = self.folder.cell_stem(key, FOLD, seed)
         over = {p: v for p, v in params.items() if p in TRAIN_PARAMS}
-        res = engine.run_cell(self.prepared, int(params["n"]), FOLD, seed, self.device,
-                              checkpoint_dir=self.folder.checkpoint_dir(key, FOLD, seed),
-                              train_overrides=over or None, fold_inputs=self.inputs())
+        res = engine.run_cell(
+            self.prepared,
+            int(params["n"]),
+            FOLD,
+            seed,
+            self.device,
+            checkpoint_dir=self.folder.checkpoint_dir(key, FOLD, seed),
+            train_overrides=over or None,
+            fold_inputs=self.inputs(),
+        )
         res.save(stem)
-        write_json(marker, cell_summary(res, self.folder, self.strategy, self.fee, kind="model", key=key, name=key, params=params, fold=FOLD, seed=seed,
-                                         stem=stem))
-        log.info("confirm: %s seed %d: log-loss %.4f on %d hold-out bars", key, seed, res.metrics["log_loss"],
-                 len(res.test_time))
+        write_json(
+            marker,
+            cell_summary(
+                res,
+                self.folder,
+                self.strategy,
+                self.fee,
+                kind="model",
+                key=key,
+                name=key,
+                params=params,
+                fold=FOLD,
+                seed=seed,
+                stem=stem,
+            ),
+        )
+        log.info(
+            "confirm: %s seed %d: log-loss %.4f on %d hold-out bars",
+            key,
+            seed,
+            res.metrics["log_loss"],
+            len(res.test_time),
+        )
 
 
 def _score(setup: Setup, baselines: list[str]) -> None:
@@ -284,9 +347,15 @@ def _write_provenance(setup: Setup, status: str) -> None:
 
     work = setup.work
     meta = work.read_run() if work.exists() else {"created": now_utc()}
-    meta |= {"kind": "confirm", "status": status, "hold_out": dataclasses.asdict(setup.hold),
-             "run": setup.run.root.name, "run_range": list(setup.run_range), "seeds": setup.cfg.train.seeds,
-             "candidates": [c["key"] for c in setup.candidates]}
+    meta |= {
+        "kind": "confirm",
+        "status": status,
+        "hold_out": dataclasses.asdict(setup.hold),
+        "run": setup.run.root.name,
+        "run_range": list(setup.run_range),
+        "seeds": setup.cfg.train.seeds,
+        "candidates": [c["key"] for c in setup.candidates],
+    }
     write_json(work.run_json, meta)
     write_json(work.config_json, setup.cfg.stored())
     if not work.data_json.exists():
@@ -306,15 +375,24 @@ def run_cells(setup: Setup, device: str = "cpu") -> None:
     _write_provenance(setup, "complete")
 
 
-def confirm(run_dir: Path | str, start: str, end: str | None = None, data: str | None = None,
-            device: str = "auto") -> tuple[Path, Path, Path]:
+def confirm(
+    run_dir: Path | str, start: str, end: str | None = None, data: str | None = None, device: str = "auto"
+) -> tuple[Path, Path, Path]:
     """Plan, run (or resume) and report the confirmation; returns (confirm.md, .html, .json)."""
     from tsflash.device import resolve_device
 
     setup = plan_confirm(run_dir, start, end, data)
     dev = str(resolve_device(device))
-    log.info("confirm %s on %s..%s (%d hold-out bars, %d candidates x %d seeds) on %s", setup.run.root,
-             setup.hold.start, setup.hold.end, len(setup.fold[1]), len(setup.candidates), len(setup.cfg.train.seeds), dev)
+    log.info(
+        "confirm %s on %s..%s (%d hold-out bars, %d candidates x %d seeds) on %s",
+        setup.run.root,
+        setup.hold.start,
+        setup.hold.end,
+        len(setup.fold[1]),
+        len(setup.candidates),
+        len(setup.cfg.train.seeds),
+        dev,
+    )
     run_cells(setup, dev)
     return write_confirmation(setup)
 
@@ -333,11 +411,17 @@ def original_verdict(run: RunFolder) -> dict:
     q = read_json(run.root / RESULTS_FILE).get("forecast", {}) if (run.root / RESULTS_FILE).exists() else {}
     v = res.get("verdict", {})
     runs_rule = "dm_answer" in q  # written with question 1 over training runs
-    return {"passed": bool(v.get("passed")), "selected": v.get("selected"), "dsr": v.get("dsr"), "pbo": v.get("pbo"),
-            "n_trials": v.get("n_trials"), "sentence": res.get("verdict_sentence"),
-            "forecast_answer": q.get("answer") if runs_rule else None,
-            "forecast_dm_answer": q.get("dm_answer") if runs_rule else q.get("answer"),
-            "forecast_sentence": q.get("sentence")}
+    return {
+        "passed": bool(v.get("passed")),
+        "selected": v.get("selected"),
+        "dsr": v.get("dsr"),
+        "pbo": v.get("pbo"),
+        "n_trials": v.get("n_trials"),
+        "sentence": res.get("verdict_sentence"),
+        "forecast_answer": q.get("answer") if runs_rule else None,
+        "forecast_dm_answer": q.get("dm_answer") if runs_rule else q.get("answer"),
+        "forecast_sentence": q.get("sentence"),
+    }
 
 
 def forecast_level(orig: dict, fq) -> tuple[str, str | None, str | None]:
@@ -360,8 +444,14 @@ def verdict_holds(orig: dict, nums) -> dict:
     trading = bool(dsr >= v.min_dsr and mean > 0) if orig["passed"] else not v.passed
     level, before, after = forecast_level(orig, nums.forecast)
     forecast = None if before is None or after is None else before == after
-    return {"forecast": forecast, "forecast_level": level, "trading": trading, "selected_dsr": dsr,
-            "selected_psr": row.get("psr"), "selected_mean_daily_net": mean}
+    return {
+        "forecast": forecast,
+        "forecast_level": level,
+        "trading": trading,
+        "selected_dsr": dsr,
+        "selected_psr": row.get("psr"),
+        "selected_mean_daily_net": mean,
+    }
 
 
 def holds_sentences(orig: dict, holds: dict, nums, words: dict) -> list[str]:
@@ -373,26 +463,34 @@ def holds_sentences(orig: dict, holds: dict, nums, words: dict) -> list[str]:
     fq = nums.forecast
     level, before, after = forecast_level(orig, fq)
     if level == "over training runs":
-        forecast = (f"Forecasting, over training runs: the run answered \"{before}\"; on the hold-out, \"{after}\". "
-                    f"The original answer {said(holds['forecast'])}.")
+        forecast = (
+            f'Forecasting, over training runs: the run answered "{before}"; on the hold-out, "{after}". '
+            f"The original answer {said(holds['forecast'])}."
+        )
     else:
         why = fq.runs.reason or "the run has no answer over training runs"
-        own = f" (the run answered \"{orig['forecast_answer']}\" over training runs)" if orig["forecast_answer"] else ""
-        forecast = (f"Forecasting, at the forecast level (the seed ensembles' Diebold-Mariano tests, the same rule; "
-                    f"the hold-out is not tested over training runs: {why}): the run's read \"{before or 'not recorded'}"
-                    f"\"; the hold-out's, \"{after or 'no paired test'}\". The forecast-level reading "
-                    f"{said(holds['forecast'])}; it says whether these ensembles' forecasts differ, not question 1's "
-                    f"answer{own}.")
+        own = f' (the run answered "{orig["forecast_answer"]}" over training runs)' if orig["forecast_answer"] else ""
+        forecast = (
+            f"Forecasting, at the forecast level (the seed ensembles' Diebold-Mariano tests, the same rule; "
+            f"the hold-out is not tested over training runs: {why}): the run's read \"{before or 'not recorded'}"
+            f'"; the hold-out\'s, "{after or "no paired test"}". The forecast-level reading '
+            f"{said(holds['forecast'])}; it says whether these ensembles' forecasts differ, not question 1's "
+            f"answer{own}."
+        )
     out = [forecast]
     n = nums.selection.n_trials
     if orig["passed"]:
-        out.append(f"Trading: the run selected {label(orig['selected'])} (DSR {fmt(orig['dsr'], '.3f')}); on the "
-                   f"hold-out its DSR with the run's {n} trials is {fmt(holds['selected_dsr'], '.3f')} (PSR "
-                   f"{fmt(holds['selected_psr'], '.3f')}, mean daily net {pct_per_day(holds['selected_mean_daily_net'])})"
-                   f". The verdict {said(holds['trading'])}.")
+        out.append(
+            f"Trading: the run selected {label(orig['selected'])} (DSR {fmt(orig['dsr'], '.3f')}); on the "
+            f"hold-out its DSR with the run's {n} trials is {fmt(holds['selected_dsr'], '.3f')} (PSR "
+            f"{fmt(holds['selected_psr'], '.3f')}, mean daily net {pct_per_day(holds['selected_mean_daily_net'])})"
+            f". The verdict {said(holds['trading'])}."
+        )
     else:
-        out.append(f"Trading: no candidate passed the run's gates; on the hold-out, with the run's {n} trials: "
-                   f"{words['sentence']} The verdict {said(holds['trading'])}.")
+        out.append(
+            f"Trading: no candidate passed the run's gates; on the hold-out, with the run's {n} trials: "
+            f"{words['sentence']} The verdict {said(holds['trading'])}."
+        )
     return out
 
 
@@ -401,16 +499,25 @@ def _summary_table(setup: Setup, nums) -> dict:
 
     tr, te = setup.fold
     t = setup.bars.open_time
-    items = [["run", setup.run.root.name], ["run's data range", "..".join(setup.run_range)],
-             ["hold-out", f"{setup.hold.start}..{setup.hold.end} ({plural(len(te), 'bar')}, "
-                          f"{iso(int(t[te[0]]))} .. {iso(int(t[te[-1]]))})"],
-             ["retrained on", f"{iso(int(t[tr[0]]))} .. {iso(int(t[tr[-1]]))} ({plural(len(tr), 'bar')}, purge "
-                              f"{setup.cfg.purge} bars, validation fraction {setup.cfg.splits.val_fraction:g})"],
-             ["data", setup.source.get("source", setup.hold.data)],
-             ["candidates", ", ".join(c["key"] for c in setup.candidates)],
-             ["seeds", ", ".join(map(str, setup.cfg.train.seeds))],
-             ["DSR trial count (the run's ledger)", str(nums.selection.n_trials)],
-             ["fee", f"{setup.cfg.eval.fee_bps:g} bps per unit of turnover"]]
+    items = [
+        ["run", setup.run.root.name],
+        ["run's data range", "..".join(setup.run_range)],
+        [
+            "hold-out",
+            f"{setup.hold.start}..{setup.hold.end} ({plural(len(te), 'bar')}, "
+            f"{iso(int(t[te[0]]))} .. {iso(int(t[te[-1]]))})",
+        ],
+        [
+            "retrained on",
+            f"{iso(int(t[tr[0]]))} .. {iso(int(t[tr[-1]]))} ({plural(len(tr), 'bar')}, purge "
+            f"{setup.cfg.purge} bars, validation fraction {setup.cfg.splits.val_fraction:g})",
+        ],
+        ["data", setup.source.get("source", setup.hold.data)],
+        ["candidates", ", ".join(c["key"] for c in setup.candidates)],
+        ["seeds", ", ".join(map(str, setup.cfg.train.seeds))],
+        ["DSR trial count (the run's ledger)", str(nums.selection.n_trials)],
+        ["fee", f"{setup.cfg.eval.fee_bps:g} bps per unit of turnover"],
+    ]
     return {"header": ["item", "value"], "rows": items}
 
 
@@ -432,16 +539,34 @@ def write_confirmation(setup: Setup) -> tuple[Path, Path, Path]:
     orig = original_verdict(setup.run)
     holds = verdict_holds(orig, nums)
     said = holds_sentences(orig, holds, nums, words)
-    context = {"title": f"Out-of-time confirmation of {setup.run.root.name}", "summary": _summary_table(setup, nums),
-               "holds": said, "forecast": forecast_section(nums, words, None), "trading": trading_section(nums),
-               "selection": selection_section(rd, nums, words, {}), "trading_sentence": words["sentence"]}
+    context = {
+        "title": f"Out-of-time confirmation of {setup.run.root.name}",
+        "summary": _summary_table(setup, nums),
+        "holds": said,
+        "forecast": forecast_section(nums, words, None),
+        "trading": trading_section(nums),
+        "selection": selection_section(rd, nums, words, {}),
+        "trading_sentence": words["sentence"],
+    }
     run = setup.run
     atomic.write_text(run.confirm_md, render(context, "confirm.md.j2"))
     atomic.write_text(run.confirm_html, render(context, "confirm.html.j2"))
-    atomic.write_json(run.confirm_json, clean({
-        "hold_out": dataclasses.asdict(setup.hold), "run_range": list(setup.run_range), "source": setup.source,
-        "n_bars": int(len(setup.fold[1])), "candidates": setup.candidates, "original": orig, "holds": holds,
-        "sentences": said, "questions": results(nums, words), "selection": selection_results(rd, nums, words["notes"]),
-    }))
+    atomic.write_json(
+        run.confirm_json,
+        clean(
+            {
+                "hold_out": dataclasses.asdict(setup.hold),
+                "run_range": list(setup.run_range),
+                "source": setup.source,
+                "n_bars": int(len(setup.fold[1])),
+                "candidates": setup.candidates,
+                "original": orig,
+                "holds": holds,
+                "sentences": said,
+                "questions": results(nums, words),
+                "selection": selection_results(rd, nums, words["notes"]),
+            }
+        ),
+    )
     log.info("confirmation written: %s", run.confirm_md)
     return run.confirm_md, run.confirm_html, run.confirm_json

@@ -104,8 +104,12 @@ def heartbeat_storage(url: str) -> optuna.storages.RDBStorage:
     and `Retry` puts it back in the queue with its parameters and user attrs."""
     interval = int(os.environ.get("TSFLASH_HEARTBEAT_S", HEARTBEAT_S))
     with _quiet():
-        storage = optuna.storages.RDBStorage(url, heartbeat_interval=interval, grace_period=GRACE_FACTOR * interval,
-                                             heartbeat_stale_trial_callback=Retry(max_retry=None))
+        storage = optuna.storages.RDBStorage(
+            url,
+            heartbeat_interval=interval,
+            grace_period=GRACE_FACTOR * interval,
+            heartbeat_stale_trial_callback=Retry(max_retry=None),
+        )
     if storage.engine.dialect.name == "sqlite":
         _serialise_sqlite(storage.engine)
     return storage
@@ -139,8 +143,11 @@ class Retry(optuna.storages.RetryHeartbeatStaleTrialCallback):
             super().__init__(**kwargs)
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        log.info("cell %s (trial %d) lost its worker: queued again, to resume from its checkpoint",
-                 trial.user_attrs.get("cell"), trial.number)
+        log.info(
+            "cell %s (trial %d) lost its worker: queued again, to resume from its checkpoint",
+            trial.user_attrs.get("cell"),
+            trial.number,
+        )
         with _quiet():
             super().__call__(study, trial)
 
@@ -168,17 +175,29 @@ class Ledger:
         self.seed = seed
 
     @classmethod
-    def open(cls, study_name: str, storage: str | optuna.storages.BaseStorage | None, slots: list[Slot], *,
-             shared: bool = False, seed: int = 0) -> Ledger:
+    def open(
+        cls,
+        study_name: str,
+        storage: str | optuna.storages.BaseStorage | None,
+        slots: list[Slot],
+        *,
+        shared: bool = False,
+        seed: int = 0,
+    ) -> Ledger:
         """Create both studies or load them (`load_if_exists`: later workers join the first one's)."""
         # optuna's warning on a failed trial repeats, with a traceback, the exception that reaches
         # the command line anyway (a UserError as one line there).
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         storage = heartbeat_storage(storage) if isinstance(storage, str) else optuna.storages.get_storage(storage)
-        study, cells = (optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler,
-                                            load_if_exists=True)
-                        for name, sampler in ((study_name, trial_sampler(seed, 0, slots)),
-                                              (f"{study_name}:cells", optuna.samplers.RandomSampler(seed))))
+        study, cells = (
+            optuna.create_study(
+                study_name=name, storage=storage, direction="maximize", sampler=sampler, load_if_exists=True
+            )
+            for name, sampler in (
+                (study_name, trial_sampler(seed, 0, slots)),
+                (f"{study_name}:cells", optuna.samplers.RandomSampler(seed)),
+            )
+        )
         return cls(study, cells, slots, shared=shared, seed=seed)
 
     def trials(self, *states: TrialState, study: optuna.Study | None = None) -> list[FrozenTrial]:
@@ -234,8 +253,10 @@ class Ledger:
             self.study.tell(trial, value, skip_if_finished=True)
         stored = self.storage.get_trial(trial._trial_id)
         if stored.state != TrialState.COMPLETE or stored.value != value:
-            raise RuntimeError(f"configuration trial {stored.number} is {stored.state.name} with value {stored.value}, "
-                               f"but this worker scored it {value}: its cells changed under it")
+            raise RuntimeError(
+                f"configuration trial {stored.number} is {stored.state.name} with value {stored.value}, "
+                f"but this worker scored it {value}: its cells changed under it"
+            )
 
     def is_complete(self) -> bool:
         """Does every planned slot have a COMPLETE trial?"""
@@ -267,8 +288,9 @@ class Ledger:
 
     def _duplicate(self, cell: FrozenTrial) -> bool:
         name = cell.user_attrs.get("cell")
-        return any(t.user_attrs.get("cell") == name and t.number < cell.number
-                   for t in self.trials(*_QUEUED, study=self.cells))
+        return any(
+            t.user_attrs.get("cell") == name and t.number < cell.number for t in self.trials(*_QUEUED, study=self.cells)
+        )
 
     def fail(self, cell: FrozenTrial) -> None:
         """Fail a cell that did not finish and queue it again (`Retry`)."""
@@ -278,17 +300,30 @@ class Ledger:
     def rows(self) -> list[dict]:
         """Every configuration of the study as a plain dict (ledger.json; cells are not trials of
         the DSR: their study is left out)."""
-        return [{
-            "number": t.number, "state": t.state.name, "params": t.params, "value": t.value,
-            "key": t.user_attrs.get("key"), "slot": t.user_attrs.get("slot"),
-            "intermediate": {str(k): v for k, v in t.intermediate_values.items()},
-            "daily_returns_path": t.user_attrs.get("daily_returns_path"),
-        } for t in self.trials()]
+        return [
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "params": t.params,
+                "value": t.value,
+                "key": t.user_attrs.get("key"),
+                "slot": t.user_attrs.get("slot"),
+                "intermediate": {str(k): v for k, v in t.intermediate_values.items()},
+                "daily_returns_path": t.user_attrs.get("daily_returns_path"),
+            }
+            for t in self.trials()
+        ]
 
     def write_json(self, path: Path) -> Path:
         rows = self.rows()
-        return write_json(path, {"study_name": self.study.study_name, "trials": rows,
-                                 "n_complete": sum(r["state"] == "COMPLETE" for r in rows)})
+        return write_json(
+            path,
+            {
+                "study_name": self.study.study_name,
+                "trials": rows,
+                "n_complete": sum(r["state"] == "COMPLETE" for r in rows),
+            },
+        )
 
 
 def _pop(storage, waiting: list[FrozenTrial], order, beat: bool = False) -> FrozenTrial | None:
@@ -350,12 +385,14 @@ def check_storage(url: str, flag: str = "--storage", timeout_s: int = 10) -> str
         with engine.connect():
             pass
     except (ModuleNotFoundError, sqlalchemy.exc.NoSuchModuleError) as exc:
-        raise UserError(f"{flag}: no driver for {parsed.drivername} ({exc}); for PostgreSQL: "
-                        "pip install psycopg2-binary") from None
+        raise UserError(
+            f"{flag}: no driver for {parsed.drivername} ({exc}); for PostgreSQL: pip install psycopg2-binary"
+        ) from None
     except sqlalchemy.exc.SQLAlchemyError as exc:
         reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
-        raise UserError(f"{flag}: cannot reach the {backend} server at {where} for database {parsed.database!r}: "
-                        f"{reason}") from None
+        raise UserError(
+            f"{flag}: cannot reach the {backend} server at {where} for database {parsed.database!r}: {reason}"
+        ) from None
     engine.dispose()
     return url
 

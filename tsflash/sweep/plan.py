@@ -155,17 +155,22 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
     return cfg, preset, reduced_note(cfg.to_dict(), "no CUDA device" if not on_cuda else "--preset cpu")
 
 
-
 def _reduced_hint(message: str, reduced: dict, given: dict) -> str:
     """Where a config error names a value the reduced CPU preset set (and the command did not), say so:
     a user who never gave train.steps=12 learns where it came from and how to keep the config's own."""
-    named = [f"{section}.{key}={value}" for section, keys in reduced.items() if isinstance(keys, dict)
-             for key, value in keys.items()
-             if f"{section}.{key}={value}" in message and key not in given.get(section, {})]
+    named = [
+        f"{section}.{key}={value}"
+        for section, keys in reduced.items()
+        if isinstance(keys, dict)
+        for key, value in keys.items()
+        if f"{section}.{key}={value}" in message and key not in given.get(section, {})
+    ]
     if not named:
         return ""
-    return (f" ({', '.join(named)}: the reduced CPU preset's, {CPU_PRESET.name}; give a value that fits it, "
-            "or --preset full for the config's own)")
+    return (
+        f" ({', '.join(named)}: the reduced CPU preset's, {CPU_PRESET.name}; give a value that fits it, "
+        "or --preset full for the config's own)"
+    )
 
 
 def nesting_unmeasured(cfg: ExperimentConfig) -> str | None:
@@ -175,8 +180,10 @@ def nesting_unmeasured(cfg: ExperimentConfig) -> str | None:
     if len(lengths) < 2 or lengths[0] in cfg.eval.context_cuts:
         return None
     cuts = sorted({*cfg.eval.context_cuts, lengths[0]})
-    return (f"the report's nesting check needs the shortest length in eval.context_cuts: N={lengths[0]} is not in "
-            f"{cfg.eval.context_cuts}, so it will say 'not measured' (add --set 'eval.context_cuts={cuts}')")
+    return (
+        f"the report's nesting check needs the shortest length in eval.context_cuts: N={lengths[0]} is not in "
+        f"{cfg.eval.context_cuts}, so it will say 'not measured' (add --set 'eval.context_cuts={cuts}')"
+    )
 
 
 # Keys that change only how saved forecasts are scored, never what is trained: not part of a run.
@@ -208,9 +215,12 @@ def folder_run_key(folder: RunFolder, cfg: ExperimentConfig, data: str, trials: 
         return meta["run_key"]
     if not folder.config_json.exists():
         return None
-    same = (run_hash(read_run_config(folder.root)) == run_hash(cfg) and meta.get("data") == data
-            and meta.get("trials_per_length") == trials
-            and str(meta.get("device", "")).split(":")[0] == device.split(":")[0])
+    same = (
+        run_hash(read_run_config(folder.root)) == run_hash(cfg)
+        and meta.get("data") == data
+        and meta.get("trials_per_length") == trials
+        and str(meta.get("device", "")).split(":")[0] == device.split(":")[0]
+    )
     return meta.get("run_key") if same else None
 
 
@@ -221,9 +231,11 @@ def _with_run_fee(cfg: ExperimentConfig, folder: RunFolder) -> tuple[ExperimentC
     fee = read_run_config(folder.root).eval.fee_bps
     if fee == cfg.eval.fee_bps:
         return cfg, ""
-    note = (f"this run is scored at eval.fee_bps={fee:g} (its config.json), not {cfg.eval.fee_bps:g}: fees are "
-            f"applied at scoring time; `tsflash report {folder.root} --set eval.fee_bps={cfg.eval.fee_bps:g}` "
-            "re-scores its cells at that fee without training")
+    note = (
+        f"this run is scored at eval.fee_bps={fee:g} (its config.json), not {cfg.eval.fee_bps:g}: fees are "
+        f"applied at scoring time; `tsflash report {folder.root} --set eval.fee_bps={cfg.eval.fee_bps:g}` "
+        "re-scores its cells at that fee without training"
+    )
     return replace(cfg, eval=replace(cfg.eval, fee_bps=fee)), note
 
 
@@ -232,8 +244,10 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
     if opts.trials < 1:
         raise UserError(f"--trials must be >= 1 (trials per context length), got {opts.trials}")
     if opts.slice_by not in SLICE_BY:
-        raise UserError(f"--slice-by must be one of {', '.join(SLICE_BY)} (where a --time-budget slice may end), "
-                        f"got {opts.slice_by!r}")
+        raise UserError(
+            f"--slice-by must be one of {', '.join(SLICE_BY)} (where a --time-budget slice may end), "
+            f"got {opts.slice_by!r}"
+        )
     if parse_source(opts.data) is None and not Path(opts.data).is_dir():
         raise UserError(
             f"--data: bar store folder not found: {opts.data} (create it with `tsflash data import FOLDER` "
@@ -243,8 +257,10 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
         raise UserError(f"--end {opts.end} is before --start {opts.start}")
     if opts.devices:
         if opts.device not in ("auto", None):
-            raise UserError(f"--device {opts.device} and --devices {','.join(opts.devices)}: give one of them "
-                            "(--devices cuda:0 is one GPU)")
+            raise UserError(
+                f"--device {opts.device} and --devices {','.join(opts.devices)}: give one of them "
+                "(--devices cuda:0 is one GPU)"
+            )
         devices = parse_devices(",".join(opts.devices))
         device = devices[0]
     else:
@@ -281,5 +297,6 @@ def plan_sweep(opts: SweepOptions) -> SweepPlan:
     cfg, fee_note = _with_run_fee(cfg, RunFolder(run_dir))
     # a shared storage is checked now: an unreachable server is one line, with nothing written
     storage = check_storage(opts.storage) if opts.storage else RunFolder(run_dir).sqlite_url()
-    return SweepPlan(opts, cfg, device, preset, note, run_key, run_dir, resumed, storage, study_name, fee_note,
-                     devices=devices)
+    return SweepPlan(
+        opts, cfg, device, preset, note, run_key, run_dir, resumed, storage, study_name, fee_note, devices=devices
+    )

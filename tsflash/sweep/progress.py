@@ -101,7 +101,6 @@ class MeasuredOnce:
     source: str
 
 
-
 @dataclass(frozen=True)
 class MeasuredPatch:
     """Patch-token model cells (`model.patch` = `patch`) of one N and one `tokens_per_step` (bars a
@@ -118,8 +117,9 @@ class MeasuredPatch:
     source: str
 
 
-def _load_calibration(path: Path = CALIBRATION_FILE) -> tuple[tuple[Measured, ...], tuple[MeasuredOnce, ...],
-                                                          tuple[MeasuredPatch, ...]]:
+def _load_calibration(
+    path: Path = CALIBRATION_FILE,
+) -> tuple[tuple[Measured, ...], tuple[MeasuredOnce, ...], tuple[MeasuredPatch, ...]]:
     """The rows of calibration.toml, each with its source's words from [sources] (a row naming a
     source the table lacks is an error: every figure says where it comes from)."""
     with open(path, "rb") as f:
@@ -135,8 +135,11 @@ def _load_calibration(path: Path = CALIBRATION_FILE) -> tuple[tuple[Measured, ..
             r["lengths"] = tuple(r["lengths"])
         return r
 
-    return (tuple(Measured(**row(r)) for r in table["cells"]), tuple(MeasuredOnce(**row(r)) for r in table["other"]),
-            tuple(MeasuredPatch(**row(r)) for r in table["patch"]))
+    return (
+        tuple(Measured(**row(r)) for r in table["cells"]),
+        tuple(MeasuredOnce(**row(r)) for r in table["other"]),
+        tuple(MeasuredPatch(**row(r)) for r in table["patch"]),
+    )
 
 
 CALIBRATION, CALIBRATION_OTHER, CALIBRATION_PATCH = _load_calibration()
@@ -198,9 +201,16 @@ def model_work(cfg: ExperimentConfig, n: int, params: int) -> Work:
     train = engine.cell_steps(cfg.train) * cfg.train.tokens_per_step * fpt
     scored = 1 if cfg.train.restart_screen else cfg.train.restarts  # screened: the kept restart alone is scored
     evaluate = (2 * test_bars + n) * fpt / FWD_BWD * scored  # forward only
-    return Work("model", f"n{n}", train + evaluate, n=n, train_share=train / (train + evaluate),
-                patch=cfg.model.patch, tokens_per_step=cfg.train.tokens_per_step,
-                protocol=training_protocol(cfg.train))
+    return Work(
+        "model",
+        f"n{n}",
+        train + evaluate,
+        n=n,
+        train_share=train / (train + evaluate),
+        patch=cfg.model.patch,
+        tokens_per_step=cfg.train.tokens_per_step,
+        protocol=training_protocol(cfg.train),
+    )
 
 
 def baseline_work(cfg: ExperimentConfig, fold: int, n_bars: int, n_features: int = len(FEATURE_NAMES)) -> Work:
@@ -229,8 +239,9 @@ def report_work() -> Work:
 
 
 @functools.cache
-def preset_config(preset: str, lengths: tuple[int, ...] = (512, 4096, 32768),
-                  overrides: tuple[str, ...] = ()) -> ExperimentConfig:
+def preset_config(
+    preset: str, lengths: tuple[int, ...] = (512, 4096, 32768), overrides: tuple[str, ...] = ()
+) -> ExperimentConfig:
     """The default config as a calibration row ran it: "full" or with the reduced CPU preset, and the
     row's --set items."""
     from tsflash.config import parse_overrides
@@ -294,8 +305,13 @@ class _Curves:
         def pooled(value: Callable[[Measured], float]) -> list[float]:  # mean over cells, at each N
             return [sum(r.cells * value(r) for r in by_n[n]) / sum(r.cells for r in by_n[n]) for n in lengths]
 
-        return cls(lengths, pooled(lambda r: r.seconds / _row_work(r).units), pooled(lambda r: r.steps / r.max_steps),
-                   pooled(lambda r: r.train_seconds / r.seconds), pooled(lambda r: r.train_seconds / r.steps))
+        return cls(
+            lengths,
+            pooled(lambda r: r.seconds / _row_work(r).units),
+            pooled(lambda r: r.steps / r.max_steps),
+            pooled(lambda r: r.train_seconds / r.seconds),
+            pooled(lambda r: r.train_seconds / r.steps),
+        )
 
 
 class Calibration:
@@ -354,8 +370,10 @@ class Calibration:
     def cell_shape(self, work: Work) -> tuple[float, float]:
         """(share of the maximum steps a cell runs, share of its seconds that is training) at N."""
         curves = self.curves_of(work)
-        return (_log_interp(work.n, curves.lengths, curves.step_share),
-                _log_interp(work.n, curves.lengths, curves.train_fraction))
+        return (
+            _log_interp(work.n, curves.lengths, curves.step_share),
+            _log_interp(work.n, curves.lengths, curves.train_fraction),
+        )
 
     def extra_at_max_steps(self, work: Work, seconds: float) -> float:
         """The seconds a cell estimated at `seconds` adds when it runs all its maximum steps (no early
@@ -392,8 +410,7 @@ class CostModel:
     def observe_steps(self, work: Work, seconds_per_step: float, steps: int) -> None:
         """The current cell's step rate before any cell of its kind finished: the whole cell
         projected from it (its calibrated steps run and training share) against its prior."""
-        share_steps, share_train = (self.prior.cell_shape(work) if isinstance(self.prior, Calibration)
-                                    else (1.0, 1.0))
+        share_steps, share_train = self.prior.cell_shape(work) if isinstance(self.prior, Calibration) else (1.0, 1.0)
         projected = seconds_per_step * steps * share_steps / share_train
         if self.kind_prior[work.kind] == 0 and (prior := self.prior_seconds(work)) > 0:
             self.provisional[work.kind] = projected / prior
@@ -444,8 +461,11 @@ def fresh_works(cfg: ExperimentConfig, trials: int = 1, precision: bool = True) 
 
     params, n_bars = n_params(cfg), configured_bar_count(cfg)
     works = [baseline_work(cfg, k, n_bars) for k in range(cfg.splits.n_folds)]
-    works += [model_work(cfg, n, params) for n in cfg.lengths for _ in range(trials * cfg.splits.n_folds
-                                                                             * len(cfg.train.seeds))]
+    works += [
+        model_work(cfg, n, params)
+        for n in cfg.lengths
+        for _ in range(trials * cfg.splits.n_folds * len(cfg.train.seeds))
+    ]
     return works + ([precision_work(cfg)] if precision else []) + [report_work()]
 
 
@@ -454,9 +474,14 @@ def warn_if_long(works: list[Work], cost: CostModel, device: str, where: str, wo
     refusal) beyond LONG_RUN_S."""
     total = sum(cost.seconds(w) for w in works) / workers
     if total > LONG_RUN_S:
-        log.warning("this run needs about %s on %s (%s): far longer than %s. It runs anyway and resumes where it "
-                    "stops; a CUDA machine, --preset cpu or fewer --lengths is faster", format_seconds(total),
-                    device_name(device), where, format_seconds(LONG_RUN_S))
+        log.warning(
+            "this run needs about %s on %s (%s): far longer than %s. It runs anyway and resumes where it "
+            "stops; a CUDA machine, --preset cpu or fewer --lengths is faster",
+            format_seconds(total),
+            device_name(device),
+            where,
+            format_seconds(LONG_RUN_S),
+        )
     else:
         log.info("estimated time for the remaining work: about %s (%s)", format_seconds(total), where)
     return total
@@ -471,8 +496,15 @@ class Progress:
 
     STEP_LINES = 10  # a DEBUG step line every 1/STEP_LINES of a cell's training steps
 
-    def __init__(self, todo: list[Work], cost: CostModel, done: int = 0, clock: Callable[[], float] = time.monotonic,
-                 bar: bool | None = None, workers: int = 1):
+    def __init__(
+        self,
+        todo: list[Work],
+        cost: CostModel,
+        done: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        bar: bool | None = None,
+        workers: int = 1,
+    ):
         self.todo = list(todo)
         self.cost = cost
         self.total = done + len(todo)
@@ -485,9 +517,17 @@ class Progress:
         # Bars on a terminal only (disable=None: tqdm draws them when stderr is a tty); logs and
         # pipes get the plain log lines, which carry the same figures.
         self._bar_off = True if bar is False else None
-        self.bar = tqdm(total=self.total, initial=done, unit="cell", desc="sweep", file=sys.stderr,
-                        disable=self._bar_off, dynamic_ncols=True, position=0,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} cells [{elapsed}{postfix}]")
+        self.bar = tqdm(
+            total=self.total,
+            initial=done,
+            unit="cell",
+            desc="sweep",
+            file=sys.stderr,
+            disable=self._bar_off,
+            dynamic_ncols=True,
+            position=0,
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} cells [{elapsed}{postfix}]",
+        )
         self.step_bar = None
 
     def remaining_seconds(self) -> float:
@@ -536,8 +576,17 @@ class Progress:
         if self.first_step is None:
             self.first_step = step - 1  # a resumed cell starts past 0
             self.t_first = self.clock()
-            self.step_bar = tqdm(total=steps, initial=step - 1, unit="step", desc=f"  {self.label}", leave=False,
-                                 file=sys.stderr, disable=self._bar_off, dynamic_ncols=True, position=1)
+            self.step_bar = tqdm(
+                total=steps,
+                initial=step - 1,
+                unit="step",
+                desc=f"  {self.label}",
+                leave=False,
+                file=sys.stderr,
+                disable=self._bar_off,
+                dynamic_ncols=True,
+                position=1,
+            )
         self.step_now, self.steps = step, steps
         per_step = self._seconds_per_step()
         if per_step is not None and self.first_step == 0 and self.current is not None:
@@ -551,8 +600,14 @@ class Progress:
                 self.next_line += 1
             self.bar.set_postfix_str(f"ETA {format_seconds(left)}", refresh=False)
             self._draw(self.bar, self.n)
-            log.debug("  %s: step %d of %d (%d %%), sweep ETA %s", self.label, step, steps, 100 * step // steps,
-                      format_seconds(left))
+            log.debug(
+                "  %s: step %d of %d (%d %%), sweep ETA %s",
+                self.label,
+                step,
+                steps,
+                100 * step // steps,
+                format_seconds(left),
+            )
 
     def finish(self, line: str) -> None:
         """One INFO line per finished cell; its seconds refine the estimate (unless it resumed mid-way)."""
@@ -568,8 +623,9 @@ class Progress:
         left = self.remaining_seconds()
         self.bar.set_postfix_str(f"ETA {format_seconds(left)}", refresh=False)
         self._draw(self.bar, self.n)
-        log.info("[%d/%d] %s (elapsed %.0fs, ETA %s)", self.n, self.total, line, self.clock() - self.t0,
-                 format_seconds(left))
+        log.info(
+            "[%d/%d] %s (elapsed %.0fs, ETA %s)", self.n, self.total, line, self.clock() - self.t0, format_seconds(left)
+        )
 
     @staticmethod
     def _draw(bar, n) -> None:

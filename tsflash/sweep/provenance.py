@@ -101,32 +101,40 @@ def write_run_json(plan: SweepPlan) -> None:
     opts = plan.options
     commit = git_commit()
     jobs = gpu_jobs()
-    invocations = meta.get("invocations", []) + [{"started": now_utc(), "command": opts.command, "worker": worker_id(),
-                                                 "git_commit": commit}  # a resumed run may run newer code
-                                                | ({"gpu_jobs": jobs} if jobs else {})]
-    meta.update({
-        "format": RUN_FORMAT,
-        "run_key": plan.run_key,
-        "config_hash": meta.get("config_hash", run_hash(plan.cfg)),
-        "status": meta.get("status", "running"),
-        "created": meta.get("created", now_utc()),
-        "command": meta.get("command", opts.command),
-        "invocations": invocations,
-        "lengths": plan.cfg.lengths,
-        "data": opts.data,
-        "trials_per_length": opts.trials,
-        "search_space": SEARCH_SPACE_DOC if opts.trials > 1 else None,
-        "preset": plan.preset,
-        "preset_note": plan.preset_note,
-        "device": plan.device,
-        "device_name": device_name(plan.device),
-        "devices": plan.devices,
-        "seeds": plan.cfg.train.seeds,
-        "storage": redact(plan.storage) if plan.shared else "sqlite (run folder)/optuna.db",
-        "study_name": plan.study_name,
-        "git_commit": meta.get("git_commit", commit),
-        "packages": package_versions(),
-    })
+    invocations = meta.get("invocations", []) + [
+        {
+            "started": now_utc(),
+            "command": opts.command,
+            "worker": worker_id(),
+            "git_commit": commit,
+        }  # a resumed run may run newer code
+        | ({"gpu_jobs": jobs} if jobs else {})
+    ]
+    meta.update(
+        {
+            "format": RUN_FORMAT,
+            "run_key": plan.run_key,
+            "config_hash": meta.get("config_hash", run_hash(plan.cfg)),
+            "status": meta.get("status", "running"),
+            "created": meta.get("created", now_utc()),
+            "command": meta.get("command", opts.command),
+            "invocations": invocations,
+            "lengths": plan.cfg.lengths,
+            "data": opts.data,
+            "trials_per_length": opts.trials,
+            "search_space": SEARCH_SPACE_DOC if opts.trials > 1 else None,
+            "preset": plan.preset,
+            "preset_note": plan.preset_note,
+            "device": plan.device,
+            "device_name": device_name(plan.device),
+            "devices": plan.devices,
+            "seeds": plan.cfg.train.seeds,
+            "storage": redact(plan.storage) if plan.shared else "sqlite (run folder)/optuna.db",
+            "study_name": plan.study_name,
+            "git_commit": meta.get("git_commit", commit),
+            "packages": package_versions(),
+        }
+    )
     write_json(folder.run_json, meta)
     if not folder.config_json.exists():
         write_json(folder.config_json, plan.cfg.stored())
@@ -155,8 +163,10 @@ def kept_kernel_choices(folder: RunFolder) -> dict[str, dict]:
     return kept
 
 
-PEAK_MEMORY_RULE = ("the job's peak resident set on this host: the larger of this process's VmHWM and the "
-                    "largest child's ru_maxrss (tsflash.device.process_peak_bytes), every phase included")
+PEAK_MEMORY_RULE = (
+    "the job's peak resident set on this host: the larger of this process's VmHWM and the "
+    "largest child's ru_maxrss (tsflash.device.process_peak_bytes), every phase included"
+)
 
 
 def record_peak_memory(folder: RunFolder, through: str) -> int:
@@ -184,18 +194,29 @@ def write_data_json(folder: RunFolder, cfg, bars: Bars, source: dict, folds, pre
     """data.json: source, fingerprint, gaps and every fold's train/test dates."""
     gaps = find_gaps(bars.open_time, bars.interval_us)
     t = bars.open_time
-    fold_rows = [{
-        "fold": k,
-        "train_start": iso(t[tr[0]]), "train_end": iso(t[tr[-1]]),
-        "test_start": iso(t[te[0]]), "test_end": iso(t[te[-1]]),
-        "n_train": int(len(tr)), "n_test": int(len(te)),
-    } for k, (tr, te) in enumerate(folds)]
-    write_json(folder.data_json, {
-        **source,
-        "symbol": bars.symbol, "interval": bars.interval,
-        "range": [cfg.data.start, cfg.data.end],
-        "fingerprint": fingerprint(bars),
-        "n_gaps": int(len(gaps)), "missing_bars": int(gaps.missing.sum()) if len(gaps) else 0,
-        "folds": fold_rows,
-        "prepare_seconds": prep_s,
-    })
+    fold_rows = [
+        {
+            "fold": k,
+            "train_start": iso(t[tr[0]]),
+            "train_end": iso(t[tr[-1]]),
+            "test_start": iso(t[te[0]]),
+            "test_end": iso(t[te[-1]]),
+            "n_train": int(len(tr)),
+            "n_test": int(len(te)),
+        }
+        for k, (tr, te) in enumerate(folds)
+    ]
+    write_json(
+        folder.data_json,
+        {
+            **source,
+            "symbol": bars.symbol,
+            "interval": bars.interval,
+            "range": [cfg.data.start, cfg.data.end],
+            "fingerprint": fingerprint(bars),
+            "n_gaps": int(len(gaps)),
+            "missing_bars": int(gaps.missing.sum()) if len(gaps) else 0,
+            "folds": fold_rows,
+            "prepare_seconds": prep_s,
+        },
+    )

@@ -37,8 +37,14 @@ def load_data(cfg: ExperimentConfig, data: str, default_seed: int) -> tuple[Bars
     `default_seed`).
     """
     if data.startswith(SOURCE_PREFIX):
-        return synthetic_bars(data, configured_bar_count(cfg), default_seed, start=cfg.data.start,
-                              interval=cfg.data.interval, symbol=cfg.data.symbol)
+        return synthetic_bars(
+            data,
+            configured_bar_count(cfg),
+            default_seed,
+            start=cfg.data.start,
+            interval=cfg.data.interval,
+            symbol=cfg.data.symbol,
+        )
     root = Path(data)
     bars = _read_store(root, cfg)
     if not _covers(bars, cfg):
@@ -61,8 +67,12 @@ def check_data(cfg: ExperimentConfig, data: str) -> None:
     if not year_files(root, cfg.data.symbol, cfg.data.interval):
         return
     lo, hi = to_us(cfg.data.start), to_us(cfg.data.end, end=True)
-    verified_files(root, cfg.data.symbol, cfg.data.interval,
-                   lambda year: year_start_us(year) <= hi and year_start_us(year + 1) > lo)
+    verified_files(
+        root,
+        cfg.data.symbol,
+        cfg.data.interval,
+        lambda year: year_start_us(year) <= hi and year_start_us(year + 1) > lo,
+    )
 
 
 def _read_store(root: Path, cfg: ExperimentConfig) -> Bars | None:
@@ -87,11 +97,15 @@ def _fetch(root: Path, cfg: ExperimentConfig) -> None:
     """Fetch the configured range into the store; offline -> one line saying how to import."""
     log.info("the store %s lacks %s..%s: fetching from the Binance archive", root, cfg.data.start, cfg.data.end)
     try:
-        fetch.fetch(symbol=cfg.data.symbol, interval=cfg.data.interval, start=cfg.data.start, end=cfg.data.end, root=root)
+        fetch.fetch(
+            symbol=cfg.data.symbol, interval=cfg.data.interval, start=cfg.data.start, end=cfg.data.end, root=root
+        )
     except UserError as exc:
         raise UserError(
             f"could not fetch {cfg.data.symbol} {cfg.data.interval} {cfg.data.start}..{cfg.data.end} ({exc}); "
             f"offline? {IMPORT_HINT}"
         ) from None
     except OSError as exc:
-        raise UserError(f"could not reach the Binance archive ({exc.__class__.__name__}: {exc}); {IMPORT_HINT}") from None
+        raise UserError(
+            f"could not reach the Binance archive ({exc.__class__.__name__}: {exc}); {IMPORT_HINT}"
+        ) from None

@@ -30,11 +30,13 @@ def effective_sentence(d, n_trials: int) -> str:
     if d is None:
         return ""
     e = d.effective
-    return (f"Effective number of trials: {e.n_effective:.2f} among the {plural(e.n_columns, 'candidate')} ({e.method}, "
-            f"over their daily net returns); scaled to the ledger's {plural(n_trials, 'trial')} and rounded: "
-            f"{d.n_trials_effective}. DSR of the highest-Sharpe candidate with the effective count: "
-            f"{fmt(d.dsr_effective.dsr, '.3f')} (SR0 {per_day(d.dsr_effective.sr0)}); with the raw count it is the DSR "
-            "of the table.")
+    return (
+        f"Effective number of trials: {e.n_effective:.2f} among the {plural(e.n_columns, 'candidate')} ({e.method}, "
+        f"over their daily net returns); scaled to the ledger's {plural(n_trials, 'trial')} and rounded: "
+        f"{d.n_trials_effective}. DSR of the highest-Sharpe candidate with the effective count: "
+        f"{fmt(d.dsr_effective.dsr, '.3f')} (SR0 {per_day(d.dsr_effective.sr0)}); with the raw count it is the DSR "
+        "of the table."
+    )
 
 
 def power_sentence(d, n_trials: int, periods_per_year: float, count_source: str | None = None) -> str:
@@ -46,17 +48,22 @@ def power_sentence(d, n_trials: int, periods_per_year: float, count_source: str 
         return "Power: not computable (the gates did not run)."
     ann = math.sqrt(periods_per_year)
     yearly = lambda x: NA if x is None else f"{x * ann:.2f}"  # noqa: E731
-    trl = ("never: its Sharpe ratio does not exceed SR0" if not math.isfinite(d.min_trl)
-           else f"{plural(math.ceil(d.min_trl), 'day')}")
+    trl = (
+        "never: its Sharpe ratio does not exceed SR0"
+        if not math.isfinite(d.min_trl)
+        else f"{plural(math.ceil(d.min_trl), 'day')}"
+    )
     source = f" ({count_source})" if count_source else ""
-    return (f"Power: with {plural(d.t, 'day')} and {plural(n_trials, 'trial')}{source}, the line an observed "
-            f"annualised Sharpe ratio must cross to pass the DSR gate at {d.confidence:g} (about 50 % power; normal "
-            f"returns) is {yearly(d.min_sharpe)} with the trials' measured Sharpe variance and "
-            f"{yearly(d.min_sharpe_null)} with the null variance 1/T ({yearly(d.min_sharpe_effective)} with "
-            f"{plural(d.n_trials_effective, 'effective trial')}); 80 % power needs a true Sharpe ratio near "
-            f"{yearly(d.power_sharpe)} ({yearly(d.power_sharpe_null)} with the null variance). A true Sharpe ratio "
-            f"below that is not ruled out by a \"no\". Minimum track record length of the highest-Sharpe candidate "
-            f"against SR0: {trl}.")
+    return (
+        f"Power: with {plural(d.t, 'day')} and {plural(n_trials, 'trial')}{source}, the line an observed "
+        f"annualised Sharpe ratio must cross to pass the DSR gate at {d.confidence:g} (about 50 % power; normal "
+        f"returns) is {yearly(d.min_sharpe)} with the trials' measured Sharpe variance and "
+        f"{yearly(d.min_sharpe_null)} with the null variance 1/T ({yearly(d.min_sharpe_effective)} with "
+        f"{plural(d.n_trials_effective, 'effective trial')}); 80 % power needs a true Sharpe ratio near "
+        f"{yearly(d.power_sharpe)} ({yearly(d.power_sharpe_null)} with the null variance). A true Sharpe ratio "
+        f'below that is not ruled out by a "no". Minimum track record length of the highest-Sharpe candidate '
+        f"against SR0: {trl}."
+    )
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,7 @@ class GatePower:
     """What a "no" of the DSR gate rules out, as a report diagnostic (`tsflash.report.diagnostics.base.Diagnostic`)."""
 
     name: str = "gate_power"
-    heading: str = "What a \"no\" rules out"
+    heading: str = 'What a "no" rules out'
     placement: str = TRADING
 
     def compute(self, rd: RunData, nums) -> GateReading:

@@ -88,20 +88,46 @@ class NestingCheck:
 
     def to_dict(self) -> dict:
         """results.json's and questions.json's "nesting": the verdict, each test and gap as numbers."""
-        def result(r: RunTestResult) -> dict:
-            return {"estimate": r.estimate, "ci": list(r.ci), "se": r.se, "df": r.df, "t": r.t, "p": r.p,
-                    "p_holm": r.p_holm, "n_runs": [r.n_runs_a, r.n_runs_b], "fold_differences": list(r.fold_differences)}
 
-        return {"verdict": self.verdict, "reason": self.reason or None, "cut": self.cut, "shortest": self.shortest,
-                "source": self.source or None, "parts_reason": self.parts_reason or None,
-                "parts_residual_per_bar": self.residual, "seeds_per_fold": self.seeds_per_fold,
-                "detectable_80": self.detectable,
-                "tests": [{"n": t.n, "cut": t.cut, "lost_skill": t.lost_skill,
-                           "cut_minus_shortest": {p: result(r) for p, r in t.parts.items()},
-                           "gap": {p: r.estimate for p, r in self.gaps.get(t.n, {}).items()},
-                           "far_context": {p: self.gaps[t.n][p].estimate - r.estimate for p, r in t.parts.items()
-                                           if p in self.gaps.get(t.n, {})}}
-                          for t in self.tests]}
+        def result(r: RunTestResult) -> dict:
+            return {
+                "estimate": r.estimate,
+                "ci": list(r.ci),
+                "se": r.se,
+                "df": r.df,
+                "t": r.t,
+                "p": r.p,
+                "p_holm": r.p_holm,
+                "n_runs": [r.n_runs_a, r.n_runs_b],
+                "fold_differences": list(r.fold_differences),
+            }
+
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason or None,
+            "cut": self.cut,
+            "shortest": self.shortest,
+            "source": self.source or None,
+            "parts_reason": self.parts_reason or None,
+            "parts_residual_per_bar": self.residual,
+            "seeds_per_fold": self.seeds_per_fold,
+            "detectable_80": self.detectable,
+            "tests": [
+                {
+                    "n": t.n,
+                    "cut": t.cut,
+                    "lost_skill": t.lost_skill,
+                    "cut_minus_shortest": {p: result(r) for p, r in t.parts.items()},
+                    "gap": {p: r.estimate for p, r in self.gaps.get(t.n, {}).items()},
+                    "far_context": {
+                        p: self.gaps[t.n][p].estimate - r.estimate
+                        for p, r in t.parts.items()
+                        if p in self.gaps.get(t.n, {})
+                    },
+                }
+                for t in self.tests
+            ],
+        }
 
 
 @dataclass
@@ -157,14 +183,22 @@ def _from_summary(cell: dict, cut: int | None) -> _Run:
     full = _summary_parts(cell["metrics"])
     cut_parts = None if cut is None else _summary_parts(cell["far_context"][str(cut)])
     m = cell["metrics"]
-    return _Run(cell["fold"], cell["seed"], float(m["n_scored"]), full, cut_parts,
-                (m["n_scored"], cell["test_start"], cell["test_end"]))
+    return _Run(
+        cell["fold"],
+        cell["seed"],
+        float(m["n_scored"]),
+        full,
+        cut_parts,
+        (m["n_scored"], cell["test_start"], cell["test_end"]),
+    )
 
 
 def _record(rd: RunData, cell: dict, cut: int | None, per_bar: bool) -> _Run:
     """The cell's _Run (with its cut scoring when `cut` is given), from its .npz or its summary."""
     if per_bar:
-        return _from_cells(rd.folder.cell_stem(cell["key"], cell["fold"], cell["seed"]), cell["fold"], cell["seed"], cut)
+        return _from_cells(
+            rd.folder.cell_stem(cell["key"], cell["fold"], cell["seed"]), cell["fold"], cell["seed"], cut
+        )
     return _from_summary(cell, cut)
 
 
@@ -213,16 +247,20 @@ def nesting_check(rd: RunData, primary: list[str]) -> NestingCheck:
     unscored = [_n(rd, k) for k in longs if any(str(cut) not in (c.get("far_context") or {}) for c in cells[k])]
     if unscored:
         cuts = rd.config.get("eval", {}).get("context_cuts", [])
-        out.reason = (f"the cells of N = {', '.join(map(str, unscored))} were not scored with their context cut to "
-                      f"{cut} bars (eval.context_cuts = {cuts}; runs made before far-context scoring have none)")
+        out.reason = (
+            f"the cells of N = {', '.join(map(str, unscored))} were not scored with their context cut to "
+            f"{cut} bars (eval.context_cuts = {cuts}; runs made before far-context scoring have none)"
+        )
         return out
     per_bar = _has_cut_arrays(rd, cells[short], None) and all(_has_cut_arrays(rd, cells[k], cut) for k in longs)
     out.source = PER_BAR if per_bar else SUMMARIES
     split_in_summaries = all("move" in _summary_parts(c["far_context"][str(cut)]) for k in longs for c in cells[k])
     if not per_bar and not split_in_summaries:
-        out.parts_reason = (f"the cut model's split needs its per-bar probabilities (cells/**/*.npz, array "
-                            f"{CUT_ARRAY.format(cut)}) or cell summaries that hold the cut scoring's parts "
-                            "(cells scored since the nesting check), and this folder has neither")
+        out.parts_reason = (
+            f"the cut model's split needs its per-bar probabilities (cells/**/*.npz, array "
+            f"{CUT_ARRAY.format(cut)}) or cell summaries that hold the cut scoring's parts "
+            "(cells scored since the nesting check), and this folder has neither"
+        )
     try:
         records = {k: [_record(rd, c, None if k == short else cut, per_bar) for c in cells[k]] for k in primary}
         why = next((w for k in longs if (w := _mismatch(records[short], records[k], _n(rd, k)))), "")
@@ -242,8 +280,9 @@ def nesting_check(rd: RunData, primary: list[str]) -> NestingCheck:
     out.residual = max(r.residual for rs in records.values() for r in rs) if per_bar else math.nan
     per_fold = [sum(r.fold == f for r in rs) for rs in records.values() for f in {r.fold for r in rs}]
     out.seeds_per_fold = min(per_fold)
-    out.detectable = _detectable([t.parts["log_loss"] for t in out.tests], len(out.tests[0].parts["log_loss"].folds),
-                                 out.seeds_per_fold)
+    out.detectable = _detectable(
+        [t.parts["log_loss"] for t in out.tests], len(out.tests[0].parts["log_loss"].folds), out.seeds_per_fold
+    )
     return out
 
 
@@ -266,43 +305,60 @@ NESTING_PART_NAMES = {"log_loss": "log-loss", "move": "flat-vs-move part", "dire
 
 
 def _nested(t, part: str = "log_loss") -> str:
-    """"N=32768 cut to 512 bars +0.0054 per bar against N=512 (95 % [...], p 0.056, Holm p 0.056)"."""
+    """\"N=32768 cut to 512 bars +0.0054 per bar against N=512 (95 % [...], p 0.056, Holm p 0.056)"."""
     r = t.parts[part]
-    return (f"N={t.n} cut to {t.cut} bars {signed(r.estimate)} per bar against N={t.cut} (95 % "
-            f"[{signed(r.ci[0])}, {signed(r.ci[1])}], p {fmt(r.p, '.3g')}, Holm p {fmt(r.p_holm, '.3g')})")
+    return (
+        f"N={t.n} cut to {t.cut} bars {signed(r.estimate)} per bar against N={t.cut} (95 % "
+        f"[{signed(r.ci[0])}, {signed(r.ci[1])}], p {fmt(r.p, '.3g')}, Holm p {fmt(r.p_holm, '.3g')})"
+    )
 
 
 def _nested_parts(t) -> str:
-    """"; flat-vs-move part +0.003 (Holm p 0.01), up-vs-down part +0.002 (Holm p 0.2)" where measured."""
+    """\"; flat-vs-move part +0.003 (Holm p 0.01), up-vs-down part +0.002 (Holm p 0.2)" where measured."""
     parts = [p for p in ("move", "direction") if p in t.parts]
-    return "".join(f"; {NESTING_PART_NAMES[p]} {signed(t.parts[p].estimate)} (Holm p {fmt(t.parts[p].p_holm, '.3g')})"
-                   for p in parts)
+    return "".join(
+        f"; {NESTING_PART_NAMES[p]} {signed(t.parts[p].estimate)} (Holm p {fmt(t.parts[p].p_holm, '.3g')})"
+        for p in parts
+    )
 
 
 def nesting_sentence(check) -> str:
     """The nesting check's verdict with its numbers: "passes", "fails: ..." or "not measured"."""
     if check.verdict == "not measured":
         return f"Nesting check: not measured in this run ({check.reason})."
-    lead = (f"Nesting check (each longer N scored with its context cut to the last {check.cut} bars, which every "
-            f"evaluation context holds, against N={check.cut} on the same test bars; over training runs, "
-            f"{plural(check.seeds_per_fold, 'seed')} per fold, Holm over {plural(len(check.tests), 'longer N', 'longer Ns')})")
+    lead = (
+        f"Nesting check (each longer N scored with its context cut to the last {check.cut} bars, which every "
+        f"evaluation context holds, against N={check.cut} on the same test bars; over training runs, "
+        f"{plural(check.seeds_per_fold, 'seed')} per fold, Holm over {plural(len(check.tests), 'longer N', 'longer Ns')})"
+    )
     if check.failed:
         who = "these models" if len(check.failed) > 1 else "this model"
-        return (f"{lead}: {NESTING_FAILS}. " + "; ".join(_nested(t) + _nested_parts(t) for t in check.failed)
-                + f". A long context cannot remove information, so {who} lost short-range skill in training.")
+        return (
+            f"{lead}: {NESTING_FAILS}. "
+            + "; ".join(_nested(t) + _nested_parts(t) for t in check.failed)
+            + f". A long context cannot remove information, so {who} lost short-range skill in training."
+        )
     worst = max(check.tests, key=lambda t: t.parts["log_loss"].estimate)
-    power = (f"; at this design the check finds a loss of {check.detectable:.2g} per bar with 80 % power"
-             if check.detectable else "")
-    return (f"{lead}: passes: no longer N cut to {check.cut} bars forecasts significantly worse than N={check.cut} "
-            f"(the largest difference: {_nested(worst)}{_nested_parts(worst)}){power}.")
+    power = (
+        f"; at this design the check finds a loss of {check.detectable:.2g} per bar with 80 % power"
+        if check.detectable
+        else ""
+    )
+    return (
+        f"{lead}: passes: no longer N cut to {check.cut} bars forecasts significantly worse than N={check.cut} "
+        f"(the largest difference: {_nested(worst)}{_nested_parts(worst)}){power}."
+    )
 
 
 def nesting_answer(check) -> str:
     """What question 1's answer adds from the nesting check: a sentence only when it fails."""
     if not check.failed:
         return ""
-    return (f"The nesting check {NESTING_FAILS}: " + "; ".join(_nested(t) for t in check.failed)
-            + f": in training, the long model lost short-range skill that N={check.cut} learns.")
+    return (
+        f"The nesting check {NESTING_FAILS}: "
+        + "; ".join(_nested(t) for t in check.failed)
+        + f": in training, the long model lost short-range skill that N={check.cut} learns."
+    )
 
 
 def nesting_table(check) -> dict | None:
@@ -311,9 +367,19 @@ def nesting_table(check) -> dict | None:
     if not check.tests:
         return None
     short = f"N={check.cut}"
-    head = ["N (context cut to the shortest N)", "part (per labelled bar)", f"runs ({short}, cut)",
-            f"cut − {short}", "95 % interval", "t (df)", "p", "Holm p (over longer N)", f"gap: full − {short}",
-            "far context: full − cut", "verdict"]
+    head = [
+        "N (context cut to the shortest N)",
+        "part (per labelled bar)",
+        f"runs ({short}, cut)",
+        f"cut − {short}",
+        "95 % interval",
+        "t (df)",
+        "p",
+        "Holm p (over longer N)",
+        f"gap: full − {short}",
+        "far context: full − cut",
+        "verdict",
+    ]
     body = []
     for t in check.tests:
         gaps = check.gaps.get(t.n, {})
@@ -325,9 +391,20 @@ def nesting_table(check) -> dict | None:
                 body.append(row + ["not measured"] + [""] * 5 + [signed(gap), "", ""])
                 continue
             verdict = ("lost skill" if t.lost_skill else "no significant loss") if part == "log_loss" else ""
-            body.append(row + [f"{r.n_runs_a}, {r.n_runs_b}", signed(r.estimate), f"[{signed(r.ci[0])}, {signed(r.ci[1])}]",
-                               f"{fmt(r.t, '+.2f')} ({df_text(r.df)})", fmt(r.p, ".3g"), fmt(r.p_holm, ".3g"), signed(gap),
-                               signed(gap - r.estimate), verdict])
+            body.append(
+                row
+                + [
+                    f"{r.n_runs_a}, {r.n_runs_b}",
+                    signed(r.estimate),
+                    f"[{signed(r.ci[0])}, {signed(r.ci[1])}]",
+                    f"{fmt(r.t, '+.2f')} ({df_text(r.df)})",
+                    fmt(r.p, ".3g"),
+                    fmt(r.p_holm, ".3g"),
+                    signed(gap),
+                    signed(gap - r.estimate),
+                    verdict,
+                ]
+            )
     return _table(head, body)
 
 
@@ -335,24 +412,30 @@ def nesting_notes(check) -> list[str]:
     """How the check is computed, and what of it this run could not measure."""
     if not check.tests:
         return []
-    notes = [f"How: every evaluation context of the cut scoring holds the same last {check.cut} bars as "
-             f"N={check.cut}'s, so both forecasts rest on the same information. Each run (fold, seed) is its mean "
-             "loss per labelled bar on the fold's test bars; per fold, the mean over seeds of the cut model's runs "
-             f"minus the mean over seeds of N={check.cut}'s; the test is {CROSSED_WORDS if check.inference == 'crossed' else 'the one-sample t of these fold differences'} "
-             "(`tsflash.stats.runs.run_level_test`, the test of question 1), Holm over the longer N within each "
-             "part; the log-loss decides, its parts say where the difference lies. Positive: the cut model "
-             "forecasts worse. Gap = far context + (cut − shortest), exactly, on the same runs; the gap's test is "
-             f"question 1's. Source: {check.source}."]
+    notes = [
+        f"How: every evaluation context of the cut scoring holds the same last {check.cut} bars as "
+        f"N={check.cut}'s, so both forecasts rest on the same information. Each run (fold, seed) is its mean "
+        "loss per labelled bar on the fold's test bars; per fold, the mean over seeds of the cut model's runs "
+        f"minus the mean over seeds of N={check.cut}'s; the test is {CROSSED_WORDS if check.inference == 'crossed' else 'the one-sample t of these fold differences'} "
+        "(`tsflash.stats.runs.run_level_test`, the test of question 1), Holm over the longer N within each "
+        "part; the log-loss decides, its parts say where the difference lies. Positive: the cut model "
+        "forecasts worse. Gap = far context + (cut − shortest), exactly, on the same runs; the gap's test is "
+        f"question 1's. Source: {check.source}."
+    ]
     if check.parts_reason:
-        notes.append(f"The split of the cut model's log-loss into its parts: not measured in this run "
-                     f"({check.parts_reason}); the gap's parts are the cells' move_log_loss and moves_fraction × "
-                     "direction_log_loss_moves, which add up to the log-loss up to the 1e-12 probability floor.")
+        notes.append(
+            f"The split of the cut model's log-loss into its parts: not measured in this run "
+            f"({check.parts_reason}); the gap's parts are the cells' move_log_loss and moves_fraction × "
+            "direction_log_loss_moves, which add up to the log-loss up to the 1e-12 probability floor."
+        )
     else:
-        notes.append("The split (per labelled bar, each probability floored at 1e-12): flat-vs-move −log(p_up + "
-                     "p_down) on a bar that moved and −log p_flat on a flat bar; up-vs-down −log q_y on a bar that "
-                     "moved (q_up = p_up / (p_up + p_down)), 0 on a flat bar. The log-loss of this table is their "
-                     "sum run by run, so the parts add up exactly; it differs from the 3-class −log p_y by at most "
-                     f"{check.residual:.2g} nats per bar over these runs (where a probability is floored).")
+        notes.append(
+            "The split (per labelled bar, each probability floored at 1e-12): flat-vs-move −log(p_up + "
+            "p_down) on a bar that moved and −log p_flat on a flat bar; up-vs-down −log q_y on a bar that "
+            "moved (q_up = p_up / (p_up + p_down)), 0 on a flat bar. The log-loss of this table is their "
+            "sum run by run, so the parts add up exactly; it differs from the 3-class −log p_y by at most "
+            f"{check.residual:.2g} nats per bar over these runs (where a probability is floored)."
+        )
     return notes
 
 

@@ -22,8 +22,9 @@ PBO_NULL_REPLICATES = 200  # enough for the quantiles a sentence gives; seeded, 
 
 @functools.lru_cache(maxsize=8)
 def _pbo_null_values(n_candidates: int, n_days: int, n_blocks: int) -> np.ndarray:
-    return pbo_null(n_candidates, n_days, n_blocks, n_replicates=PBO_NULL_REPLICATES,
-                    rng=np.random.default_rng(0)).values
+    return pbo_null(
+        n_candidates, n_days, n_blocks, n_replicates=PBO_NULL_REPLICATES, rng=np.random.default_rng(0)
+    ).values
 
 
 def pbo_null_summary(selection: RunSelection) -> dict | None:
@@ -36,11 +37,19 @@ def pbo_null_summary(selection: RunSelection) -> dict | None:
     assert selection.n_blocks_used is not None  # set whenever PBO was computed
     k, t, blocks = len(selection.verdict.table), len(selection.days), int(selection.n_blocks_used)
     values = _pbo_null_values(k, t, blocks)
-    return {"n_candidates": k, "n_days": t, "n_blocks": blocks, "replicates": len(values), "observed": float(p.pbo),
-            "mean": float(values.mean()), "q05": float(np.quantile(values, 0.05)),
-            "q95": float(np.quantile(values, 0.95)), "p_at_least": float(np.mean(values >= p.pbo)),
-            "p_above_max": float(np.mean(values > selection.verdict.max_pbo)),
-            "informative": bool(pbo_informative(values, p.pbo))}
+    return {
+        "n_candidates": k,
+        "n_days": t,
+        "n_blocks": blocks,
+        "replicates": len(values),
+        "observed": float(p.pbo),
+        "mean": float(values.mean()),
+        "q05": float(np.quantile(values, 0.05)),
+        "q95": float(np.quantile(values, 0.95)),
+        "p_at_least": float(np.mean(values >= p.pbo)),
+        "p_above_max": float(np.mean(values > selection.verdict.max_pbo)),
+        "informative": bool(pbo_informative(values, p.pbo)),
+    }
 
 
 @dataclass(frozen=True)
@@ -53,15 +62,19 @@ def pbo_null_sentence(null: dict | None, max_pbo: float) -> str:
     """PBO's null distribution for the candidates and days at hand, and whether PBO says anything."""
     if not null:
         return ""
-    text = (f"PBO under the null (iid normal daily returns, {plural(null['n_candidates'], 'candidate')}, "
-            f"{plural(null['n_days'], 'day')}, {plural(null['n_blocks'], 'block')}, {null['replicates']} seeded "
-            f"replicates): mean {null['mean']:.3f}, 5 % to 95 % from {null['q05']:.2f} to {null['q95']:.2f}; noise "
-            f"alone gives PBO >= the observed {null['observed']:.3f} in {null['p_at_least']:.0%} of replicates and "
-            f"fails the PBO gate (> {max_pbo:g}) in {null['p_above_max']:.0%}.")
+    text = (
+        f"PBO under the null (iid normal daily returns, {plural(null['n_candidates'], 'candidate')}, "
+        f"{plural(null['n_days'], 'day')}, {plural(null['n_blocks'], 'block')}, {null['replicates']} seeded "
+        f"replicates): mean {null['mean']:.3f}, 5 % to 95 % from {null['q05']:.2f} to {null['q95']:.2f}; noise "
+        f"alone gives PBO >= the observed {null['observed']:.3f} in {null['p_at_least']:.0%} of replicates and "
+        f"fails the PBO gate (> {max_pbo:g}) in {null['p_above_max']:.0%}."
+    )
     if null["informative"]:
         return text + " The observed PBO lies outside that range, so it says more than noise would."
-    return text + (" PBO is not informative here: with so few candidates the observed value lies inside what noise "
-                   "gives, so neither a pass nor a fail of the PBO gate tells overfitting from chance.")
+    return text + (
+        " PBO is not informative here: with so few candidates the observed value lies inside what noise "
+        "gives, so neither a pass nor a fail of the PBO gate tells overfitting from chance."
+    )
 
 
 @dataclass(frozen=True)

@@ -53,12 +53,16 @@ def run_power_sentence(runs) -> str:
     for sc, mdd in runs.power.items():
         if mdd:
             at = " and ".join(f"{mdd[k]:.2g} at {plural(k, 'seed')}" for k in sorted(mdd))
-            parts.append(f"on the {SCORE_NAMES[sc]} {at} (seed sd {runs.seed_sd[sc]:.2g}, between-fold sd "
-                         f"{runs.between_sd[sc]:.2g})")
-    return (f"Power over training runs: from the variance components measured here, the smallest true difference "
-            f"per bar (nats) the run-level test detects with 80 % power at {ALPHA_TEXT} (two-sided, before Holm) "
-            f"over {plural(runs.n_folds, 'fold')}: " + "; ".join(parts) + ". More seeds shrink only the seed part; "
-            "more folds shrink both.")
+            parts.append(
+                f"on the {SCORE_NAMES[sc]} {at} (seed sd {runs.seed_sd[sc]:.2g}, between-fold sd "
+                f"{runs.between_sd[sc]:.2g})"
+            )
+    return (
+        f"Power over training runs: from the variance components measured here, the smallest true difference "
+        f"per bar (nats) the run-level test detects with 80 % power at {ALPHA_TEXT} (two-sided, before Holm) "
+        f"over {plural(runs.n_folds, 'fold')}: " + "; ".join(parts) + ". More seeds shrink only the seed part; "
+        "more folds shrink both."
+    )
 
 
 @dataclass(frozen=True)

@@ -103,18 +103,37 @@ class ProbeCheck:
     def to_dict(self) -> dict:
         """results.json's "probe": per N the means, the differences to the shortest N and the
         transformer's test beside them, as numbers."""
+
         def diff(d: Difference) -> dict:
             return {"mean": d.mean, "ci": [d.lo, d.hi], "p": d.p, "folds": d.folds}
 
-        return {"shortest": self.shortest,
-                "steps": [{"shorter": t.shorter, "longer": t.longer, **diff(t.difference), "p_holm": t.p_holm,
-                           "reads_more": t.reads_more} for t in self.steps],
-                "rows": [
-            {"n": r.n, "series": r.series, "means": r.means, "vs_shortest": {m: diff(d) for m, d in r.vs_shortest.items()},
-             "p_holm": r.p_holm, "reads_more": r.reads_more,
-             "transformer": None if r.transformer is None else {"estimate": r.transformer.estimate,
-                                                                "ci": list(r.transformer.ci), "p": r.transformer.p}}
-            for r in self.rows]}
+        return {
+            "shortest": self.shortest,
+            "steps": [
+                {
+                    "shorter": t.shorter,
+                    "longer": t.longer,
+                    **diff(t.difference),
+                    "p_holm": t.p_holm,
+                    "reads_more": t.reads_more,
+                }
+                for t in self.steps
+            ],
+            "rows": [
+                {
+                    "n": r.n,
+                    "series": r.series,
+                    "means": r.means,
+                    "vs_shortest": {m: diff(d) for m, d in r.vs_shortest.items()},
+                    "p_holm": r.p_holm,
+                    "reads_more": r.reads_more,
+                    "transformer": None
+                    if r.transformer is None
+                    else {"estimate": r.transformer.estimate, "ci": list(r.transformer.ci), "p": r.transformer.p},
+                }
+                for r in self.rows
+            ],
+        }
 
 
 def _per_fold(rd: RunData, series: str, metric: str) -> dict[int, float]:
@@ -155,8 +174,10 @@ def probe_check(rd: RunData, primary: list[dict], runs) -> ProbeCheck:
 
 def _steps(per_n: list[tuple[int, dict[int, float]]]) -> list[ProbeStep]:
     """Each N's probe against the next shorter N's on their common folds, Holm over the steps."""
-    diffs = [(a, b, fold_difference([vb[f] - va[f] for f in sorted(set(va) & set(vb))]))
-             for (a, va), (b, vb) in zip(per_n, per_n[1:])]
+    diffs = [
+        (a, b, fold_difference([vb[f] - va[f] for f in sorted(set(va) & set(vb))]))
+        for (a, va), (b, vb) in zip(per_n, per_n[1:])
+    ]
     diffs = [d for d in diffs if math.isfinite(d[2].p)]
     adjusted: np.ndarray | list[float] = holm([d.p for _, _, d in diffs]) if diffs else []
     return [ProbeStep(a, b, d, float(q)) for (a, b, d), q in zip(diffs, adjusted)]
@@ -166,8 +187,10 @@ def _steps(per_n: list[tuple[int, dict[int, float]]]) -> list[ProbeStep]:
 # Its sentences and table
 
 
-PROBE_LEAD = ("Linear information probe (a logistic regression on sums of log returns and log realised volatility over "
-              "windows of 1, 4, 16, ... bars up to N; every N fitted on the same rows, scored on the same test bars)")
+PROBE_LEAD = (
+    "Linear information probe (a logistic regression on sums of log returns and log realised volatility over "
+    "windows of 1, 4, 16, ... bars up to N; every N fitted on the same rows, scored on the same test bars)"
+)
 
 
 def probe_sentence(check) -> str:
@@ -180,19 +203,29 @@ def probe_sentence(check) -> str:
 
     def one(r) -> str:
         d = r.vs_shortest["log_loss"]
-        ci = f" [{d.lo:+.2g}, {d.hi:+.2g}], p {d.p:.2g}, Holm p {r.p_holm:.2g}" if d.folds > 1 else " (one fold: no interval)"
+        ci = (
+            f" [{d.lo:+.2g}, {d.hi:+.2g}], p {d.p:.2g}, Holm p {r.p_holm:.2g}"
+            if d.folds > 1
+            else " (one fold: no interval)"
+        )
         return f"N={r.n} minus N={short} {d.mean:+.2g} nats per bar{ci}"
 
     longer = check.rows[1:]
     found = [r for r in longer if r.reads_more]
     folds = longer[-1].vs_shortest["log_loss"].folds
-    verdict = (f"the far bars hold information a linear reader finds (at {', '.join(f'N={r.n}' for r in found)})"
-               if found else f"the longer windows give a linear reader nothing significant over N={short}'s")
+    verdict = (
+        f"the far bars hold information a linear reader finds (at {', '.join(f'N={r.n}' for r in found)})"
+        if found
+        else f"the longer windows give a linear reader nothing significant over N={short}'s"
+    )
     out = f"{PROBE_LEAD}, over {plural(folds, 'fold')}: " + "; ".join(one(r) for r in longer) + f": {verdict}."
     used = [r for r in found if r.transformer is not None]
     if used:
-        out += " The transformer at the same N, over training runs: " + "; ".join(
-            f"N={r.n} {r.transformer.estimate:+.2g} (p {r.transformer.p:.2g})" for r in used) + "."
+        out += (
+            " The transformer at the same N, over training runs: "
+            + "; ".join(f"N={r.n} {r.transformer.estimate:+.2g} (p {r.transformer.p:.2g})" for r in used)
+            + "."
+        )
     return out
 
 
@@ -202,29 +235,51 @@ def probe_table(check) -> dict | None:
     if not check.available:
         return None
     short = f"N={check.shortest}"
-    head = ["N", "probe: log-loss", "probe: direction score", f"probe: log-loss − {short} [95 % over folds]", "p",
-            "Holm p", f"probe: direction − {short}", f"transformer: log-loss − {short} [95 % over runs]", "p"]
+    head = [
+        "N",
+        "probe: log-loss",
+        "probe: direction score",
+        f"probe: log-loss − {short} [95 % over folds]",
+        "p",
+        "Holm p",
+        f"probe: direction − {short}",
+        f"transformer: log-loss − {short} [95 % over runs]",
+        "p",
+    ]
     body = []
     for r in check.rows:
         row = [f"N={r.n}", fmt(r.means["log_loss"]), fmt(r.means["direction_log_loss_moves"])]
         d, dd, t = r.vs_shortest.get("log_loss"), r.vs_shortest.get("direction_log_loss_moves"), r.transformer
-        row += ([f"{signed(d.mean)} [{signed(d.lo)}, {signed(d.hi)}]", fmt(d.p, ".3g"), fmt(r.p_holm, ".3g"),
-                 signed(dd.mean)] if d is not None else ["", "", "", ""])
-        row += ([f"{signed(t.estimate)} [{signed(t.ci[0])}, {signed(t.ci[1])}]", fmt(t.p, ".3g")] if t is not None
-                else ["", ""])
+        row += (
+            [
+                f"{signed(d.mean)} [{signed(d.lo)}, {signed(d.hi)}]",
+                fmt(d.p, ".3g"),
+                fmt(r.p_holm, ".3g"),
+                signed(dd.mean),
+            ]
+            if d is not None
+            else ["", "", "", ""]
+        )
+        row += (
+            [f"{signed(t.estimate)} [{signed(t.ci[0])}, {signed(t.ci[1])}]", fmt(t.p, ".3g")]
+            if t is not None
+            else ["", ""]
+        )
         body.append(row)
     return _table(head, body)
 
 
-PROBE_NOTE = ("How: `eval.probe` (`tsflash.dataset.probe`). Per bar t and window w in 1, 4, 16, ... (powers of 4 "
-              "below N, then N), the sum of the log returns of bars t-w+1 .. t and the log of their realised "
-              "volatility; standardised and clipped on the fitted rows, then the logistic baseline's multinomial "
-              "regression (C 0.01). Every N is fitted on the same labelled training rows (those with a whole "
-              "context of the longest N, at most the baselines' 200,000 by their seeded draw), so the N differ in "
-              "their columns alone. The probe has no seeds: its difference is the t of the fold differences "
-              "(df = folds - 1), Holm over the longer N; the transformer's is question 1's test over training "
-              "runs. Negative: N forecasts better than the shortest N. A probe that gains where the transformer "
-              "does not says the information is there and training does not use it.")
+PROBE_NOTE = (
+    "How: `eval.probe` (`tsflash.dataset.probe`). Per bar t and window w in 1, 4, 16, ... (powers of 4 "
+    "below N, then N), the sum of the log returns of bars t-w+1 .. t and the log of their realised "
+    "volatility; standardised and clipped on the fitted rows, then the logistic baseline's multinomial "
+    "regression (C 0.01). Every N is fitted on the same labelled training rows (those with a whole "
+    "context of the longest N, at most the baselines' 200,000 by their seeded draw), so the N differ in "
+    "their columns alone. The probe has no seeds: its difference is the t of the fold differences "
+    "(df = folds - 1), Holm over the longer N; the transformer's is question 1's test over training "
+    "runs. Negative: N forecasts better than the shortest N. A probe that gains where the transformer "
+    "does not says the information is there and training does not use it."
+)
 
 
 @dataclass(frozen=True)

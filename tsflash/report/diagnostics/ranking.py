@@ -16,8 +16,17 @@ from tsflash.report.runlevel import SCORES, RunQuestion
 from tsflash.report.wording import DOES_NOT_FOLLOW, FOLLOWS, NO_ORDER, fmt, label, plural, signed
 from tsflash.stats.runs import IN_ORDER, OUT_OF_ORDER, RankingCheck, RunTestInputError, ranking_check, runs_from_table
 
-__all__ = ["DOES_NOT_FOLLOW", "FOLLOWS", "NO_ORDER", "Ranking", "RankingReading", "information_order", "ranking_of",
-           "ranking_sentence", "with_ranking"]
+__all__ = [
+    "DOES_NOT_FOLLOW",
+    "FOLLOWS",
+    "NO_ORDER",
+    "Ranking",
+    "RankingReading",
+    "information_order",
+    "ranking_of",
+    "ranking_sentence",
+    "with_ranking",
+]
 
 
 def ranking_of(table: dict, primary: list[str], inference: str = "fold") -> RankingCheck:
@@ -35,8 +44,12 @@ def with_ranking(runs: RunQuestion, table: dict | None, primary: list[str]) -> R
     try:
         return dataclasses.replace(runs, ranking=ranking_of(table, primary, runs.inference))
     except RunTestInputError as exc:
-        return RunQuestion(False, f"question 1 cannot be tested over training runs: {exc}", n_folds=runs.n_folds,
-                           seeds_per_fold=runs.seeds_per_fold)
+        return RunQuestion(
+            False,
+            f"question 1 cannot be tested over training runs: {exc}",
+            n_folds=runs.n_folds,
+            seeds_per_fold=runs.seeds_per_fold,
+        )
 
 
 def information_order(ranking, probe: ProbeCheck, lengths: list[int]) -> str | None:
@@ -50,7 +63,9 @@ def information_order(ranking, probe: ProbeCheck, lengths: list[int]) -> str | N
         return None
     if not any(t.reads_more for t in probe.steps):
         return NO_ORDER
-    ok = all(r.verdict == "better" if t.reads_more else r.verdict != "worse" for t, r in zip(probe.steps, ranking.pairs))
+    ok = all(
+        r.verdict == "better" if t.reads_more else r.verdict != "worse" for t, r in zip(probe.steps, ranking.pairs)
+    )
     return FOLLOWS if ok else DOES_NOT_FOLLOW
 
 
@@ -73,27 +88,46 @@ def ranking_sentence(check, steps=(), information: str | None = None) -> str:
 
 
 def _information_reading(steps, information: str) -> str:
-    each = "; ".join(f"N={t.longer} {'reads more' if t.reads_more else 'no more shown'} than N={t.shorter} "
-                     f"({signed(t.difference.mean)} per bar, Holm p {fmt(t.p_holm, '.3g')})" for t in steps)
-    tail = ("no order to hold the ranking to (the probe finds no longer N holding more)"
-            if information == NO_ORDER else f"the ranking {information}")
-    return (f" Against the information the lengths hold, as the linear probe reads it (each N against the next "
-            f"shorter one, t over folds, Holm over the steps: {each}): {tail}.")
+    each = "; ".join(
+        f"N={t.longer} {'reads more' if t.reads_more else 'no more shown'} than N={t.shorter} "
+        f"({signed(t.difference.mean)} per bar, Holm p {fmt(t.p_holm, '.3g')})"
+        for t in steps
+    )
+    tail = (
+        "no order to hold the ranking to (the probe finds no longer N holding more)"
+        if information == NO_ORDER
+        else f"the ranking {information}"
+    )
+    return (
+        f" Against the information the lengths hold, as the linear probe reads it (each N against the next "
+        f"shorter one, t over folds, Holm over the steps: {each}): {tail}."
+    )
 
 
 def _ranking_reading(check) -> str:
-    pairs = "; ".join(f"{label(r.arm_b)} minus {label(r.arm_a)} {signed(r.estimate)} per bar [{signed(r.ci[0])}, "
-                      f"{signed(r.ci[1])}], Holm p {fmt(r.p_holm, '.3g')}" for r in check.pairs)
-    lead = (f"Ranking check (each N against the next shorter one over training runs, log-loss, Holm over "
-            f"{plural(len(check.pairs), 'pair')}): {pairs}")
+    pairs = "; ".join(
+        f"{label(r.arm_b)} minus {label(r.arm_a)} {signed(r.estimate)} per bar [{signed(r.ci[0])}, "
+        f"{signed(r.ci[1])}], Holm p {fmt(r.p_holm, '.3g')}"
+        for r in check.pairs
+    )
+    lead = (
+        f"Ranking check (each N against the next shorter one over training runs, log-loss, Holm over "
+        f"{plural(len(check.pairs), 'pair')}): {pairs}"
+    )
     if check.verdict == IN_ORDER:
         return f"{lead}: in order: every longer N forecasts better than the next shorter one."
     if check.verdict == OUT_OF_ORDER:
         worse = [r for r in check.pairs if r.verdict == "worse"]
-        return f"{lead}: out of order: " + ", ".join(f"{label(r.arm_b)} forecasts worse than {label(r.arm_a)}"
-                                                     for r in worse) + "."
-    return (f"{lead}: not shown: " + ("the estimates fall with N, but not every step is significant."
-                                      if check.estimates_in_order else "the estimates do not fall with N at every step."))
+        return (
+            f"{lead}: out of order: "
+            + ", ".join(f"{label(r.arm_b)} forecasts worse than {label(r.arm_a)}" for r in worse)
+            + "."
+        )
+    return f"{lead}: not shown: " + (
+        "the estimates fall with N, but not every step is significant."
+        if check.estimates_in_order
+        else "the estimates do not fall with N at every step."
+    )
 
 
 @dataclass(frozen=True)
@@ -109,8 +143,9 @@ class Ranking:
         fq = nums.forecast
         fq.runs = with_ranking(fq.runs, fq.table, [s["series"] for s in nums.primary])  # questions.json reads it there
         ranking, probe = fq.runs.ranking, nums.diagnostics["probe"]
-        return RankingReading(ranking, tuple(probe.steps),
-                              information_order(ranking, probe, [s["n"] for s in nums.primary]))
+        return RankingReading(
+            ranking, tuple(probe.steps), information_order(ranking, probe, [s["n"] for s in nums.primary])
+        )
 
     def rows(self, reading: RankingReading) -> dict | None:
         return None

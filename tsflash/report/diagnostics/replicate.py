@@ -106,14 +106,32 @@ class AACheck:
         return self.tail >= self.alpha
 
     def to_dict(self) -> dict:
-        return {"arm": self.arm, "reason": self.reason, "inference": self.inference, "alpha": self.alpha,
-                "run_seeds": list(self.run_seeds), "replicate_seeds": list(self.replicate_seeds),
-                "comparisons": len(self.rows), "differ": self.differ, "differ_holm": self.differ_holm,
-                "tail": self.tail if self.rows else None, "calibrated": self.calibrated if self.rows else None,
-                "rows": [{"n": r.n, "score": r.score, "estimate": r.result.estimate, "ci": list(r.result.ci),
-                          "p": r.result.p, "p_holm": r.p_holm} for r in self.rows],
-                "pooled": runs_results(self.pooled) if self.pooled is not None else None,
-                "pooled_nesting": self.pooled_nesting.to_dict() if self.pooled_nesting is not None else None}
+        return {
+            "arm": self.arm,
+            "reason": self.reason,
+            "inference": self.inference,
+            "alpha": self.alpha,
+            "run_seeds": list(self.run_seeds),
+            "replicate_seeds": list(self.replicate_seeds),
+            "comparisons": len(self.rows),
+            "differ": self.differ,
+            "differ_holm": self.differ_holm,
+            "tail": self.tail if self.rows else None,
+            "calibrated": self.calibrated if self.rows else None,
+            "rows": [
+                {
+                    "n": r.n,
+                    "score": r.score,
+                    "estimate": r.result.estimate,
+                    "ci": list(r.result.ci),
+                    "p": r.result.p,
+                    "p_holm": r.p_holm,
+                }
+                for r in self.rows
+            ],
+            "pooled": runs_results(self.pooled) if self.pooled is not None else None,
+            "pooled_nesting": self.pooled_nesting.to_dict() if self.pooled_nesting is not None else None,
+        }
 
 
 def shared_lengths(run_keys: dict[int, str], replicate_keys: dict[int, str]) -> list[int]:
@@ -124,6 +142,7 @@ def shared_lengths(run_keys: dict[int, str], replicate_keys: dict[int, str]) -> 
 def pooled_table(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys: dict[int, str]) -> dict:
     """One loss table of both seed sets: the arm's single runs and the replicate's (renamed to the
     arm's trial keys by N) at every N both have, and the arm's class prior (its skill reference)."""
+
     def rows(table: dict, keep: np.ndarray, rename: dict[str, str] | None = None) -> dict:
         out = {k: np.asarray(v)[keep] for k, v in table.items()}
         if rename:
@@ -133,11 +152,17 @@ def pooled_table(run: dict, replicate: dict, run_keys: dict[int, str], replicate
     lengths = shared_lengths(run_keys, replicate_keys)
     member = lambda table: np.char.startswith(np.asarray(table["member"]).astype(str), SEED_PREFIX)  # noqa: E731
     series = lambda table, keys: np.isin(np.asarray(table["series"]).astype(str), keys)  # noqa: E731
-    parts = [rows(run, series(run, [run_keys[n] for n in lengths]) & member(run)),
-             rows(replicate, series(replicate, [replicate_keys[n] for n in lengths]) & member(replicate),
-                  {replicate_keys[n]: run_keys[n] for n in lengths}),
-             rows(run, (np.asarray(run["series"]).astype(str) == PRIOR)
-                  & (np.asarray(run["member"]).astype(str) == ENSEMBLE))]
+    parts = [
+        rows(run, series(run, [run_keys[n] for n in lengths]) & member(run)),
+        rows(
+            replicate,
+            series(replicate, [replicate_keys[n] for n in lengths]) & member(replicate),
+            {replicate_keys[n]: run_keys[n] for n in lengths},
+        ),
+        rows(
+            run, (np.asarray(run["series"]).astype(str) == PRIOR) & (np.asarray(run["member"]).astype(str) == ENSEMBLE)
+        ),
+    ]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -147,13 +172,22 @@ def pooled_nesting(run: RunData, replicate: RunData) -> NestingCheck:
     run_keys, replicate_keys = default_keys(run), default_keys(replicate)
     lengths = shared_lengths(run_keys, replicate_keys)
     rename = {replicate_keys[n]: run_keys[n] for n in lengths}
-    cells = ([c for c in run.cells if c["key"] in rename.values()]
-             + [c | {"key": rename[c["key"]]} for c in replicate.cells if c["key"] in rename])
+    cells = [c for c in run.cells if c["key"] in rename.values()] + [
+        c | {"key": rename[c["key"]]} for c in replicate.cells if c["key"] in rename
+    ]
     return nesting_check(dataclasses.replace(run, cells=cells), [run_keys[n] for n in lengths])
 
 
-def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys: dict[int, str], *,
-            inference: str = "fold", alpha: float = ALPHA, arm: str = "") -> AACheck:
+def compare(
+    run: dict,
+    replicate: dict,
+    run_keys: dict[int, str],
+    replicate_keys: dict[int, str],
+    *,
+    inference: str = "fold",
+    alpha: float = ALPHA,
+    arm: str = "",
+) -> AACheck:
     """Replicate minus run at every N both have, on both scores, by `run_level_test` (`inference`:
     eval.seed_inference); `run`, `replicate`: their loss tables; `*_keys`: N -> trial key."""
     lengths = shared_lengths(run_keys, replicate_keys)
@@ -165,10 +199,16 @@ def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys
         for score, (loss, count) in SCORES.items():
             for n in lengths:
                 a = runs_from_table(run, run_keys[n], loss=loss, count=count, label=f"N={n}, the arm's seeds")
-                b = runs_from_table(replicate, replicate_keys[n], loss=loss, count=count, label=f"N={n}, the replicate's")
+                b = runs_from_table(
+                    replicate, replicate_keys[n], loss=loss, count=count, label=f"N={n}, the replicate's"
+                )
                 if shared := set(a.seed.tolist()) & set(b.seed.tolist()):
-                    return AACheck(arm, f"the replicate repeats the arm's seeds {sorted(shared)}: not disjoint runs",
-                                   inference, alpha)
+                    return AACheck(
+                        arm,
+                        f"the replicate repeats the arm's seeds {sorted(shared)}: not disjoint runs",
+                        inference,
+                        alpha,
+                    )
                 seeds[0].update(a.seed.tolist())
                 seeds[1].update(b.seed.tolist())
                 rows.append(AARow(n, score, run_level_test(a, b, alpha=alpha, seeds=inference)))
@@ -177,8 +217,9 @@ def compare(run: dict, replicate: dict, run_keys: dict[int, str], replicate_keys
     rows = [AARow(r.n, r.score, r.result, float(p)) for r, p in zip(rows, holm([r.result.p for r in rows]))]
     table, primary = pooled_table(run, replicate, run_keys, replicate_keys), [run_keys[n] for n in lengths]
     pooled = with_power(with_ranking(run_question(table, primary, inference), table, primary))
-    return AACheck(arm, "", inference, alpha, tuple(sorted(seeds[0])), tuple(sorted(seeds[1])), rows, pooled,
-                   run_keys[lengths[0]])
+    return AACheck(
+        arm, "", inference, alpha, tuple(sorted(seeds[0])), tuple(sorted(seeds[1])), rows, pooled, run_keys[lengths[0]]
+    )
 
 
 def replicate_check(rd: RunData) -> AACheck:
@@ -218,17 +259,24 @@ def aa_sentence(check) -> str:
     n, k = len(check.rows), check.differ
     test = "the fold t" if check.inference == "fold" else "the crossed test"
     seeds = lambda s: ", ".join(map(str, s))  # noqa: E731
-    head = (f"{AA_LEAD} of arm {check.arm} (seeds {seeds(check.replicate_seeds)} against the arm's "
-            f"{seeds(check.run_seeds)}: the same config on the same bars, so no true difference), by question 1's "
-            f"primary test ({test}) at each N and score: {k} of {n} comparisons say \"differ\" at alpha "
-            f"{check.alpha:g} ({check.differ_holm} after Holm over the {n}); a calibrated test says so in "
-            f"{check.alpha * n:.2g} of {n} on average"
-            + (f", and in at least {k} with probability {check.tail:.2g} were they independent (they share runs "
-               "and folds)" if k else ""))
+    head = (
+        f"{AA_LEAD} of arm {check.arm} (seeds {seeds(check.replicate_seeds)} against the arm's "
+        f"{seeds(check.run_seeds)}: the same config on the same bars, so no true difference), by question 1's "
+        f'primary test ({test}) at each N and score: {k} of {n} comparisons say "differ" at alpha '
+        f"{check.alpha:g} ({check.differ_holm} after Holm over the {n}); a calibrated test says so in "
+        f"{check.alpha * n:.2g} of {n} on average"
+        + (
+            f", and in at least {k} with probability {check.tail:.2g} were they independent (they share runs and folds)"
+            if k
+            else ""
+        )
+    )
     if check.calibrated:
         return head + ": within the test's level on these bars at this design."
-    return (head + ": more often than its level allows, so the primary test is not calibrated on these bars at "
-            "this design, and a \"differ\" in question 1 of the arm's run is read with that.")
+    return (
+        head + ": more often than its level allows, so the primary test is not calibrated on these bars at "
+        'this design, and a "differ" in question 1 of the arm\'s run is read with that.'
+    )
 
 
 def pooled_sentence(check) -> str:
@@ -236,8 +284,10 @@ def pooled_sentence(check) -> str:
     the primary reading of a plan with the replicate; "" without one."""
     if not check.arm or check.pooled is None:
         return ""
-    return (f"{POOLED_LEAD} (the arm's seeds and the replicate's, {plural(check.pooled.seeds_per_fold, 'seed')} "
-            f"per fold): " + run_sentence(SimpleNamespace(runs=check.pooled, shortest=check.shortest)))
+    return (
+        f"{POOLED_LEAD} (the arm's seeds and the replicate's, {plural(check.pooled.seeds_per_fold, 'seed')} "
+        f"per fold): " + run_sentence(SimpleNamespace(runs=check.pooled, shortest=check.shortest))
+    )
 
 
 def pooled_nesting_sentence(check) -> str:
@@ -253,9 +303,17 @@ def aa_table(check) -> dict | None:
     if not check or not check.available:
         return None
     head = ["N", "score", "replicate − arm's run per bar [95 % over runs]", "p", "Holm p", "says"]
-    body = [[f"N={r.n}", SCORE_NAMES[r.score], f"{signed(r.result.estimate)} [{signed(r.result.ci[0])}, "
-             f"{signed(r.result.ci[1])}]", fmt(r.result.p, ".3g"), fmt(r.p_holm, ".3g"),
-             "differ" if r.result.p <= check.alpha else "no difference"] for r in check.rows]
+    body = [
+        [
+            f"N={r.n}",
+            SCORE_NAMES[r.score],
+            f"{signed(r.result.estimate)} [{signed(r.result.ci[0])}, {signed(r.result.ci[1])}]",
+            fmt(r.result.p, ".3g"),
+            fmt(r.p_holm, ".3g"),
+            "differ" if r.result.p <= check.alpha else "no difference",
+        ]
+        for r in check.rows
+    ]
     return _table(head, body)
 
 
