@@ -37,7 +37,7 @@ def bench_precision(
     backend: str = "auto",
     batch: int = 1,
     seed: int = 0,
-) -> dict:
+) -> dict:  # long: one argument a line and the method in its docstring; one straight pass
     """bf16 fused kernel vs float64, for attention outputs and for the model's decisions.
 
     Attention: q, k, v ~ N(0, 1) of shape (batch, heads, N, head_dim); the chosen fused backend on

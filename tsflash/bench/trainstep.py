@@ -282,7 +282,7 @@ def bench_train(
     seed: int = 0,
     profile: int = 0,
     bandwidth: bool = False,
-) -> dict:
+) -> dict:  # long: one argument a line and the method in its docstring; one straight pass
     """Time full training steps (forward, loss, backward, clip, AdamW) at fixed tokens per step.
 
     CUDA: bf16 autocast and fused AdamW; CPU: float32. Inputs are random (the data pipeline is not

@@ -58,7 +58,7 @@ def _compile_mode_type(text: str) -> str:
     return options.choice_type(COMPILE_MODES)(text)
 
 
-def register(sub) -> None:
+def register(sub) -> None:  # long: the subcommand's options, one call each
     p = sub.add_parser("bench", help="benchmarks: attention precision, crossover, training step")
     group = p.add_subparsers(dest="bench_command", metavar="BENCH")
     group.required = True

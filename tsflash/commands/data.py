@@ -13,7 +13,7 @@ from tsflash.data import store
 from tsflash.errors import UserError
 
 
-def register(sub) -> None:
+def register(sub) -> None:  # long: the subcommand's options, one call each
     p = sub.add_parser(
         "data",
         help="import, fetch and inspect BTC bars (the canonical Parquet store)",

@@ -18,7 +18,7 @@ from tsflash.config import parse_overrides
 from tsflash.runfolder import RunFolder
 
 
-def register(sub) -> None:
+def register(sub) -> None:  # long: the subcommand's options, one call each
     p = sub.add_parser(
         "sweep",
         help="sweep context lengths N over walk-forward folds and write the report",

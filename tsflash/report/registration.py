@@ -285,7 +285,7 @@ def _check_added_control(c, path: Path, plan: dict) -> None:
     _need(isinstance(c.get("expect", ""), str), path, f"add_controls {name!r}: expect must be a sentence")
 
 
-def _check_amendment(block: dict, path: Path, number: int, plan: dict) -> None:
+def _check_amendment(block: dict, path: Path, number: int, plan: dict) -> None:  # long: one check a refusal
     """Refuse, in one line naming the file, an amendment that is not to this plan or names what it lacks."""
     _need(
         not (extra := sorted(block.keys() - set(_AMENDMENT_KEYS))),

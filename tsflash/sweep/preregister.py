@@ -295,7 +295,7 @@ def build_plan(
     ladder: LadderEntry | None = None,
     aa_seeds: list[int] | None = None,
     stages: Sequence[tuple[str, list[str]]] = (),
-) -> dict:
+) -> dict:  # long: one argument a line; the plan's dict literal, key by key
     """The plan as a dict (PLAN.json): nothing is read but the config presets and the trial ledger.
     `opts` holds what every arm shares (its overrides parsed from `base`, the --set items, kept as
     typed for the commands); each arm adds its own items. `aa_seeds`: the A/A replicate, every arm's
@@ -439,7 +439,7 @@ def ladder_run(plan: dict, out: Path) -> tuple[Path, str] | None:
     return out / LADDER_DIR, f"{ladder['command']} --runs {out / LADDER_DIR}"
 
 
-def render_plan(plan: dict, out: Path) -> str:
+def render_plan(plan: dict, out: Path) -> str:  # long: PLAN.md, section by section
     p, t = plan["primary"], plan["trading"]
     lines = [
         f"# Pre-registration (plan {plan['plan_hash']})",
