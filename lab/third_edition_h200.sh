@@ -44,7 +44,8 @@
 # for the next call on the same warm machine, and are lost only when the machine goes back. So call with
 # SLICE_BY=cell while another call follows, and let the session's last call slice by fold; a fold begun
 # comes first in the next call (tsflash.sweep.workers.CellQueue). Size the last call to a whole fold
-# (`python -m lab.plan --check` says how long one of the next run takes at each N).
+# (`python -m lab.plan --check` says how long one of the next run takes at each N), with room for a
+# fresh process's first cell, which ran 68-72 s at N=4096 on an H100 where later ones ran 51-58 s.
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source lab/device_env.sh
 PLAN=${PLAN:-reports/third-edition}
