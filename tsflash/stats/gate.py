@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -536,25 +536,23 @@ def select_run(
     # else None: the study's ledger is missing, the candidates stand in
     values = ledger_values if len(ledger_values) >= max(2, len(keys)) else None
     sr_var = float(np.var(values, ddof=1)) if values is not None else None
-    no_verdict = cast(Verdict, None)  # set on every path below
-    out = RunSelection([], no_verdict, n_trials, sr_var, np.empty(0, "datetime64[D]"), int(n_blocks), None, [])
-    out.trial_count = TrialCount(n_trials, "the run's own study (complete trials in ledger.json)")
+    trial_count = TrialCount(n_trials, "the run's own study (complete trials in ledger.json)")
     if not keys:
-        out.verdict = _no_gate(Reason.NO_CANDIDATE, [], None, n_trials, min_dsr, max_pbo)
-        return out
-    out.days, mat = _aligned(series)
-    across = ledger.count_for(fingerprint, out.days, config_hash, n_trials) if ledger is not None else None
+        verdict = _no_gate(Reason.NO_CANDIDATE, [], None, n_trials, min_dsr, max_pbo)
+        no_days = np.empty(0, "datetime64[D]")
+        return RunSelection([], verdict, n_trials, sr_var, no_days, int(n_blocks), None, [], trial_count=trial_count)
+    days, mat = _aligned(series)
+    across = ledger.count_for(fingerprint, days, config_hash, n_trials) if ledger is not None else None
     if across is not None and across.n_trials >= n_trials:
-        n_trials = out.n_trials = across.n_trials
-        out.trial_count = across
+        n_trials, trial_count = across.n_trials, across
     errors = {k: _sharpe_error(mat[:, j]) for j, k in enumerate(keys)}
     usable = [k for k in keys if errors[k] is None]
-    out.dropped = [k for k in keys if errors[k] is not None]
-    out.n_profitable = int(np.sum(mat.mean(axis=0) > 0)) if len(mat) else 0
-    reason, error = Reason.TOO_FEW_CANDIDATES, None
+    dropped = [k for k in keys if errors[k] is not None]
+    n_profitable = int(np.sum(mat.mean(axis=0) > 0)) if len(mat) else 0
+    reason, error, n_used = Reason.TOO_FEW_CANDIDATES, None, None
     if len(usable) >= 2:
         t = mat.shape[0]
-        out.n_blocks_used = n_used = min(int(n_blocks), t - t % 2)
+        n_used = min(int(n_blocks), t - t % 2)
         gate = Gate(min_dsr=min_dsr, max_pbo=max_pbo, n_blocks=n_used, periods_per_year=periods_per_year)
         try:
             v = gate.evaluate({k: mat[:, keys.index(k)] for k in usable}, n_trials=n_trials, trial_sharpes=values)
@@ -562,14 +560,26 @@ def select_run(
             reason, error = Reason.GATE_ERROR, str(exc)
         else:  # the gate's table: every candidate's statistics against the one ledger
             by_name = {r["name"]: r | {"key": r["name"]} for r in v.table}
-            out.candidates = [by_name.get(k) or _undefined_row(k, mat[:, j], errors[k]) for j, k in enumerate(keys)]
-            out.verdict = v
+            rows = [by_name.get(k) or _undefined_row(k, mat[:, j], errors[k]) for j, k in enumerate(keys)]
             gated = mat[:, [keys.index(k) for k in usable]]
             assert v.selected is not None  # Gate.evaluate always selects one
-            out.deflation = deflation(gated, usable.index(v.selected), v)
-            return out
-    out.candidates = [_row_without_gate(k, mat[:, j], n_trials, values, periods_per_year) for j, k in enumerate(keys)]
-    sharpes = {r["key"]: r["sharpe"] for r in out.candidates if r["key"] in usable}
+            return RunSelection(
+                candidates=rows,
+                verdict=v,
+                n_trials=n_trials,
+                sr_variance=sr_var,
+                days=days,
+                n_blocks=int(n_blocks),
+                n_blocks_used=n_used,
+                dropped=dropped,
+                n_profitable=n_profitable,
+                deflation=deflation(gated, usable.index(v.selected), v),
+                trial_count=trial_count,
+            )
+    rows = [_row_without_gate(k, mat[:, j], n_trials, values, periods_per_year) for j, k in enumerate(keys)]
+    sharpes = {r["key"]: r["sharpe"] for r in rows if r["key"] in usable}
     best = max(usable, key=sharpes.__getitem__) if usable else keys[0]  # every key has a row
-    out.verdict = _no_gate(reason, out.candidates, best, n_trials, min_dsr, max_pbo, error=error)
-    return out
+    verdict = _no_gate(reason, rows, best, n_trials, min_dsr, max_pbo, error=error)
+    return RunSelection(
+        rows, verdict, n_trials, sr_var, days, int(n_blocks), n_used, dropped, n_profitable, trial_count=trial_count
+    )
