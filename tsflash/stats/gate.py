@@ -563,18 +563,9 @@ def select_run(
             rows = [by_name.get(k) or _undefined_row(k, mat[:, j], errors[k]) for j, k in enumerate(keys)]
             gated = mat[:, [keys.index(k) for k in usable]]
             assert v.selected is not None  # Gate.evaluate always selects one
+            dfl = deflation(gated, usable.index(v.selected), v)
             return RunSelection(
-                candidates=rows,
-                verdict=v,
-                n_trials=n_trials,
-                sr_variance=sr_var,
-                days=days,
-                n_blocks=int(n_blocks),
-                n_blocks_used=n_used,
-                dropped=dropped,
-                n_profitable=n_profitable,
-                deflation=deflation(gated, usable.index(v.selected), v),
-                trial_count=trial_count,
+                rows, v, n_trials, sr_var, days, int(n_blocks), n_used, dropped, n_profitable, dfl, trial_count
             )
     rows = [_row_without_gate(k, mat[:, j], n_trials, values, periods_per_year) for j, k in enumerate(keys)]
     sharpes = {r["key"]: r["sharpe"] for r in rows if r["key"] in usable}
