@@ -46,6 +46,9 @@
 # comes first in the next call (tsflash.sweep.workers.CellQueue). Size the last call to a whole fold
 # (`python -m lab.plan --check` says how long one of the next run takes at each N), with room for a
 # fresh process's first cell, which ran 68-72 s at N=4096 on an H100 where later ones ran 51-58 s.
+# A run's first fold at N=32768 starts on the cost table's H200 price: on an H100 its cell ran 152 s
+# (echo/per-bar), so a fold there needs BUDGET_S of about 540 (three cells and the set-up); slice by
+# fold from the first call of a session while N=32768 folds are left, one fold a call.
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source lab/device_env.sh
 PLAN=${PLAN:-reports/third-edition}
