@@ -156,7 +156,11 @@ BAD = [
     ([*SWEEP, "--set", "model.d_model=-1"], r"tsflash: error: model.d_model must be >= 1, got -1"),
     ([*SWEEP, "--set", "splits.n_folds=0"], r"tsflash: error: splits.n_folds must be >= 1, got 0"),
     ([*SWEEP, "--set", "splits.test_days=400"], r"tsflash: error: the data range data.start..data.end = .* is too short for "
-     r"splits.n_folds=2 test blocks of splits.test_days=400 days, .*"),
+     r"splits.n_folds=2 test blocks of splits.test_days=400 days, .* \(data.start=2024-07-01, data.end=2025-06-30, "
+     r"splits.n_folds=2: the reduced CPU preset's, cpu.toml; give a value that fits it, or --preset full for the config's own\)"),
+    # the command gave data.start: the hint names only what the preset set
+    ([*SWEEP, "--start", "2025-01-01", "--set", "splits.test_days=400"], r"tsflash: error: the data range "
+     r"data.start..data.end = 2025-01-01..2025-06-30 .* \(data.end=2025-06-30, splits.n_folds=2: the reduced CPU preset's, .*\)"),
     # report
     (["report", "run", "--set", "eval.fee=2"], r"tsflash report: error: argument --set: unknown config key 'eval.fee'; known keys here: .*fee_bps.*"),
     (["report", "nope"], r"tsflash: error: report: run folder not found: nope"),

@@ -24,6 +24,7 @@ stay resumable under their recorded key.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -156,14 +157,16 @@ def resolve_config(opts: SweepOptions, device: str) -> tuple[ExperimentConfig, s
 
 
 def _reduced_hint(message: str, reduced: dict, given: dict) -> str:
-    """Where a config error names a value the reduced CPU preset set (and the command did not), say so:
-    a user who never gave train.steps=12 learns where it came from and how to keep the config's own."""
+    """Where a config error names a key the reduced CPU preset set (and the command did not), say so:
+    a user who never gave train.steps=12 learns where it came from and how to keep the config's own.
+    A key is named as a whole word ("data.start..data.end = ..." names both, "train.steps_x" not steps)."""
     named = [
         f"{section}.{key}={value}"
         for section, keys in reduced.items()
         if isinstance(keys, dict)
         for key, value in keys.items()
-        if f"{section}.{key}={value}" in message and key not in given.get(section, {})
+        if re.search(rf"(?<!\w)(?<!\w\.){re.escape(f'{section}.{key}')}(?!\w)", message)
+        and key not in given.get(section, {})
     ]
     if not named:
         return ""
