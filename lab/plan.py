@@ -12,6 +12,7 @@ it applied (`tsflash.sweep.preregister.amended_plan`). A user error is one line,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -68,10 +69,15 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return run(parse_args(argv))
+        code = run(parse_args(argv))
+        sys.stdout.flush()  # a reader that left shows here, in the handler below
+        return code
     except UserError as exc:
         print(f"python -m lab.plan: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `python -m lab.plan --check PLAN | head`: stop quietly, as tsflash.cli does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -126,10 +126,10 @@ def time_left(out: Path, rows: list[dict]) -> dict[str, tuple[float, float]]:
 
 def fold_seconds(out: Path, run: str) -> dict[int, float]:
     """Seconds that a whole fold of planned run `run` takes at each N it still trains: its seeds at the
-    longest cell the run has saved at that N (on the card that trained it), else at the cost table's
-    price on one H200. A device call sliced by fold and shorter than a fold at N finishes no fold
-    there (`tsflash.sweep.workers.CellQueue`). {} for the ladder and for a run with nothing left to
-    train."""
+    longest cell the run has trained at that N (saved, or lost with its per-bar file: `lost_cell_seconds`;
+    on the card that trained it), else at the cost table's price on one H200. A device call sliced by
+    fold and shorter than a fold at N finishes no fold there (`tsflash.sweep.workers.CellQueue`).
+    {} for the ladder and for a run with nothing left to train."""
     plan = amended_plan(out)
     found = [(r, d) for name, _, r, d in planned_runs(plan, out) if name == run]
     if not found:  # the ladder: its script's replicates, not folds of one sweep
@@ -137,8 +137,21 @@ def fold_seconds(out: Path, run: str) -> dict[int, float]:
     (resolved, run_dir), = found
     cost, works = _works_left(plan, resolved, run_dir)
     models = [w for w in works if w.kind == "model"]
-    seeds = len(resolved["config"]["train"]["seeds"])
-    return {n: seeds * max(cost.longest(w) for w in models if w.n == n) for n in sorted({w.n for w in models})}
+    seeds, lost = len(resolved["config"]["train"]["seeds"]), lost_cell_seconds(RunFolder(run_dir))
+    return {n: seeds * max([cost.longest(w) for w in models if w.n == n] + lost.get(n, []))
+            for n in sorted({w.n for w in models})}
+
+
+def lost_cell_seconds(folder: RunFolder) -> dict[int, list[float]]:
+    """N -> the wall-clock seconds of the run's model cells trained but not saved (their per-bar files
+    stayed on a device before their fold was scored): what a sweep's cost model does not learn from,
+    though they ran on the card that trains the run."""
+    lost: dict[int, list[float]] = {}
+    for marker in folder.model_cell_markers():
+        cell = read_json(marker)
+        if not folder.cell_saved(cell["key"], cell["fold"], cell["seed"]):
+            lost.setdefault(int(cell["n"]), []).append(float(cell["seconds"]))
+    return lost
 
 
 def _fold_words(out: Path, run: str) -> str:
@@ -147,9 +160,9 @@ def _fold_words(out: Path, run: str) -> str:
     if not folds:
         return ""
     at = ", ".join(f"{format_seconds(s)} at N={n}" for n, s in sorted(folds.items(), reverse=True))
-    return (f" A whole fold of {run} takes about {at} (its seeds at the longest cell the run saved at that N, on "
-            "the card that trained it; else the cost table's price on one H200); a device call shorter than that "
-            "trains no fold at that N, or trains cells that are lost when the machine goes back.")
+    return (f" A whole fold of {run} takes about {at} (its seeds at the longest cell the run trained at that N, "
+            "saved or lost, on the card that trained it; else the cost table's price on one H200); a device call "
+            "shorter than that trains no fold at that N, or trains cells that are lost when the machine goes back.")
 
 
 def next_runs(out: Path, rows: list[dict] | None = None) -> tuple[str | None, list[str]]:

@@ -13,10 +13,12 @@ from lab import edition, edition_figures
 from lab import plan_state as lab_plan
 from lab.plan import main as plan_main
 from lab.preregister import main as preregister_main
+from tests.conftest import REPO
 from tests.sweep.test_sweep import TINY
 from tsflash.cli import main
 from tsflash.report import registration
 from tsflash.report.wording import DOES_NOT_FOLLOW, FOLLOWS
+from tsflash.runfolder import CELL_SUFFIX, RunFolder
 from tsflash.sweep import preregister
 from tsflash.sweep.progress import format_seconds
 
@@ -57,7 +59,7 @@ def test_the_summary_reads_the_complete_stages_and_copies_every_figure(plan_dir,
     folds = lab_plan.fold_seconds(plan_dir, "regime/per-bar")
     assert list(folds) == [16, 32] and all(v > 0 for v in folds.values()) and folds[32] >= folds[16]
     assert (f" A whole fold of regime/per-bar takes about {format_seconds(folds[32])} at N=32, "
-            f"{format_seconds(folds[16])} at N=16 (its seeds at the longest cell the run saved") in first
+            f"{format_seconds(folds[16])} at N=16 (its seeds at the longest cell the run trained") in first
     assert lab_plan.fold_seconds(plan_dir, "per-bar") == {}  # complete: nothing left to train
     assert lab_plan.fold_seconds(plan_dir, "ladder") == {}  # its script's replicates, not one sweep's folds
     assert plan_main(["--summary", str(plan_dir)]) == 0
@@ -235,3 +237,43 @@ def test_no_summary_without_a_plan_or_before_a_stage_is_complete(tmp_path, capsy
     assert not (out / edition.SUMMARY_MD).exists() and not (out / edition.SUMMARY_JSON).exists()
     assert main(["preregister", "--lengths", "16", "--out", str(tmp_path / "x")]) == 2  # the default store: none here
     assert "argument --data: bar store folder not found: data" in capsys.readouterr().err
+
+
+def test_a_fold_is_priced_at_the_longest_cell_the_run_trained_lost_cells_too(plan_dir, tmp_path, capsys):
+    """A cell trained on a device whose per-bar file stayed there (its fold not scored) is not saved, so a
+    sweep's cost model does not learn from it; the fold's price does: it ran on the card that trains the run.
+    A saved cell's summary is not counted twice."""
+    import shutil
+
+    out = tmp_path / "plan"
+    shutil.copytree(plan_dir, out)
+    before = lab_plan.fold_seconds(out, "regime/per-bar")
+    folder = RunFolder(out / "controls" / "regime" / "per-bar")
+    stem = folder.cell_stem("n32", 0, 0)
+    stem.parent.mkdir(parents=True)
+    lost = 1000.0
+    assert 0 < before[32] < 3 * lost  # the cost table's price, below the lost cell's
+    (stem.parent / f"{stem.name}{CELL_SUFFIX}").write_text(json.dumps(
+        {"kind": "model", "key": "n32", "n": 32, "fold": 0, "seed": 0, "seconds": lost}))
+    assert lab_plan.lost_cell_seconds(folder) == {32: [lost]}
+    seeds = len(json.loads((out / registration.PLAN_JSON).read_text())["arms"][0]["seeds"])
+    after = lab_plan.fold_seconds(out, "regime/per-bar")
+    assert after == {16: before[16], 32: seeds * lost}  # N=16 keeps its price: no cell of it was trained
+    assert plan_main(["--check", str(out)]) == 0
+    assert (f" A whole fold of regime/per-bar takes about {format_seconds(seeds * lost)} at N=32, "
+            f"{format_seconds(before[16])} at N=16 (its seeds at the longest cell the run trained at that N, saved or "
+            "lost, on the card that trained it;") in capsys.readouterr().out.splitlines()[0]
+    assert lab_plan.lost_cell_seconds(RunFolder(out / "per-bar")) == {}  # a complete run: every cell saved
+
+
+def test_the_plans_state_piped_into_head_stops_quietly(plan_dir):
+    """`python -m lab.plan --check PLAN | head -1`: exit 141 (128 + SIGPIPE) and no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "lab.plan", "--check", str(plan_dir)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the script has written a line: every write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err
