@@ -39,7 +39,7 @@ from tsflash.atomic import write_text  # noqa: E402
 from tsflash.config import (  # noqa: E402
     config_from_dict,
     merge_overrides,
-    parse_overrides,  # noqa: E402
+    parse_overrides,
 )
 from tsflash.data.store import fingerprint, load_bars  # noqa: E402
 from tsflash.data.synthetic import synthetic_bars  # noqa: E402

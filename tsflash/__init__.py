@@ -19,7 +19,7 @@ import os
 # CLI, the notebook API and the scripts alike (not a torch imported before tsflash).
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
-from tsflash._exports import lazy_exports  # noqa: E402  (after the setting above)
+from tsflash._exports import lazy_exports  # after the setting above
 
 __version__ = "0.1.0"
 

@@ -53,7 +53,7 @@ class _PatchProbe:
     """A patch model's interface that forecasts its window's start at every patch end (feature 0
     carries the bar index), so that the test recovers which window scored each bar."""
 
-    class config:  # noqa: N801 (what predict_range reads: the model's config.patch)
+    class config:  # what predict_range reads: the model's config.patch
         patch = 4
 
     def __call__(self, x):

@@ -25,12 +25,12 @@ RECIPES = {"ema": {"ema_decay": 0.8}, "wsd": {"schedule": "wsd", "decay_fraction
 
 
 @pytest.fixture(scope="module")
-def fixed(bars):  # noqa: F811
+def fixed(bars):
     return engine.prepare(tiny_cfg(train={"steps": 6}), bars, "cpu")
 
 
 @pytest.fixture(scope="module")
-def validated(bars):  # noqa: F811
+def validated(bars):
     """Validation every 3 steps, patience 2, a high lr: the stable phase stops early."""
     return engine.prepare(tiny_cfg(**VALIDATED), bars, "cpu")
 

@@ -20,12 +20,12 @@ RESTARTS = {**VALIDATED, "train": {**VALIDATED["train"], "restarts": 2}}
 
 
 @pytest.fixture(scope="module")
-def one_by_one(bars):  # noqa: F811
+def one_by_one(bars):
     return engine.prepare(tiny_cfg(**VALIDATED), bars, "cpu")
 
 
 @pytest.fixture(scope="module")
-def with_restarts(bars):  # noqa: F811
+def with_restarts(bars):
     return engine.prepare(tiny_cfg(**RESTARTS), bars, "cpu")
 
 
@@ -91,7 +91,7 @@ def test_restarts_need_a_validation_tail_and_say_so_in_the_recipe():
     assert tiny_cfg(**RESTARTS).to_dict()["train"]["restarts"] == 2
 
 
-def _screened(bars, screen: int, restarts: int = 3):  # noqa: F811
+def _screened(bars, screen: int, restarts: int = 3):
     cfg = {**VALIDATED, "train": {**VALIDATED["train"], "restarts": restarts, "restart_screen": screen}}
     return engine.prepare(tiny_cfg(**cfg), bars, "cpu")
 
@@ -101,7 +101,7 @@ def _seen_by(result, step: int) -> float:  # by hand, not engine.lowest_val_loss
     return min(v for s, v in zip(curve["step"], curve["val_loss"]) if s <= step)
 
 
-def test_a_screened_cell_continues_alone_the_restart_best_validated_by_the_screen(one_by_one, bars, monkeypatch):  # noqa: F811
+def test_a_screened_cell_continues_alone_the_restart_best_validated_by_the_screen(one_by_one, bars, monkeypatch):
     """train.restart_screen=3: the restarts of fold 0, seed 1 (seeds 3, 4, 5) train to step 3, and
     the one with the lowest validation loss by then (seed 5) goes on: the cell is that seed's run,
     bit for bit, though its full run is not the best at the end (seed 3 is: a screen can choose
@@ -133,7 +133,7 @@ def test_a_screened_cell_continues_alone_the_restart_best_validated_by_the_scree
     assert rows.index(min(rows, key=lambda row: recipes._seen_loss(row, 3))) == kept
 
 
-def test_a_screened_restart_that_stopped_before_the_screen_is_kept_whole(one_by_one, bars):  # noqa: F811
+def test_a_screened_restart_that_stopped_before_the_screen_is_kept_whole(one_by_one, bars):
     """Seeds 0-2 of fold 0 at screen 12: seed 0 stopped early at step 9 and has the lowest
     validation loss by step 12; the cell is its run."""
     singles = [engine.run_fold(one_by_one, 32, 0, s) for s in (0, 1, 2)]
@@ -144,7 +144,7 @@ def test_a_screened_restart_that_stopped_before_the_screen_is_kept_whole(one_by_
 
 
 @pytest.mark.parametrize("kill_at", [5, 11])  # in the second restart's screening; in the kept one's continuation
-def test_a_screened_cell_killed_anywhere_resumes_to_the_same_result(bars, tmp_path, kill_at):  # noqa: F811
+def test_a_screened_cell_killed_anywhere_resumes_to_the_same_result(bars, tmp_path, kill_at):
     screened = _screened(bars, 3)
     whole = engine.run_cell(screened, 32, 0, 1)
 

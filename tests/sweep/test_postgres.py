@@ -186,7 +186,7 @@ def test_workers_completing_a_configuration_at_once_complete_it_once(postgres):
             for config in configs:
                 ledger.complete(Trial(ledger.study, config._trial_id), float(config.number),
                                 record=lambda trial: at_once.wait())
-        except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
+        except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
     threads = [threading.Thread(target=score, args=(ledger,)) for ledger in workers]

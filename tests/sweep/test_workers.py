@@ -378,7 +378,7 @@ def test_two_workers_saving_a_configurations_last_two_cells_at_once_complete_it_
                 done[name].append(run(job))
                 if job.kind == "cell":
                     both_saved.wait()  # the two last cells are saved at once
-        except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
+        except BaseException as exc:  # reported by the main thread
             errors.append(exc)
         finally:
             jobs[name].close()  # a failed job is queued again, and the other worker is not left waiting on it

@@ -70,7 +70,7 @@ def measure_attention(
         if not is_oom(exc):
             raise
         row["status"], row["error"] = "oom", str(exc).splitlines()[0][:200]
-    q = k = v = grad = None  # type: ignore[assignment]  # noqa: F841  (release before the next size)
+    q = k = v = grad = None  # type: ignore[assignment]  # release before the next size
     free_memory(device)
     return row
 

@@ -224,8 +224,8 @@ def measure_train_step(
         "kernel_choice": model.kernel_choice,
     }
 
-    # noqa F821 below: ruff reads the closure's names as undefined because the `del` at the end
-    # frees them; step() is never called after it.
+    # F821 in step(): the `del` at the end frees the closure's names, which ruff then reads as undefined;
+    # step() is never called after it.
     def step():
         with autocast(device):
             _, loss = step_model(x, y)  # noqa: F821
