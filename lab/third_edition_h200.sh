@@ -6,9 +6,9 @@
 # the ladder's script) with --time-budget BUDGET_S, stopped at LIMIT_S. Run from the repository root
 # there:
 #
-#   BUDGET_S=520 LIMIT_S=570 bash lab/third_edition_h200.sh         # the next stage's runs
-#   SLICE_BY=cell BUDGET_S=520 LIMIT_S=570 bash lab/third_edition_h200.sh   # a call another follows on this machine
-#   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=570 bash lab/third_edition_h200.sh
+#   BUDGET_S=520 LIMIT_S=545 bash lab/third_edition_h200.sh         # the next stage's runs
+#   SLICE_BY=cell BUDGET_S=520 LIMIT_S=545 bash lab/third_edition_h200.sh   # a call another follows on this machine
+#   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=545 bash lab/third_edition_h200.sh
 #
 # At most RUNS_MAX (default 1) runs a call when RUNS is not given: the stage's first run not
 # complete, the rest in later calls (the log says which). Runs side by side gain no throughput on one
@@ -46,14 +46,19 @@
 # comes first in the next call (tsflash.sweep.workers.CellQueue). Size the last call to a whole fold
 # (`python -m lab.plan --check` says how long one of the next run takes at each N), with room for a
 # fresh process's first cell, which ran 68-72 s at N=4096 on an H100 where later ones ran 51-58 s.
-# A run's first fold at N=32768 starts on the cost table's H200 price: on an H100 its cell ran 152 s
-# (echo/per-bar), so a fold there needs BUDGET_S of about 540 (three cells and the set-up); slice by
-# fold from the first call of a session while N=32768 folds are left, one fold a call.
+# A run's first fold at an N starts on the cost table's H200 price: on an H100 an echo/per-bar cell ran
+# 98-152 s at N=32768 and 42-63 s at N=4096, so a fold there takes 342-430 s (BUDGET_S=520 holds one)
+# and 140-190 s; slice by fold from a session's first call while N=32768 folds are left, one a call.
+# A call's wall-clock is about 25 s of set-up (above: lab/device_env.sh), the sweeps, and a few seconds
+# of packing; LIMIT_S counts from the sweeps' start, so the call lowers LIMIT_S and BUDGET_S to what
+# DEVICE_S leaves (below), and the device's own stop never takes a call's state.
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source lab/device_env.sh
 PLAN=${PLAN:-reports/third-edition}
 BUDGET_S=${BUDGET_S:-520}
-LIMIT_S=${LIMIT_S:-570}
+LIMIT_S=${LIMIT_S:-545}
+DEVICE_S=${DEVICE_S:-600}  # the device call's limit (run's timeout_s, at most 600)
+STOP_ROOM_S=${STOP_ROOM_S:-30}  # a sweep's stop at LIMIT_S (it is killed 20 s after) and the packing
 RUNS_MAX=${RUNS_MAX:-1}  # the stage's runs a call when RUNS is not named (the head says why)
 SLICE_BY=${SLICE_BY:-fold}  # where a slice may end (the head says when cell)
 case $SLICE_BY in fold|cell) ;; *) echo "SLICE_BY must be fold or cell, got '$SLICE_BY'" >&2; exit 2 ;; esac
@@ -102,6 +107,23 @@ done
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "$GPUS" -ge 1 ] 2>/dev/null || GPUS=1
 
+# The device ends a call at DEVICE_S (the call's own limit) and returns only what is packed by then:
+# the sweeps stop at LIMIT_S after the set-up, with room left for their stop and the packing, and each
+# slice's budget ends before that stop, or its last fold's per-bar files are lost with the machine.
+room=$((DEVICE_S - (SECONDS - CALL_T0) - STOP_ROOM_S))
+if [ "$room" -lt 60 ]; then
+  echo "DEVICE_S=$DEVICE_S leaves ${room}s for the sweeps after $((SECONDS - CALL_T0))s of set-up and STOP_ROOM_S=$STOP_ROOM_S: nothing started" >&2
+  exit 2
+fi
+if [ "$LIMIT_S" -gt "$room" ]; then
+  echo "LIMIT_S $LIMIT_S -> $room: the device ends the call at DEVICE_S=$DEVICE_S, after $((SECONDS - CALL_T0))s of set-up"
+  LIMIT_S=$room
+fi
+if [ "$BUDGET_S" -gt $((LIMIT_S - 20)) ]; then
+  echo "BUDGET_S $BUDGET_S -> $((LIMIT_S - 20)): a slice's budget ends 20s before LIMIT_S stops it"
+  BUDGET_S=$((LIMIT_S - 20))
+fi
+
 LOGS=$(mktemp -d)/third-logs  # fresh each call: no log of an earlier call comes back
 mkdir -p "$LOGS"
 pids=()
@@ -125,7 +147,7 @@ for ((i = 0; i < ${#dirs[@]}; i++)); do
   [ "${program[*]}" = "-m tsflash.cli" ] && args+=(--slice-by "$SLICE_BY")  # the ladder's script slices by replicate
   # the last --time-budget wins: this call's slice, also over the ladder's planned 400
   # TSFLASH_GPU_JOBS: each run records that its slice shared the GPU (its report says its cost is shared)
-  TSFLASH_GPU_JOBS=${#dirs[@]} OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=30 "$LIMIT_S" \
+  TSFLASH_GPU_JOBS=${#dirs[@]} OMP_NUM_THREADS=2 timeout --signal=INT --kill-after=20 "$LIMIT_S" \
     python3 "${program[@]}" "${args[@]}" \
     --time-budget "$BUDGET_S" > "$LOGS/$((i + 1)).log" 2>&1 &
   pids+=("$!")

@@ -191,6 +191,43 @@ def test_slice_by_cell_reaches_the_sweeps_and_a_bad_value_stops_the_call_before_
     assert not list(Path(env["ARGV_DIR"]).glob("*.argv"))
 
 
+def _record(env: dict) -> dict:
+    import io
+    import tarfile
+
+    whole = b"".join(p.read_bytes() for p in sorted(Path(env["OUT"]).glob("state-third.tgz.*")))
+    with tarfile.open(fileobj=io.BytesIO(whole)) as state:
+        (name,) = [n for n in state.getnames() if n.startswith("reports/third-edition/calls/") and n.endswith(".json")]
+        return json.loads(state.extractfile(name).read())
+
+
+def test_the_call_lowers_its_limit_and_budget_to_what_the_devices_own_limit_leaves(planned):
+    root, env = planned
+    done = _third(root, env, RUNS="per-bar", BUDGET_S="530", LIMIT_S="565", DEVICE_S="120")
+    assert done.returncode == 0, done.stdout + done.stderr
+    call = _record(env)
+    # the device's limit, less the set-up and the stop's room, is the sweeps' stop; the budget ends before it
+    assert 60 <= call["limit_s"] <= 120 - 30 and call["budget_s"] == call["limit_s"] - 20
+    assert f"LIMIT_S 565 -> {call['limit_s']}" in done.stdout and f"BUDGET_S 530 -> {call['budget_s']}" in done.stdout
+    (argv,) = [p.read_text().split("\n")[:-1] for p in Path(env["ARGV_DIR"]).glob("*.argv")]
+    assert argv[-2:] == ["--time-budget", str(call["budget_s"])]
+
+
+def test_a_call_whose_device_limit_leaves_no_room_starts_nothing(planned):
+    root, env = planned
+    done = _third(root, env, RUNS="per-bar", DEVICE_S="80")
+    assert done.returncode == 2 and "DEVICE_S=80 leaves" in done.stderr and "nothing started" in done.stderr
+    assert not list(Path(env["ARGV_DIR"]).glob("*.argv"))
+
+
+def test_a_call_within_the_devices_limit_keeps_its_limit_and_budget(planned):
+    root, env = planned
+    done = _third(root, env, RUNS="per-bar", BUDGET_S="520", LIMIT_S="545")
+    assert done.returncode == 0, done.stdout + done.stderr
+    call = _record(env)
+    assert (call["budget_s"], call["limit_s"]) == (520, 545) and "->" not in done.stdout
+
+
 def test_a_run_not_in_the_plan_stops_the_call_before_any_starts(planned):
     root, env = planned
     typo = _third(root, env, RUNS="per-bar controls/aa/perbar")
