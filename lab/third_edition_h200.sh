@@ -9,6 +9,9 @@
 #   BUDGET_S=520 LIMIT_S=545 bash lab/third_edition_h200.sh         # the next stage's runs
 #   SLICE_BY=cell BUDGET_S=520 LIMIT_S=545 bash lab/third_edition_h200.sh   # a call another follows on this machine
 #   RUNS="per-bar controls/aa/per-bar" BUDGET_S=520 LIMIT_S=545 bash lab/third_edition_h200.sh
+#   DEVICE_S=400 BUDGET_S=330 LIMIT_S=350 bash lab/third_edition_h200.sh   # a call whose own limit is 400 s
+#
+# DEVICE_S is the device call's own limit: its timeout, or the session's device time left if less.
 #
 # At most RUNS_MAX (default 1) runs a call when RUNS is not given: the stage's first run not
 # complete, the rest in later calls (the log says which). Runs side by side gain no throughput on one
