@@ -12,12 +12,11 @@ it applied (`tsflash.sweep.preregister.amended_plan`). A user error is one line,
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from lab import plan_state
-from tsflash.errors import UserError
+from tsflash.errors import UserError, reader_left
 from tsflash.report.registration import NOT_RUN, PLAN_JSON
 from tsflash.sweep import preregister
 
@@ -75,9 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"python -m lab.plan: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `python -m lab.plan --check PLAN | head`: stop quietly, as tsflash.cli does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+    except BrokenPipeError:  # `python -m lab.plan --check PLAN | head`
+        return reader_left()
 
 
 if __name__ == "__main__":

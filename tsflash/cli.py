@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Callable
 
@@ -22,7 +21,7 @@ from collections.abc import Callable
 # which torch's profiler reads when torch loads; see tsflash/__init__.py.
 import tsflash
 from tsflash.commands import bench, confirm, data, preregister, report, runs, sweep
-from tsflash.errors import UsageError, UserError, file_error
+from tsflash.errors import UsageError, UserError, file_error, reader_left
 
 COMMAND_GROUPS = (data, bench, preregister, sweep, report, confirm, runs)  # in the order `tsflash --help` lists them
 
@@ -74,9 +73,8 @@ def main(argv: list[str] | None = None, func: Callable[[argparse.Namespace], int
     except KeyboardInterrupt:
         print("tsflash: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # the reader of stdout left (`tsflash ... | head`): stop quietly, as Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush would raise again
-        return 141  # 128 + SIGPIPE, a shell's code for a writer whose pipe closed
+    except BrokenPipeError:  # the reader of stdout left
+        return reader_left()
     except OSError as exc:  # a full disk, a folder that cannot be created, read or written: one line too
         if (error := file_error(exc)) is None:
             raise

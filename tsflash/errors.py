@@ -10,6 +10,8 @@ error: `file_error` words it.
 from __future__ import annotations
 
 import errno
+import os
+import sys
 
 
 class UserError(Exception):
@@ -44,3 +46,11 @@ def file_error(exc: OSError) -> UserError | None:
         f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "") if exc.filename else "a file operation"
     )
     return UserError(f"{where}: {exc.strerror or errno.errorcode[exc.errno]} ({hint}; nothing half-written was kept)")
+
+
+def reader_left() -> int:
+    """After a BrokenPipeError on stdout (`tsflash ... | head`): stop quietly, as Unix tools do.
+    stdout goes to /dev/null, since the interpreter's flush at exit would raise again; the exit
+    status is 141 (128 + SIGPIPE), a shell's code for a writer whose pipe closed."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141

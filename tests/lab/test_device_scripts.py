@@ -141,9 +141,18 @@ def _third(root: Path, env: dict, **extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_the_third_edition_runs_each_named_run_by_its_plans_own_command(planned):
+def _state(env: dict) -> tuple[set[str], dict]:
+    """The names in the call's state-third.tgz.* parts, and its call record."""
+    import io
     import tarfile
 
+    whole = b"".join(p.read_bytes() for p in sorted(Path(env["OUT"]).glob("state-third.tgz.*")))
+    with tarfile.open(fileobj=io.BytesIO(whole)) as state:
+        (name,) = [n for n in state.getnames() if n.startswith("reports/third-edition/calls/") and n.endswith(".json")]
+        return set(state.getnames()), json.loads(state.extractfile(name).read())
+
+
+def test_the_third_edition_runs_each_named_run_by_its_plans_own_command(planned):
     root, env = planned
     done = _third(root, env, RUNS="per-bar controls/aa/per-bar controls/iid/per-bar ladder", BUDGET_S="300")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -162,14 +171,8 @@ def test_the_third_edition_runs_each_named_run_by_its_plans_own_command(planned)
     assert [p.read_text() for p in Path(env["ARGV_DIR"]).glob("*.jobs")] == ["4\n"] * 4
     aa = by_out["reports/third-edition/controls/aa/per-bar"]
     assert aa[aa.index("train.seeds=[3, 4, 5]") - 1] == "--set"  # the plan's quoted word arrives whole
-    parts = sorted(Path(env["OUT"]).glob("state-third.tgz.*"))
-    with open(root / "state.tgz", "wb") as whole:
-        whole.write(b"".join(p.read_bytes() for p in parts))
-    with tarfile.open(root / "state.tgz") as state:
-        assert {"reports/third-edition/PLAN.json", "reports/third-edition/PLAN.md"} <= set(state.getnames())
-        (record,) = [n for n in state.getnames() if n.startswith("reports/third-edition/calls/")
-                     and n.endswith(".json")]
-        call = json.loads(state.extractfile(record).read())
+    names, call = _state(env)
+    assert {"reports/third-edition/PLAN.json", "reports/third-edition/PLAN.md"} <= names
     # the call's record: what ran, how each ended, for how long, on which GPU (the summary adds them up)
     assert call["runs"] == ["per-bar", "controls/aa/per-bar", "controls/iid/per-bar", "ladder"]
     assert call["exit_codes"] == [0, 0, 0, 0] and call["budget_s"] == 300 and call["gpu"] == "stub"
@@ -191,21 +194,11 @@ def test_slice_by_cell_reaches_the_sweeps_and_a_bad_value_stops_the_call_before_
     assert not list(Path(env["ARGV_DIR"]).glob("*.argv"))
 
 
-def _record(env: dict) -> dict:
-    import io
-    import tarfile
-
-    whole = b"".join(p.read_bytes() for p in sorted(Path(env["OUT"]).glob("state-third.tgz.*")))
-    with tarfile.open(fileobj=io.BytesIO(whole)) as state:
-        (name,) = [n for n in state.getnames() if n.startswith("reports/third-edition/calls/") and n.endswith(".json")]
-        return json.loads(state.extractfile(name).read())
-
-
 def test_the_call_lowers_its_limit_and_budget_to_what_the_devices_own_limit_leaves(planned):
     root, env = planned
     done = _third(root, env, RUNS="per-bar", BUDGET_S="530", LIMIT_S="565", DEVICE_S="150")
     assert done.returncode == 0, done.stdout + done.stderr
-    call = _record(env)
+    _, call = _state(env)
     # the device's limit, less the set-up and the stop's room, is the sweeps' stop; the budget ends before it
     assert 60 <= call["limit_s"] <= 150 - 30 and call["budget_s"] == call["limit_s"] - 20
     assert f"LIMIT_S 565 -> {call['limit_s']}" in done.stdout and f"BUDGET_S 530 -> {call['budget_s']}" in done.stdout
@@ -224,7 +217,7 @@ def test_a_call_within_the_devices_limit_keeps_its_limit_and_budget(planned):
     root, env = planned
     done = _third(root, env, RUNS="per-bar", BUDGET_S="480", LIMIT_S="500")  # room for a slow set-up
     assert done.returncode == 0, done.stdout + done.stderr
-    call = _record(env)
+    _, call = _state(env)
     assert (call["budget_s"], call["limit_s"]) == (480, 500) and "->" not in done.stdout
 
 

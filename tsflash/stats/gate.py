@@ -512,7 +512,7 @@ def select_run(
     ledger: TrialLedger | None = None,
     fingerprint: str | None = None,
     config_hash: str | None = None,
-) -> RunSelection:
+) -> RunSelection:  # long: one decision with three returns, each naming its fields
     """The selection of one sweep: the candidates' daily statistics, the DSR against the trial
     ledger and the gates (DSR of the highest-Sharpe candidate, PBO of the set).
 
@@ -540,7 +540,17 @@ def select_run(
     if not keys:
         verdict = _no_gate(Reason.NO_CANDIDATE, [], None, n_trials, min_dsr, max_pbo)
         no_days = np.empty(0, "datetime64[D]")
-        return RunSelection([], verdict, n_trials, sr_var, no_days, int(n_blocks), None, [], trial_count=trial_count)
+        return RunSelection(
+            candidates=[],
+            verdict=verdict,
+            n_trials=n_trials,
+            sr_variance=sr_var,
+            days=no_days,
+            n_blocks=int(n_blocks),
+            n_blocks_used=None,
+            dropped=[],
+            trial_count=trial_count,
+        )
     days, mat = _aligned(series)
     across = ledger.count_for(fingerprint, days, config_hash, n_trials) if ledger is not None else None
     if across is not None and across.n_trials >= n_trials:
@@ -563,14 +573,32 @@ def select_run(
             rows = [by_name.get(k) or _undefined_row(k, mat[:, j], errors[k]) for j, k in enumerate(keys)]
             gated = mat[:, [keys.index(k) for k in usable]]
             assert v.selected is not None  # Gate.evaluate always selects one
-            dfl = deflation(gated, usable.index(v.selected), v)
             return RunSelection(
-                rows, v, n_trials, sr_var, days, int(n_blocks), n_used, dropped, n_profitable, dfl, trial_count
+                candidates=rows,
+                verdict=v,
+                n_trials=n_trials,
+                sr_variance=sr_var,
+                days=days,
+                n_blocks=int(n_blocks),
+                n_blocks_used=n_used,
+                dropped=dropped,
+                n_profitable=n_profitable,
+                deflation=deflation(gated, usable.index(v.selected), v),
+                trial_count=trial_count,
             )
     rows = [_row_without_gate(k, mat[:, j], n_trials, values, periods_per_year) for j, k in enumerate(keys)]
     sharpes = {r["key"]: r["sharpe"] for r in rows if r["key"] in usable}
     best = max(usable, key=sharpes.__getitem__) if usable else keys[0]  # every key has a row
     verdict = _no_gate(reason, rows, best, n_trials, min_dsr, max_pbo, error=error)
     return RunSelection(
-        rows, verdict, n_trials, sr_var, days, int(n_blocks), n_used, dropped, n_profitable, trial_count=trial_count
+        candidates=rows,
+        verdict=verdict,
+        n_trials=n_trials,
+        sr_variance=sr_var,
+        days=days,
+        n_blocks=int(n_blocks),
+        n_blocks_used=n_used,
+        dropped=dropped,
+        n_profitable=n_profitable,
+        trial_count=trial_count,
     )
