@@ -512,7 +512,7 @@ def select_run(
     ledger: TrialLedger | None = None,
     fingerprint: str | None = None,
     config_hash: str | None = None,
-) -> RunSelection:  # long: one decision with three returns, each naming its fields
+) -> RunSelection:  # long: one decision, three returns that name the run's fields
     """The selection of one sweep: the candidates' daily statistics, the DSR against the trial
     ledger and the gates (DSR of the highest-Sharpe candidate, PBO of the set).
 
@@ -560,6 +560,22 @@ def select_run(
     dropped = [k for k in keys if errors[k] is not None]
     n_profitable = int(np.sum(mat.mean(axis=0) > 0)) if len(mat) else 0
     reason, error, n_used = Reason.TOO_FEW_CANDIDATES, None, None
+
+    def selection(rows: list[dict], verdict: Verdict, dfl: Deflation | None = None) -> RunSelection:
+        return RunSelection(
+            candidates=rows,
+            verdict=verdict,
+            n_trials=n_trials,
+            sr_variance=sr_var,
+            days=days,
+            n_blocks=int(n_blocks),
+            n_blocks_used=n_used,
+            dropped=dropped,
+            n_profitable=n_profitable,
+            deflation=dfl,
+            trial_count=trial_count,
+        )
+
     if len(usable) >= 2:
         t = mat.shape[0]
         n_used = min(int(n_blocks), t - t % 2)
@@ -573,32 +589,9 @@ def select_run(
             rows = [by_name.get(k) or _undefined_row(k, mat[:, j], errors[k]) for j, k in enumerate(keys)]
             gated = mat[:, [keys.index(k) for k in usable]]
             assert v.selected is not None  # Gate.evaluate always selects one
-            return RunSelection(
-                candidates=rows,
-                verdict=v,
-                n_trials=n_trials,
-                sr_variance=sr_var,
-                days=days,
-                n_blocks=int(n_blocks),
-                n_blocks_used=n_used,
-                dropped=dropped,
-                n_profitable=n_profitable,
-                deflation=deflation(gated, usable.index(v.selected), v),
-                trial_count=trial_count,
-            )
+            return selection(rows, v, deflation(gated, usable.index(v.selected), v))
     rows = [_row_without_gate(k, mat[:, j], n_trials, values, periods_per_year) for j, k in enumerate(keys)]
     sharpes = {r["key"]: r["sharpe"] for r in rows if r["key"] in usable}
     best = max(usable, key=sharpes.__getitem__) if usable else keys[0]  # every key has a row
     verdict = _no_gate(reason, rows, best, n_trials, min_dsr, max_pbo, error=error)
-    return RunSelection(
-        candidates=rows,
-        verdict=verdict,
-        n_trials=n_trials,
-        sr_variance=sr_var,
-        days=days,
-        n_blocks=int(n_blocks),
-        n_blocks_used=n_used,
-        dropped=dropped,
-        n_profitable=n_profitable,
-        trial_count=trial_count,
-    )
+    return selection(rows, verdict)
