@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -205,6 +206,67 @@ def test_a_one_bar_move_beyond_the_bound_is_refused(tmp_path):
         getattr(bars, c)[30:] *= 9
     _write_raw(tmp_path, bars)
     assert len(store.load_bars(tmp_path)) == 50
+
+
+def _write_raw_years(root, bars: store.Bars) -> None:
+    """Year files written behind the store's back, one per UTC year of `bars` (no manifest)."""
+    years = store.year_of(bars.open_time)
+    for y in np.unique(years).tolist():
+        p = store.year_path(root, "BTCUSDT", "1m", y)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(bars.to_table().filter(years == y), p)
+
+
+@pytest.mark.parametrize("start, end", [(None, None), ("2024-01-01", None), (None, "2023-12-31"), ("2023-12-31T23:30", "2024-01-01T00:10")])
+def test_year_bars_are_load_bars_one_year_at_a_time(two_years, start, end):
+    root, _ = two_years
+    parts = list(store.year_bars(root, start=start, end=end))
+    whole = store.load_bars(root, start=start, end=end)
+    assert len(parts) == len(np.unique(store.year_of(whole.open_time)))
+    for name in store.COLUMNS:
+        np.testing.assert_array_equal(np.concatenate([getattr(b, name) for b in parts]), getattr(whole, name))
+
+
+def test_year_bars_check_the_move_and_the_order_across_a_year_boundary(tmp_path):
+    """Each year file alone is sound; only the step from one into the next breaks a rule."""
+    bars = make_bars(240)  # 2023-12-31 22:00 .. 2024-01-01 01:59
+    first_2024 = int(np.argmax(store.year_of(bars.open_time) == 2024))
+    for c in store.PRICE_COLUMNS:
+        getattr(bars, c)[first_2024:] *= 11
+    _write_raw_years(tmp_path, bars)
+    with pytest.raises(UserError, match=r"btcusdt-1m-2024\.parquet: bar 2024-01-01 00:00:00: close must stay within a factor of 10"):
+        list(store.year_bars(tmp_path))
+    with pytest.raises(UserError, match=r"btcusdt-1m-2024\.parquet: bar 2024-01-01 00:00:00: close must stay within a factor of 10"):
+        store.gap_table(tmp_path)
+    bars = make_bars(240)
+    first_2024 = int(np.argmax(store.year_of(bars.open_time) == 2024))
+    _write_raw_years(tmp_path, bars)
+    bars.open_time[first_2024] = bars.open_time[first_2024 - 1]  # the 2024 file opens on 2023's last minute
+    pq.write_table(bars.to_table().slice(first_2024), store.year_path(tmp_path, "BTCUSDT", "1m", 2024))
+    with pytest.raises(UserError, match=r"open_time must be strictly increasing, got 2023-12-31 23:59:00 then 2023-12-31 23:59:00"):
+        list(store.year_bars(tmp_path))
+
+
+@pytest.mark.parametrize("column, value, rule", [
+    ("close", float("nan"), r"close must be a positive finite price, got nan"),
+    ("high", 100.0, r"high must be >= max\(open, close\), got high=100\.0"),
+])  # fmt: skip
+def test_a_bad_bar_is_refused_by_the_store_summaries_too(tmp_path, capsys, column, value, rule):
+    """`gap_table` and `tsflash data info` read only a few columns, but check every one: a copy of the
+    year files alone (no manifest) with one damaged bar is refused, not summarised."""
+    from tsflash import cli
+
+    bars = make_bars(50, start="2024-03-01")
+    getattr(bars, column)[17] = value
+    _write_raw(tmp_path, bars)
+    message = rf"btcusdt-1m-2024\.parquet: bar 2024-03-01 00:17:00: {rule}"
+    with pytest.raises(UserError, match=message):
+        store.gap_table(tmp_path)
+    for argv in (["data", "info", "--root", str(tmp_path)], ["data", "info", "--root", str(tmp_path), "--json"]):
+        assert cli.main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1
+        assert re.fullmatch(rf"tsflash: error: .*{message}.*\n", err)
 
 
 def test_the_real_bars_pass_every_rule_with_margin(shared_store):

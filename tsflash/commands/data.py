@@ -265,12 +265,14 @@ def summarize(root, symbol="BTCUSDT", interval="1m", start=None, end=None, min_g
     """Coverage per year, gaps and zero-volume counts of one dataset, as a JSON-ready dict.
 
     Coverage of a year = bars / grid points between the dataset's first and last bar within that
-    year (so a series that starts in August is not "missing" January..July).
+    year (so a series that starts in August is not "missing" January..July). The bars are read as
+    the sweep reads them, checked year by year: a damaged file is a UserError, not a summary.
     """
-    table = store.read_table(root, symbol, interval, start, end, columns=("open_time", "volume", "trades"))
-    ot = table.column("open_time").cast("int64").to_numpy()
-    volume = table.column("volume").to_numpy()
-    trades = table.column("trades").to_numpy()
+    parts: dict[str, list[np.ndarray]] = {"open_time": [], "volume": [], "trades": []}
+    for bars in store.year_bars(root, symbol, interval, start, end):
+        for name, kept in parts.items():
+            kept.append(getattr(bars, name).copy())  # a copy lets the year's other columns go
+    ot, volume, trades = (np.concatenate(kept) if kept else np.empty(0) for kept in parts.values())
     ivl = store.INTERVAL_US[interval]
     out = {"root": str(root), "symbol": store.check_symbol(symbol), "interval": interval, "bars": int(len(ot))}
     if len(ot) == 0:

@@ -22,6 +22,7 @@ Conventions: times are int64 microseconds since the Unix epoch, UTC. A date stri
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import logging
 import math
@@ -324,23 +325,23 @@ def read_table(
         raise UserError(f"time range: end {end} is before start {start}")
     files = verified_files(root, symbol, interval, lambda year: _year_overlaps(year, lo, hi))
     columns = ("open_time", *[c for c in columns if c != "open_time"])
-    tables = []
-    for path in files.values():
-        try:
-            pf = pq.ParquetFile(path, **READ_OPTIONS)
-            groups = _overlapping_row_groups(pf, lo, hi)
-            if not groups:
-                continue
-            t = pf.read_row_groups(groups, columns=list(columns), use_threads=True)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise unreadable(path, exc) from None
-        if lo is not None or hi is not None:
-            t = _slice_sorted(t, lo, hi)
-        tables.append(t)
+    tables = [t for path in files.values() if (t := _read_file(path, lo, hi, columns)) is not None]
     if not tables:
         return SCHEMA.empty_table().select(list(columns))
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    return table
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _read_file(path: Path, lo: int | None, hi: int | None, columns: tuple[str, ...]) -> pa.Table | None:
+    """One year file's rows in [lo, hi] (None when none of its row groups overlaps the range)."""
+    try:
+        pf = pq.ParquetFile(path, **READ_OPTIONS)
+        groups = _overlapping_row_groups(pf, lo, hi)
+        if not groups:
+            return None
+        t = pf.read_row_groups(groups, columns=list(columns), use_threads=True)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise unreadable(path, exc) from None
+    return t if lo is None and hi is None else _slice_sorted(t, lo, hi)
 
 
 def _overlapping_row_groups(pf: pq.ParquetFile, lo: int | None, hi: int | None) -> list[int]:
@@ -391,17 +392,53 @@ def load_bars(
     bars = Bars.from_table(table, symbol, interval)
     del table  # the columns are copied out when the range spans several files or row groups:
     pa.default_memory_pool().release_unused()  # give the decoded table back (2 GB for a 1-second year)
-    if len(bars) > 1:
-        d = np.diff(bars.open_time)
-        if not (d > 0).all():
-            i = int(np.argmin(d > 0))
-            raise UserError(
-                f"bar store {dataset_dir(root, symbol, interval)} is corrupt: open_time must be strictly "
-                f"increasing, got {iso(bars.open_time[i])} then {iso(bars.open_time[i + 1])}"
-            )
+    _check_order(bars.open_time, dataset_dir(root, symbol, interval))
     check_bars(bars, lambda i: str(year_path(root, symbol, interval, int(year_of(bars.open_time[i : i + 1])[0]))))
     log.debug("loaded %d %s %s bars from %s", len(bars), symbol, interval, root)
     return bars
+
+
+def year_bars(
+    root: Path | str = DEFAULT_ROOT,
+    symbol: str = "BTCUSDT",
+    interval: str = "1m",
+    start=None,
+    end=None,
+) -> Iterator[Bars]:
+    """The bars `load_bars` returns, one year file at a time: a pass over a whole store in one
+    year's memory. Each is checked as `load_bars` checks them (the manifest before anything is read,
+    then order and the bar rules, across the year boundaries too); the first break is a UserError."""
+    symbol = check_symbol(symbol)
+    lo, hi = to_us(start), to_us(end, end=True)
+    if lo is not None and hi is not None and hi < lo:
+        raise UserError(f"time range: end {end} is before start {start}")
+    folder = dataset_dir(root, symbol, interval)
+    before: tuple[int, float] | None = None  # open_time and close of the last bar yielded
+    for path in verified_files(root, symbol, interval, lambda year: _year_overlaps(year, lo, hi)).values():
+        table = _read_file(path, lo, hi, COLUMNS)
+        if table is None or len(table) == 0:
+            continue
+        bars = Bars.from_table(table, symbol, interval)
+        _check_order(bars.open_time, folder, None if before is None else before[0])
+        check_bars(bars, functools.partial(_named, str(path)), None if before is None else before[1])
+        before = int(bars.open_time[-1]), float(bars.close[-1])
+        yield bars
+
+
+def _named(name: str, i: int) -> str:
+    return name
+
+
+def _check_order(open_time: np.ndarray, folder: Path, prev_time: int | None = None) -> None:
+    """UserError unless open_time (after `prev_time`, if given) is strictly increasing."""
+    t = open_time if prev_time is None else np.concatenate([[prev_time], open_time])
+    d = np.diff(t)
+    if len(d) and not (d > 0).all():
+        i = int(np.argmin(d > 0))
+        raise UserError(
+            f"bar store {folder} is corrupt: open_time must be strictly increasing, "
+            f"got {iso(t[i])} then {iso(t[i + 1])}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,10 +569,11 @@ def find_gaps(open_time_us: np.ndarray, interval_us: int) -> Gaps:
 def gap_table(root=DEFAULT_ROOT, symbol="BTCUSDT", interval="1m", start=None, end=None, min_missing=1) -> Gaps:
     """The gaps of the stored series in [start, end] with at least `min_missing` missing bars.
 
-    Reads only open_time. Gaps are between stored bars: the edges of the range are not gaps.
+    Reads the bars year by year, checked as `load_bars` checks them. Gaps are between stored bars:
+    the edges of the range are not gaps.
     """
-    table = read_table(root, symbol, interval, start, end, columns=("open_time",))
-    ot = _column_numpy(table.column("open_time").cast(pa.int64()), pa.int64())
+    parts = [b.open_time for b in year_bars(root, symbol, interval, start, end)]
+    ot = np.concatenate(parts) if parts else np.empty(0, np.int64)
     return find_gaps(ot, INTERVAL_US[interval]).filter(min_missing)
 
 
