@@ -22,7 +22,6 @@ Conventions: times are int64 microseconds since the Unix epoch, UTC. A date stri
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import hashlib
 import logging
 import math
@@ -420,13 +419,10 @@ def year_bars(
             continue
         bars = Bars.from_table(table, symbol, interval)
         _check_order(bars.open_time, folder, None if before is None else before[0])
-        check_bars(bars, functools.partial(_named, str(path)), None if before is None else before[1])
+        # check_bars calls `where` before it returns, so it names this iteration's path
+        check_bars(bars, lambda i: str(path), None if before is None else before[1])  # noqa: B023
         before = int(bars.open_time[-1]), float(bars.close[-1])
         yield bars
-
-
-def _named(name: str, i: int) -> str:
-    return name
 
 
 def _check_order(open_time: np.ndarray, folder: Path, prev_time: int | None = None) -> None:
