@@ -317,7 +317,8 @@ def read_table(
     """The store's rows in [start, end] as one pyarrow Table (columns as asked, open_time first).
 
     Reads only the year files and, within them, only the row groups whose open_time statistics
-    overlap the range; the rest is sliced by binary search on the sorted open_time.
+    overlap the range; the rest is sliced by binary search on the sorted open_time. The files are
+    checked against the manifest, the bars are not: `load_bars` and `year_bars` check them.
     """
     lo, hi = to_us(start), to_us(end, end=True)
     if lo is not None and hi is not None and hi < lo:
