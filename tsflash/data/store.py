@@ -569,7 +569,7 @@ def gap_table(root=DEFAULT_ROOT, symbol="BTCUSDT", interval="1m", start=None, en
     Reads the bars year by year, checked as `load_bars` checks them. Gaps are between stored bars:
     the edges of the range are not gaps.
     """
-    parts = [b.open_time for b in year_bars(root, symbol, interval, start, end)]
+    parts = [b.open_time.copy() for b in year_bars(root, symbol, interval, start, end)]  # not the year's other columns
     ot = np.concatenate(parts) if parts else np.empty(0, np.int64)
     return find_gaps(ot, INTERVAL_US[interval]).filter(min_missing)
 
