@@ -72,7 +72,9 @@ fi
 # On a warm machine an earlier call's state is newer than the checkout's (which comes back only after
 # the call): restore it, per-bar files of a fold not yet scored included, so no trained cell is lost.
 KEEP=${KEEP:-/tmp/tsflash-keep/$PLAN}  # the tests give each call a folder of its own
+T_ENV=$((SECONDS - CALL_T0))  # the set-up's parts, printed below: where a call's first seconds go
 if [ -d "$KEEP" ]; then cp -a "$KEEP/." "$PLAN/" && echo "restored the state an earlier call left in $KEEP"; fi
+T_KEEP=$((SECONDS - CALL_T0 - T_ENV))
 if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not complete
   RUNS=$(python3 -m lab.plan --next "$PLAN") || exit 2
   if [ -z "$RUNS" ]; then
@@ -87,6 +89,7 @@ if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not compl
   echo "the plan's next runs: $RUNS"
 fi
 planned=$(python3 -m lab.plan --commands "$PLAN") || exit 2
+echo "set-up: ${T_ENV}s environment, ${T_KEEP}s restoring, $((SECONDS - CALL_T0 - T_ENV - T_KEEP))s reading the plan"
 
 # Every named run is found in the plan before any starts: a typo costs nothing.
 dirs=(); commands=()

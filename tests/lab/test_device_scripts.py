@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -219,6 +220,8 @@ def test_a_call_within_the_devices_limit_keeps_its_limit_and_budget(planned):
     assert done.returncode == 0, done.stdout + done.stderr
     _, call = _state(env)
     assert (call["budget_s"], call["limit_s"]) == (480, 500) and "->" not in done.stdout
+    parts = re.search(r"^set-up: (\d+)s environment, (\d+)s restoring, (\d+)s reading the plan$", done.stdout, re.M)
+    assert parts and sum(map(int, parts.groups())) <= call["seconds"]  # where a call's first seconds went
 
 
 def test_a_run_not_in_the_plan_stops_the_call_before_any_starts(planned):
