@@ -338,7 +338,7 @@ def sweep_time_split(run_dir: Path | str) -> dict:
     the run's wall-clock is data, the precision check, the report and process starts."""
     from tsflash.runfolder import RunFolder, read_json
 
-    folder = RunFolder(run_dir)
+    folder = RunFolder(Path(run_dir))
     per_n: dict[int, dict[str, float]] = {}
     baselines = 0.0
     for path in sorted(folder.cells_dir.rglob("*.cell.json")):

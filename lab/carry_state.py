@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         planned = {str(f.relative_to(args.plan)) for _, f, _ in preregister.ordered_commands(
             preregister.amended_plan(args.plan), args.plan)}
         if unknown := [r for r in runs if r not in planned]:
-            files = [p.name for p in registration.amendment_files(args.plan)]
-            amended = f" as amended ({', '.join(files)})" if files else ""
+            amendments = [p.name for p in registration.amendment_files(args.plan)]
+            amended = f" as amended ({', '.join(amendments)})" if amendments else ""
             raise UserError(f"run {unknown[0]} is not in {args.plan / registration.PLAN_JSON}{amended}; its runs: "
                             f"{' '.join(sorted(planned))}")
         files = state_files(args.plan, runs)

@@ -85,7 +85,8 @@ def cell_rows(cells: list[dict]) -> dict[int, dict[tuple[int, int], dict]]:
     for c in cells:
         m, cost = c["metrics"], c.get("cost") or {}
         hits, total = direction_counts(m["confusion"])
-        row = {"log_loss": float(m["log_loss"]), "n_scored": int(m["n_scored"]), "hits": hits, "directional": total}
+        row: dict[str, float | dict[int, float]] = {"log_loss": float(m["log_loss"]), "n_scored": int(m["n_scored"]),
+                                                    "hits": hits, "directional": total}
         row |= {k: int(cost[k]) for k in ("best_step", "stop_step") if cost.get(k) is not None}
         if c.get("far_context"):
             row["cut"] = {int(k): float(v["log_loss"]) for k, v in sorted(c["far_context"].items(), key=lambda kv: int(kv[0]))}

@@ -131,6 +131,7 @@ def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
         key, n = row["series"], row["n"]
         test = tests.get(n, {}).get("cut_minus_shortest", {})
         step = probe.get(n, {}).get("vs_shortest", {}).get("log_loss")
+        step_test = _test(step, "p")  # None exactly when `step` is empty
         cand = candidates.get(key, {})
         lengths.append({
             "series": key, "n": n, "steps_mean": row.get("steps_mean"), "steps_min": row.get("steps_min"),
@@ -138,8 +139,8 @@ def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
             "question1": question1[key],
             "nesting": {part: _test(test.get(part)) for part in NESTING_PART_NAMES},
             "lost_skill": tests.get(n, {}).get("lost_skill"),  # the nesting check fails at this N
-            "probe": _test(step, "p") | {"p_holm": probe[n].get("p_holm"), "reads_more": probe[n].get("reads_more")}
-            if step else None,
+            "probe": step_test | {"p_holm": probe[n].get("p_holm"), "reads_more": probe[n].get("reads_more")}
+            if step_test is not None else None,
             "break_even_fee_bps": fees.get(key), "sharpe_annual": cand.get("sharpe_annual"), "dsr": cand.get("dsr"),
             "mean_daily_net": cand.get("mean_daily_net"), "train_seconds": row.get("train_seconds"),
             "peak_memory_bytes": row.get("peak_memory_bytes"), "tokens_per_s": row.get("tokens_per_s")})
@@ -333,7 +334,7 @@ def _bracket_words(s: dict) -> str:
 
 def answer_brief(s: dict) -> list[str]:
     """The README's answer, one short paragraph per question, from the summary's own figures."""
-    by_met = {True: [], False: [], None: []}
+    by_met: dict[bool | None, list[str]] = {True: [], False: [], None: []}
     for c in s["controls"]:
         if c.get("oracle_gain") is None:  # a bracket's rung is read in item 3
             by_met[c["met"]].append(f"{c['control']} ({c['arm']})")

@@ -126,6 +126,7 @@ def main(argv=None) -> int:
         log.info("N=%d: %s (%.0f s so far)", n, ", ".join(
             f"{r['input']}/{r['format']} fro {r['naive_fro_rel']:.2e}->{r['rotated_fro_rel']:.2e}" for r in done)
             or part["rows"][0].get("error"), result["wall_s"])
+    assert result is not None  # parse_lengths gives at least one N
     print(fp8.fp8_table(result))
     print(f"wrote {args.out / 'precision-fp8.json'} and {args.out / 'precision-fp8.md'}")
     return 0

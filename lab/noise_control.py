@@ -139,10 +139,11 @@ def question_fields(questions: dict | None) -> dict:
     vs = [c for c in q1.get("comparisons") or [] if c.get("reference") == shortest]
     direction = [c for c in vs if c.get("score") == "direction"]
     significant = [c for c in direction if (_num(c.get("p_holm")) or 1.0) <= 0.05]
+    holm = [_num(c.get("p_holm")) for c in vs]
     return {
         "q1_available": bool(q1.get("available", False)),
         "q1_answer": q1.get("answer"),
-        "q1_min_holm_p": min((_num(c.get("p_holm")) for c in vs if _num(c.get("p_holm")) is not None), default=None),
+        "q1_min_holm_p": min((p for p in holm if p is not None), default=None),
         # a difference counts when its winner also beats the no-skill forecast (tsflash.report.compute);
         # files written before that rule have no "counts": every significant difference counted then
         "q1_direction_differs": any(c.get("counts", True) for c in significant),
@@ -162,7 +163,7 @@ def row_from_results(results: dict, fee_bps: float, seed: int, questions: dict |
     v = results.get("verdict") or {}
     sel = results.get("selection") or {}
     cands = sel.get("candidates") or []
-    chosen = next((c for c in cands if c.get("key") == v.get("selected")), {})
+    chosen: dict = next((c for c in cands if c.get("key") == v.get("selected")), {})
     pbo = sel.get("pbo") or {}
     return {
         "fee_bps": float(fee_bps),
@@ -227,7 +228,7 @@ def question_rates(rows: list[dict], alpha: float = 0.05) -> dict:
     """The two questions' false positives over the finished runs: question 1 once per seed (it
     does not depend on the fee), question 2 per fee setting (a pass of both gates)."""
     ok = [r for r in rows if r.get("ok")]
-    per_seed = {}
+    per_seed: dict[int, dict] = {}
     for r in ok:
         if r.get("q1_available"):
             per_seed.setdefault(r["seed"], r)
@@ -567,8 +568,10 @@ def _meta(argv: list[str] | None, args, fees: list[float], seeds: list[int], sta
         i = words.index("--workdir")
         del words[i:i + 2]
     words = [w for w in words if not w.startswith("--workdir=")]
-    template = sweep_argv(0, fees[0], Path("WORKDIR/seedSEED"), args)
-    template = shlex.join(["python", *template[1:]]).replace("synthetic:random-walk:0", "synthetic:random-walk:SEED")
+    # Two names: the sweep's argv (a list) and the command line shown (a str).
+    template_argv = sweep_argv(0, fees[0], Path("WORKDIR/seedSEED"), args)
+    template = shlex.join(["python", *template_argv[1:]]).replace("synthetic:random-walk:0",
+                                                                  "synthetic:random-walk:SEED")
     return {
         "command": "python lab/noise_control.py" + (" " + shlex.join(words) if words else ""),
         "sweep_command": template,

@@ -110,7 +110,10 @@ from tsflash.stats.runs import (  # noqa: E402
 
 def _controls():
     """lab/controls.py (the experiment scripts are not a package): its sweep helpers."""
-    spec = importlib.util.spec_from_file_location("controls", Path(__file__).with_name("controls.py"))
+    path = Path(__file__).with_name("controls.py")
+    spec = importlib.util.spec_from_file_location("controls", path)
+    if spec is None or spec.loader is None:  # a .py path always has a loader: a clear error if not
+        raise ImportError(f"cannot load {path}")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -229,7 +232,11 @@ def replicate_tests(root: Path, min_seeds_per_fold: int = 1) -> dict[str, Readin
     cells, _ = folder.cell_summaries()
     keys = {int(c["n"]): c["key"] for c in cells}
     short, long = min(keys), max(keys)
-    tables = {n: read_losses(folder, keys[n]) for n in (short, long)}
+    tables = {}
+    for n in (short, long):
+        if (table := read_losses(folder, keys[n])) is None:
+            raise RunTestInputError(f"{root}: no loss table (forecasts/) for {keys[n]!r}, N={n}")
+        tables[n] = table
     out = {}
     for score, (loss, count) in SCORES.items():
         a, b = (runs_from_table(tables[n], keys[n], loss=loss, count=count, label=f"N={n}") for n in (short, long))
@@ -386,6 +393,7 @@ def design_study(effects, true_points, slopes, replicates, sims: int = 300, floo
                 for _ in range(sims):
                     k = rng.binomial(r, p)
                     fit = detection_curve(effects, k, [r] * len(effects), (int(rng.binomial(r, floor)), r), target)
+                    assert fit is not None  # every rung has r >= 1 replicates: a curve is always fitted
                     covered += fit["ci"][0] <= true <= fit["ci"][1]
                     widths.append(fit["ci"][1] / fit["ci"][0])
                     errors.append(abs(math.log(fit["effect"] / true)))

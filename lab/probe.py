@@ -27,6 +27,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +143,7 @@ def _difference(a: list[dict], b: list[dict], key: str) -> str:
     return f"{mean:+.5f} [{lo:+.5f}, {hi:+.5f}] p {p:.2f}"
 
 
-def market_table(name: str, res: dict, lengths, seconds: float, overrides: list[str] = ()) -> str:
+def market_table(name: str, res: dict, lengths, seconds: float, overrides: Sequence[str] = ()) -> str:
     """The Markdown section of one market."""
     def mean(rows, key):
         return float(np.mean([r[key] for r in rows]))

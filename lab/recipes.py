@@ -230,7 +230,7 @@ def nesting(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]:
     """Each N > short cut to `short` bars minus the N=short model, per part, over training runs: the
     run-level test (`tsflash.stats.runs`: the fold means over seeds of the run differences, a t over
     the folds, df = folds - 1), so the seeds of one fold are not counted as independent."""
-    out = {}
+    out: dict[int, dict[str, dict]] = {}
     for n, rows in _longer(by_n, short):
         out[n] = {}
         for part in NESTING_PARTS:
@@ -281,7 +281,7 @@ def validation_gap(by_n: dict[int, dict], short: int = SHORT) -> dict[int, dict]
 def run_root(out: Path, name: str, source: str, baselines: dict[str, Path] | None = None) -> Path:
     """OUT/<candidate>/<source>; the baseline on a source may be an existing run of the default
     protocol (`baselines`: {source: folder}, read, never run)."""
-    if name == "baseline" and source in (baselines or {}):
+    if name == "baseline" and baselines is not None and source in baselines:
         return baselines[source]
     return out / name / source
 
@@ -758,7 +758,8 @@ def render(summary: dict) -> str:
                   "| candidate | source | k | screened at | kept cells per N | test log-loss per N | found at the longest N "
                   "| nesting (log-loss) | nesting (flat-vs-move) |", "|---|---|---|---|---|---|---|---|---|"]
         for run, r in rules:
-            nest = {part: check for n, parts in r["nesting"].items() for part, check in parts.items()}
+            # Its own name: `nest` above is the rendered cell (a str); this is the checks by part.
+            nest_checks = {part: check for n, parts in r["nesting"].items() for part, check in parts.items()}
 
             def fmt(check):
                 return "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
@@ -767,7 +768,7 @@ def render(summary: dict) -> str:
                          + ", ".join(f"{n}: {c}" for n, c in r["cells"].items()) + " | "
                          + ", ".join(f"{n}: {_f(v, '.5f')}" for n, v in r["test_log_loss"].items())
                          + f" | {'-' if r['found'] is None else str(r['found']) + ' of ' + str(r['cells'][max(r['cells'])])}"
-                         f" | {fmt(nest.get('log_loss'))} | {fmt(nest.get('move_log_loss'))} |")
+                         f" | {fmt(nest_checks.get('log_loss'))} | {fmt(nest_checks.get('move_log_loss'))} |")
     screens = [(run, n, x) for run, n, st in stops for x in st.get("screened", ())]
     if screens:
         lines += ["", "## Screened restarts: keep the best at a step, continue only it", "",
@@ -962,7 +963,7 @@ def _baseline(text: str) -> tuple[str, Path]:
     if not sep or source not in SOURCES or not folder:
         raise argparse.ArgumentTypeError(f"--baseline is SOURCE=FOLDER with SOURCE one of {', '.join(SOURCES)}, "
                                          f"got {text!r}")
-    if not RunFolder(folder).exists():
+    if not RunFolder(Path(folder)).exists():
         raise argparse.ArgumentTypeError(f"--baseline {source}: {folder} is not a run folder (no run.json)")
     return source, Path(folder)
 

@@ -37,7 +37,7 @@ if str(REPO) not in sys.path:
 
 from tsflash.atomic import write_text  # noqa: E402
 from tsflash.intervals import INTERVAL_US, bars_per_day  # noqa: E402
-from tsflash.report.compute import SCORES, load_losses, paired  # noqa: E402
+from tsflash.report.compute import SCORES, Paired, load_losses, paired  # noqa: E402
 from tsflash.report.rundata import load_run  # noqa: E402
 from tsflash.runfolder import read_json  # noqa: E402
 from tsflash.scoring.daily import ENSEMBLE  # noqa: E402
@@ -45,6 +45,7 @@ from tsflash.stats.forecasts import holm  # noqa: E402
 from tsflash.stats.runs import (  # noqa: E402
     CrossedComponents,
     Runs,
+    RunTestResult,
     aa_tests,
     binomial_interval,
     crossed_power,
@@ -81,7 +82,10 @@ class Run:
 
     def __init__(self, path: Path):
         rd = load_run(path)
-        self.table, self.source = load_losses(rd)
+        table, self.source = load_losses(rd)
+        if table is None:  # every test here reads it; `source` then says why it is missing
+            raise SystemExit(f"{path}: {self.source}")
+        self.table = table
         self.keys = rd.trial_keys
         self.n = {k: rd.n_of(k) for k in self.keys}
         self.horizon = int(rd.config["labels"]["horizon"])
@@ -92,11 +96,20 @@ class Run:
         loss, count = SCORES[score]
         return runs_from_table(self.table, key, loss=loss, count=count, label=f"N={self.n[key]}")
 
-    def dm(self, series: str, reference: str, score: str, seeds: tuple[str, str] = (ENSEMBLE, ENSEMBLE)):
+    def dm(self, series: str, reference: str, score: str, seeds: tuple[str, str] = (ENSEMBLE, ENSEMBLE)) -> Paired:
         """The report's Diebold-Mariano of `series` minus `reference` on members `seeds` (default
         the seed ensembles; single seeds are relabelled as one-member ensembles)."""
         table = _as_ensembles(self.table, [(series, seeds[0]), (reference, seeds[1])])
-        return paired(table, f"{series}/{seeds[0]}", f"{reference}/{seeds[1]}", score, self.horizon, self.per_day, [])
+        return _dm(table, f"{series}/{seeds[0]}", f"{reference}/{seeds[1]}", score, self.horizon, self.per_day)
+
+
+def _dm(table: dict, series: str, reference: str, score: str, horizon: int, per_day: int) -> Paired:
+    """`paired` on the seed ensembles, which must be there: its None (a series missing, or the two
+    not on the same days) as an error that names them."""
+    d = paired(table, series, reference, score, horizon, per_day, [])
+    if d is None:
+        raise SystemExit(f"DM of {series} against {reference} on {score}: not both in the loss table on the same days")
+    return d
 
 
 def _as_ensembles(table: dict, members: list[tuple[str, str]]) -> dict:
@@ -146,7 +159,7 @@ def _p(p: float) -> str:
 # Sections
 
 
-def primary_section(name: str, run: Run) -> tuple[list[str], list[tuple[str, object]]]:
+def primary_section(name: str, run: Run) -> tuple[list[str], list[tuple[str, RunTestResult]]]:
     """The run-level tests of each longer N against the shortest (Holm over them), beside the
     ensemble DM; and the (score, result) pairs, for the power section."""
     shortest = run.keys[0]
@@ -215,8 +228,8 @@ def replicate_section(name: str, run: Run, replicate: Run, alpha: float = 0.05) 
         for key in [k for k in run.keys if k in replicate.keys]:  # a replicate may cover fewer lengths
             r = run_level_test(run.runs(key, score), replicate.runs(key, score), alpha=alpha)
             crossed = crossed_seed_test(run.runs(key, score), replicate.runs(key, score), alpha=alpha)
-            dm = paired(ensembles_of(run, replicate, key), f"{key}/replicate", f"{key}/run", score, run.horizon,
-                        run.per_day, [])
+            dm = _dm(ensembles_of(run, replicate, key), f"{key}/replicate", f"{key}/run", score, run.horizon,
+                     run.per_day)
             splits = aa_tests(pooled(run.runs(key, score), replicate.runs(key, score)), "all", alpha=alpha)
             k_split = sum(c.result.p <= alpha for c in splits)
             dm_rejects = abs(dm.statistic) > 1.96
@@ -337,7 +350,7 @@ def _seeds(run: Run) -> str:
     return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ",".join(map(str, seeds))
 
 
-def power_section(results: list[tuple[str, object]]) -> list[str]:
+def power_section(results: list[tuple[str, RunTestResult]]) -> list[str]:
     lines = ["### Power of the run-level test (80 % at alpha 0.05, two-sided, 5 folds)", "",
              "From each comparison's measured variance components (seed variance pooled over both arms and the "
              "folds; between-fold part as estimated, floored at 0): the smallest true difference detected.", "",
@@ -374,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         section, results = primary_section(name, run)
         lines += section
         first = first or results
+    assert first is not None  # RUNS is not empty
     lines += power_section(first)
     lines += aa_section({k: v for k, v in runs.items() if "positive" not in k})
     per_market: dict[str, dict[str, int]] = {}
