@@ -130,7 +130,7 @@ BAD = [
     ([*SWEEP, "--config", "nosuch"], r"tsflash: error: unknown preset 'nosuch'; known presets: .*default.*"),
     ([*SWEEP, "--config", "no.toml"], r"tsflash: error: config file not found: no.toml"),
     ([*SWEEP, "--set", "steps"], r"tsflash sweep: error: argument --set: expected KEY=VALUE such as train.steps=3, got 'steps'"),
-    ([*SWEEP, "--set", "train.stepz=3"], r"tsflash sweep: error: argument --set: unknown config key 'train.stepz'; known keys here: .*steps.*"),
+    ([*SWEEP, "--set", "train.stepz=3"], r"tsflash sweep: error: argument --set: unknown config key 'train.stepz' \(did you mean 'train.steps'\?\); known keys here: .*steps.*"),
     ([*SWEEP, "--set", "train.steps=many"], r"tsflash sweep: error: argument --set: config key train.steps: expected int, got 'many'"),
     ([*SWEEP, "--set", "no.such=1"], r"tsflash sweep: error: argument --set: unknown config key 'no.such'; known keys here: data, .*train"),
     ([*SWEEP, "--set", "no.such.deeper=1"], r"tsflash sweep: error: argument --set: unknown config key 'no.such.deeper'; known keys here: .*"),
@@ -162,7 +162,7 @@ BAD = [
     ([*SWEEP, "--start", "2025-01-01", "--set", "splits.test_days=400"], r"tsflash: error: the data range "
      r"data.start..data.end = 2025-01-01..2025-06-30 .* \(data.end=2025-06-30, splits.n_folds=2: the reduced CPU preset's, .*\)"),
     # report
-    (["report", "run", "--set", "eval.fee=2"], r"tsflash report: error: argument --set: unknown config key 'eval.fee'; known keys here: .*fee_bps.*"),
+    (["report", "run", "--set", "eval.fee=2"], r"tsflash report: error: argument --set: unknown config key 'eval.fee' \(did you mean 'eval.fee_bps'\?\); known keys here: .*fee_bps.*"),
     (["report", "nope"], r"tsflash: error: report: run folder not found: nope"),
     # confirm (the refusals that need a finished run are in tests/sweep/test_confirm.py)
     (["confirm", "run"], r"tsflash confirm: error: the following arguments are required: --start"),

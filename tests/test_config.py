@@ -26,7 +26,9 @@ def test_overrides_apply_and_toml_dates_become_strings():
 @pytest.mark.parametrize(
     "overrides, pattern",
     [
-        ({"train": {"stepz": 3}}, r"unknown config key 'train.stepz'; known keys here: .*steps"),
+        ({"train": {"stepz": 3}}, r"unknown config key 'train.stepz' \(did you mean 'train.steps'\?\); known keys here: .*steps"),
+        ({"trian": {"steps": 3}}, r"unknown config key 'trian.steps' \(did you mean 'train.steps'\?\); known keys here: data,"),
+        ({"train": {"zzz": 3}}, r"unknown config key 'train.zzz'; known keys here: betas,"),  # nothing near: no guess
         ({"train": {"steps": "many"}}, r"config key train.steps: expected int, got 'many'"),
         ({"train": 5}, r"config key train: expected a table, got 5"),
         ({"lengths": [512, 100]}, r"lengths: every length must be a power of two >= 2, got 100"),

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import difflib
 import functools
 import importlib.resources
 import json
@@ -244,10 +245,13 @@ def _apply(obj, overrides: dict, prefix: str = "") -> None:
         full = f"{prefix}{key}"
         if key not in hints:
             known = ", ".join(sorted(hints))
+            near = difflib.get_close_matches(key, list(hints), n=1)  # a typo of one known key
+            rest = ""
             while isinstance(value, dict) and value:  # name the whole key the user typed: 'no.such', not 'no'
                 key, value = next(iter(value.items()))
-                full = f"{full}.{key}"
-            raise UserError(f"unknown config key {full!r}; known keys here: {known}")
+                rest = f"{rest}.{key}"
+            guess = f" (did you mean {prefix + near[0] + rest!r}?)" if near else ""
+            raise UserError(f"unknown config key {full + rest!r}{guess}; known keys here: {known}")
         current = getattr(obj, key)
         if full in DURATIONS and isinstance(value, str):  # kept as given until `validate` knows the interval
             parse_duration(value, full)
