@@ -76,6 +76,8 @@ def test_import_then_info(capsys, tmp_path, archive):
     }  # fmt: skip
     rc, out, _ = run(capsys, "data", "info", "--root", str(root), "--json", "--min-gap", "16")
     assert json.loads(out)["gaps"] == [] and json.loads(out)["n_gaps"] == 1
+    rc, out, _ = run(capsys, "data", "info", "--root", str(root), "--start", "2025-01-01")
+    assert rc == 0 and out == f"BTCUSDT 1m in {root}: 0 bars (none in this range; the store's year files cover 2024)\n"
 
 
 def test_import_then_info_at_one_second(capsys, tmp_path):

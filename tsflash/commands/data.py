@@ -331,7 +331,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     print(f"{s['symbol']} {s['interval']} in {s['root']}: {s['bars']:,} bars", end="")
     if not s["bars"]:
-        print(" (none in this range)")
+        years = sorted(store.year_files(args.root, args.symbol, args.interval))
+        span = str(years[0]) if years[0] == years[-1] else f"{years[0]}-{years[-1]}"
+        print(f" (none in this range; the store's year files cover {span})")
         return 0
     print(f", {s['first']} .. {s['last']} UTC; {s['missing']:,} missing, {s['zero_volume_bars']:,} with zero volume")
     print()
