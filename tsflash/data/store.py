@@ -320,15 +320,21 @@ def read_table(
     overlap the range; the rest is sliced by binary search on the sorted open_time. The files are
     checked against the manifest, the bars are not: `load_bars` and `year_bars` check them.
     """
-    lo, hi = to_us(start), to_us(end, end=True)
-    if lo is not None and hi is not None and hi < lo:
-        raise UserError(f"time range: end {end} is before start {start}")
+    lo, hi = _time_range(start, end)
     files = verified_files(root, symbol, interval, lambda year: _year_overlaps(year, lo, hi))
     columns = ("open_time", *[c for c in columns if c != "open_time"])
     tables = [t for path in files.values() if (t := _read_file(path, lo, hi, columns)) is not None]
     if not tables:
         return SCHEMA.empty_table().select(list(columns))
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _time_range(start, end) -> tuple[int | None, int | None]:
+    """[start, end] as microseconds (a bare end date: the whole day); UserError when end is before start."""
+    lo, hi = to_us(start), to_us(end, end=True)
+    if lo is not None and hi is not None and hi < lo:
+        raise UserError(f"time range: end {end} is before start {start}")
+    return lo, hi
 
 
 def _read_file(path: Path, lo: int | None, hi: int | None, columns: tuple[str, ...]) -> pa.Table | None:
@@ -409,9 +415,7 @@ def year_bars(
     year's memory. Each is checked as `load_bars` checks them (the manifest before anything is read,
     then order and the bar rules, across the year boundaries too); the first break is a UserError."""
     symbol = check_symbol(symbol)
-    lo, hi = to_us(start), to_us(end, end=True)
-    if lo is not None and hi is not None and hi < lo:
-        raise UserError(f"time range: end {end} is before start {start}")
+    lo, hi = _time_range(start, end)
     folder = dataset_dir(root, symbol, interval)
     before: tuple[int, float] | None = None  # open_time and close of the last bar yielded
     for path in verified_files(root, symbol, interval, lambda year: _year_overlaps(year, lo, hi)).values():

@@ -537,30 +537,8 @@ def select_run(
     values = ledger_values if len(ledger_values) >= max(2, len(keys)) else None
     sr_var = float(np.var(values, ddof=1)) if values is not None else None
     trial_count = TrialCount(n_trials, "the run's own study (complete trials in ledger.json)")
-    if not keys:
-        verdict = _no_gate(Reason.NO_CANDIDATE, [], None, n_trials, min_dsr, max_pbo)
-        no_days = np.empty(0, "datetime64[D]")
-        return RunSelection(
-            candidates=[],
-            verdict=verdict,
-            n_trials=n_trials,
-            sr_variance=sr_var,
-            days=no_days,
-            n_blocks=int(n_blocks),
-            n_blocks_used=None,
-            dropped=[],
-            trial_count=trial_count,
-        )
-    days, mat = _aligned(series)
-    across = ledger.count_for(fingerprint, days, config_hash, n_trials) if ledger is not None else None
-    if across is not None and across.n_trials >= n_trials:
-        n_trials, trial_count = across.n_trials, across
-    errors = {k: _sharpe_error(mat[:, j]) for j, k in enumerate(keys)}
-    usable = [k for k in keys if errors[k] is None]
-    dropped = [k for k in keys if errors[k] is not None]
-    n_profitable = int(np.sum(mat.mean(axis=0) > 0)) if len(mat) else 0
-    reason, error, n_used = Reason.TOO_FEW_CANDIDATES, None, None
 
+    # the RunSelection of every return below, from the names each path has set by then
     def selection(rows: list[dict], verdict: Verdict, dfl: Deflation | None = None) -> RunSelection:
         return RunSelection(
             candidates=rows,
@@ -575,6 +553,19 @@ def select_run(
             deflation=dfl,
             trial_count=trial_count,
         )
+
+    if not keys:
+        days, n_used, dropped, n_profitable = np.empty(0, "datetime64[D]"), None, [], 0
+        return selection([], _no_gate(Reason.NO_CANDIDATE, [], None, n_trials, min_dsr, max_pbo))
+    days, mat = _aligned(series)
+    across = ledger.count_for(fingerprint, days, config_hash, n_trials) if ledger is not None else None
+    if across is not None and across.n_trials >= n_trials:
+        n_trials, trial_count = across.n_trials, across
+    errors = {k: _sharpe_error(mat[:, j]) for j, k in enumerate(keys)}
+    usable = [k for k in keys if errors[k] is None]
+    dropped = [k for k in keys if errors[k] is not None]
+    n_profitable = int(np.sum(mat.mean(axis=0) > 0)) if len(mat) else 0
+    reason, error, n_used = Reason.TOO_FEW_CANDIDATES, None, None
 
     if len(usable) >= 2:
         t = mat.shape[0]
