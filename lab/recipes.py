@@ -559,6 +559,17 @@ def seed_effects(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -
     return out
 
 
+def nesting_cell(checks: dict[int, dict], part: str) -> str:
+    """A table cell of `nesting`'s checks of one part: with one N above the short one its check alone,
+    with several each N named, so no N's check hides another's."""
+    def one(check: dict | None) -> str:
+        return "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
+                                          f"{check['runs']} runs){' FAILS' if check['fails'] else ''}")
+    if len(checks) <= 1:
+        return one(next(iter(checks.values()), {}).get(part))
+    return ", ".join(f"{n}: {one(parts.get(part))}" for n, parts in checks.items())
+
+
 def nesting_value(long_row: dict, short_row: dict, short: int = SHORT) -> float:
     """One run's nesting value: its long-N model cut to `short` bars minus the N=`short` model of the
     same fold and seed, test log-loss per bar (> 0: short-range skill lost)."""
@@ -758,17 +769,11 @@ def render(summary: dict) -> str:
                   "| candidate | source | k | screened at | kept cells per N | test log-loss per N | found at the longest N "
                   "| nesting (log-loss) | nesting (flat-vs-move) |", "|---|---|---|---|---|---|---|---|---|"]
         for run, r in rules:
-            # Its own name: `nest` above is the rendered cell (a str); this is the checks by part.
-            nest_checks = {part: check for n, parts in r["nesting"].items() for part, check in parts.items()}
-
-            def fmt(check):
-                return "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
-                                                  f"{check['runs']} runs){' FAILS' if check['fails'] else ''}")
             lines.append(f"| {_label(run)} | {run['source']} | {r['k']} | {r.get('screen') or '-'} | "
                          + ", ".join(f"{n}: {c}" for n, c in r["cells"].items()) + " | "
                          + ", ".join(f"{n}: {_f(v, '.5f')}" for n, v in r["test_log_loss"].items())
                          + f" | {'-' if r['found'] is None else str(r['found']) + ' of ' + str(r['cells'][max(r['cells'])])}"
-                         f" | {fmt(nest_checks.get('log_loss'))} | {fmt(nest_checks.get('move_log_loss'))} |")
+                         f" | {nesting_cell(r['nesting'], 'log_loss')} | {nesting_cell(r['nesting'], 'move_log_loss')} |")
     screens = [(run, n, x) for run, n, st in stops for x in st.get("screened", ())]
     if screens:
         lines += ["", "## Screened restarts: keep the best at a step, continue only it", "",

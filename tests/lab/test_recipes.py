@@ -189,6 +189,24 @@ def test_the_nesting_check_paired_with_another_rule_is_tested_over_the_same_runs
     assert recipes.paired_nesting(one_fold, there) is None  # a t over folds needs two
 
 
+def test_the_rules_nesting_cell_names_each_longer_n_so_none_hides_another():
+    def row(cut, test=1.0):
+        return {"cut": {512: {"log_loss": cut}}, "test": {"log_loss": test}, "n_scored": 100}
+    keys = [(f, s) for f in range(3) for s in range(2)]
+    # N=4096 loses short-range skill in every fold, N=32768 gains it: both must show
+    by_n = {512: {k: row(None) | {"cut": {}} for k in keys},
+            4096: {k: row(1.01 + 0.001 * k[0]) for k in keys},
+            32768: {k: row(1.0 - 0.0002 - 0.0001 * k[0]) for k in keys}}
+    checks = recipes.nesting(by_n)
+    cell = recipes.nesting_cell(checks, "log_loss")
+    assert cell.startswith("4096: +0.01100") and "FAILS" in cell.split(", 32768: ")[0]
+    assert ", 32768: -0.00030" in cell and not cell.endswith("FAILS")
+    # one longer N: its check alone, as the committed summaries print it; a part not checked is "-"
+    assert recipes.nesting_cell({32768: checks[32768]}, "log_loss") == cell.split("32768: ")[1]
+    assert recipes.nesting_cell({32768: checks[32768]}, "move_log_loss") == "-"
+    assert recipes.nesting_cell({}, "log_loss") == "-"
+
+
 def test_the_restarts_choice_is_the_cheapest_option_that_clears_the_bar_surely_enough():
     best = [{"k": 2, "found": 6, "of": 10}, {"k": 3, "found": 19, "of": 20}]
     screens = [{"k": 3, "step": 300, "found": 18, "of": 20, "cost": 2.4}, {"k": 3, "step": 100, "found": 2, "of": 20, "cost": 1.2}]
