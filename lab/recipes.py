@@ -561,12 +561,13 @@ def seed_effects(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -
 
 def nesting_cell(checks: dict[int, dict], part: str) -> str:
     """A table cell of `nesting`'s checks of one part: with one N above the short one its check alone,
-    with several each N named, so no N's check hides another's."""
+    with several each N named, so no N's check hides another's; "-" where no N has one."""
     def one(check: dict | None) -> str:
         return "-" if check is None else (f"{_f(check['mean'], '+.5f')} (p {_f(check['p'], '.3g')}, "
                                           f"{check['runs']} runs){' FAILS' if check['fails'] else ''}")
-    if len(checks) <= 1:
-        return one(next(iter(checks.values()), {}).get(part))
+    found = {n: parts[part] for n, parts in checks.items() if part in parts}
+    if len(checks) <= 1 or not found:
+        return one(next(iter(found.values()), None))
     return ", ".join(f"{n}: {one(parts.get(part))}" for n, parts in checks.items())
 
 

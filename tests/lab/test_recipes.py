@@ -205,6 +205,7 @@ def test_the_rules_nesting_cell_names_each_longer_n_so_none_hides_another():
     assert recipes.nesting_cell({32768: checks[32768]}, "log_loss") == cell.split("32768: ")[1]
     assert recipes.nesting_cell({32768: checks[32768]}, "move_log_loss") == "-"
     assert recipes.nesting_cell({}, "log_loss") == "-"
+    assert recipes.nesting_cell(checks, "move_log_loss") == "-"  # no N has the part: one "-", not one per N
 
 
 def test_the_restarts_choice_is_the_cheapest_option_that_clears_the_bar_surely_enough():
