@@ -69,7 +69,7 @@ def smoke_line(rd: RunData, nums: Numbers) -> str | None:
         note = rd.run.get("preset_note") or ""
         if note.startswith(SMOKE):
             return note
-        # a run made before issue 55 kept another banner: the line rebuilt from its config, with its reason
+        # an older run folder kept another banner: the line rebuilt from its config, with its reason
         why = re.match(r"reduced CPU preset \(([^)]*)\)", note)
         return reduced_note(rd.config, why.group(1) if why else "")
     per_n = protocol._model_cells(rd, nums)
@@ -79,7 +79,7 @@ def smoke_line(rd: RunData, nums: Numbers) -> str | None:
 
 
 def caveats(rd: RunData, nums: Numbers) -> list[str]:
-    """What the run cannot support, for the first screen before any answer (issue 31): a failed
+    """What the run cannot support, for the first screen before any answer: a failed
     convergence criterion, differences inside the seed spread, no run-level test. A budget too short
     for every N of a full-preset run is the report's first line instead (`smoke_line`)."""
     per_n = protocol._model_cells(rd, nums)

@@ -1,8 +1,8 @@
-"""Question 1 tested at the unit of its claim, training runs (issue 28): the primary test of "does
+"""Question 1 tested at the unit of its claim, training runs: the primary test of "does
 arm B (a context length N) forecast better than arm A", its A/A calibration, its power, a
 simulator of runs for both, PBO's null distribution for few candidates, and the nesting check
-(issue 29: a long-N model with its context cut to the shortest N against the shortest-N model,
-over the same runs). Torch-free (numpy and scipy); it reads per-day loss sums, the table
+(a long-N model with its context cut to the shortest N against the shortest-N model, over the
+same runs). Torch-free (numpy and scipy); it reads per-day loss sums, the table
 `tsflash.scoring.daily.fold_losses` writes, or one mean loss per run (`runs_from_means`).
 """
 
@@ -771,7 +771,7 @@ def pbo_null(
 
 
 # ---------------------------------------------------------------------------------------------
-# The nesting check (issue 29): a long-N model with its context cut to the shortest N
+# The nesting check: a long-N model with its context cut to the shortest N
 
 
 NESTING_PARTS = ("log_loss", "move", "direction")  # the log-loss and its flat-vs-move and up-vs-down parts
@@ -863,7 +863,7 @@ IN_ORDER, OUT_OF_ORDER, ORDER_NOT_SHOWN = "in order", "out of order", "not shown
 
 @dataclass(frozen=True)
 class RankingCheck:
-    """The lengths ranked by the run-level test (issue 29, deliverable 5): each N against the next
+    """The lengths ranked by the run-level test: each N against the next
     shorter one (B = the longer), Holm over these consecutive pairs. IN_ORDER when every longer N
     forecasts significantly better than the next shorter one, the order of the information a longer
     context holds where it holds more (the slow regime's design); OUT_OF_ORDER when some longer N is

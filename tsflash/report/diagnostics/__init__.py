@@ -13,11 +13,11 @@ from tsflash.report.diagnostics import gate_power, nesting, pbo_null, power, pro
 from tsflash.report.diagnostics.base import OWN, RUNS, TRADING, Diagnostic, section
 
 DIAGNOSTICS: list[Diagnostic] = [
-    nesting.DIAGNOSTIC,  # each long N cut to the shortest N against it (issue 29)
+    nesting.DIAGNOSTIC,  # each long N cut to the shortest N against it
     probe.DIAGNOSTIC,  # the linear information probe per N (eval.probe)
     ranking.DIAGNOSTIC,  # each N against the next shorter one, held to the probe's order
     power.DIAGNOSTIC,  # question 1's detectable difference at 3 and 6 seeds
-    replicate.DIAGNOSTIC,  # a pre-registered A/A replicate against its arm (issue 33)
+    replicate.DIAGNOSTIC,  # a pre-registered A/A replicate against its arm
     gate_power.DIAGNOSTIC,  # what question 2's "no" rules out: effective trials, the DSR's pass line and power
     pbo_null.DIAGNOSTIC,  # PBO's null distribution for the run's candidates and days
 ]

@@ -1,4 +1,4 @@
-"""The report's nesting check (issue 29): each long N scored with its context cut to the shortest N
+"""The report's nesting check: each long N scored with its context cut to the shortest N
 of the sweep, against the model trained at that shortest N on the same test bars, over training
 runs (`tsflash.stats.runs.nesting_tests`). Every evaluation context holds the last N_short bars, so
 a long model cut to them sees what the short model sees; one that forecasts significantly worse lost

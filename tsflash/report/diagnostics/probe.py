@@ -1,4 +1,4 @@
-"""The report's linear information probe per N (issue 29; `eval.probe`): "does the far information
+"""The report's linear information probe per N (`eval.probe`): "does the far information
 exist in a form a linear model can read?" beside question 1's "can the transformer use it?".
 
 The probe baselines "probe-<N>" (`tsflash.engine._baselines`; the model is `tsflash.dataset.probe`)

@@ -1,4 +1,4 @@
-"""The A/A reading of a pre-registered replicate (issue 33, deliverable 3).
+"""The A/A reading of a pre-registered replicate.
 
 `tsflash preregister --aa-seeds` plans every arm's config again on the plan's own bars with other
 seeds, into OUT/controls/aa/<arm>: the same design and bars, disjoint training runs, so the true
