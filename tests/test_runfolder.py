@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tsflash.runfolder import RunFolder, decode_trial_key, encode_trial_key
+from tsflash.errors import UserError
+from tsflash.runfolder import DamagedFile, RunFolder, decode_trial_key, encode_trial_key, load_npz, read_json
 
 
 @pytest.mark.parametrize("params", [
@@ -43,3 +44,32 @@ def test_the_run_folder_writes_json_with_the_one_writer(tmp_path):
     path = runfolder.write_json(tmp_path / "cells" / "x.cell.json", {"hit_rate": math.nan, "n": 3})
     assert path.read_text() == '{\n "hit_rate": NaN,\n "n": 3\n}'
     assert math.isnan(runfolder.read_json(path)["hit_rate"]) and json.loads(path.read_text())["n"] == 3
+
+
+def test_a_damaged_json_or_npz_file_is_one_user_error_naming_it(tmp_path):
+    import numpy as np
+
+    (tmp_path / "a.json").write_text('{"n": ')
+    with pytest.raises(DamagedFile, match=r"a\.json is damaged: not valid JSON \(JSONDecodeError: ") as caught:
+        read_json(tmp_path / "a.json")
+    # the CLI's one line (UserError), and still what callers that skip unreadable folders catch
+    assert isinstance(caught.value, UserError) and isinstance(caught.value, ValueError)
+    (tmp_path / "b.json").write_bytes(b"\xff\xfe{}")  # not UTF-8
+    with pytest.raises(DamagedFile, match="UnicodeDecodeError"):
+        read_json(tmp_path / "b.json")
+    np.savez(tmp_path / "c.npz", x=np.arange(1000.0))
+    with load_npz(tmp_path / "c.npz") as z:
+        assert z["x"].sum() == 499500.0
+    with pytest.raises(KeyError), load_npz(tmp_path / "c.npz") as z:  # the block's own errors pass unchanged
+        z["y"]
+    data = bytearray((tmp_path / "c.npz").read_bytes())
+    data[400:408] = b"\xff" * 8
+    (tmp_path / "d.npz").write_bytes(bytes(data))
+    with pytest.raises(DamagedFile, match=r"d\.npz is damaged: an array cannot be read \(BadZipFile: Bad CRC-32"), \
+            load_npz(tmp_path / "d.npz") as z:
+        z["x"]
+    (tmp_path / "e.npz").write_bytes(bytes(data[:300]))
+    with pytest.raises(DamagedFile, match=r"e\.npz is damaged: not a readable \.npz archive \(BadZipFile: "):
+        load_npz(tmp_path / "e.npz").__enter__()
+    with pytest.raises(FileNotFoundError):  # a missing file is not a damaged one
+        load_npz(tmp_path / "f.npz").__enter__()

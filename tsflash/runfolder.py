@@ -42,9 +42,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import zipfile
+import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tsflash import atomic
 from tsflash.atomic import write_json  # noqa: F401  (re-exported: the run folder's JSON writer)
@@ -128,8 +132,35 @@ RESUME_FILES = ("scores", "series", "forecasts")
 # JSON
 
 
+class DamagedFile(UserError, ValueError):
+    """A run folder's file that cannot be read as what it should be: one line naming it. Also a
+    ValueError, so a caller that skips unreadable folders (`find_unfinished_run`) still does."""
+
+
 def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
+    """A JSON file of a run folder; DamagedFile naming it when it is not valid JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except ValueError as exc:  # JSONDecodeError and undecodable bytes
+        raise DamagedFile(f"{path} is damaged: not valid JSON ({exc.__class__.__name__}: {exc})") from None
+
+
+@contextmanager
+def load_npz(path: Path) -> Iterator[Any]:
+    """`np.load` of a run folder's .npz archive, closed after the block; DamagedFile naming it when it
+    is not a readable archive or an array fails its checksum (a file changed after it was written)."""
+    import numpy as np
+
+    try:
+        z = np.load(path)
+    except (zipfile.BadZipFile, EOFError, ValueError) as exc:  # ValueError: not an archive, not an array
+        raise DamagedFile(f"{path} is damaged: not a readable .npz archive ({exc.__class__.__name__}: {exc})") from None
+    try:
+        yield z
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # an array's bytes, read lazily in the block
+        raise DamagedFile(f"{path} is damaged: an array cannot be read ({exc.__class__.__name__}: {exc})") from None
+    finally:
+        z.close()
 
 
 # run.json "format": raised when a change makes run folders that an older tsflash would misread.
@@ -377,12 +408,10 @@ class RunFolder:
 
     def read_series(self, name: str) -> dict:
         """{"days": datetime64[D] (D,), "net": (D,), "gross": (D,)}."""
-        import numpy as np
-
         path = self.series_path(name)
         if not path.exists():
             raise UserError(f"daily series not found: {path}")
-        with np.load(path) as z:
+        with load_npz(path) as z:
             return {"days": z["days"].astype("datetime64[D]"), "net": z["net"], "gross": z["gross"]}
 
     # state

@@ -56,7 +56,7 @@ def test_a_run_folder_that_cannot_be_read(run, capsys):
 def test_a_damaged_run_json(run, capsys):
     (run / "run.json").write_text('{"run_key": ')
     assert cli.main(["report", str(run)]) == 2
-    one_line(capsys, r"tsflash: error: report: .*run\.json is damaged \(JSONDecodeError: .*\)")
+    one_line(capsys, r"tsflash: error: report: .*run\.json is damaged: not valid JSON \(JSONDecodeError: .*\)")
 
 
 def test_a_run_folder_of_a_newer_version(run, capsys):

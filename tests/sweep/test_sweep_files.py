@@ -1,5 +1,7 @@
 """A sweep on bad data or into a folder it cannot use: one line, exit 2, and no run folder left
-(no sweep.log, optuna.db or run.json for a later command to "resume")."""
+(no sweep.log, optuna.db or run.json for a later command to "resume"). A run folder's damaged file
+(a cell summary, a daily series, the ledger) is one line naming it, for a resumed sweep, a report
+and a re-scoring, and is left as found."""
 
 from __future__ import annotations
 
@@ -19,6 +21,10 @@ MIN_US = store.INTERVAL_US["1m"]
 @pytest.fixture
 def bar_store(tmp_path):
     """2024-01-01..08 of 1-minute bars, written by the store (with its manifest)."""
+    return write_bars(tmp_path)
+
+
+def write_bars(tmp_path):
     n = 8 * 1440
     rng = np.random.default_rng(0)
     close = np.round(40000 * np.exp(np.cumsum(rng.normal(0, 1e-3, n))), 2)
@@ -31,12 +37,16 @@ def bar_store(tmp_path):
     return root
 
 
-def sweep(capsys, root, out) -> tuple[int, str]:
+def sweep_argv(root, out) -> list[str]:
     argv = ["sweep", "--lengths", "32,64", "--data", str(root), "--out", str(out), "--preset", "cpu", "--device", "cpu",
             "--seed", "0", "--no-precision"]
     for item in TINY_SWEEP:
         argv += ["--set", item]
-    rc = cli.main(argv)
+    return argv
+
+
+def sweep(capsys, root, out) -> tuple[int, str]:
+    rc = cli.main(sweep_argv(root, out))
     return rc, capsys.readouterr().err
 
 
@@ -87,3 +97,73 @@ def test_a_run_folder_of_a_newer_version_is_not_resumed(bar_store, tmp_path, cap
     assert rc == 2
     one_line(err, r"tsflash: error: .*run\.json was written by a newer tsflash \(run folder format 2; .*")
     assert sorted(p.name for p in out.iterdir()) == ["run.json"]
+
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """(bar store, run folder) of a finished tiny sweep, made once; each test damages a copy."""
+    tmp = tmp_path_factory.mktemp("finished")
+    root = write_bars(tmp)
+    assert cli.main(sweep_argv(root, tmp / "run")) == 0
+    return root, tmp / "run"
+
+
+def damaged_copy(run, tmp_path, name: str, how: str):
+    """A copy of `run`, marked unfinished (so a sweep resumes it), with its file `name` cut in half
+    ("cut") or eight of its bytes overwritten ("flip": a zip member's checksum no longer holds)."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    meta = json.loads((copy / "run.json").read_text())
+    (copy / "run.json").write_text(json.dumps(meta | {"status": "running"}))
+    data = bytearray((copy / name).read_bytes())
+    if how == "cut":
+        data = data[: len(data) // 2]
+    else:
+        data[len(data) // 3 : len(data) // 3 + 8] = b"\xff" * 8
+    (copy / name).write_bytes(bytes(data))
+    return copy
+
+
+@pytest.mark.parametrize(("name", "how", "rule"), [
+    ("cells/n32/fold0-seed0.cell.json", "cut", r"not valid JSON \(JSONDecodeError: .*\)"),
+    ("cells/baselines/fold1.cell.json", "cut", r"not valid JSON \(JSONDecodeError: .*\)"),
+    ("series/n64.npz", "cut", r"not a readable \.npz archive \(BadZipFile: .*\)"),
+    ("optuna.db", "cut", r"not a readable SQLite database \(.*\)"),
+])
+def test_a_resumed_sweep_refuses_a_damaged_file_of_its_run_folder(finished, tmp_path, capsys, name, how, rule):
+    root, run = finished
+    copy = damaged_copy(run, tmp_path, name, how)
+    damaged = (copy / name).read_bytes()
+    rc, err = sweep(capsys, root, copy)
+    assert rc == 2
+    one_line(err, rf"tsflash: error: {re.escape(str(copy / name))} is damaged: {rule}")
+    assert (copy / name).read_bytes() == damaged  # left as found, for the user to restore
+
+
+@pytest.mark.parametrize(("name", "how", "rule"), [
+    ("cells/n32/fold1-seed0.cell.json", "cut", r"not valid JSON \(JSONDecodeError: .*\)"),
+    ("series/n32.npz", "cut", r"not a readable \.npz archive \(BadZipFile: .*\)"),
+    ("series/n32.npz", "flip", r"an array cannot be read \(BadZipFile: Bad CRC-32 .*\)"),
+    ("ledger.json", "cut", r"not valid JSON \(JSONDecodeError: .*\)"),
+])
+def test_a_report_refuses_a_damaged_file_of_its_run_folder(finished, tmp_path, capsys, name, how, rule):
+    _, run = finished
+    copy = damaged_copy(run, tmp_path, name, how)
+    report = (copy / "report.md").read_bytes()
+    assert cli.main(["report", str(copy)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert re.fullmatch(rf"tsflash: error: (report: )?{re.escape(str(copy / name))} is damaged: {rule}", err.strip()), err
+    assert (copy / "report.md").read_bytes() == report  # the published report stays as it was
+
+
+def test_rescoring_refuses_a_damaged_per_bar_cell_file(finished, tmp_path, capsys):
+    _, run = finished
+    copy = damaged_copy(run, tmp_path, "cells/n32/fold1-seed0.npz", "flip")
+    assert cli.main(["report", str(copy), "--set", "eval.fee_bps=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cells/n32/fold1-seed0.npz is damaged: an array cannot be read" in err, err
+    assert not (copy / "rescored").exists()

@@ -13,7 +13,7 @@ import numpy as np
 
 from tsflash.config import config_version
 from tsflash.errors import UserError
-from tsflash.runfolder import RunFolder, baseline_order, check_run_meta, read_json
+from tsflash.runfolder import DamagedFile, RunFolder, baseline_order, check_run_meta, read_json
 
 
 def seed_inference(config: dict) -> str:
@@ -66,8 +66,8 @@ def _required(path: Path) -> dict:
         raise UserError(f"report: {path} not found; is {path.parent} a finished `tsflash sweep` run folder?")
     try:
         return read_json(path)
-    except ValueError as exc:  # JSONDecodeError and undecodable bytes: a damaged file, one line
-        raise UserError(f"report: {path} is damaged ({exc.__class__.__name__}: {exc})") from None
+    except DamagedFile as exc:
+        raise UserError(f"report: {exc}") from None
 
 
 def _optional(path: Path, default: dict) -> dict:

@@ -28,7 +28,7 @@ import numpy as np
 
 from tsflash import atomic
 from tsflash.errors import UserError
-from tsflash.runfolder import BASELINE_PREFIX, RunFolder, is_baseline, read_json
+from tsflash.runfolder import BASELINE_PREFIX, RunFolder, is_baseline, load_npz, read_json
 from tsflash.scoring.days import daily_returns, day_growth, day_runs, utc_days
 from tsflash.scoring.metrics import DAILY_SUMS, apply_fees, daily_loss_sums
 from tsflash.scoring.strategy import Strategy, break_even_fee, horizon_path, stored, turnover
@@ -106,7 +106,7 @@ def cell_arrays(stem: Path) -> dict:
             f"re-scoring needs the per-bar cell files (cells/**/*.npz); {npz} is missing "
             "(a published run does not commit them): rerun the sweep to make them"
         )
-    with np.load(npz) as z:
+    with load_npz(npz) as z:
         return {k: (z[k] if k in z.files else None) for k in _CELL_ARRAYS}
 
 
@@ -284,7 +284,7 @@ def read_fold_scores(folder: RunFolder, key: str, fold: int) -> FoldScores | Non
     path = folder.fold_scores_path(key, fold)
     if not path.exists():
         return None
-    with np.load(path) as z:
+    with load_npz(path) as z:
         daily = FoldDaily(
             z["days"].astype("datetime64[D]"),
             z["net"],
@@ -398,7 +398,7 @@ def read_losses(folder: RunFolder, name: str) -> dict | None:
     path = folder.forecasts_path(name)
     if not path.exists():
         return None
-    with np.load(path) as z:
+    with load_npz(path) as z:
         return _loss_table(z)
 
 

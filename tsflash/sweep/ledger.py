@@ -52,7 +52,7 @@ from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tsflash.errors import UserError
-from tsflash.runfolder import write_json
+from tsflash.runfolder import DamagedFile, write_json
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +102,24 @@ def heartbeat_storage(url: str) -> optuna.storages.RDBStorage:
     """The study's storage with optuna's heartbeat: a RUNNING cell whose worker has not beaten for
     GRACE_FACTOR beats is failed by the next worker that looks (`optuna.storages.fail_stale_trials`),
     and `Retry` puts it back in the queue with its parameters and user attrs."""
+    import sqlalchemy
+
     interval = int(os.environ.get("TSFLASH_HEARTBEAT_S", HEARTBEAT_S))
-    with _quiet():
-        storage = optuna.storages.RDBStorage(
-            url,
-            heartbeat_interval=interval,
-            grace_period=GRACE_FACTOR * interval,
-            heartbeat_stale_trial_callback=Retry(max_retry=None),
-        )
+    try:
+        with _quiet():
+            storage = optuna.storages.RDBStorage(
+                url,
+                heartbeat_interval=interval,
+                grace_period=GRACE_FACTOR * interval,
+                heartbeat_stale_trial_callback=Retry(max_retry=None),
+            )
+    except sqlalchemy.exc.DatabaseError as exc:  # a run folder's ledger file that is not a database
+        if not url.startswith("sqlite:///"):
+            raise
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        raise DamagedFile(
+            f"{url.removeprefix('sqlite:///')} is damaged: not a readable SQLite database ({reason})"
+        ) from None
     if storage.engine.dialect.name == "sqlite":
         _serialise_sqlite(storage.engine)
     return storage

@@ -31,7 +31,7 @@ from tsflash.report.diagnostics.base import OWN
 from tsflash.report.markdown import table as _table
 from tsflash.report.rundata import RunData, seed_inference
 from tsflash.report.wording import CROSSED_WORDS, NESTING_FAILS, df_text, fmt, plural, signed
-from tsflash.runfolder import RunFolder
+from tsflash.runfolder import RunFolder, load_npz
 from tsflash.scoring.metrics import bar_losses
 from tsflash.stats.runs import (
     NOT_MEASURED,
@@ -160,7 +160,7 @@ def part_means(y_true: np.ndarray, y_prob: np.ndarray) -> tuple[dict[str, float]
 
 
 def _from_cells(stem, fold: int, seed: int, cut: int | None) -> _Run:
-    with np.load(RunFolder.cell_npz(stem)) as z:
+    with load_npz(RunFolder.cell_npz(stem)) as z:
         y_true, times = z["y_true"], z["test_time"]
         full, n, res = part_means(y_true, z["y_prob"].astype(np.float64))
         cut_parts, res_cut = None, 0.0
@@ -208,7 +208,7 @@ def _has_cut_arrays(rd: RunData, cells: list[dict], cut: int | None) -> bool:
         if not npz.exists():
             return False
         if cut is not None:
-            with np.load(npz) as z:
+            with load_npz(npz) as z:
                 if CUT_ARRAY.format(cut) not in z.files:
                     return False
     return True
