@@ -127,11 +127,13 @@ def damaged_copy(run, tmp_path, name: str, how: str):
     return copy
 
 
+# How each kind of damage is worded (tsflash.runfolder.DamagedFile)
+JSON, NPZ = r"not valid JSON \(JSONDecodeError: .*\)", r"not a readable \.npz archive \(BadZipFile: .*\)"
+
+
 @pytest.mark.parametrize(("name", "how", "rule"), [
-    ("cells/n32/fold0-seed0.cell.json", "cut", r"not valid JSON \(JSONDecodeError: .*\)"),
-    ("cells/baselines/fold1.cell.json", "cut", r"not valid JSON \(JSONDecodeError: .*\)"),
-    ("series/n64.npz", "cut", r"not a readable \.npz archive \(BadZipFile: .*\)"),
-    ("optuna.db", "cut", r"not a readable SQLite database \(.*\)"),
+    ("cells/n32/fold0-seed0.cell.json", "cut", JSON), ("cells/baselines/fold1.cell.json", "cut", JSON),
+    ("series/n64.npz", "cut", NPZ), ("optuna.db", "cut", r"not a readable SQLite database \(.*\)"),
 ])
 def test_a_resumed_sweep_refuses_a_damaged_file_of_its_run_folder(finished, tmp_path, capsys, name, how, rule):
     root, run = finished
@@ -144,10 +146,8 @@ def test_a_resumed_sweep_refuses_a_damaged_file_of_its_run_folder(finished, tmp_
 
 
 @pytest.mark.parametrize(("name", "how", "rule"), [
-    ("cells/n32/fold1-seed0.cell.json", "cut", r"not valid JSON \(JSONDecodeError: .*\)"),
-    ("series/n32.npz", "cut", r"not a readable \.npz archive \(BadZipFile: .*\)"),
-    ("series/n32.npz", "flip", r"an array cannot be read \(BadZipFile: Bad CRC-32 .*\)"),
-    ("ledger.json", "cut", r"not valid JSON \(JSONDecodeError: .*\)"),
+    ("cells/n32/fold1-seed0.cell.json", "cut", JSON), ("series/n32.npz", "cut", NPZ),
+    ("series/n32.npz", "flip", r"an array cannot be read \(BadZipFile: Bad CRC-32 .*\)"), ("ledger.json", "cut", JSON),
 ])
 def test_a_report_refuses_a_damaged_file_of_its_run_folder(finished, tmp_path, capsys, name, how, rule):
     _, run = finished
