@@ -26,11 +26,17 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+DAMAGED = "damaged"  # a file there but not valid JSON: the listing says so rather than guess
+
+
 def _read(path: Path) -> dict:
+    """The JSON file at `path`; {} when it is missing or unreadable, {DAMAGED: name} when it is not JSON."""
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except OSError:
         return {}
+    except ValueError:  # JSONDecodeError and undecodable bytes
+        return {DAMAGED: path.name}
 
 
 def read_questions(folder: RunFolder) -> dict:
@@ -44,6 +50,8 @@ def answer_sentences(folder: RunFolder) -> list[str]:
     questions = read_questions(folder)
     if not questions:
         return []
+    if DAMAGED in questions:
+        return [f"{folder.root / questions[DAMAGED]} is damaged: not valid JSON (`tsflash report` rewrites it)"]
     forecast, trading = questions.get("forecast", {}), questions.get("trading", {})
     return [
         f"question 1 (forecasting): {forecast.get('lead') or forecast.get('sentence') or '-'}",
@@ -56,6 +64,8 @@ def answer_line(folder: RunFolder) -> str:
     questions = read_questions(folder)
     if not questions:
         return "-"
+    if DAMAGED in questions:
+        return f"{DAMAGED} {questions[DAMAGED]}"
     trading = questions.get("trading", {})
     traded = trading.get("answer") or ("yes" if trading.get("passed") else "no")
     return f"forecast: {questions.get('forecast', {}).get('answer') or '-'}; trading: {traded}"
@@ -63,9 +73,11 @@ def answer_line(folder: RunFolder) -> str:
 
 def run_row(folder: RunFolder) -> list[str]:
     meta, cfg = _read(folder.run_json), _read(folder.config_json)
-    name = cfg.get("name", "?")
+    name = f"{DAMAGED} {cfg[DAMAGED]}" if DAMAGED in cfg else cfg.get("name", "?")
     status = meta.get("status", "?")
     status = "finished" if status == "complete" else f"unfinished ({folder.n_finished_cells()} cells trained)"
+    if DAMAGED in meta:
+        status = f"{DAMAGED} {meta[DAMAGED]} ({folder.n_finished_cells()} cells trained)"
     created = str(meta.get("created", "?")).replace("T", " ")[:16]
     lengths = ",".join(map(str, meta.get("lengths", []))) or "?"
     return [folder.root.name, created, name, lengths, status, answer_line(folder)]
