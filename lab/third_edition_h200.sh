@@ -50,8 +50,8 @@
 # (`python -m lab.plan --check` says how long one of the next run takes at each N), with room for a
 # fresh process's first cell, which ran 68-72 s at N=4096 on an H100 where later ones ran 51-58 s.
 # A run's first fold at an N starts on the cost table's H200 price: on an H100 an echo/per-bar cell ran
-# 98-152 s at N=32768 and 42-63 s at N=4096, so a fold there takes 342-430 s (BUDGET_S=520 holds one)
-# and 140-190 s; slice by fold from a session's first call while N=32768 folds are left, one a call.
+# 98-152 s at N=32768 and 36-73 s at N=4096, so a fold there takes 342-430 s (BUDGET_S=520 holds one)
+# and 140-215 s; slice by fold from a session's first call while N=32768 folds are left, one a call.
 # A call's wall-clock is about 25 s of set-up (above: lab/device_env.sh), the sweeps, and a few seconds
 # of packing; LIMIT_S counts from the sweeps' start, so the call lowers LIMIT_S and BUDGET_S to what
 # DEVICE_S leaves (below), and the device's own stop never takes a call's state.
