@@ -182,12 +182,8 @@ def check_run_meta(meta: dict, path: Path) -> dict:
 
 
 def read_run_json(path: Path) -> dict:
-    """A run.json, checked (`check_run_meta`); a damaged one is one line, not a traceback."""
-    try:
-        meta = read_json(path)
-    except ValueError as exc:  # JSONDecodeError and undecodable bytes
-        raise UserError(f"{path}: damaged run.json ({exc.__class__.__name__}: {exc})") from None
-    return check_run_meta(meta, path)
+    """A run.json, checked (`check_run_meta`); a damaged one is one line (`read_json`), not a traceback."""
+    return check_run_meta(read_json(path), path)
 
 
 # ---------------------------------------------------------------------------------------------

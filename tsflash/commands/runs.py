@@ -8,10 +8,9 @@ report is written). Reads run.json, config.json and questions.json only: no torc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tsflash.runfolder import DEFAULT_RUNS_ROOT, RunFolder, iter_run_folders
+from tsflash.runfolder import DEFAULT_RUNS_ROOT, DamagedFile, RunFolder, iter_run_folders, read_json
 
 HEADER = ("run", "created (UTC)", "config", "lengths", "status", "answer")
 
@@ -32,10 +31,10 @@ DAMAGED = "damaged"  # a file there but not valid JSON: the listing says so rath
 def _read(path: Path) -> dict:
     """The JSON file at `path`; {} when it is missing or unreadable, {DAMAGED: name} when it is not JSON."""
     try:
-        return json.loads(path.read_text())
+        return read_json(path)
     except OSError:
         return {}
-    except ValueError:  # JSONDecodeError and undecodable bytes
+    except DamagedFile:
         return {DAMAGED: path.name}
 
 
