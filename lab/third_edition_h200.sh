@@ -53,7 +53,7 @@
 # 98-152 s at N=32768 and 36-73 s at N=4096, so a fold there takes 342-430 s (BUDGET_S=520 holds one)
 # and 140-215 s; slice by fold from a session's first call while N=32768 folds are left, one a call.
 # A call's wall-clock is 29-38 s of set-up (the "set-up:" line: about 4 s of lab/device_env.sh, the rest
-# reading the plan, two processes that import torch), the sweeps, and a few seconds
+# reading the plan, two processes side by side that import torch), the sweeps, and a few seconds
 # of packing; LIMIT_S counts from the sweeps' start, so the call lowers LIMIT_S and BUDGET_S to what
 # DEVICE_S leaves (below), and the device's own stop never takes a call's state.
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
@@ -76,6 +76,10 @@ KEEP=${KEEP:-/tmp/tsflash-keep/$PLAN}  # the tests give each call a folder of it
 T_ENV=$((SECONDS - CALL_T0))  # the set-up's parts, printed below: where a call's first seconds go
 if [ -d "$KEEP" ]; then cp -a "$KEEP/." "$PLAN/" && echo "restored the state an earlier call left in $KEEP"; fi
 T_KEEP=$((SECONDS - CALL_T0 - T_ENV))
+# The plan's commands are read beside its next runs: each is a process that imports torch.
+PLANNED_FILE=$(mktemp)
+python3 -m lab.plan --commands "$PLAN" > "$PLANNED_FILE" &
+PLANNED_PID=$!
 if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not complete
   RUNS=$(python3 -m lab.plan --next "$PLAN") || exit 2
   if [ -z "$RUNS" ]; then
@@ -89,7 +93,8 @@ if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not compl
   RUNS="${next[*]:0:$RUNS_MAX}"
   echo "the plan's next runs: $RUNS"
 fi
-planned=$(python3 -m lab.plan --commands "$PLAN") || exit 2
+wait "$PLANNED_PID" || exit 2
+planned=$(cat "$PLANNED_FILE")
 echo "set-up: ${T_ENV}s environment, ${T_KEEP}s restoring, $((SECONDS - CALL_T0 - T_ENV - T_KEEP))s reading the plan"
 
 # Every named run is found in the plan before any starts: a typo costs nothing.
