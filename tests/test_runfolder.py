@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from tsflash.errors import UserError
-from tsflash.runfolder import DamagedFile, RunFolder, decode_trial_key, encode_trial_key, load_npz, read_json
+from tsflash.runfolder import (
+    DamagedFile,
+    RunFolder,
+    decode_trial_key,
+    encode_trial_key,
+    load_npz,
+    read_json,
+    read_parquet,
+)
 
 
 @pytest.mark.parametrize("params", [
@@ -73,3 +81,37 @@ def test_a_damaged_json_or_npz_file_is_one_user_error_naming_it(tmp_path):
         load_npz(tmp_path / "e.npz").__enter__()
     with pytest.raises(FileNotFoundError):  # a missing file is not a damaged one
         load_npz(tmp_path / "f.npz").__enter__()
+
+
+def test_a_damaged_parquet_file_is_one_user_error_naming_it(tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"x": np.random.default_rng(0).normal(size=5000)})
+    pq.write_table(table, tmp_path / "a.parquet", write_page_checksum=True, compression="none")
+    assert read_parquet(tmp_path / "a.parquet").equals(table)
+    data = (tmp_path / "a.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DamagedFile, match=r"cut\.parquet is damaged: not a readable Parquet file \(ArrowInvalid: "):
+        read_parquet(tmp_path / "cut.parquet")
+    # a changed value inside a page: decodes, so only the page's CRC tells (without it, a wrong number is read)
+    flipped = bytearray(data)
+    flipped[len(data) // 3 : len(data) // 3 + 8] = b"\x00" * 8
+    (tmp_path / "flip.parquet").write_bytes(bytes(flipped))
+    with pytest.raises(DamagedFile, match=r"flip\.parquet is damaged: not a readable Parquet file \(OSError: .*CRC"):
+        read_parquet(tmp_path / "flip.parquet")
+    with pytest.raises(FileNotFoundError):  # a missing file is not a damaged one
+        read_parquet(tmp_path / "none.parquet")
+
+
+def test_the_notebook_api_names_a_damaged_run_file(tmp_path):
+    from tsflash import api
+
+    (tmp_path / "run.json").write_text('{"status": "complete"}')
+    (tmp_path / "results.json").write_text('{"verdict": ')
+    with pytest.raises(DamagedFile, match=r"results\.json is damaged: not valid JSON"):
+        api.SweepResult.of(tmp_path)
+    (tmp_path / "results.json").unlink()
+    res = api.SweepResult.of(tmp_path)  # unfinished parts are None, not errors
+    assert res.complete and res.results is None and res.report is None

@@ -10,18 +10,19 @@ with the CLI's one-line message, before anything is written.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tsflash import runfolder
 from tsflash.config import merge_overrides, parse_lengths, parse_overrides
 from tsflash.data.store import check_pair
 
 
 @dataclass
 class SweepResult:
-    """A sweep's run folder; `results` (results.json) and `report` (report.md) once it finished."""
+    """A sweep's run folder; `results` (results.json) and `report` (report.md) once it finished.
+    A damaged JSON file of the folder raises `tsflash.runfolder.DamagedFile` naming it."""
 
     folder: Path
     complete: bool
@@ -33,7 +34,7 @@ class SweepResult:
     def of(cls, folder: Path) -> SweepResult:
         def read(name: str) -> dict | None:
             path = folder / name
-            return json.loads(path.read_text()) if path.exists() else None
+            return runfolder.read_json(path) if path.exists() else None
 
         run = read("run.json") or {}
         report = folder / "report.md"

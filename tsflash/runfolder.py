@@ -145,6 +145,19 @@ def read_json(path: Path) -> dict:
         raise DamagedFile(f"{path} is damaged: not valid JSON ({exc.__class__.__name__}: {exc})") from None
 
 
+def read_parquet(path: Path) -> Any:
+    """A run folder's Parquet file as a pyarrow Table; DamagedFile naming it when it cannot be read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path, page_checksum_verification=True)  # files written without CRCs read as before
+    except (pa.ArrowException, OSError) as exc:  # ArrowInvalid: a cut file; OSError: a page's CRC or encoding
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise DamagedFile(f"{path} is damaged: not a readable Parquet file ({exc.__class__.__name__}: {exc})") from None
+
+
 @contextmanager
 def load_npz(path: Path) -> Iterator[Any]:
     """`np.load` of a run folder's .npz archive, closed after the block; DamagedFile naming it when it

@@ -167,3 +167,30 @@ def test_rescoring_refuses_a_damaged_per_bar_cell_file(finished, tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cells/n32/fold1-seed0.npz is damaged: an array cannot be read" in err, err
     assert not (copy / "rescored").exists()
+
+
+@pytest.mark.parametrize(("how", "rule"), [("cut", r"\(ArrowInvalid: .*\)"), ("flip", r"\(OSError: .*CRC.*\)")])
+def test_a_report_refuses_a_damaged_loss_table_of_a_published_run(finished, tmp_path, capsys, how, rule):
+    import shutil
+
+    _, run = finished
+    copy = tmp_path / "published"
+    shutil.copytree(run, copy)
+    for npz in [*copy.glob("cells/**/*.npz"), *copy.glob("forecasts/*.npz")]:  # as a published run keeps it
+        npz.unlink()
+    name = "forecast_daily.parquet"
+    assert (copy / name).exists() and cli.main(["report", str(copy)]) == 0  # read back from the loss table
+    capsys.readouterr()
+    data = bytearray((copy / name).read_bytes())
+    if how == "cut":
+        data = data[: len(data) // 2]
+    else:  # a value inside a page: only the page's CRC tells
+        data[len(data) // 4 : len(data) // 4 + 8] = b"\x00" * 8
+    (copy / name).write_bytes(bytes(data))
+    report = (copy / "report.md").read_bytes()
+    assert cli.main(["report", str(copy)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert re.fullmatch(rf"tsflash: error: (report: )?{re.escape(str(copy / name))} is damaged: not a readable "
+                        rf"Parquet file {rule}", err.strip()), err
+    assert (copy / "report.md").read_bytes() == report

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tsflash.report.rundata import RunData
-from tsflash.runfolder import RunFolder, baseline_series_name
+from tsflash.runfolder import RunFolder, baseline_series_name, read_parquet
 from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_losses, read_losses
 from tsflash.scoring.metrics import DAILY_SUMS
 from tsflash.stats.forecasts import ONE_SEED, RunAnswer, run_answer
@@ -78,7 +78,7 @@ def write_table(table: dict, path: Path) -> Path:
     cols |= {"fold": pa.array(table["fold"], type=pa.int64()), "day": pa.array(table["day"].astype("datetime64[D]"))}
     cols |= {k: pa.array(table[k], type=pa.float64()) for k in DAILY_SUMS}
     with atomic.atomic_path(path) as tmp:
-        pq.write_table(pa.table(cols), tmp)
+        pq.write_table(pa.table(cols), tmp, write_page_checksum=True)  # a changed byte is then refused when read
     return path
 
 
@@ -86,9 +86,7 @@ def read_table(path: Path) -> dict | None:
     """The loss table `write_table` wrote, or None when `path` does not exist."""
     if not path.exists():
         return None
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(path)
+    t = read_parquet(path)
     out = {k: np.array(t.column(k).to_pylist(), dtype=object) for k in ("series", "member")}
     out["fold"] = t.column("fold").to_numpy().astype(np.int64)
     out["day"] = t.column("day").to_numpy().astype("datetime64[D]")
