@@ -103,6 +103,10 @@ def test_a_tampered_packed_file_is_refused_and_nothing_written(tmp_path):
     with pytest.raises(UserError, match=r"btcusdt-1m-2024\.packed\.parquet: decoded bars do not match the packed checksum"):
         transport.unpack(tmp_path / "packed", tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))
+    meta = dict(t.schema.metadata) | {transport.META_KEY: b'{"format": '}  # a damaged metadata block
+    pq.write_table(t.replace_schema_metadata(meta), packed[1])
+    with pytest.raises(UserError, match=r"2024\.packed\.parquet is not a tsflash packed bar file"):
+        transport.unpack(packed[1], tmp_path / "out")
     packed[0].write_bytes(b"PAR1 not parquet")
     with pytest.raises(UserError, match="packed file .*2023.packed.parquet cannot be read"):
         transport.unpack(packed[0], tmp_path / "out")

@@ -153,7 +153,10 @@ def read_packed(path: Path) -> tuple[pa.Table, dict]:
     except (OSError, pa.ArrowException) as exc:
         raise UserError(f"packed file {path} cannot be read: {' '.join(str(exc).split())}") from None
     raw = (table.schema.metadata or {}).get(META_KEY)
-    meta = json.loads(raw) if raw else {}
+    try:
+        meta = json.loads(raw) if raw else {}
+    except ValueError:  # a damaged metadata block reads as no tsflash format
+        meta = {}
     if meta.get("format") != FORMAT or table.column_names != list(store.COLUMNS):
         raise UserError(f"{path} is not a tsflash packed bar file (format {FORMAT}); pack it with `tsflash data pack`")
     return table, meta
