@@ -53,9 +53,9 @@
 # 98-152 s at N=32768 and 36-73 s at N=4096, so a fold there takes 342-430 s (BUDGET_S=520 holds one)
 # and 140-215 s; slice by fold from a session's first call while N=32768 folds are left, one a call.
 # A call's wall-clock is 12-17 s of set-up (the "set-up:" line: 1-4 s of lab/device_env.sh, the rest
-# reading the plan, two processes side by side that import torch; 29-38 s one after the other), the sweeps, and a few seconds
-# of packing; LIMIT_S counts from the sweeps' start, so the call lowers LIMIT_S and BUDGET_S to what
-# DEVICE_S leaves (below), and the device's own stop never takes a call's state.
+# reading the plan, two processes side by side that import torch; 29-38 s one after the other), the
+# sweeps, and a few seconds of packing; LIMIT_S counts from the sweeps' start, so the call lowers
+# LIMIT_S and BUDGET_S to what DEVICE_S leaves (below), and the device's own stop never takes a call's state.
 CALL_START=$(date -u +%Y-%m-%dT%H:%M:%SZ); CALL_T0=$SECONDS  # before the environment: the whole call
 source lab/device_env.sh
 PLAN=${PLAN:-reports/third-edition}

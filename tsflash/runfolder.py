@@ -152,9 +152,9 @@ def read_parquet(path: Path) -> Any:
 
     try:
         return pq.read_table(path, page_checksum_verification=True)  # files written without CRCs read as before
+    except FileNotFoundError:  # a missing file is not a damaged one
+        raise
     except (pa.ArrowException, OSError) as exc:  # ArrowInvalid: a cut file; OSError: a page's CRC or encoding
-        if isinstance(exc, FileNotFoundError):
-            raise
         raise DamagedFile(f"{path} is damaged: not a readable Parquet file ({exc.__class__.__name__}: {exc})") from None
 
 
