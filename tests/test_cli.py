@@ -260,6 +260,15 @@ def test_the_command_groups_are_listed_in_order():
     assert list(sub.choices) == ["data", "bench", "preregister", "sweep", "report", "confirm", "runs"]
 
 
+def test_the_sweep_options_the_cli_names_are_the_planners():
+    # the CLI keeps its own copy of --slice-by's choices, so that `tsflash --help` imports no optuna
+    from tsflash.sweep.plan import SLICE_BY
+
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    (slice_by,) = [a for a in sub.choices["sweep"]._actions if "--slice-by" in a.option_strings]
+    assert tuple(slice_by.choices) == SLICE_BY and slice_by.default == "fold"
+
+
 # ---- benchmarks never overwrite published evidence ------------------------------------------------
 
 TINY_PRECISION = ["bench", "precision", "--lengths", "16", "--heads", "1", "--head-dim", "8", "--features", "2",

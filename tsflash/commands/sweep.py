@@ -87,7 +87,7 @@ def register(sub) -> None:  # long: the subcommand's options, one call each
     )
     p.add_argument(
         "--slice-by",
-        choices=("fold", "cell"),
+        choices=("fold", "cell"),  # sweep.plan.SLICE_BY, not imported here: it imports optuna (a test holds them equal)
         default="fold",
         help="with --time-budget, where a slice may end: between folds (default; a run folder carried to "
         "the next slice without its per-bar cells/*/*.npz files loses no trained cell) or between cells "
