@@ -94,7 +94,7 @@ if [ -z "${RUNS:-}" ]; then  # the plan's order: the next stage's runs not compl
   echo "the plan's next runs: $RUNS"
 fi
 wait "$PLANNED_PID" || exit 2
-planned=$(cat "$PLANNED_FILE")
+planned=$(cat "$PLANNED_FILE") && rm -f "$PLANNED_FILE"
 echo "set-up: ${T_ENV}s environment, ${T_KEEP}s restoring, $((SECONDS - CALL_T0 - T_ENV - T_KEEP))s reading the plan"
 
 # Every named run is found in the plan before any starts: a typo costs nothing.

@@ -48,11 +48,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tsflash import atomic
 from tsflash.atomic import write_json  # noqa: F401  (re-exported: the run folder's JSON writer)
 from tsflash.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 CELL_SUFFIX = ".cell.json"
 # New run folders go here (git-ignored): `reports/` is only for published runs, copied there on purpose.
@@ -145,7 +148,7 @@ def read_json(path: Path) -> dict:
         raise DamagedFile(f"{path} is damaged: not valid JSON ({exc.__class__.__name__}: {exc})") from None
 
 
-def read_parquet(path: Path) -> Any:
+def read_parquet(path: Path) -> pa.Table:
     """A run folder's Parquet file as a pyarrow Table; DamagedFile naming it when it cannot be read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
