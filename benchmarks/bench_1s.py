@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +39,8 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tsflash.data import ingest  # noqa: E402
-from tsflash.data import store
 from tsflash.atomic import write_json  # noqa: E402
+from tsflash.data import ingest, store  # noqa: E402
 from tsflash.data.synthetic import random_walk_bars  # noqa: E402
 
 SYMBOL, INTERVAL = "BTCUSDT", "1s"
@@ -160,15 +160,20 @@ def cmd_year(args) -> dict:
     return out
 
 
+def segments_and_gaps(t_us, bars, max_gap_bars: int) -> tuple:
+    from tsflash.dataset.windows import segment_ids  # imports torch: in the child only, as child_year does
+
+    return segment_ids(t_us, bars.interval_us, max_gap_bars), store.find_gaps(bars.open_time, bars.interval_us)
+
+
 def child_year(root: str, device: str, days: int) -> dict:
     import torch
 
     from tsflash.config import load_config
-    from tsflash.device import device_name, peak_memory_bytes, reset_peak_memory, resolve_device, sync
-    from tsflash.engine import fold_data, prepare
     from tsflash.dataset.features import as_tensor, compute_features
     from tsflash.dataset.labels import fit_flat_band, forward_log_returns, make_labels
-    from tsflash.dataset.windows import segment_ids
+    from tsflash.device import device_name, peak_memory_bytes, reset_peak_memory, resolve_device, sync
+    from tsflash.engine import fold_data, prepare
 
     dev = resolve_device(device)
     end = (dt.date(2024, 7, 1) + dt.timedelta(days=days - 1)).isoformat()
@@ -193,12 +198,12 @@ def child_year(root: str, device: str, days: int) -> dict:
     del feats
     close = as_tensor(bars.close, torch.float64, dev)
     t_us = as_tensor(bars.open_time, torch.int64, dev)
-    fwd = timed("forward_returns_s", lambda: forward_log_returns(close, t_us, cfg.labels.horizon, bars.interval_us))
-    timed("segments_and_gaps_s", lambda: (segment_ids(t_us, bars.interval_us, cfg.data.max_gap_bars),
-                                          store.find_gaps(bars.open_time, bars.interval_us)))
+    # partials, not lambdas: the tensors are deleted below, before the run is prepared
+    fwd = timed("forward_returns_s", partial(forward_log_returns, close, t_us, cfg.labels.horizon, bars.interval_us))
+    timed("segments_and_gaps_s", partial(segments_and_gaps, t_us, bars, cfg.data.max_gap_bars))
     train = torch.arange(int(0.8 * len(bars)), device=dev)
-    thr = timed("flat_band_s", lambda: fit_flat_band(fwd, train, cfg.labels.flat_fraction))
-    timed("labels_s", lambda: make_labels(fwd, thr))
+    thr = timed("flat_band_s", partial(fit_flat_band, fwd, train, cfg.labels.flat_fraction))
+    timed("labels_s", partial(make_labels, fwd, thr))
     del close, t_us, fwd, train
     prepared = timed("prepare_s", lambda: prepare(cfg, bars, device=dev))
     timed("fold_data_s", lambda: fold_data(prepared, 0))

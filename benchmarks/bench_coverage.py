@@ -17,14 +17,13 @@ import argparse
 import numpy as np
 import torch
 
-from tsflash.config import parse_lengths
-from tsflash.config import load_config
+from tsflash.config import load_config, parse_lengths
+from tsflash.data.store import load_bars
+from tsflash.dataset.splits import WalkForward
+from tsflash.dataset.windows import BalancedWindows, fit_pieces, range_coverage, segment_ids, window_starts
 from tsflash.engine import contiguous_runs, split_validation
 from tsflash.intervals import INTERVAL_US, bars_per_day
 from tsflash.report.markdown import markdown_table
-from tsflash.dataset.splits import WalkForward
-from tsflash.data.store import load_bars
-from tsflash.dataset.windows import BalancedWindows, fit_pieces, range_coverage, segment_ids, window_starts
 
 
 def weights(scheme: str, runs, seg: torch.Tensor, n: int) -> np.ndarray:

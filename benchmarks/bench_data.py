@@ -23,8 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tsflash.data import ingest
-from tsflash.data import store
+from tsflash.data import ingest, store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,7 +41,7 @@ def make_daily_zips(bars: store.Bars, folder: Path, unit: str) -> list[Path]:
     day = bars.open_time // store.US_PER_DAY
     bounds = np.flatnonzero(np.diff(day)) + 1
     paths = []
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(day)]):
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(day)], strict=True):
         d = dt.date(1970, 1, 1) + dt.timedelta(days=int(day[lo]))
         name = f"{bars.symbol}-{bars.interval}-{d.isoformat()}"
         path = folder / f"{name}.zip"

@@ -24,12 +24,11 @@ from pathlib import Path
 import torch
 
 from tsflash.atomic import write_json
-from tsflash.config import parse_lengths, parse_overrides
-from tsflash.config import load_config
-from tsflash.sweep.source import load_data
+from tsflash.config import load_config, parse_lengths, parse_overrides
+from tsflash.data.store import load_bars
 from tsflash.device import device_name, resolve_device, sync
 from tsflash.engine import fold_data, prepare, run_fold
-from tsflash.data.store import load_bars
+from tsflash.sweep.source import load_data
 
 
 def main(argv=None) -> int:

@@ -12,6 +12,7 @@ import math
 import os
 import platform
 import time
+from functools import partial
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def main() -> None:
     for t, k, s in [(1000, 100, 16), (1000, 100, 8), (2000, 500, 16), (1000, 1000, 16)]:
         m = rng.standard_normal((t, k)) * 0.01
         pbo_cscv(m, n_blocks=s)  # warm-up
-        sec, cpu = best_of(lambda: pbo_cscv(m, n_blocks=s), args.repeats)
+        sec, cpu = best_of(partial(pbo_cscv, m, n_blocks=s), args.repeats)
         res = pbo_cscv(m, n_blocks=s)
         print(
             f"pbo_cscv T={t:5d} K={k:5d} S={s:2d} splits={math.comb(s, s // 2):6d}: "

@@ -21,12 +21,11 @@ import time
 from pathlib import Path
 
 from tsflash import atomic
-from tsflash.config import parse_lengths, parse_overrides
-from tsflash.config import merge_overrides
+from tsflash.config import merge_overrides, parse_lengths, parse_overrides
+from tsflash.data.store import load_bars
 from tsflash.engine import fold_data, prepare, run_fold
 from tsflash.report.markdown import markdown_table
 from tsflash.sweep.plan import SweepOptions, resolve_config
-from tsflash.data.store import load_bars
 
 
 def main(argv=None) -> int:

@@ -124,7 +124,7 @@ def compile_cells_markdown(eager: dict, compiled: dict) -> str:
         a, b = plain[key], fast[key]
         compiling = training_compile_seconds(b)
         seconds = [r["train_seconds"] + (r.get("val_seconds") or 0.0) + r["eval_seconds"] for r in (a, b)]
-        totals = [t + x for t, x in zip(totals, seconds)]
+        totals = [t + x for t, x in zip(totals, seconds, strict=True)]
         rows.append([key[0], key[1], f"{a['steps']} / {b['steps']}", f"{a['train_seconds'] / a['steps'] * 1e3:.1f}",
                      f"{b['train_seconds'] / b['steps'] * 1e3:.1f}", f"{compiling:.1f}",
                      f"{(b['train_seconds'] - compiling) / b['steps'] * 1e3:.1f}", f"{seconds[0]:.1f}",

@@ -55,8 +55,8 @@ def cell_record(cell: dict) -> dict:
 
 def curve_gap(a: dict, b: dict) -> float | None:
     """The largest |validation loss a - b| at a step both curves evaluated (None: no common step)."""
-    b_at = dict(zip(b["step"], b["val_loss"]))
-    gaps = [abs(v - b_at[s]) for s, v in zip(a["step"], a["val_loss"]) if s in b_at]
+    b_at = dict(zip(b["step"], b["val_loss"], strict=True))
+    gaps = [abs(v - b_at[s]) for s, v in zip(a["step"], a["val_loss"], strict=True) if s in b_at]
     return max(gaps) if gaps else None
 
 
@@ -124,8 +124,8 @@ def plot(summary: dict, path: Path) -> Path | None:
         return None
     plt = pyplot()
     fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns), 3.4), squeeze=False)
-    for ax, n in zip(axes[0], ns):
-        for name, style in zip(VARIANTS, ("-", "--", ":", "-.")):
+    for ax, n in zip(axes[0], ns, strict=True):
+        for name, style in zip(VARIANTS, ("-", "--", ":", "-."), strict=True):
             curve = summary["variants"][name][n]["curve"]
             ax.plot(curve["step"], curve["val_loss"], style, label=name)
         ax.set_title(f"N={n}")

@@ -25,7 +25,7 @@ def plot_edition(arms: list[dict], path: Path) -> Path:
     probe; below 0 the longer N forecasts better, and a cut model above 0 has lost short-range skill."""
     plt = pyplot()
     fig, axes = plt.subplots(1, max(len(arms), 1), figsize=(6 * max(len(arms), 1), 3.8), squeeze=False)
-    for ax, arm in zip(axes[0], arms):
+    for ax, arm in zip(axes[0], arms, strict=False):  # no arm: one empty panel
         rows = arm["lengths"][1:]  # the shortest N is the reference
         ns = [r["n"] for r in rows]
         for i, (key, part, name) in enumerate(EDITION_SERIES):
@@ -59,7 +59,7 @@ def plot_answer(summary: dict, path: Path) -> Path:
     plt = pyplot()
     series = answer_series(summary)
     fig, axes = plt.subplots(1, len(SCORE_NAMES), figsize=(6 * len(SCORE_NAMES), 3.8), squeeze=False)
-    for ax, (score, name) in zip(axes[0], SCORE_NAMES.items()):
+    for ax, (score, name) in zip(axes[0], SCORE_NAMES.items(), strict=True):
         ns: set[int] = set()
         for i, (legend, rows) in enumerate(series):
             tests = [(r["n"], r["question1"][score]) for r in rows[1:] if r["question1"].get(score)]

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if len(args.pairs) % 2:
         ap.error(f"RUN DEST come in pairs, got {len(args.pairs)} paths")
-    pairs = list(zip(args.pairs[::2], args.pairs[1::2]))
+    pairs = list(zip(args.pairs[::2], args.pairs[1::2], strict=True))
     try:
         for run, dest in pairs:  # every pair checked before the first copy: nothing half-done
             RunFolder(run).check_record_copy(dest)

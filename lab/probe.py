@@ -139,7 +139,7 @@ def probe_market(cfg, bars, lengths) -> dict:
 
 def _difference(a: list[dict], b: list[dict], key: str) -> str:
     """b minus a on `key`, mean over folds with its 95 % t interval over the fold differences."""
-    mean, _, _, _, p, (lo, hi) = one_sample_t(np.array([y[key] - x[key] for x, y in zip(a, b)]))
+    mean, _, _, _, p, (lo, hi) = one_sample_t(np.array([y[key] - x[key] for x, y in zip(a, b, strict=True)]))
     return f"{mean:+.5f} [{lo:+.5f}, {hi:+.5f}] p {p:.2f}"
 
 

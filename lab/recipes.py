@@ -165,7 +165,7 @@ def validation_view(cell: dict, train: dict) -> dict:
             "best_val_loss": cost.get("best_val_loss"), "best_step": best, "stop_step": cost.get("stop_step"),
             "kept_updates": recipe.get("kept_updates", best), "kept_lr_ratio": ratio,
             "val_noise": _val_noise(cost.get("curve") or {}, recipe.get("decay")),
-            "val_curve": list(zip((cost.get("curve") or {}).get("step", ()), (cost.get("curve") or {}).get("val_loss", ())))}
+            "val_curve": list(zip((cost.get("curve") or {}).get("step", ()), (cost.get("curve") or {}).get("val_loss", ()), strict=True))}
 
 
 def test_view(cell: dict, source: str) -> dict:
@@ -191,7 +191,7 @@ def _val_noise(curve: dict, decay: dict | None) -> float | None:
     """sd of the change of the validation loss between successive evaluations, before any decay."""
     steps, losses = curve.get("step", []), curve.get("val_loss", [])
     end = decay["start"] if decay and decay.get("from") is not None else math.inf
-    kept = [v for s, v in zip(steps, losses) if s <= end]
+    kept = [v for s, v in zip(steps, losses, strict=True) if s <= end]
     return float(np.std(np.diff(kept), ddof=1)) if len(kept) > 2 else None
 
 
@@ -432,7 +432,7 @@ def screened(rows: dict[tuple[int, int], dict], bar: float | None, k: int, step:
         return None
     groups = list(_restart_groups(rows, k).values())
     kept = [screened_best(c, step) for c in subsets]  # each subset's continued restart, once
-    trained = sum(sum(min(step, r["stop_step"]) for r in c) + max(0, w["stop_step"] - step) for c, w in zip(subsets, kept))
+    trained = sum(sum(min(step, r["stop_step"]) for r in c) + max(0, w["stop_step"] - step) for c, w in zip(subsets, kept, strict=True))
     one_run = sum(r["stop_step"] for c in subsets for r in c) / k
     return {"k": k, "step": step, "found": sum(w["hit_rate"] >= bar for w in kept), "of": len(subsets),
             "groups_found": sum(screened_best(g, step)["hit_rate"] >= bar for g in groups), "groups": len(groups),
@@ -456,7 +456,7 @@ def paired_outcomes(rows: dict[tuple[int, int], dict], other: dict[tuple[int, in
         return None
     here = [rows[k]["hit_rate"] >= bar for k in keys]
     there = [other[k]["hit_rate"] >= bar for k in keys]
-    return {"pairs": len(keys), "same": sum(a == b for a, b in zip(here, there)),
+    return {"pairs": len(keys), "same": sum(a == b for a, b in zip(here, there, strict=True)),
             "found_here": sum(here), "found_there": sum(there)}
 
 
@@ -551,7 +551,7 @@ def seed_effects(by_n: dict[int, dict], bar: float | None, short: int = SHORT) -
 
             def cut(r):
                 return r["cut"][short]["log_loss"]
-            for x, g in zip(out["sets"], sets):
+            for x, g in zip(out["sets"], sets, strict=True):
                 x["nesting"] = _both(_arm(f"N={short}", base, keyed(g), loss), _arm(f"N={longest} cut", rows, keyed(g), cut))
             out["aa_nesting"] = [{"seeds": [g, h], **_both(_arm("A", nest, keyed(g), lambda r: r["nest"]),
                                                            _arm("B", nest, keyed(h), lambda r: r["nest"]))}

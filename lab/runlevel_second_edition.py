@@ -118,7 +118,7 @@ def _as_ensembles(table: dict, members: list[tuple[str, str]]) -> dict:
     for s, m in members:
         keep |= (table["series"] == s) & (table["member"] == m)
     out = {k: v[keep] for k, v in table.items()}
-    out["series"] = np.array([f"{s}/{m}" for s, m in zip(out["series"], out["member"])], dtype=object)
+    out["series"] = np.array([f"{s}/{m}" for s, m in zip(out["series"], out["member"], strict=True)], dtype=object)
     out["member"] = np.full(keep.sum(), ENSEMBLE, dtype=object)
     return out
 
@@ -176,13 +176,13 @@ def primary_section(name: str, run: Run) -> tuple[list[str], list[tuple[str, Run
              "| verdict "
              "| seed sd | between-fold sd | ensemble DM difference | DM z | DM Holm p |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for i, ((score, _), r, d) in enumerate(zip(pairs, results, dms)):
+    for i, ((score, _), r, d) in enumerate(zip(pairs, results, dms, strict=True)):
         c = r.components
         lines.append(f"| {r.arm_b} - {r.arm_a} | {SCORE_NAMES[score]} | "
                      f"{r.n_runs_a}, {r.n_runs_b} | {_f(r.estimate)} | {r.se:.5f} | [{_f(r.ci[0])}, {_f(r.ci[1])}] | "
                      f"{r.t:+.2f} ({r.df}) | {_p(r.p)} | {_p(r.p_holm)} | {r.verdict} | {c.seed_sd:.5f} | "
                      f"{np.sqrt(c.between_fold):.5f} | {_f(d.mean_diff)} | {d.statistic:+.2f} | {_p(dm_holm[i])} |")
-    return lines + [""], [(score, r) for (score, _), r in zip(pairs, results)]
+    return lines + [""], [(score, r) for (score, _), r in zip(pairs, results, strict=True)]
 
 
 def aa_section(runs: dict[str, Run]) -> list[str]:
@@ -307,7 +307,7 @@ def six_seed_section(name: str, run: Run, replicate: Run) -> list[str]:
              "| comparison | score | runs (A, B) | difference per bar | 95 % interval | p | Holm p | verdict "
              "| crossed 95 % interval | crossed p | crossed Holm p |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (score, _), r, c, ch in zip(pairs, results, crossed, crossed_holm):
+    for (score, _), r, c, ch in zip(pairs, results, crossed, crossed_holm, strict=True):
         lines.append(f"| {r.arm_b} - {r.arm_a} | {SCORE_NAMES[score]} | {r.n_runs_a}, {r.n_runs_b} | "
                      f"{_f(r.estimate)} | [{_f(r.ci[0])}, {_f(r.ci[1])}] | {_p(r.p)} | {_p(r.p_holm)} | {r.verdict} "
                      f"| [{_f(c.ci[0])}, {_f(c.ci[1])}] | {_p(c.p)} | {_p(float(ch))} |")

@@ -88,7 +88,7 @@ else:
     starts_pool = torch.arange(0, len(train_idx) - N)
     gen = torch.Generator().manual_seed(0)
     losses = []
-    for step in range(40):
+    for _ in range(40):
         starts = starts_pool[torch.randint(len(starts_pool), (8,), generator=gen)]
         xb = gather_windows(x_all, starts, N)  # (8, N, F)
         yb = gather_windows(y_all, starts, N)  # (8, N)
@@ -109,7 +109,7 @@ model.eval()
 with torch.no_grad():
     logits, _ = model(x_all[-N:].unsqueeze(0))  # (1, N, 3)
 probs = torch.softmax(logits[0], dim=-1).numpy()  # (N, 3)
-last = dict(zip(CLASS_NAMES, probs[-1].round(3)))
+last = dict(zip(CLASS_NAMES, probs[-1].round(3), strict=True))
 print("last bar:", last)
 
 fig, ax = plt.subplots(figsize=(8, 3))

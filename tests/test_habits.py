@@ -38,7 +38,7 @@ def test_ci_installs_ruff_and_mypy_and_runs_them_before_the_tests():
     assert {"ruff", "mypy"} <= set(dev)
     ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     install, lint, types, tests = (ci.index(step) for step in (
-        'pip install -e ".[dev]" torch==2.13.0', "ruff check tsflash lab tests", "mypy tsflash lab", "python -m pytest -q"))
+        'pip install -e ".[dev]" torch==2.13.0', "ruff check tsflash lab tests benchmarks notebooks", "mypy tsflash lab", "python -m pytest -q"))
     assert install < lint < tests and install < types < tests
     assert 'ruff format --check tsflash --extend-exclude "$TRAINING_PATH" "${FORMATTED[@]}"' in ci
 

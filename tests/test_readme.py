@@ -137,7 +137,7 @@ def test_the_readme_set_up_commands_are_the_ones_ci_runs():
     assert steps == ["python3 -m venv .venv", ". .venv/bin/activate", 'pip install -e ".[dev]" torch==2.13.0',
                      "python -m pytest -q"]
     at = [ci.index(step) for step in steps]
-    assert at == sorted(at), f".ci/run runs the README's steps out of order: {dict(zip(steps, at))}"
+    assert at == sorted(at), f".ci/run runs the README's steps out of order: {dict(zip(steps, at, strict=True))}"
 
 
 def test_every_relative_link_of_the_readme_names_a_committed_file():

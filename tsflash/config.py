@@ -229,7 +229,7 @@ def _coerce(value, tp, key: str):
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise UserError(f"config key {key}: expected {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True)))
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is str and isinstance(value, datetime.date):  # TOML's bare dates (start = 2021-01-01)

@@ -98,7 +98,7 @@ def window_features(r: np.ndarray, rows: np.ndarray, reach: int) -> np.ndarray:
              3072, 4096, 6144, 8192, 12288, 16384]
     edges = [e for e in edges if e < reach] + [reach]
     cols = []
-    for lo, hi in zip(edges[:-1], edges[1:]):  # bars t-hi+1 .. t-lo
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):  # bars t-hi+1 .. t-lo
         s1, s2 = c1[rows + 1 - lo] - c1[rows + 1 - hi], c2[rows + 1 - lo] - c2[rows + 1 - hi]
         z = s1 / np.sqrt(s2 + 1e-30)
         cols += [z, np.tanh(z)]

@@ -102,7 +102,7 @@ def test_gather_windows_is_index_arithmetic():
 def _scored(starts, score_from, n):
     """(bar, context length) for every scored bar."""
     out = []
-    for s, f in zip(starts.tolist(), score_from.tolist()):
+    for s, f in zip(starts.tolist(), score_from.tolist(), strict=True):
         out += [(s + p, p + 1) for p in range(f, n)]
     return out
 
@@ -191,14 +191,14 @@ def test_property_balanced_windows_score_every_bar_n_times_and_never_bridge_a_ga
     warm = int(warm_share * n)
     bw = BalancedWindows(lo, hi, n, warm)
     start, s_lo, s_hi = _all_windows(bw)
-    for a, b, c in zip(start, s_lo, s_hi):
+    for a, b, c in zip(start, s_lo, s_hi, strict=True):
         run = next(r for r in runs if r[0] <= a < r[1])
         assert a + n <= run[1]  # the window lies in one training run
         assert a + warm <= b and c <= a + n  # scored positions are positions of the window past the warm-up
         assert all(seg[bar] == seg[a] for bar in range(a, c))  # no scored bar's context bridges a long gap
     coverage = bw.coverage(T)
     pieces = set()
-    for p_lo, p_hi in zip(lo.tolist(), hi.tolist()):
+    for p_lo, p_hi in zip(lo.tolist(), hi.tolist(), strict=True):
         pieces |= set(range(p_lo, p_hi))
         if warm == 0:
             assert (coverage[p_lo:p_hi] == n).all()  # every bar of every piece in exactly n windows
@@ -310,7 +310,7 @@ def test_property_patch_training_windows_score_patch_ends_equally_often(steps, m
     bw = BalancedWindows(lo, hi, n, warm, patch)
     start, y = bw.targets(torch.arange(T), torch.arange(bw.count))  # the labels are the bar indices
     counts = np.zeros(T, dtype=np.int64)
-    for a, row in zip(start.tolist(), y.tolist()):
+    for a, row in zip(start.tolist(), y.tolist(), strict=True):
         run = next(r for r in runs if r[0] <= a < r[1])
         assert a + n <= run[1]
         bars = [b for b in row if b >= 0]
@@ -319,7 +319,7 @@ def test_property_patch_training_windows_score_patch_ends_equally_often(steps, m
         np.add.at(counts, bars, 1)
     assert np.array_equal(bw.coverage(T), counts)
     assert bw.scored_per_window() == counts.sum() / bw.count
-    for p_lo, p_hi in zip(lo.tolist(), hi.tolist()):
+    for p_lo, p_hi in zip(lo.tolist(), hi.tolist(), strict=True):
         assert (counts[p_lo : p_lo + patch - 1] == 0).all()
         if warm == 0 and p_hi - p_lo >= n + patch - 1:
             assert (counts[p_lo + patch - 1 : p_hi] == n // patch).all()
@@ -334,7 +334,7 @@ def test_balanced_windows_of_patch_1_are_the_per_bar_windows():
     v = lo[piece] - n + 1 + k - bw.offset[piece]
     start = torch.maximum(torch.minimum(torch.maximum(v, lo[piece]), hi[piece] - n), lo[piece])
     published = (start, torch.maximum(torch.maximum(v, lo[piece]), start + warm), torch.minimum(v + n, hi[piece]))
-    assert all(torch.equal(a, b) for a, b in zip(bw.windows(k), published))
+    assert all(torch.equal(a, b) for a, b in zip(bw.windows(k), published, strict=True))
 
 
 def test_real_fold_patch_tokens_weigh_every_scorable_training_bar_the_same(shared_store):

@@ -4,6 +4,7 @@ validated early stopping, leakage, baselines."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -158,7 +159,7 @@ def test_learning_rate_schedule():
     lrs = [engine.lr_at(s, 10, 1.0, 2, 0.1) for s in range(10)]
     assert lrs[0] == pytest.approx(0.5) and lrs[1] == pytest.approx(1.0)
     assert lrs[2] == pytest.approx(1.0) and lrs[-1] == pytest.approx(0.1)
-    assert all(x >= y for x, y in zip(lrs[1:], lrs[2:]))
+    assert all(x >= y for x, y in itertools.pairwise(lrs[1:]))
 
 
 def test_a_training_step_is_the_models_loss_backward_clip_and_adamw(prepared, tmp_path, monkeypatch):

@@ -44,7 +44,7 @@ def hand_average(iterates: list[dict], decay: float) -> dict:
     """sum_i decay^(t-i) w_i / sum_i decay^(t-i) over the t iterates, in float64."""
     t = len(iterates)
     weights = [decay ** (t - 1 - i) for i in range(t)]
-    return {k: sum(w * it[k].double() for w, it in zip(weights, iterates)) / sum(weights) for k in iterates[0]}
+    return {k: sum(w * it[k].double() for w, it in zip(weights, iterates, strict=True)) / sum(weights) for k in iterates[0]}
 
 
 def test_the_average_is_the_hand_computed_one():
@@ -222,7 +222,7 @@ def test_keep_from_starts_the_stopping_rule_and_the_kept_weights_at_its_step(val
     c, p = late.cost["curve"], plain.cost["curve"]
     before = [i for i, s in enumerate(c["step"]) if s < 12]
     assert [c["val_loss"][i] for i in before] == p["val_loss"][:len(before)]  # the same run until then
-    after = [v for s, v in zip(c["step"], c["val_loss"]) if s >= 12]
+    after = [v for s, v in zip(c["step"], c["val_loss"], strict=True) if s >= 12]
     assert late.cost["best_val_loss"] == min(after) and min(after) > min(c["val_loss"])  # an earlier step was lower
     # patience counts from step 12: two evaluations without improvement after the best, then the stop
     assert late.cost["stop_step"] == late.cost["best_step"] + 2 * 3 or late.cost["stop_step"] == validated.cfg.train.steps

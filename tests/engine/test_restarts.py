@@ -98,7 +98,7 @@ def _screened(bars, screen: int, restarts: int = 3):
 
 def _seen_by(result, step: int) -> float:  # by hand, not engine.lowest_val_loss_by: the rule under test
     curve = result.cost["curve"]
-    return min(v for s, v in zip(curve["step"], curve["val_loss"]) if s <= step)
+    return min(v for s, v in zip(curve["step"], curve["val_loss"], strict=True) if s <= step)
 
 
 def test_a_screened_cell_continues_alone_the_restart_best_validated_by_the_screen(one_by_one, bars, monkeypatch):
@@ -129,7 +129,7 @@ def test_a_screened_cell_continues_alone_the_restart_best_validated_by_the_scree
 
     recipes = load_experiment("recipes")
     train = one_by_one.cfg.to_dict()["train"]
-    rows = [recipes.validation_view({"n": 32, "fold": 0, "seed": s, "cost": r.cost}, train) for s, r in zip((3, 4, 5), singles)]
+    rows = [recipes.validation_view({"n": 32, "fold": 0, "seed": s, "cost": r.cost}, train) for s, r in zip((3, 4, 5), singles, strict=True)]
     assert rows.index(min(rows, key=lambda row: recipes._seen_loss(row, 3))) == kept
 
 

@@ -219,7 +219,7 @@ def test_a_fold_inside_one_day_joins_both_neighbours():
     times = 19_000 * day + np.arange(3 * 1440) * step  # three whole UTC days
     cuts = [1440 + 100, 1440 + 900]  # the middle fold lies inside day 2, shared with both neighbours
     parts = [BarReturns(t, r, 2 * r, np.zeros(len(t)))
-             for t, r in zip(np.split(times, cuts), np.split(rng.normal(0, 1e-3, len(times)), cuts))]
+             for t, r in zip(np.split(times, cuts), np.split(rng.normal(0, 1e-3, len(times)), cuts), strict=True)]
     joined = daily_series_of_folds([fold_daily(p) for p in parts])
     assert len(fold_daily(parts[1]).days) == 1 and len(joined["days"]) == 3
     assert all(np.array_equal(daily_series(parts)[k], joined[k]) for k in ("days", "net", "gross"))

@@ -147,7 +147,7 @@ def test_a_replicate_is_detected_by_the_crossed_test_not_the_fold_t(ladder):
 
     folds, seeds = [0, 0, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1]
     short = [1.0] * 6
-    long = [1.0 - 0.02 + 0.0001 * f if s == 0 else 1.0 - 0.0001 * f for f, s in zip(folds, seeds)]
+    long = [1.0 - 0.02 + 0.0001 * f if s == 0 else 1.0 - 0.0001 * f for f, s in zip(folds, seeds, strict=True)]
     a, b = (runs_from_means(label, folds, seeds, m, [1000] * 6) for label, m in (("N=16", short), ("N=128", long)))
     reading = ladder.Reading(crossed_seed_test(a, b), run_level_test(a, b))
     assert reading.fold_t.verdict == "better" and not reading.detected

@@ -61,7 +61,7 @@ def test_the_published_probe_rereport_recomputes_from_the_run_and_the_bars(share
         if isinstance(was, dict):
             return was.keys() <= now.keys() and all(close(was[k], now[k]) for k in was)
         if isinstance(was, list):
-            return len(was) == len(now) and all(close(x, y) for x, y in zip(was, now))
+            return len(was) == len(now) and all(close(x, y) for x, y in zip(was, now, strict=True))
         if isinstance(was, float) and isinstance(now, float):
             return now == pytest.approx(was, rel=1e-9, abs=1e-12, nan_ok=True)
         return was == now

@@ -44,7 +44,7 @@ def test_gradients_match_plain_attention_in_float64():
     g = torch.randn_like(q)
     grads_fused = torch.autograd.grad(attn.sdpa(q, k, v, "flash"), (q, k, v), g)
     grads_plain = torch.autograd.grad(attn.materialised_attention(q, k, v), (q, k, v), g)
-    for a, b in zip(grads_fused, grads_plain):
+    for a, b in zip(grads_fused, grads_plain, strict=True):
         assert rel_err(a, b) < 1e-10
 
 

@@ -78,7 +78,7 @@ def test_the_lead_tables_numbers_are_the_results(second_edition):
     comps = questions["forecast"]["runs"]["comparisons"]
     assert len(rows) == len(comps) == 4
     score_names = {"log_loss": "log-loss", "direction": "direction score"}
-    for row, c in zip(rows, comps):
+    for row, c in zip(rows, comps, strict=True):
         assert row[0] == f"N={c['series'][1:]} − N=512" and row[1] == score_names[c["score"]]
         assert _number(row[2]) == pytest.approx(c["estimate"], rel=5e-3)
         lo, hi = (_number(x) for x in row[3].strip("[]").split(", "))
@@ -90,7 +90,7 @@ def test_the_lead_tables_numbers_are_the_results(second_edition):
     cands = results["selection"]["candidates"]
     fees = {r["series"]: r["break_even_fee_bps"] for r in questions["trading"]["rows"]}
     assert [r[0] for r in rows] == [c["label"] for c in cands] == ["N=512", "N=4096", "N=32768"]
-    for row, c in zip(rows, cands):
+    for row, c in zip(rows, cands, strict=True):
         assert _number(row[1]) / 100 == pytest.approx(c["mean_daily_net"], rel=5e-3)
         assert _number(row[2]) == pytest.approx(c["sharpe_annual"], abs=5e-3)
         assert _number(row[3]) == pytest.approx(fees[c["key"]], abs=5e-3)

@@ -149,7 +149,7 @@ def test_summaries_that_hold_the_cut_scorings_parts_give_the_split_without_the_p
     check = nesting_check(load_run(run), PRIMARY)
     assert check.source == SUMMARIES and check.parts_reason == "" and check.verdict == "fails"
     assert all(set(t.parts) == {"log_loss", "move", "direction"} for t in check.tests)
-    for t, ref in zip(check.tests, per_bar.tests):  # float64 summaries against float16 per-bar probabilities
+    for t, ref in zip(check.tests, per_bar.tests, strict=True):  # float64 summaries against float16 per-bar probabilities
         for part in ("log_loss", "move", "direction"):
             assert t.parts[part].estimate == pytest.approx(ref.parts[part].estimate, abs=1e-4)
     text = build_report(run)[0].read_text()

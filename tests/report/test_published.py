@@ -134,7 +134,7 @@ def differences(folder: Path, rebuilt: Path) -> dict[str, dict[str, object]]:
             if len(was) != len(now):
                 rows = max(len(was), len(now))
             else:
-                rows = sum(not same(a.get(col), b.get(col, "missing")) for a, b in zip(was, now))
+                rows = sum(not same(a.get(col), b.get(col, "missing")) for a, b in zip(was, now, strict=True))
             if rows:
                 out.setdefault(FOLD_FILE, {})[col] = {"rows": rows}
     return out

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from tests.report.test_report import LENGTHS, make_run
 from tsflash.report import build_report
-from tsflash.report.compute import ENSEMBLE, LOSS_FILE, compute, paired_lag
+from tsflash.report.compute import ENSEMBLE, LOSS_FILE, compute, fold_level, paired_lag
 from tsflash.report.rundata import load_run
-from tsflash.report.wording import dm_sentence, forecast_sentence
+from tsflash.report.wording import _fold_wins, dm_sentence, forecast_sentence
 from tsflash.stats.forecasts import ONE_SEED, diebold_mariano
 
 BARS_PER_DAY = 96  # one bar every 15 minutes keeps the cells small
@@ -203,7 +204,7 @@ def test_loss_sums_are_kept_and_read_back_without_the_cells(tmp_path):
     build_report(run)
     again = json.loads((run / "questions.json").read_text())["forecast"]
     assert again["source"] == LOSS_FILE
-    for a, b in zip(first["comparisons"], again["comparisons"]):
+    for a, b in zip(first["comparisons"], again["comparisons"], strict=True):
         assert a == pytest.approx(b, rel=1e-12) if isinstance(a, float) else a.keys() == b.keys()
         assert a["mean_diff"] == pytest.approx(b["mean_diff"], rel=1e-12) and a["p_holm"] == pytest.approx(b["p_holm"])
     (run / LOSS_FILE).unlink()
@@ -246,3 +247,15 @@ def _pass_line(n_trials: int, sr_variance: float = 0.009269864288537334, days: i
 
     sr0 = expected_max_sharpe(n_trials, sr_variance)
     return f"{min_passing_sharpe(days, sr0, confidence=0.95) * PERIODS_PER_YEAR ** 0.5:.2f}"
+
+
+def test_fold_level_differences_pair_the_same_fold_when_a_middle_fold_is_missing():
+    """A run with N=4096's fold 1 missing: every row's k-th difference is the same fold (0, then 2), so
+    the fold wins compare N=4096's fold 2 with N=32768's fold 2, not with its fold 1."""
+    loss = {"n512": {0: 1.0, 1: 2.0, 2: 3.0}, "n4096": {0: 1.5, 2: 3.5}, "n32768": {0: 1.25, 1: 1.0, 2: 3.25}}
+    cells = [{"key": k, "fold": f, "metrics": {"log_loss": v, "confusion": np.eye(3).tolist()}}
+             for k, folds in loss.items() for f, v in folds.items()]
+    rows = fold_level(SimpleNamespace(cells=cells, baselines=[]), list(loss), ["n512"])
+    assert [r["diffs"] for r in rows] == [{}, {"n512": [0.5, 0.5]}, {"n512": [0.25, 0.25]}]
+    fq = SimpleNamespace(fold_level=rows, shortest="n512")
+    assert _fold_wins(fq).endswith("has the lowest log-loss of the context lengths in 2 of 2 folds.")

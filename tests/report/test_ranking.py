@@ -4,6 +4,8 @@ state; the plan states the rule, and the slow regime's expectation names it."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 
 import numpy as np
@@ -47,7 +49,7 @@ def _probe(*reads_more: bool) -> ProbeCheck:
     """A probe whose steps between 512, 4096 and 32768 read more (or not) as given."""
     lengths = (512, 4096, 32768)
     return ProbeCheck(steps=[ProbeStep(a, b, Difference(-0.002 if more else 0.0, -0.003, -0.001, 0.01, 10),
-                                       0.01 if more else 0.9) for a, b, more in zip(lengths, lengths[1:], reads_more)])
+                                       0.01 if more else 0.9) for (a, b), more in zip(itertools.pairwise(lengths), reads_more, strict=True)])
 
 
 @pytest.mark.parametrize("shifts, probe, expected", [
@@ -70,3 +72,6 @@ def test_no_information_order_without_both_or_on_other_lengths():
     assert information_order(None, _probe(True, False), [512, 4096, 32768]) is None
     assert information_order(ranking, ProbeCheck(), [512, 4096, 32768]) is None
     assert information_order(ranking, _probe(True, False), [512, 2048, 32768]) is None
+    # a ranking with fewer pairs than the probe has steps is not read pair against step
+    assert information_order(dataclasses.replace(ranking, pairs=ranking.pairs[:1]), _probe(True, False),
+                             [512, 4096, 32768]) is None

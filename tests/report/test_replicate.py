@@ -38,7 +38,7 @@ def pair_tables(rng, difference: float = 0.0, n_folds: int = 5, replicate_seeds=
     for n in LENGTHS:
         runs = simulate_runs(rng, difference=difference, noise=noise, n_folds=n_folds, n_seeds=3, n_days=30,
                              bars_per_day=96)
-        for part, r, seeds in zip(parts, runs, ((0, 1, 2), replicate_seeds)):
+        for part, r, seeds in zip(parts, runs, ((0, 1, 2), replicate_seeds), strict=True):
             part.append((f"n{n}", np.array([f"seed{seeds[s]}" for s in r.seed], dtype=object), r.fold,
                          np.datetime64("2024-03-02") + r.day, r.loss, r.count))
     tables = []
@@ -82,7 +82,7 @@ def test_each_n_and_score_is_compared_and_a_real_difference_reads_as_not_calibra
                                      "\"differ\" in question 1 of the arm's run is read with that.")
     # the crossed test (eval.seed_inference = "crossed") on the same runs: never narrower than the fold t
     crossed = compare(run, rep, KEYS, KEYS, inference="crossed", arm="per-bar")
-    assert all(c.result.se >= f.result.se - 1e-12 for c, f in zip(crossed.rows, bad.rows))
+    assert all(c.result.se >= f.result.se - 1e-12 for c, f in zip(crossed.rows, bad.rows, strict=True))
     assert "by question 1's primary test (the crossed test)" in aa_sentence(crossed)
 
 

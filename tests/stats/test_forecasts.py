@@ -30,7 +30,7 @@ from tsflash.stats.forecasts import (
 
 def _dm_naive(a, b, lag):
     """The statistic as the issue writes it, one Python loop per term (the O(T * lag) reference)."""
-    d = [x - y for x, y in zip(a, b)]
+    d = [x - y for x, y in zip(a, b, strict=True)]
     t = len(d)
     mean = sum(d) / t
 

@@ -26,7 +26,7 @@ def three(rng, shifts, n_folds: int = 5, n_seeds: int = 3, seed_sd: float = 0.00
     seed = np.tile(np.arange(n_seeds), n_folds)
     market = rng.normal(0, fold_sd, n_folds)[fold]
     return [runs_from_means(f"n{n}", fold, seed, 1.0 + market + shift + rng.normal(0, seed_sd, fold.size),
-                            np.full(fold.size, 1e5)) for n, shift in zip(LENGTHS, shifts)]
+                            np.full(fold.size, 1e5)) for n, shift in zip(LENGTHS, shifts, strict=True)]
 
 
 @pytest.mark.parametrize("seeds", ["fold", "crossed"])

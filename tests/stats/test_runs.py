@@ -48,7 +48,7 @@ def _upper(n: int, rate: float = 0.05) -> float:
 def _tiny_runs(means: dict[tuple[int, int], float], label: str) -> Runs:
     """Runs with two days per run, each day half the bars, at the given (fold, seed) mean loss per bar."""
     rows = [(f, s, d, m * 100 + (1 if d else -1), 100.0) for (f, s), m in means.items() for d in (0, 1)]
-    f, s, d, loss, count = map(np.array, zip(*rows))
+    f, s, d, loss, count = map(np.array, zip(*rows, strict=True))
     return Runs(label, f, s, d, loss, count)
 
 
@@ -122,7 +122,7 @@ def test_second_edition_as_the_issue_recomputed_it():
                             ("direction", ((0.00025, 0.48), (0.00147, 0.022)))):
         loss, count = SCORES[score]
         base = runs_from_table(table, "n512", loss=loss, count=count)
-        for key, (estimate, p) in zip(("n4096", "n32768"), expected):
+        for key, (estimate, p) in zip(("n4096", "n32768"), expected, strict=True):
             r = run_level_test(base, runs_from_table(table, key, loss=loss, count=count))
             assert r.estimate == pytest.approx(estimate, abs=5e-6) and r.p == pytest.approx(p, abs=0.005)
             results.append(r)

@@ -31,7 +31,7 @@ def _runs(table: np.ndarray, label: str, seeds=None) -> Runs:
     seeds = list(range(table.shape[1])) if seeds is None else list(seeds)
     rows = [(f, seeds[j], d, table[f, j] * 100 + (1 if d else -1), 100.0)
             for f in range(table.shape[0]) for j in range(table.shape[1]) for d in (0, 1)]
-    f, s, d, loss, count = map(np.array, zip(*rows))
+    f, s, d, loss, count = map(np.array, zip(*rows, strict=True))
     return Runs(label, f, s, d, loss, count)
 
 

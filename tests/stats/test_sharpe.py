@@ -4,6 +4,7 @@ properties, and every error message."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -173,7 +174,7 @@ def test_expected_max_sharpe_published_threshold():
 def test_expected_max_sharpe_edge_cases_and_accuracy():
     assert expected_max_sharpe(1, 0.3) == 0.0
     values = [expected_max_sharpe(n, 1.0) for n in (2, 3, 10, 100, 1000, 10**6)]
-    assert all(b > a for a, b in zip(values, values[1:]))
+    assert all(b > a for a, b in itertools.pairwise(values))
     # close to the Monte Carlo mean of the max of N standard normals (the approximation is ~1% high)
     rng = np.random.default_rng(3)
     mc = rng.standard_normal((20_000, 100)).max(axis=1).mean()

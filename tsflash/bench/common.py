@@ -95,8 +95,8 @@ def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     body = [[format_cell(r.get(k), s) for k, _, s in columns] for r in rows]
     heads = [h for _, h, _ in columns]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(heads)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(b, widths, strict=True)) for b in body]
     return "\n".join(lines)
 
 

@@ -254,7 +254,7 @@ def capture_attention(model, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch
     def stack(tensors):  # (layers*B, H, N, hd) views of (layers*B, N, H, hd) memory
         return torch.cat([t.transpose(1, 2) for t in tensors]).transpose(1, 2)
 
-    return logits, tuple(stack(t) for t in zip(*captured))
+    return logits, tuple(stack(t) for t in zip(*captured, strict=True))
 
 
 def decision_flips(model, x, exact_logits, fmt: str, mode: str, block: int, rotation) -> dict:

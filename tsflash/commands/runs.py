@@ -85,7 +85,9 @@ def run_row(folder: RunFolder) -> list[str]:
 def format_table(rows: list[list[str]]) -> str:
     """Left-aligned columns, two spaces apart."""
     widths = [max(len(str(r[i])) for r in [HEADER, *rows]) for i in range(len(HEADER))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [HEADER, *rows])
+    return "\n".join(
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [HEADER, *rows]
+    )
 
 
 def run(args) -> int:

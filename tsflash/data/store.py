@@ -550,7 +550,7 @@ class Gaps:
                 "missing": int(m),
                 "hours": round(int(m) * self.interval_us / 3.6e9, 3),
             }
-            for b, a, m in zip(self.before.tolist(), self.after.tolist(), self.missing.tolist())
+            for b, a, m in zip(self.before.tolist(), self.after.tolist(), self.missing.tolist(), strict=True)
         ]
 
 

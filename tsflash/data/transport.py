@@ -216,7 +216,7 @@ def pack_store(
             store.check_bars(store.Bars.from_table(table, symbol, interval), lambda i: str(path))  # noqa: B023
             _write_packed(packed, stack.enter_context(atomic.atomic_path(dst)))
             written.append(dst)
-    for src, dst in zip(files.values(), written):
+    for src, dst in zip(files.values(), written, strict=True):
         log.info("packed %s (%.1f MB) -> %s (%.1f MB)", src, src.stat().st_size / 1e6, dst, dst.stat().st_size / 1e6)
     return written
 

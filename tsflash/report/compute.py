@@ -420,7 +420,11 @@ def _fold_metric(rd: RunData, series: str, metric: str) -> dict[int, float]:
 def fold_level(rd: RunData, names: list[str], references: list[str]) -> list[dict]:
     """What the summaries allow without per-bar forecasts: per series, the fold-mean log-loss
     difference to each reference fold by fold (descriptive: no paired test), and the directional
-    hit rate from the pooled confusion matrices."""
+    hit rate from the pooled confusion matrices. The differences are over the folds every series
+    and reference has, so that the k-th difference of each row is the same fold."""
+    loss = {s: _fold_metric(rd, s, "log_loss") for s in dict.fromkeys([*names, *references])}
+    present = [set(v) for v in loss.values() if v]
+    common = sorted(set.intersection(*present)) if present else []
     rows = []
     for name in names:
         conf = np.zeros((3, 3))
@@ -429,11 +433,11 @@ def fold_level(rd: RunData, names: list[str], references: list[str]) -> list[dic
         ]:
             conf += np.asarray(c["metrics"].get("confusion", np.zeros((3, 3))), dtype=float)
         row: dict[str, Any] = {"series": name, "hit_rate": hit_rate_from_confusion(conf), "diffs": {}}
-        mine = _fold_metric(rd, name, "log_loss")
+        mine = loss[name]
         for ref in references:
-            theirs = _fold_metric(rd, ref, "log_loss")
+            theirs = loss[ref]
             if ref != name and theirs:
-                row["diffs"][ref] = [mine[f] - theirs[f] for f in mine if f in theirs]
+                row["diffs"][ref] = [mine[f] - theirs[f] for f in common] if mine else []
         rows.append(row)
     return rows
 
@@ -505,7 +509,7 @@ def forecast_question(rd: RunData, primary: list[str]) -> ForecastQuestion:
                 p = None if name == ref else paired(table, name, ref, score, horizon, per_day, seeds)
                 comps += [p] if p is not None else []
     if comps:
-        for p, adj in zip(comps, holm([p.pvalue for p in comps])):
+        for p, adj in zip(comps, holm([p.pvalue for p in comps]), strict=True):
             p.p_holm = float(adj)
         out.skill = {(p.series, p.score): p for p in comps if p.reference == PRIOR}
         out.dm_answer, out.dm_mixed = forecast_answer([p for p in comps if p.reference == shortest], out.skill)

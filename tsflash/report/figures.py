@@ -3,6 +3,7 @@ equity curves before and after fees, and the CSCV diagnostics of PBO."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -62,10 +63,10 @@ def plot_cost(per_n: list[dict], path: Path, memory_kind: str) -> Path:
     plt = pyplot()
     ns = [s["n"] for s in per_n]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    for ax, (m, title, unit, scale) in zip(axes.flat, COST_PANELS):
+    for ax, (m, title, unit, scale) in zip(axes.flat, COST_PANELS, strict=True):
         ys = np.array([s[m] * scale for s in per_n], dtype=float)
         ax.plot(ns, ys, "o-", markersize=7, linewidth=2)
-        for n, y in zip(ns, ys):
+        for n, y in zip(ns, ys, strict=True):
             if np.isfinite(y):
                 ax.annotate(f"{y:,.3g}", (n, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=10)
         ax.set_title(title + (f" ({memory_kind})" if m == "peak_memory_bytes" else ""), fontsize=13)
@@ -88,14 +89,14 @@ def plot_benefit(rows: list[dict], per_n: list[dict], baselines: dict[str, dict]
     plt = pyplot()
     ns = [s["n"] for s in per_n]
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    for ax, (m, title, better) in zip(axes, METRICS):
+    for ax, (m, title, better) in zip(axes, METRICS, strict=True):
         mean = [s[m] for s in per_n]
         std = [s[f"{m}_std"] for s in per_n]
         ax.errorbar(ns, mean, yerr=std, fmt="o-", capsize=4, label="transformer (mean ± fold s.d.)")
         pts = [(r["n"], r[m]) for r in rows if r["kind"] == "model"]
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=12, color="gray", alpha=0.6, label="single folds")
         fixed = sorted((name, b) for name, b in baselines.items() if probe_n(name) is None)
-        for (name, b), style in zip(fixed, ("--", ":", "-.")):
+        for (name, b), style in zip(fixed, itertools.cycle(("--", ":", "-.")), strict=False):
             ax.axhline(b[m], linestyle=style, color="C3" if "logreg" in name else "C2", label=f"{label(name)} baseline")
         probes = sorted((probe_n(name), b[m]) for name, b in baselines.items() if probe_n(name) is not None)
         if probes:  # a line against N, like the transformer's: what a linear reader gets from N bars
@@ -186,7 +187,7 @@ def plot_paired(comparisons: list, n_of: dict[str, int], path: Path) -> Path:
     scores = [("log_loss", "log-loss"), ("direction", "direction score (up-vs-down log-loss)")]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     ns = sorted({n_of[p.series] for p in comparisons if p.series in n_of})
-    for ax, (score, title) in zip(axes, scores):
+    for ax, (score, title) in zip(axes, scores, strict=True):
         refs = list(dict.fromkeys(p.reference for p in comparisons))
         for i, ref in enumerate(refs):
             ps = sorted(

@@ -320,7 +320,7 @@ def plot_curves(per_n: dict[int, list[dict]], path: Path) -> Path | None:
 
     fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.8), squeeze=False, sharey=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, (n, cs) in zip(axes[0], curves.items()):
+    for ax, (n, cs) in zip(axes[0], curves.items(), strict=True):
         for c in cs:
             cv, colour = c["cost"]["curve"], colours[c["fold"] % len(colours)]
             ax.plot(

@@ -241,7 +241,7 @@ def _fold_wins(fq) -> str:
     longer = [r for r in fq.fold_level if not is_baseline(r["series"]) and fq.shortest in r["diffs"]]
     if not longer:
         return ""
-    per_fold = list(zip(*[r["diffs"][fq.shortest] for r in longer]))
+    per_fold = list(zip(*[r["diffs"][fq.shortest] for r in longer], strict=True))
     wins = sum(all(d > 0 for d in fold) for fold in per_fold)
     return (
         f" Descriptively (fold means, no test), {label(fq.shortest)} has the lowest log-loss of the context "
@@ -695,7 +695,7 @@ def sentences(nums) -> dict:
     best_baseline = (label(best["series"]), best["accuracy"]) if best else None
     if nums.trading.none_profitable and v.selected is not None:
         trading = no_money_sentence(v, nums.trading, s.candidates)
-        reasons = [r for r, code in zip(reasons, v.reasons) if code != Reason.NOT_PASSED]
+        reasons = [r for r, code in zip(reasons, v.reasons, strict=True) if code != Reason.NOT_PASSED]
         reasons.append("No candidate passes, and none makes money after fees.")
     else:
         trading = verdict_sentence(v, reasons[0], nums.candidate_row(v.selected), accuracy, best_baseline)

@@ -346,7 +346,7 @@ def fold_losses(name: str, fold: int, forecasts: list[Mapping], members: list[st
     """
     probs = [stored(f["y_prob"]) for f in forecasts]
     t, y = forecasts[0]["test_time"], forecasts[0]["y_true"]
-    labelled = list(zip(members, probs)) if members else []
+    labelled = list(zip(members, probs, strict=True)) if members else []
     labelled.append((ENSEMBLE, np.mean(probs, axis=0)))  # (M, 3)
     parts = []
     for member, p in labelled:

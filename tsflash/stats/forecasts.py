@@ -236,7 +236,10 @@ class RunAnswer:
 def _family(tests: Mapping[tuple[str, str, str], Any]) -> list[RunComparison]:
     keys = list(tests)
     adjusted: np.ndarray | list[float] = holm([tests[k].p for k in keys]) if keys else []
-    return [RunComparison(s, r, score, tests[(s, r, score)], float(q)) for (s, r, score), q in zip(keys, adjusted)]
+    return [
+        RunComparison(s, r, score, tests[(s, r, score)], float(q))
+        for (s, r, score), q in zip(keys, adjusted, strict=True)
+    ]
 
 
 def run_answer(

@@ -463,7 +463,7 @@ def holm_adjust(results: Sequence[RunTestResult], alpha: float | None = None) ->
         dataclasses.replace(
             r, p_holm=float(q), alpha=alpha or r.alpha, verdict=verdict_of(r.estimate, float(q), alpha or r.alpha)
         )
-        for r, q in zip(results, adjusted)
+        for r, q in zip(results, adjusted, strict=True)
     ]
 
 
@@ -891,7 +891,7 @@ def ranking_check(runs: Sequence[Runs], *, seeds: str = "fold", alpha: float = A
             f"the ranking check needs at least three lengths (two are question 1's comparison), "
             f"got {len(runs)}: {', '.join(r.label for r in runs)}"
         )
-    pairs = [run_level_test(a, b, seeds=seeds, alpha=alpha) for a, b in zip(runs, runs[1:])]
+    pairs = [run_level_test(a, b, seeds=seeds, alpha=alpha) for a, b in itertools.pairwise(runs)]
     return RankingCheck(tuple(holm_adjust(pairs, alpha)))
 
 

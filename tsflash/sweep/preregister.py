@@ -428,7 +428,7 @@ def ordered_commands(plan: dict, out: Path) -> list[tuple[str, Path, str]]:
     """(stage, run folder, command) of every planned run, the ladder's too, in the plan's order."""
     # a plan's ladder, where it has one, is never empty, so ladder_run gives its folder and command
     ladder = [cast(tuple[Path, str], ladder_run(plan, out))] if "ladder" in plan else []
-    by_name = dict(zip(run_names(plan), plan_commands(plan, out) + ladder))
+    by_name = dict(zip(run_names(plan), plan_commands(plan, out) + ladder, strict=True))
     return [(stage["stage"], *by_name[name]) for stage in plan_order_of(plan) for name in stage["runs"]]
 
 

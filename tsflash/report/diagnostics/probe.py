@@ -11,6 +11,7 @@ sentence and table are here.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -167,7 +168,7 @@ def probe_check(rd: RunData, primary: list[dict], runs) -> ProbeCheck:
                 vs[m] = fold_difference([v[f] - base[m][f] for f in common])
         rows.append(ProbeRow(n, series, means, vs, tests.get(key_of.get(n))))
     longer = [r for r in rows[1:] if math.isfinite(r.vs_shortest["log_loss"].p)]
-    for r, p in zip(longer, holm([r.vs_shortest["log_loss"].p for r in longer]) if longer else ()):
+    for r, p in zip(longer, holm([r.vs_shortest["log_loss"].p for r in longer]) if longer else (), strict=True):
         r.p_holm = float(p)
     return ProbeCheck(rows, _steps([(n, folds[series]["log_loss"]) for n, series in names]))
 
@@ -176,11 +177,11 @@ def _steps(per_n: list[tuple[int, dict[int, float]]]) -> list[ProbeStep]:
     """Each N's probe against the next shorter N's on their common folds, Holm over the steps."""
     diffs = [
         (a, b, fold_difference([vb[f] - va[f] for f in sorted(set(va) & set(vb))]))
-        for (a, va), (b, vb) in zip(per_n, per_n[1:])
+        for (a, va), (b, vb) in itertools.pairwise(per_n)
     ]
     diffs = [d for d in diffs if math.isfinite(d[2].p)]
     adjusted: np.ndarray | list[float] = holm([d.p for _, _, d in diffs]) if diffs else []
-    return [ProbeStep(a, b, d, float(q)) for (a, b, d), q in zip(diffs, adjusted)]
+    return [ProbeStep(a, b, d, float(q)) for (a, b, d), q in zip(diffs, adjusted, strict=True)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ lengths hold that it is held to (`information_order`). Shown inside "Over traini
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 from tsflash.report.diagnostics.base import RUNS
@@ -59,12 +60,14 @@ def information_order(ranking, probe: ProbeCheck, lengths: list[int]) -> str | N
     reads more at some step); DOES_NOT_FOLLOW otherwise; NO_ORDER when the probe reads more at no
     step (nothing to rank by). `lengths`: the ranking's N in order. None without both, or when the
     probe's steps are not the ranking's pairs."""
-    if ranking is None or [(t.shorter, t.longer) for t in probe.steps] != list(zip(lengths, lengths[1:])):
+    steps = [(t.shorter, t.longer) for t in probe.steps]
+    if ranking is None or steps != list(itertools.pairwise(lengths)) or len(ranking.pairs) != len(steps):
         return None
     if not any(t.reads_more for t in probe.steps):
         return NO_ORDER
     ok = all(
-        r.verdict == "better" if t.reads_more else r.verdict != "worse" for t, r in zip(probe.steps, ranking.pairs)
+        r.verdict == "better" if t.reads_more else r.verdict != "worse"
+        for t, r in zip(probe.steps, ranking.pairs, strict=True)
     )
     return FOLLOWS if ok else DOES_NOT_FOLLOW
 

@@ -214,7 +214,9 @@ def compare(
                 rows.append(AARow(n, score, run_level_test(a, b, alpha=alpha, seeds=inference)))
     except RunTestInputError as exc:
         return AACheck(arm, f"the comparison cannot be tested over training runs: {exc}", inference, alpha)
-    rows = [AARow(r.n, r.score, r.result, float(p)) for r, p in zip(rows, holm([r.result.p for r in rows]))]
+    rows = [
+        AARow(r.n, r.score, r.result, float(p)) for r, p in zip(rows, holm([r.result.p for r in rows]), strict=True)
+    ]
     table, primary = pooled_table(run, replicate, run_keys, replicate_keys), [run_keys[n] for n in lengths]
     pooled = with_power(with_ranking(run_question(table, primary, inference), table, primary))
     return AACheck(
