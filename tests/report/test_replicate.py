@@ -17,11 +17,20 @@ from tests.report.test_report import LENGTHS, make_run
 from tsflash.cli import main
 from tsflash.report import build_report, registration, wording
 from tsflash.report.compute import LOSS_FILE, SCORES, write_table
-from tsflash.report.diagnostics.replicate import aa_sentence, compare, pooled_sentence, replicate_check
+from tsflash.report.diagnostics.power import crossed_power_sentence, with_power
+from tsflash.report.diagnostics.replicate import aa_sentence, compare, pooled_sentence, pooled_table, replicate_check
 from tsflash.report.rundata import load_run
+from tsflash.report.runlevel import run_question, runs_results
 from tsflash.runfolder import write_json
 from tsflash.scoring.metrics import DAILY_SUMS
-from tsflash.stats.runs import RunNoise, binomial_interval, simulate_runs
+from tsflash.stats.runs import (
+    CrossedComponents,
+    RunNoise,
+    binomial_interval,
+    crossed_power,
+    runs_from_table,
+    simulate_runs,
+)
 from tsflash.sweep import preregister
 from tsflash.sweep.plan import SweepOptions
 
@@ -84,6 +93,41 @@ def test_each_n_and_score_is_compared_and_a_real_difference_reads_as_not_calibra
     crossed = compare(run, rep, KEYS, KEYS, inference="crossed", arm="per-bar")
     assert all(c.result.se >= f.result.se - 1e-12 for c, f in zip(crossed.rows, bad.rows, strict=True))
     assert "by question 1's primary test (the crossed test)" in aa_sentence(crossed)
+
+
+def test_the_crossed_primary_test_says_what_a_no_rules_out_at_the_design_that_ran():
+    """Question 1 over both seed sets by the crossed test: per longer N and score, the difference it
+    detects with 80 % power at 5 folds x 6 seeds, at Holm's first step over the family's comparisons,
+    from that comparison's paired table; the fold t gives none (its own figure is `power_80`)."""
+    run, rep = pair_tables(np.random.default_rng(0), noise=RunNoise(init=0.002))
+    pooled = compare(run, rep, KEYS, KEYS, inference="crossed", arm="per-bar").pooled
+    m = len(pooled.result.comparisons)
+    assert m == (len(LENGTHS) - 1) * len(SCORES) and pooled.crossed_alpha == pytest.approx(0.05 / m)
+    assert set(pooled.crossed_power) == set(SCORES)
+    assert all(set(by_key) == {KEYS[n] for n in LENGTHS[1:]} for by_key in pooled.crossed_power.values())
+    table = pooled_table(run, rep, KEYS, KEYS)
+    short, long = (runs_from_table(table, KEYS[n], loss=SCORES["log_loss"][0], count=SCORES["log_loss"][1])
+                   for n in (LENGTHS[0], LENGTHS[-1]))
+    c = CrossedComponents.from_runs(short, long)
+    assert pooled.crossed_power["log_loss"][KEYS[LENGTHS[-1]]] == crossed_power(c, 5, 6, alpha=0.05 / m).detectable
+    # at Holm's first step a "no" rules out less than the same test at the unadjusted level
+    assert pooled.crossed_power["log_loss"][KEYS[LENGTHS[-1]]] > crossed_power(c, 5, 6).detectable
+    # the arm's own run alone: its own design, three seeds a fold, its own table's components
+    own = with_power(run_question(run, [KEYS[n] for n in LENGTHS], "crossed"))
+    c3 = CrossedComponents.from_runs(*(runs_from_table(run, KEYS[n], loss=SCORES["log_loss"][0],
+                                                       count=SCORES["log_loss"][1]) for n in (LENGTHS[0], LENGTHS[-1])))
+    assert own.crossed_power["log_loss"][KEYS[LENGTHS[-1]]] == crossed_power(c3, 5, 3, alpha=0.05 / m).detectable
+    words = crossed_power_sentence(pooled, wording.label)
+    assert words.startswith("What a \"no\" rules out: at this design (5 folds, 6 seeds a fold), the crossed test "
+                            "detects with 80 % power a true difference per bar (nats) of ")
+    big = pooled.crossed_power["log_loss"][KEYS[LENGTHS[-1]]]
+    assert f" and {big:.2g} at N={LENGTHS[-1]} on the log-loss; " in words
+    assert f"It is two-sided at {0.05 / m:.3g}, Holm's first step over the {m} comparisons" in words
+    js = runs_results(pooled)
+    assert js["crossed_power_80"] == pooled.crossed_power and js["crossed_alpha"] == pooled.crossed_alpha
+    # the fold t: no crossed figure, no sentence
+    fold = compare(run, rep, KEYS, KEYS, arm="per-bar").pooled
+    assert fold.crossed_power == {} and fold.crossed_alpha is None and crossed_power_sentence(fold, wording.label) == ""
 
 
 def test_the_primary_tests_aa_rate_is_measured_within_its_level():

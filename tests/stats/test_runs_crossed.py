@@ -20,6 +20,7 @@ from tsflash.stats.runs import (
     crossed_power,
     crossed_seed_test,
     min_detectable_difference,
+    paired_crossed_batch,
     simulate_runs,
 )
 
@@ -141,6 +142,24 @@ def test_components_of_a_paired_table_recover_the_seed_effect():
     assert c.fold == pytest.approx(0.0, abs=0.3 * noise.init ** 2)
     with pytest.raises(RunTestInputError, match="same seeds in both arms"):
         CrossedComponents.from_runs(_runs(A, "A"), _runs(A, "B", seeds=[5, 6, 7]))
+
+
+def test_the_batch_of_paired_tables_is_the_crossed_test_table_by_table():
+    """`crossed_power` simulates with `paired_crossed_batch`: on each table, the estimate, se and df
+    `crossed_seed_test` gives on runs with those means, with and without a seed effect (a table
+    whose seed mean square is below the residual's is the fold t)."""
+    rng = np.random.default_rng(3)
+    tables = np.concatenate([rng.normal(0, 0.004, (20, 4, 3)) + rng.normal(0, 0.004, (20, 1, 3)),
+                             rng.normal(0, 0.004, (20, 4, 3)), D[None]])
+    est, se, df = paired_crossed_batch(tables)
+    no_seed_term = 0
+    for i, d in enumerate(tables):
+        r = crossed_seed_test(_runs(A, "A"), _runs(A + d, "B"))
+        assert (est[i], se[i], df[i]) == pytest.approx((r.estimate, r.se, r.df), rel=1e-9)
+        no_seed_term += r.df == pytest.approx(3) and r.seed_main == (0.0,)
+    assert no_seed_term > 0  # some tables took the fold t's branch
+    with pytest.raises(RunTestInputError, match="at least 2 folds and 2 seeds"):
+        paired_crossed_batch(tables[:, :, :1])
 
 
 def test_without_a_seed_effect_the_crossed_test_is_calibrated_and_pays_for_its_seed_term():

@@ -18,6 +18,7 @@ from tsflash.scoring.daily import ENSEMBLE, cell_arrays, concat_losses, fold_los
 from tsflash.scoring.metrics import DAILY_SUMS
 from tsflash.stats.forecasts import ONE_SEED, RunAnswer, run_answer
 from tsflash.stats.runs import (
+    CrossedComponents,
     RankingCheck,
     Runs,
     RunTestInputError,
@@ -132,6 +133,10 @@ class RunQuestion:
     between_sd: dict[str, float] = field(default_factory=dict)
     inference: str = "fold"  # eval.seed_inference: the family's test (tsflash.stats.runs.run_level_test)
     ranking: RankingCheck | None = None  # each N against the next shorter one, log-loss (three lengths or more)
+    # (longer N's key, score) -> the paired fold x seed table's components, where the family's test is crossed
+    crossed: dict[tuple[str, str], CrossedComponents] = field(default_factory=dict)
+    crossed_power: dict[str, dict[str, float]] = field(default_factory=dict)  # score -> key -> detectable (80 %)
+    crossed_alpha: float | None = None  # the level crossed_power is at: Holm's first step over the family
 
     @property
     def answer(self) -> str | None:
@@ -186,8 +191,21 @@ def run_question(table: dict, primary: list[str], inference: str = "fold") -> Ru
         return RunQuestion(
             False, f"question 1 cannot be tested over training runs: {exc}", n_folds=folds, seeds_per_fold=seeds
         )
+    crossed = {}
+    if inference == "crossed":  # what the family's test detects is read from these (diagnostics.power)
+        for n in primary[1:]:
+            for sc in SCORES:
+                try:
+                    crossed[(n, sc)] = CrossedComponents.from_runs(runs[(primary[0], sc)], runs[(n, sc)])
+                except RunTestInputError:  # seeds not shared by both lengths: no paired table
+                    pass
     return RunQuestion(
-        True, result=run_answer(vs_shortest, vs_prior), n_folds=folds, seeds_per_fold=seeds, inference=inference
+        True,
+        result=run_answer(vs_shortest, vs_prior),
+        n_folds=folds,
+        seeds_per_fold=seeds,
+        inference=inference,
+        crossed=crossed,
     )
 
 
@@ -209,6 +227,8 @@ def runs_results(runs, information: str | None = None) -> dict:
         "n_folds": runs.n_folds,
         "seeds_per_fold": runs.seeds_per_fold,
         "power_80": {sc: {str(k): v for k, v in m.items()} for sc, m in runs.power.items()},
+        "crossed_power_80": runs.crossed_power,
+        "crossed_alpha": runs.crossed_alpha,
         "seed_sd": runs.seed_sd,
         "between_fold_sd": runs.between_sd,
         "comparisons": [],
