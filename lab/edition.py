@@ -17,7 +17,10 @@ complete is listed as not run, whatever part of it has finished. The device time
 the sum of its calls' records (calls/*.json, one per `lab/third_edition_h200.sh` call).
 The plan is read as amended (`amended_plan`): the summary names each amendment, lists the runs it
 takes out of this edition with their reasons, and reads a power bracket's rungs (an amendment's
-controls with an oracle gain) as found or missed, one run a strength.
+controls with an oracle gain) as found or missed, one run a strength. What "no" rules out starts with
+each arm's primary reading at the design that ran: the difference its test detects with 80 % power
+at Holm's first step, as the report gives it (`crossed_power_80`); a report written before that
+figure is named, to be rebuilt with `tsflash report`.
 """
 
 from __future__ import annotations
@@ -102,7 +105,18 @@ def _question1_rows(runs: dict, lengths: list[dict]) -> list[dict]:
             for row in lengths]
 
 
-def _pooled(aa: dict, lengths: list[dict]) -> dict | None:
+def _rules_out(runs: dict) -> dict:
+    """What a "no" of question 1's primary test rules out at the design that ran, as the report gives
+    it (questions.json's forecast.runs, or a replicate's pooled reading: `crossed_power_80` at Holm's
+    first step, `tsflash.report.diagnostics.power`); "predates" when the report was written before it."""
+    if "crossed_power_80" not in runs:
+        return {"detectable": {}, "alpha": None, "predates": True}
+    return {"detectable": runs["crossed_power_80"], "alpha": runs.get("crossed_alpha"), "predates": False,
+            "n_folds": runs.get("n_folds"), "seeds_per_fold": runs.get("seeds_per_fold"),
+            "comparisons": len(runs.get("comparisons", []))}
+
+
+def _pooled(aa: dict, lengths: list[dict], folder: str = "") -> dict | None:
     """Question 1 over the arm's seeds and its A/A replicate's together (results.json "aa" of the
     replicate, `tsflash.report.diagnostics.replicate`) at the arm's `lengths`: the plan's primary
     reading with a replicate; None without one."""
@@ -112,7 +126,7 @@ def _pooled(aa: dict, lengths: list[dict]) -> dict | None:
     nesting = aa.get("pooled_nesting") or {}
     return {"seeds_per_fold": pooled.get("seeds_per_fold"), "question1": pooled.get("answer") or "",
             "mixed": bool(pooled.get("mixed")), "nesting": nesting.get("verdict") or "",
-            "lengths": _question1_rows(pooled, lengths)}
+            "lengths": _question1_rows(pooled, lengths), "rules_out": _rules_out(pooled), "folder": folder}
 
 
 def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
@@ -148,6 +162,7 @@ def _arm_summary(name: str, run_dir: Path, out: Path) -> dict:
     jobs = most_gpu_jobs(read_json(run_dir / "run.json").get("invocations", []))
     return {"arm": name, "folder": run_dir.relative_to(out).as_posix(), "lengths": lengths,
             "question1": reading["question1"], "sentence": forecast.get("sentence", ""),
+            "rules_out": _rules_out(forecast.get("runs", {})),
             "trading_sentence": trading.get("sentence", ""), "nesting": nesting.get("verdict", ""),
             "ranking": reading["ranking"], "information_order": reading["information_order"],
             "gate": {"selected": verdict.get("selected"), "dsr": verdict.get("dsr"), "n_trials": verdict.get("n_trials"),
@@ -170,7 +185,8 @@ def edition_summary(out: Path) -> dict:
         raise UserError(f"--summary {out}: no stage of plan {plan['plan_hash']} is complete, so nothing is read "
                         f"(only complete stages are; `python -m lab.plan --check {out}` shows each run's state)")
     read = {n for st in stages if st["complete"] for n in st["runs"]}
-    arms, controls, replicas = [], [], {}  # replicas: an arm's folder name -> its A/A replicate's results.json "aa"
+    # replicas: an arm's folder name -> (its A/A replicate's results.json "aa", the replicate's folder)
+    arms, controls, replicas = [], [], {}
     for name, control, _, run_dir in planned_runs(plan, out):
         if name not in read:
             continue
@@ -187,9 +203,10 @@ def edition_summary(out: Path) -> dict:
                          "lengths": _question1_rows(questions["forecast"].get("runs", {}),
                                                     results["per_configuration"])} | reading)
         if control["kind"] == AA_CONTROL and results.get("aa"):
-            replicas[run_dir.name] = results["aa"]
+            replicas[run_dir.name] = (results["aa"], run_dir.relative_to(out).as_posix())
     for a in arms:  # the replicate's pooled reading is the arm's primary question 1
-        a["pooled"] = _pooled(replicas.get(a["arm"], {}), a["lengths"])
+        aa, folder = replicas.get(a["arm"], ({}, ""))
+        a["pooled"] = _pooled(aa, a["lengths"], folder)
     ladder = None
     if LADDER_RUN in rows:
         ladder = {"read": LADDER_RUN in read, "state": rows[LADDER_RUN]["state"],
@@ -332,6 +349,32 @@ def _bracket_words(s: dict) -> str:
             + ". One run a strength says found or missed at this design; it is not a detection rate.")
 
 
+def primary_rules_out(a: dict) -> dict:
+    """An arm's primary reading's power: over both seed sets where it has its A/A replicate."""
+    return (a.get("pooled") or {}).get("rules_out") or a["rules_out"]
+
+
+def _range(values) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2g}" if f"{lo:.2g}" == f"{hi:.2g}" else f"{lo:.2g}-{hi:.2g}"
+
+
+def rules_out_words(a: dict) -> str:
+    """"per-bar: at the design that ran (5 folds, 6 seeds a fold; Holm over 4), the primary test detects
+    with 80 % power 0.0042-0.0061 nats per bar on the log-loss and ...": "" where the report gives none."""
+    r = primary_rules_out(a)
+    if r["predates"]:
+        folder = a["pooled"]["folder"] if a.get("pooled") else a["folder"]
+        return (f"{a['arm']}: the report of {folder} predates the primary test's power; rebuild it "
+                f"(`tsflash report <plan>/{folder}`), then the summary.")
+    if not r["detectable"]:
+        return ""
+    scores = " and ".join(f"{_range(v.values())} on the {SCORE_NAMES[sc]}" for sc, v in r["detectable"].items() if v)
+    return (f"{a['arm']}: at the design that ran ({plural(r['n_folds'] or 0, 'fold')}, "
+            f"{plural(r['seeds_per_fold'] or 0, 'seed')} a fold; Holm over {r['comparisons']}), the primary test detects "
+            f"with 80 % power {scores} (nats per bar, over the longer N); smaller effects are not ruled out.")
+
+
 def answer_brief(s: dict) -> list[str]:
     """The README's answer, one short paragraph per question, from the summary's own figures."""
     by_met: dict[bool | None, list[str]] = {True: [], False: [], None: []}
@@ -347,6 +390,8 @@ def answer_brief(s: dict) -> list[str]:
                  "not measured: the strength ladder's stage is not complete." if ladder else "no ladder in the plan.")
     if bracket := _bracket_words(s):
         rules_out += f" {bracket}"
+    if primary := " ".join(w for a in s["arms"] if (w := rules_out_words(a))):
+        rules_out = f"{primary} {rules_out}"
     memory = sorted(f"{r['peak_memory_bytes'] / 2**30:.1f}" for a in s["arms"] for r in a["lengths"]
                     if r["peak_memory_bytes"])
     calls = s["device_calls"]
@@ -399,9 +444,18 @@ def render_summary(s: dict) -> str:
             lines.append(f"| {c['control']} | {c['arm']} | {c['question1'] or NA}{' (mixed)' if c['mixed'] else ''} "
                          f"| {ranking} | {fmt(c['trading_passed'])} | {aa} | {c['expect']} | {c['rule']} | {met} |")
         lines.append("")
-    if s["ladder"] is not None or _bracket_words(s):
+    power = [(a, primary_rules_out(a)) for a in s["arms"]]
+    if s["ladder"] is not None or _bracket_words(s) or any(r["detectable"] or r["predates"] for _, r in power):
         ladder = s["ladder"]
         lines += ["## What \"no\" rules out", ""]
+        for a, r in power:
+            if words := rules_out_words(a):
+                lines += [words, ""]
+            if r["detectable"]:
+                lines += [f"| {a['arm']}: comparison | score | detectable with 80 % power at {fmt(r['alpha'], '.3g')} "
+                          "(nats per bar) |", "|---|---|---|"]
+                lines += [f"| {label(k)} minus the shortest N | {SCORE_NAMES[sc]} | {v:.2g} |"
+                          for sc, by_key in r["detectable"].items() for k, v in by_key.items()] + [""]
         if ladder is not None:
             lines += [ladder["sentence"] if ladder["read"] else
                       f"The strength ladder is {ladder['state']}." if _not_run(ladder["state"]) else

@@ -167,6 +167,43 @@ def test_a_complete_ladder_stage_is_read_before_the_arms(tmp_path, capsys):
     assert f"3. **What \"no\" rules out**: {s['ladder']['sentence']}" in brief
 
 
+def test_what_a_no_rules_out_is_the_primary_tests_power_at_the_design_that_ran(plan_dir, tmp_path):
+    """The arm's primary reading (over both seed sets) states what its test detects with 80 % power at
+    Holm's first step, as the A/A report gives it (`crossed_power_80`), before the ladder's words; a
+    report written before that figure existed is named, with how to rebuild it."""
+    import shutil
+
+    out = tmp_path / "plan"
+    shutil.copytree(plan_dir, out)
+    results = out / "controls" / "aa" / "per-bar" / "results.json"
+    aa = json.loads(results.read_text())
+    pooled = aa["aa"]["pooled"]
+    assert pooled["crossed_power_80"] == {} and pooled["crossed_alpha"] is None  # the tiny plan's test is the fold t
+    pooled |= {"crossed_power_80": {"log_loss": {"n32": 0.0061}, "direction": {"n32": 0.0042}}, "crossed_alpha": 0.0125}
+    results.write_text(json.dumps(aa))
+    s = edition.edition_summary(out)
+    (arm,) = s["arms"]
+    assert edition.primary_rules_out(arm) == {"detectable": pooled["crossed_power_80"], "alpha": 0.0125, "predates": False,
+                                              "n_folds": pooled["n_folds"], "seeds_per_fold": 4,
+                                              "comparisons": len(pooled["comparisons"])}
+    words = edition.rules_out_words(arm)
+    assert words == (f"per-bar: at the design that ran ({pooled['n_folds']} folds, 4 seeds a fold; Holm over "
+                     f"{len(pooled['comparisons'])}), the primary test detects with 80 % power 0.0061 on the log-loss "
+                     "and 0.0042 on the direction score (nats per bar, over the longer N); smaller effects are not "
+                     "ruled out.")
+    brief = edition.answer_brief(s)
+    assert brief[2].startswith(f"3. **What \"no\" rules out**: {words} not measured: the strength ladder's stage")
+    md = edition.render_summary(s)
+    assert "| per-bar: comparison | score | detectable with 80 % power at 0.0125 (nats per bar) |" in md
+    assert "| N=32 minus the shortest N | log-loss | 0.0061 |" in md
+    del pooled["crossed_power_80"]  # an A/A report written before the figure
+    results.write_text(json.dumps(aa))
+    arm = edition.edition_summary(out)["arms"][0]
+    assert edition.rules_out_words(arm) == ("per-bar: the report of controls/aa/per-bar predates the primary test's "
+                                            "power; rebuild it (`tsflash report <plan>/controls/aa/per-bar`), then the "
+                                            "summary.")
+
+
 def test_the_summary_of_an_amended_plan_names_the_amendment_and_the_runs_not_run(plan_dir, tmp_path, capsys):
     """An amendment that keeps the two stages run and takes the rest out of the edition: the summary
     reads both stages, names the amendment, and lists each run not run with its reason; a power
