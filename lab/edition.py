@@ -361,7 +361,8 @@ def _range(values) -> str:
 
 def rules_out_words(a: dict) -> str:
     """"per-bar: at the design that ran (5 folds, 6 seeds a fold; Holm over 4), the primary test detects
-    with 80 % power 0.0042-0.0061 nats per bar on the log-loss and ...": "" where the report gives none."""
+    with 80 % power 0.0042-0.0061 nats per bar on the log-loss and ...", its range over the longer N;
+    "" where the report gives none."""
     r = primary_rules_out(a)
     if r["predates"]:
         folder = a["pooled"]["folder"] if a.get("pooled") else a["folder"]
@@ -369,10 +370,11 @@ def rules_out_words(a: dict) -> str:
                 f"(`tsflash report <plan>/{folder}`), then the summary.")
     if not r["detectable"]:
         return ""
-    scores = " and ".join(f"{_range(v.values())} on the {SCORE_NAMES[sc]}" for sc, v in r["detectable"].items() if v)
+    ranges = [f"{_range(v.values())}{' nats per bar' if not i else ''} on the {SCORE_NAMES[sc]}"
+              for i, (sc, v) in enumerate((sc, v) for sc, v in r["detectable"].items() if v)]
     return (f"{a['arm']}: at the design that ran ({plural(r['n_folds'] or 0, 'fold')}, "
             f"{plural(r['seeds_per_fold'] or 0, 'seed')} a fold; Holm over {r['comparisons']}), the primary test detects "
-            f"with 80 % power {scores} (nats per bar, over the longer N); smaller effects are not ruled out.")
+            f"with 80 % power {' and '.join(ranges)}. Smaller effects are not ruled out.")
 
 
 def answer_brief(s: dict) -> list[str]:

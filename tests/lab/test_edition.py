@@ -188,9 +188,8 @@ def test_what_a_no_rules_out_is_the_primary_tests_power_at_the_design_that_ran(p
                                               "comparisons": len(pooled["comparisons"])}
     words = edition.rules_out_words(arm)
     assert words == (f"per-bar: at the design that ran ({pooled['n_folds']} folds, 4 seeds a fold; Holm over "
-                     f"{len(pooled['comparisons'])}), the primary test detects with 80 % power 0.0061 on the log-loss "
-                     "and 0.0042 on the direction score (nats per bar, over the longer N); smaller effects are not "
-                     "ruled out.")
+                     f"{len(pooled['comparisons'])}), the primary test detects with 80 % power 0.0061 nats per bar on "
+                     "the log-loss and 0.0042 on the direction score. Smaller effects are not ruled out.")
     brief = edition.answer_brief(s)
     assert brief[2].startswith(f"3. **What \"no\" rules out**: {words} not measured: the strength ladder's stage")
     md = edition.render_summary(s)
