@@ -370,8 +370,9 @@ def rules_out_words(a: dict) -> str:
                 f"(`tsflash report <plan>/{folder}`), then the summary.")
     if not r["detectable"]:
         return ""
+    by_score = [(sc, r["detectable"][sc]) for sc in SCORE_NAMES if r["detectable"].get(sc)]
     ranges = [f"{_range(v.values())}{' nats per bar' if not i else ''} on the {SCORE_NAMES[sc]}"
-              for i, (sc, v) in enumerate((sc, v) for sc, v in r["detectable"].items() if v)]
+              for i, (sc, v) in enumerate(by_score)]
     return (f"{a['arm']}: at the design that ran ({plural(r['n_folds'] or 0, 'fold')}, "
             f"{plural(r['seeds_per_fold'] or 0, 'seed')} a fold; Holm over {r['comparisons']}), the primary test detects "
             f"with 80 % power {' and '.join(ranges)}. Smaller effects are not ruled out.")
@@ -393,7 +394,7 @@ def answer_brief(s: dict) -> list[str]:
     if bracket := _bracket_words(s):
         rules_out += f" {bracket}"
     if primary := " ".join(w for a in s["arms"] if (w := rules_out_words(a))):
-        rules_out = f"{primary} {rules_out}"
+        rules_out = f"{primary} {rules_out[0].upper()}{rules_out[1:]}"
     memory = sorted(f"{r['peak_memory_bytes'] / 2**30:.1f}" for a in s["arms"] for r in a["lengths"]
                     if r["peak_memory_bytes"])
     calls = s["device_calls"]
@@ -457,7 +458,7 @@ def render_summary(s: dict) -> str:
                 lines += [f"| {a['arm']}: comparison | score | detectable with 80 % power at {fmt(r['alpha'], '.3g')} "
                           "(nats per bar) |", "|---|---|---|"]
                 lines += [f"| {label(k)} minus the shortest N | {SCORE_NAMES[sc]} | {v:.2g} |"
-                          for sc, by_key in r["detectable"].items() for k, v in by_key.items()] + [""]
+                          for sc in SCORE_NAMES for k, v in r["detectable"].get(sc, {}).items()] + [""]
         if ladder is not None:
             lines += [ladder["sentence"] if ladder["read"] else
                       f"The strength ladder is {ladder['state']}." if _not_run(ladder["state"]) else

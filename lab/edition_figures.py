@@ -71,5 +71,12 @@ def plot_answer(summary: dict, path: Path) -> Path:
         shortest = label(series[0][1][0]["series"]) if series and series[0][1] else "the shortest N"
         difference_axes(ax, sorted(ns), f"Δ {name} per bar vs {shortest}", f"{name}: N minus {shortest} (< 0: better)")
     fig.suptitle("Question 1: paired differences over training runs, 95 % intervals")
-    fig.tight_layout()
+    # one legend below both panels, where it hides no interval
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0]:
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.07 if handles else 0, 1, 1))
     return save_figure(fig, path)

@@ -191,7 +191,7 @@ def test_what_a_no_rules_out_is_the_primary_tests_power_at_the_design_that_ran(p
                      f"{len(pooled['comparisons'])}), the primary test detects with 80 % power 0.0061 nats per bar on "
                      "the log-loss and 0.0042 on the direction score. Smaller effects are not ruled out.")
     brief = edition.answer_brief(s)
-    assert brief[2].startswith(f"3. **What \"no\" rules out**: {words} not measured: the strength ladder's stage")
+    assert brief[2].startswith(f"3. **What \"no\" rules out**: {words} Not measured: the strength ladder's stage")
     md = edition.render_summary(s)
     assert "| per-bar: comparison | score | detectable with 80 % power at 0.0125 (nats per bar) |" in md
     assert "| N=32 minus the shortest N | log-loss | 0.0061 |" in md
