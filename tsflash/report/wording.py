@@ -238,7 +238,7 @@ def _comparison(p) -> str:
 
 def _fold_wins(fq) -> str:
     """\"N=512 has the lowest fold log-loss of the context lengths in 5 of 5 folds"."""
-    longer = [r for r in fq.fold_level if not is_baseline(r["series"]) and fq.shortest in r["diffs"]]
+    longer = [r for r in fq.fold_level if not is_baseline(r["series"]) and r["diffs"].get(fq.shortest)]
     if not longer:
         return ""
     per_fold = list(zip(*[r["diffs"][fq.shortest] for r in longer], strict=True))
