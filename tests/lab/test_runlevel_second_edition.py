@@ -24,6 +24,23 @@ def test_the_committed_aa_summary_recomputes_exactly_from_the_committed_runs(tmp
     assert out.read_text() == (REPO / "reports" / "controls" / "aa" / "summary.md").read_text()
 
 
+def test_the_readmes_primary_test_power_recomputes_from_the_aa_summarys_components():
+    """The README's "the primary test detects about 0.0169 nats per bar at 3 seeds, 0.0065 at 6": the
+    crossed test at Holm's first step over question 1's four comparisons (0.05/4), at N=32768's log-loss
+    components as the A/A summary prints them."""
+    from tsflash.stats.runs import CrossedComponents, crossed_power
+
+    summary = (REPO / "reports" / "controls" / "aa" / "summary.md").read_text()
+    (row,) = [line for line in summary.splitlines() if line.startswith("| N=32768 - N=512 | log-loss | 0.000")
+              and line.count("|") == 10]
+    fold, seed, residual = (float(x) for x in row.split("|")[3:6])
+    c = CrossedComponents(fold**2, seed**2, residual**2)
+    three, six = (crossed_power(c, 5, s, alpha=0.05 / 4, n_sims=3000).detectable for s in (3, 6))
+    assert (round(three, 4), round(six, 4)) == (0.0169, 0.0065)
+    readme = (REPO / "README.md").read_text()
+    assert "The primary test detects about 0.0169 nats per bar at 3 seeds, 0.0065 at 6" in readme.replace("\n", " ")
+
+
 def test_every_aa_pair_and_replicate_names_a_committed_run_folder():
     script = _script()
     folders = list(script.REPLICATES.values()) + [p for pair in script.AA_PAIRS.values() for p in pair]
